@@ -1,0 +1,164 @@
+"""``python -m kubeturn_harness serve``: the Harness's entry point.
+
+The only place that reads flags and environment. Every flag has an environment twin
+(``KUBETURN_*``); a flag wins over its twin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from kubeturn_harness.app import make_app
+from kubeturn_harness.clock import SystemClock
+from kubeturn_harness.errors import ConfigError
+from kubeturn_harness.metrics import HarnessMetrics
+from kubeturn_harness.models import OpenAIModels
+from kubeturn_harness.orchestrator import OrchestratorClient
+from kubeturn_harness.providers import Providers
+from kubeturn_harness.service import Harness
+from kubeturn_harness.settings import NOBODY, Settings, ToolSettings
+
+log = logging.getLogger("kubeturn_harness")
+
+PR_SET_DUMPABLE = 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog="python -m kubeturn_harness")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the Harness API")
+    serve.add_argument("--host", default=env("KUBETURN_HARNESS_HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(env("KUBETURN_HARNESS_PORT", "8080")))
+    serve.add_argument(
+        "--data-dir", type=Path, default=Path(env("KUBETURN_HARNESS_DATA_DIR", "/var/lib/kubeturn"))
+    )
+    serve.add_argument(
+        "--token-sha256",
+        default=env("KUBETURN_HARNESS_TOKEN_SHA256"),
+        help="hex SHA-256 of the bearer token to accept (env KUBETURN_HARNESS_TOKEN_SHA256)",
+    )
+    serve.add_argument("--orchestrator-url", default=env("KUBETURN_ORCHESTRATOR_URL"))
+    serve.add_argument("--providers", type=Path, default=_path(env("KUBETURN_PROVIDERS")))
+    serve.add_argument("--default-model", default=env("KUBETURN_DEFAULT_MODEL"))
+    serve.add_argument("--tool-uid", type=int, default=int(env("KUBETURN_TOOL_UID", str(NOBODY))))
+    serve.add_argument("--tool-gid", type=int, default=int(env("KUBETURN_TOOL_GID", str(NOBODY))))
+    serve.add_argument(
+        "--sweep-wait",
+        type=float,
+        default=float(env("KUBETURN_SWEEP_WAIT_S", "10")),
+        help="seconds a run whose Turn is over waits for the sweep",
+    )
+    serve.add_argument("--log-level", default=env("KUBETURN_LOG_LEVEL", "INFO"))
+    return parser
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    token_hash = args.token_sha256
+    if token_hash is not None and (len(token_hash) != 64 or not _is_hex(token_hash)):
+        raise ConfigError("KUBETURN_HARNESS_TOKEN_SHA256 must be 64 hex digits (a SHA-256)")
+    if token_hash is None:
+        raise ConfigError(
+            "no bearer token configured: set KUBETURN_HARNESS_TOKEN_SHA256 to the hex SHA-256 "
+            "of the token the Orchestrator sends"
+        )
+    return Settings(
+        data_dir=args.data_dir,
+        token_sha256=token_hash.lower(),
+        orchestrator_url=args.orchestrator_url,
+        orchestrator_token=os.environ.get("KUBETURN_ORCHESTRATOR_TOKEN"),
+        providers_file=args.providers,
+        default_model=args.default_model,
+        sweep_wait_s=args.sweep_wait,
+        tools=ToolSettings(uid=args.tool_uid, gid=args.tool_gid),
+    )
+
+
+def _is_hex(value: str) -> bool:
+    try:
+        int(value, 16)
+    except ValueError:
+        return False
+    return True
+
+
+def _undumpable() -> None:
+    """Keep the tools' processes (same uid, when not root) out of /proc/<pid>/environ and mem."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        log.warning("could not make the Harness undumpable (errno %d)", ctypes.get_errno())
+
+
+async def serve(settings: Settings, host: str, port: int) -> None:
+    providers = Providers.load(settings.providers_file)
+    orchestrator = (
+        OrchestratorClient(settings.orchestrator_url, settings.orchestrator_token)
+        if settings.orchestrator_url
+        else None
+    )
+    models = OpenAIModels()
+    harness = Harness(
+        settings,
+        clock=SystemClock(),
+        model=models,
+        orchestrator=orchestrator,
+        providers=providers,
+        metrics=HarnessMetrics(),
+    )
+    runner = web.AppRunner(make_app(harness), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as error:
+            raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror}") from error
+        await harness.start()
+        bound = runner.addresses[0][1]
+        print(f"harness listening on http://{host}:{bound}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+    finally:
+        await harness.close()
+        await runner.cleanup()
+        await models.close()
+        if orchestrator is not None:
+            await orchestrator.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = settings_from(args)
+        _undumpable()
+        asyncio.run(serve(settings, args.host, args.port))
+    except ConfigError as error:
+        print(f"kubeturn-harness: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

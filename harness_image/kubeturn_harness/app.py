@@ -1,0 +1,179 @@
+"""The Harness's HTTP surface (aiohttp): routes, bearer auth, and error bodies.
+
+Auth is a middleware that runs before any handler, so an unauthenticated request gets
+401 whether or not its route exists. Every refusal is a JSON ``ErrorBody`` naming the
+field at fault; an unexpected error is logged and answered 500 without a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+
+from kubeturn_harness import openapi
+from kubeturn_harness.errors import WireError
+from kubeturn_harness.service import Harness
+from kubeturn_harness.settlements import Sweep
+from kubeturn_harness.wire import AbortResponse, AdmitRequest, AdmitResponse, ErrorBody
+
+log = logging.getLogger(__name__)
+
+HARNESS = web.AppKey("harness", Harness)
+TOKEN_SHA256 = web.AppKey("token_sha256", str)
+
+OPEN_PATHS = frozenset({"/healthz"})
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+MAX_ID = 512
+PAGE = 1000
+"""Events per stream read: a client behind reads on from ``stream-next-offset``."""
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error(
+    status: int, message: str, *, field: str | None = None, kind: str = "invalid"
+) -> web.Response:
+    body = ErrorBody(error=kind, field=field, message=message)
+    return web.json_response(body.model_dump(exclude_none=True), status=status)
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path in OPEN_PATHS:
+        return await handler(request)
+    expected = request.app[TOKEN_SHA256]
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    presented = hashlib.sha256(token.encode()).hexdigest()
+    if not expected or scheme.lower() != "bearer" or not hmac.compare_digest(presented, expected):
+        response = error(401, "a valid bearer token is required", kind="unauthorized")
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+    return await handler(request)
+
+
+@web.middleware
+async def answer_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except WireError as refused:
+        return error(refused.status, refused.message, field=refused.field)
+    except web.HTTPException as http:
+        if http.status >= 400 and http.content_type != "application/json":
+            return error(
+                http.status, http.reason, kind="not-found" if http.status == 404 else "http"
+            )
+        raise
+    except Exception:
+        log.exception("unexpected error answering %s %s", request.method, request.path)
+        return error(500, "the Harness failed to answer; see its log", kind="internal")
+
+
+def _agent(request: web.Request) -> tuple[str, str]:
+    name, instance_id = request.match_info["name"], request.match_info["id"]
+    if not NAME.match(name):
+        raise WireError(f"agent name {name!r} must match {NAME.pattern}", field="name")
+    if not instance_id or len(instance_id) > MAX_ID:
+        raise WireError(f"instance id must be 1 to {MAX_ID} characters", field="id")
+    return name, instance_id
+
+
+async def admit(request: web.Request) -> web.Response:
+    name, instance_id = _agent(request)
+    raw = await request.read()
+    try:
+        body = AdmitRequest.model_validate_json(raw)
+    except ValidationError as invalid:
+        first = invalid.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        message = first["msg"].removeprefix("Value error, ")
+        raise WireError(f"{field}: {message}" if field else message, field=field) from invalid
+    sid, offset = request.app[HARNESS].admit(name, instance_id, body)
+    stream = f"{request.path}?offset={offset}"
+    return web.json_response(
+        AdmitResponse(submissionId=sid, offset=offset, streamUrl=stream).model_dump()
+    )
+
+
+async def read(request: web.Request) -> web.Response:
+    name, instance_id = _agent(request)
+    conversation = request.app[HARNESS].conversation(name, instance_id)
+    if conversation is None:
+        return error(
+            404, f"no conversation for agent {name!r} at {instance_id!r}", kind="not-found"
+        )
+    if request.query.get("view") == "history":
+        return web.json_response(text=conversation.history().model_dump_json())
+    try:
+        offset = int(request.query.get("offset", "0"))
+        if offset < 0:
+            raise ValueError
+    except ValueError as bad:
+        raise WireError("offset must be a non-negative integer", field="offset") from bad
+    log_ = conversation.log
+    if request.query.get("live") == "long-poll":
+        settings = request.app[HARNESS].settings
+        if not await log_.wait_beyond(offset, settings.long_poll_s):
+            return web.Response(
+                status=204,
+                headers={"stream-next-offset": str(log_.next_offset), "stream-up-to-date": "true"},
+            )
+    events = log_.read(offset, PAGE)
+    next_offset = offset + len(events) if events else max(offset, log_.next_offset)
+    body = "[" + ",".join(event.model_dump_json() for event in events) + "]"
+    headers = {"stream-next-offset": str(next_offset)}
+    if next_offset >= log_.next_offset:
+        headers["stream-up-to-date"] = "true"
+    return web.json_response(text=body, headers=headers)
+
+
+async def abort(request: web.Request) -> web.Response:
+    name, instance_id = _agent(request)
+    swept = await request.app[HARNESS].sweep(name, instance_id, Sweep.parse(await request.read()))
+    return web.json_response(AbortResponse(aborted=swept).model_dump())
+
+
+async def healthz(_: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    harness = request.app[HARNESS]
+    try:
+        harness.store.check_writable()
+    except OSError as failure:
+        return error(503, f"the data dir is not writable: {failure}", kind="not-ready")
+    if not harness.ready:
+        return error(503, "still rebuilding recorded conversations", kind="not-ready")
+    return web.json_response({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    payload = generate_latest(request.app[HARNESS].metrics.registry)
+    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi_json(_: web.Request) -> web.Response:
+    return web.json_response(text=json.dumps(openapi.document()))
+
+
+def make_app(harness: Harness) -> web.Application:
+    """The aiohttp application; the caller owns ``harness``'s start and close."""
+    app = web.Application(middlewares=[answer_errors, authenticate])
+    app[HARNESS] = harness
+    app[TOKEN_SHA256] = (harness.settings.token_sha256 or "").lower()
+    app.router.add_post("/agents/{name}/{id}", admit)
+    app.router.add_get("/agents/{name}/{id}", read)
+    app.router.add_post("/agents/{name}/{id}/abort", abort)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi_json)
+    return app

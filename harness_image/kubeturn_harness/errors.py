@@ -1,0 +1,56 @@
+"""The Harness's errors, split by who must react.
+
+::
+
+    HarnessError
+    ├── ConfigError      bad flags, environment or providers file: the process exits
+    ├── WireError        a request the Harness refuses: a 4xx body naming the field
+    └── RunFailed        a Submission's run threw: it settles ``failed`` with a type
+        ├── ProviderFailure  the model provider failed after its retries
+        └── MenuUnreadable   the surface could not be read or did not parse
+
+Foreign exceptions (openai, aiohttp, pydantic) are translated where they are caught,
+each in one place, with the cause chained.
+"""
+
+from __future__ import annotations
+
+from kubeturn_harness.wire import ErrorType
+
+
+class HarnessError(Exception):
+    """Root of every error the Harness raises on purpose."""
+
+
+class ConfigError(HarnessError):
+    """The Harness cannot start as configured; the message says what to change."""
+
+
+class WireError(HarnessError):
+    """A request the Harness refuses with a 4xx, naming the field at fault."""
+
+    def __init__(self, message: str, *, field: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status = status
+
+
+class RunFailed(HarnessError):
+    """A Submission's run threw; it settles ``failed`` with this type and message."""
+
+    error_type: ErrorType = ErrorType.SUBMISSION_FAILED
+
+    def __init__(self, message: str, *, error_type: ErrorType | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if error_type is not None:
+            self.error_type = error_type
+
+
+class ProviderFailure(RunFailed):
+    """The model provider failed after the SDK's retries."""
+
+
+class MenuUnreadable(RunFailed):
+    """The Orchestrator's surface could not be read, or its Menu did not parse."""

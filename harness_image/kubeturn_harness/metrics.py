@@ -1,0 +1,59 @@
+"""Prometheus metrics of one Harness process, on a registry of its own (served at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+SWEEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+"""Sweep → settled is milliseconds on a healthy pod; the tail up to the 10 s wait shows."""
+
+
+class HarnessMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.admitted = Counter(
+            "kubeturn_harness_submissions_admitted",
+            "Submissions admitted, by input policy.",
+            ["policy"],
+            registry=self.registry,
+        )
+        self.settled = Counter(
+            "kubeturn_harness_submissions_settled",
+            "Submissions settled, by outcome and error type.",
+            ["outcome", "error"],
+            registry=self.registry,
+        )
+        self.running = Gauge(
+            "kubeturn_harness_runs_active",
+            "Submissions whose run is under way or waiting for its sweep.",
+            registry=self.registry,
+        )
+        self.model_requests = Counter(
+            "kubeturn_harness_model_requests",
+            "Model requests sent to providers.",
+            registry=self.registry,
+        )
+        self.tool_calls = Counter(
+            "kubeturn_harness_tool_calls",
+            "Working-tool calls run, by tool.",
+            ["tool"],
+            registry=self.registry,
+        )
+        self.picks = Counter(
+            "kubeturn_harness_picks",
+            "Menu calls, by what became of them (delivered, turn-complete, stale, refused, ...).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.sweeps = Counter(
+            "kubeturn_harness_sweeps",
+            "Sweeps received, by whether they settled anything.",
+            ["settled"],
+            registry=self.registry,
+        )
+        self.sweep_seconds = Histogram(
+            "kubeturn_harness_sweep_to_settled_seconds",
+            "From a sweep's arrival to the settlement it caused being recorded.",
+            buckets=SWEEP_BUCKETS,
+            registry=self.registry,
+        )

@@ -1,0 +1,146 @@
+"""The model port and its OpenAI-compatible adapter (the official ``openai`` SDK).
+
+The tool loop sees only ``ModelPort``: one streamed chat completion per step. Text
+arrives in ``Partial`` as it streams, so a run cut mid-answer (a sweep cancels its task,
+which closes the HTTP stream) still has the words the model had said. Every SDK error is
+translated to ``ProviderFailure`` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import openai
+
+from kubeturn_harness.errors import ProviderFailure
+from kubeturn_harness.providers import ModelName, Provider
+from kubeturn_harness.wire import ThinkingLevel, ToolCall, Usage
+
+MODEL_RETRIES = 2
+"""The SDK's own retries of a failed request (connection errors, 429, 5xx) before it
+fails: a blip is absorbed, a down provider fails the Submission within seconds."""
+
+MODEL_TIMEOUT_S = 600.0
+"""A streamed answer may take minutes; a stalled connection may not take forever."""
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    model: ModelName
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    thinking: ThinkingLevel | None
+
+
+@dataclass
+class Partial:
+    """What a model answer has said so far."""
+
+    text: list[str] = field(default_factory=list)
+
+    @property
+    def content(self) -> str:
+        return "".join(self.text)
+
+
+@dataclass(frozen=True)
+class ModelAnswer:
+    text: str
+    tool_calls: list[ToolCall]
+    usage: Usage | None
+
+
+class ModelPort(Protocol):
+    async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer: ...
+
+
+class OpenAIModels:
+    """Chat completions with tool calling, streamed, through one client per provider."""
+
+    def __init__(self, *, retries: int = MODEL_RETRIES, timeout: float = MODEL_TIMEOUT_S) -> None:
+        self._clients: dict[str, openai.AsyncOpenAI] = {}
+        self._retries = retries
+        self._timeout = timeout
+
+    def _client(self, provider: Provider) -> openai.AsyncOpenAI:
+        client = self._clients.get(provider.name)
+        if client is None:
+            client = openai.AsyncOpenAI(
+                base_url=provider.spec.baseUrl,
+                api_key=provider.api_key,
+                max_retries=self._retries,
+                timeout=self._timeout,
+            )
+            self._clients[provider.name] = client
+        return client
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+    async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
+        options: dict[str, Any] = {}
+        if request.tools:
+            options["tools"] = request.tools
+        if request.thinking not in (None, ThinkingLevel.OFF):
+            options["reasoning_effort"] = str(request.thinking)
+        client = self._client(request.model.provider)
+        try:
+            stream = await client.chat.completions.create(
+                model=request.model.model,
+                messages=request.messages,  # type: ignore[arg-type]
+                stream=True,
+                stream_options={"include_usage": True},
+                **options,
+            )
+            try:
+                return await _collect(stream, partial)
+            finally:
+                await stream.close()
+        except openai.APIError as error:
+            raise ProviderFailure(_describe(request.model, error)) from error
+
+
+async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
+    calls: dict[int, dict[str, Any]] = {}
+    usage: Usage | None = None
+    async for chunk in stream:
+        if chunk.usage is not None:
+            usage = Usage(
+                promptTokens=chunk.usage.prompt_tokens or 0,
+                completionTokens=chunk.usage.completion_tokens or 0,
+            )
+        for choice in chunk.choices:
+            delta = choice.delta
+            if delta.content:
+                partial.text.append(delta.content)
+            for call in delta.tool_calls or ():
+                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": []})
+                if call.id:
+                    slot["id"] = call.id
+                if call.function is not None:
+                    if call.function.name:
+                        slot["name"] += call.function.name
+                    if call.function.arguments:
+                        slot["arguments"].append(call.function.arguments)
+    tool_calls = [
+        ToolCall(
+            id=slot["id"] or f"call_{index}",
+            name=slot["name"],
+            arguments="".join(slot["arguments"]) or "{}",
+        )
+        for index, slot in sorted(calls.items())
+    ]
+    return ModelAnswer(text=partial.content, tool_calls=tool_calls, usage=usage)
+
+
+def _describe(model: ModelName, error: openai.APIError) -> str:
+    where = (
+        f"provider {model.provider.name!r} ({model.provider.spec.baseUrl}), model {model.model!r}"
+    )
+    status = getattr(error, "status_code", None)
+    if status is not None:
+        return f"{where} answered HTTP {status} after {MODEL_RETRIES} retries: {error.message}"
+    return f"{where} failed after {MODEL_RETRIES} retries: {error.message}"

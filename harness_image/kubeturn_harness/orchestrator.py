@@ -1,0 +1,193 @@
+"""The Harness's client of the Orchestrator API: surface reads, picks, and delivery polls.
+
+Retry policy lives here, once: a surface read is retried (503 or a transport failure)
+with jittered backoff for up to 90 s, because reading is safe and an Orchestrator may be
+changing leader; a pick is never retried, because delivering it twice would move the
+workflow twice; a delivery poll is retried, because a delivery id makes it safe.
+Every aiohttp and pydantic error is translated here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import aiohttp
+from pydantic import ValidationError
+
+from kubeturn_harness.clock import Clock
+from kubeturn_harness.errors import MenuUnreadable
+from kubeturn_harness.wire import DeliveryId, Receipt, Refusal, Surface
+
+SURFACE_RETRY_S = 90.0
+"""Long enough to ride out an Orchestrator restart or a leader change."""
+
+BACKOFF_FIRST_S = 0.2
+BACKOFF_MAX_S = 5.0
+POLL_TIMEOUT_S = 35.0
+"""Above the Orchestrator's 25 s long-poll park, so a parked poll is never cut short."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    receipt: Receipt
+
+
+@dataclass(frozen=True)
+class Refused:
+    refusal: Refusal
+
+
+@dataclass(frozen=True)
+class Gone:
+    """404: no live Turn at this Instance ID; the Turn is over."""
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Another 4xx: the pick's payload was refused."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The pick's POST failed in transport; whether it arrived is unknown."""
+
+    reason: str
+
+
+PickResult = Delivered | Refused | Gone | Rejected | Lost
+
+
+class SurfaceUnavailable(Exception):
+    """One surface read failed in a way worth retrying."""
+
+
+class OrchestratorPort(Protocol):
+    async def surface(self, instance_id: str) -> Surface | None: ...
+
+    async def pick(self, instance_id: str, event: str, payload: dict[str, Any]) -> PickResult: ...
+
+    async def poll(self, instance_id: str, delivery: DeliveryId) -> Receipt | Gone | None:
+        """The answer of an outstanding pick; None while it is still being worked on."""
+        ...
+
+
+class OrchestratorClient:
+    def __init__(self, base_url: str, token: str | None) -> None:
+        self._base = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._session = aiohttp.ClientSession(headers=headers)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    def _url(self, instance_id: str, *rest: str) -> str:
+        return "/".join([self._base, "agents", quote(instance_id, safe=""), *rest])
+
+    async def surface(self, instance_id: str) -> Surface | None:
+        try:
+            async with self._session.get(self._url(instance_id, "surface")) as response:
+                if response.status == 404:
+                    return None
+                if response.status == 503:
+                    raise SurfaceUnavailable("the Orchestrator answered 503")
+                if response.status != 200:
+                    raise MenuUnreadable(f"the surface read answered HTTP {response.status}")
+                return Surface.model_validate_json(await response.read())
+        except aiohttp.ClientError as error:
+            raise SurfaceUnavailable(f"the surface read failed: {error}") from error
+        except ValidationError as error:
+            raise MenuUnreadable(f"the Menu did not parse: {_first(error)}") from error
+
+    async def pick(self, instance_id: str, event: str, payload: dict[str, Any]) -> PickResult:
+        body = {**payload, "type": event}
+        try:
+            async with self._session.post(self._url(instance_id, "events"), json=body) as response:
+                raw = await response.read()
+                if response.status == 404:
+                    return Gone()
+                if response.status == 409:
+                    return Refused(Refusal.model_validate_json(raw))
+                if response.status >= 400:
+                    return Rejected(_error_message(raw, response.status))
+                return Delivered(Receipt.model_validate_json(raw))
+        except aiohttp.ClientError as error:
+            return Lost(str(error) or type(error).__name__)
+        except ValidationError as error:
+            return Lost(f"the receipt did not parse: {_first(error)}")
+
+    async def poll(self, instance_id: str, delivery: DeliveryId) -> Receipt | Gone | None:
+        url = self._url(instance_id, "deliveries", quote(delivery, safe=""))
+        timeout = aiohttp.ClientTimeout(total=POLL_TIMEOUT_S)
+        try:
+            async with self._session.get(url, timeout=timeout) as response:
+                if response.status == 404:
+                    return Gone()
+                if response.status in (204, 503):
+                    return None
+                response.raise_for_status()
+                return Receipt.model_validate_json(await response.read())
+        except (aiohttp.ClientError, TimeoutError, ValidationError):
+            return None
+
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+async def read_surface(
+    port: OrchestratorPort,
+    instance_id: str,
+    clock: Clock,
+    *,
+    budget_s: float = SURFACE_RETRY_S,
+    sleep: Sleep = asyncio.sleep,
+) -> Surface | None:
+    """Read the surface, retrying what is worth retrying within ``budget_s``."""
+    deadline = clock.monotonic() + budget_s
+    delay = BACKOFF_FIRST_S
+    while True:
+        try:
+            return await port.surface(instance_id)
+        except SurfaceUnavailable as error:
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                raise MenuUnreadable(
+                    f"the Orchestrator's surface could not be read for {budget_s:.0f} s: {error}"
+                ) from error
+            await sleep(min(left, random.uniform(0, delay)))
+            delay = min(delay * 2, BACKOFF_MAX_S)
+
+
+async def await_answer(
+    port: OrchestratorPort, instance_id: str, delivery: DeliveryId, *, sleep: Sleep = asyncio.sleep
+) -> Receipt | Gone:
+    """Long-poll an outstanding pick until its answer comes, or its Turn is gone."""
+    while True:
+        answer = await port.poll(instance_id, delivery)
+        if answer is not None:
+            return answer
+        await sleep(BACKOFF_FIRST_S)
+
+
+def _first(error: ValidationError) -> str:
+    first = error.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+
+
+def _error_message(raw: bytes, status: int) -> str:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        for key in ("message", "error", "refused"):
+            if isinstance(body.get(key), str):
+                return str(body[key])
+    return raw.decode(errors="replace").strip()[:500] or f"HTTP {status}"

@@ -1,0 +1,48 @@
+"""The Runaway watch: a Submission that repeats itself or never stops is ended ``failed``.
+
+Why 4: three identical calls in a row can be a model checking its work; a fourth, with
+nothing changed in between, is a loop. Why 256 steps: far above any Turn seen to finish
+on its own, and low enough to bound the cost of one that never does. Both are settings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+DEFAULT_MAX_IDENTICAL = 4
+DEFAULT_MAX_STEPS = 256
+
+
+@dataclass
+class RunawayWatch:
+    """Counts model requests and consecutive identical tool calls of one Submission."""
+
+    max_identical: int = DEFAULT_MAX_IDENTICAL
+    max_steps: int = DEFAULT_MAX_STEPS
+    steps: int = 0
+    _last: tuple[str, str] | None = field(default=None, repr=False)
+    _repeats: int = 0
+
+    def step(self) -> str | None:
+        """Count one model request; a reason when it would exceed the step budget."""
+        self.steps += 1
+        if self.steps > self.max_steps:
+            return f"more than {self.max_steps} model requests in one Submission"
+        return None
+
+    def call(self, name: str, arguments: str) -> str | None:
+        """Count one tool call (blocked picks included); a reason when it is a loop."""
+        key = (name, _canonical(arguments))
+        self._repeats = self._repeats + 1 if key == self._last else 1
+        self._last = key
+        if self._repeats >= self.max_identical:
+            return f"{self._repeats} identical calls of `{name}` in a row"
+        return None
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return arguments

@@ -1,0 +1,52 @@
+"""The Harness's settings: one tree of dataclasses, parsed from flags and environment
+only at the entry point (``__main__``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubeturn_harness.conversations import SWEEP_WAIT_S
+from kubeturn_harness.orchestrator import SURFACE_RETRY_S
+from kubeturn_harness.runaway import DEFAULT_MAX_IDENTICAL, DEFAULT_MAX_STEPS
+
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    uid: int = NOBODY
+    """Unprivileged uid the tools' processes run as when the Harness runs as root."""
+    gid: int = NOBODY
+    """Its gid."""
+    bash_timeout_s: float = 120.0
+    """Default and ceiling of one ``bash`` call, in seconds: long builds fit, hangs end."""
+    output_limit_bytes: int = 30_000
+    """Tail of a tool's output the model reads: enough for a failing test's report."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    """Where conversation logs live; survives restarts (a PVC in the pod)."""
+    token_sha256: str | None = None
+    """Hex SHA-256 of the only bearer token accepted; None refuses every guarded route."""
+    orchestrator_url: str | None = None
+    """Base URL of the Orchestrator API; None runs Turns without a Menu."""
+    orchestrator_token: str | None = field(default=None, repr=False)
+    """This Workspace's token for the Orchestrator API."""
+    providers_file: Path | None = None
+    """YAML: provider name → {type, baseUrl, apiKeyEnv}."""
+    default_model: str | None = None
+    """``provider/model`` used when an admission names none."""
+    sweep_wait_s: float = SWEEP_WAIT_S
+    """How long a run whose Turn is over waits for the sweep (seconds, 10 by seed 000)."""
+    surface_retry_s: float = SURFACE_RETRY_S
+    """How long a failing surface read is retried before the Submission fails (seconds)."""
+    long_poll_s: float = 25.0
+    """How long a long-poll read of a stream parks before 204: under common 30 s proxies."""
+    max_steps: int = DEFAULT_MAX_STEPS
+    """Model requests one Submission may make before it is a runaway."""
+    max_identical_calls: int = DEFAULT_MAX_IDENTICAL
+    """Identical tool calls in a row that make a runaway."""
+    tools: ToolSettings = field(default_factory=ToolSettings)

@@ -1,0 +1,149 @@
+"""Durable conversation logs under the data dir: one append-only JSON-lines file each.
+
+The log is the record: the stream clients follow, the history view, and what a restarted
+Harness rebuilds its queues from. Every event is written and flushed before it is
+acknowledged, so it survives a Harness restart; settlements are also fsynced, so the
+outcome survives the node. A torn last line (a crash mid-write) is dropped on load.
+This module knows nothing of what the events mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from kubeturn_harness.clock import Clock
+from kubeturn_harness.wire import ConversationId, EventType, StreamEvent
+
+log = logging.getLogger(__name__)
+
+EVENTS_FILE = "events.jsonl"
+META_FILE = "conversation.json"
+
+
+def conversation_id(name: str, instance_id: str) -> ConversationId:
+    """A stable id for one Agent's conversation at one Instance ID."""
+    digest = hashlib.sha256(f"{name}\0{instance_id}".encode()).hexdigest()
+    return ConversationId(f"conv-{digest[:24]}")
+
+
+class ConversationLog:
+    """One conversation's events, in memory and on disk, with a wake-up for followers."""
+
+    def __init__(self, directory: Path, name: str, instance_id: str, clock: Clock) -> None:
+        self.directory = directory
+        self.name = name
+        self.instance_id = instance_id
+        self.id = conversation_id(name, instance_id)
+        self._clock = clock
+        self._events: list[StreamEvent] = _load_events(directory / EVENTS_FILE)
+        self._file: IO[str] | None = None
+        self._appended = asyncio.Event()
+
+    @property
+    def events(self) -> list[StreamEvent]:
+        return self._events
+
+    @property
+    def next_offset(self) -> int:
+        return len(self._events)
+
+    def append(
+        self, type_: EventType, data: dict[str, Any], *, durable: bool = False
+    ) -> StreamEvent:
+        """Write one event; ``durable`` also fsyncs it (settlements)."""
+        event = StreamEvent(offset=len(self._events), type=type_, at=self._clock.now(), data=data)
+        handle = self._handle()
+        handle.write(event.model_dump_json() + "\n")
+        handle.flush()
+        if durable:
+            os.fsync(handle.fileno())
+        self._events.append(event)
+        self._appended.set()
+        self._appended = asyncio.Event()
+        return event
+
+    def read(self, offset: int, limit: int) -> list[StreamEvent]:
+        return self._events[offset : offset + limit]
+
+    async def wait_beyond(self, offset: int, seconds: float) -> bool:
+        """Wait until an event at ``offset`` exists; False when ``seconds`` passed first."""
+        try:
+            async with asyncio.timeout(seconds):
+                while len(self._events) <= offset:
+                    await self._appended.wait()
+        except TimeoutError:
+            return len(self._events) > offset
+        return True
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _handle(self) -> IO[str]:
+        if self._file is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            meta = self.directory / META_FILE
+            if not meta.exists():
+                meta.write_text(json.dumps({"name": self.name, "instanceId": self.instance_id}))
+            self._file = (self.directory / EVENTS_FILE).open("a", encoding="utf-8")
+        return self._file
+
+
+class Store:
+    """The data dir: where every conversation's log lives."""
+
+    def __init__(self, root: Path, clock: Clock) -> None:
+        self.root = root
+        self._clock = clock
+
+    def open(self, name: str, instance_id: str) -> ConversationLog:
+        directory = self.root / "conversations" / conversation_id(name, instance_id)
+        return ConversationLog(directory, name, instance_id, self._clock)
+
+    def existing(self) -> Iterator[ConversationLog]:
+        """Every conversation a previous process of this Harness recorded."""
+        base = self.root / "conversations"
+        if not base.is_dir():
+            return
+        for directory in sorted(base.iterdir()):
+            meta = directory / META_FILE
+            try:
+                names = json.loads(meta.read_text())
+                yield ConversationLog(directory, names["name"], names["instanceId"], self._clock)
+            except (OSError, ValueError, KeyError):
+                log.warning("skipping unreadable conversation directory %s", directory)
+
+    def check_writable(self) -> None:
+        """Raise OSError unless the data dir can be written (readiness)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        probe = self.root / ".writable"
+        probe.write_text("ok")
+        probe.unlink()
+
+
+def _load_events(path: Path) -> list[StreamEvent]:
+    """Read a log; cut a torn tail off the file so later appends stay readable."""
+    if not path.exists():
+        return []
+    events: list[StreamEvent] = []
+    good = 0
+    with path.open("rb") as handle:
+        for line in handle:
+            try:
+                events.append(StreamEvent.model_validate_json(line))
+            except ValueError:
+                log.warning("cutting a torn record at byte %d of %s", good, path)
+                break
+            good += len(line)
+    if good < path.stat().st_size:
+        with path.open("r+b") as handle:
+            handle.truncate(good)
+    return events

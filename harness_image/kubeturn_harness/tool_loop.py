@@ -1,0 +1,441 @@
+"""One Submission's run: read the surface, then model requests and tool calls, step by step.
+
+The run decides nothing about how its Turn ended. It returns how it stopped
+(``Completed``, ``TurnOver``, ``NeverPrompted``) or raises ``RunFailed``; the
+conversation settles it. The rules it keeps (seed 000):
+
+- the surface is read fresh before any model request; a 404 means the Turn was over
+  before it started: no prompt, nothing written;
+- only the first pick of one model answer runs; later picks of that answer are stale;
+- a pick whose answer ends the Turn (``turnComplete`` or 404) blocks every later call of
+  that answer, and the run ends at the step boundary: no further model request;
+- a cancelled run (a sweep, an ``interrupt``) keeps what the model had said, marked as
+  cut, and answers every call it had not run, so the record stays a valid conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from kubeturn_harness import briefing, receipts
+from kubeturn_harness.clock import Clock
+from kubeturn_harness.errors import MenuUnreadable, RunFailed
+from kubeturn_harness.history import SubmissionRecord
+from kubeturn_harness.metrics import HarnessMetrics
+from kubeturn_harness.models import ModelAnswer, ModelPort, ModelRequest, Partial
+from kubeturn_harness.orchestrator import (
+    Delivered,
+    Gone,
+    Lost,
+    OrchestratorPort,
+    PickResult,
+    Refused,
+    Rejected,
+    await_answer,
+    read_surface,
+)
+from kubeturn_harness.projection import OpenAIMessage, project, to_openai
+from kubeturn_harness.providers import Providers
+from kubeturn_harness.runaway import RunawayWatch
+from kubeturn_harness.store import ConversationLog
+from kubeturn_harness.tools import (
+    RunAs,
+    ToolArgumentError,
+    ToolContext,
+    ToolSpec,
+    parse_arguments,
+    run_tool,
+    working_tools,
+)
+from kubeturn_harness.wire import (
+    ErrorType,
+    EventType,
+    MenuItem,
+    Message,
+    MessageStatus,
+    Projection,
+    ProjectionRecord,
+    Role,
+    ToolCall,
+    Usage,
+    WorkspaceAccess,
+)
+
+log = logging.getLogger(__name__)
+
+NOT_RUN_STOPPED = "This call did not run: the turn was stopped before it ran."
+CUT_WHILE_RUNNING = "This call was cut off before it finished: the turn was stopped."
+RECEIPT_AFTER_CUT_S = 5.0
+"""How long a cut run still waits for the receipt of a pick it had sent: the Orchestrator
+answers within a round trip of its sweep, and the record should say what the pick did."""
+
+
+@dataclass
+class Tally:
+    """Tokens a run has used so far; the caller holds it, so a cut run's count survives."""
+
+    usage: Usage | None = None
+
+    def add(self, usage: Usage | None) -> None:
+        if usage is None:
+            return
+        before = self.usage or Usage()
+        self.usage = Usage(
+            promptTokens=before.promptTokens + usage.promptTokens,
+            completionTokens=before.completionTokens + usage.completionTokens,
+        )
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The model stopped calling tools while the Turn was still open."""
+
+
+@dataclass(frozen=True)
+class TurnOver:
+    """A pick found the Turn over; the Submission now waits for the sweep."""
+
+
+@dataclass(frozen=True)
+class NeverPrompted:
+    """The surface read answered 404: the Turn was over before the run began."""
+
+
+RunResult = Completed | TurnOver | NeverPrompted
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_steps: int
+    max_identical_calls: int
+    bash_timeout_s: float
+    surface_retry_s: float
+    output_limit_bytes: int = 30_000
+
+
+@dataclass(frozen=True)
+class RunEnv:
+    """Everything a run needs from outside: ports, configuration, the clock."""
+
+    model: ModelPort
+    orchestrator: OrchestratorPort | None
+    providers: Providers
+    clock: Clock
+    metrics: HarnessMetrics
+    tool_env: Mapping[str, str]
+    run_as: RunAs | None
+    denied: tuple[Path, ...]
+    limits: Limits
+    default_model: str | None
+
+
+CutMark = Callable[[], tuple[MessageStatus, Projection]]
+"""How a reply cut by this run's cancellation is marked; asked at the moment of the cut."""
+
+
+@dataclass
+class _Run:
+    submission: SubmissionRecord
+    log: ConversationLog
+    env: RunEnv
+    cut_mark: CutMark
+    tally: Tally
+    prompt: list[OpenAIMessage] = field(default_factory=list)
+    sequence: int = 0
+
+    def record(self, message: Message) -> None:
+        self.log.append(EventType.MESSAGE_APPENDED, {"message": message.model_dump(mode="json")})
+        self.prompt.append(to_openai(message))
+
+    def message(self, role: Role, content: str = "", **extra: Any) -> Message:
+        self.sequence += 1
+        return Message(
+            id=f"{self.submission.id}.{self.sequence}",
+            submissionId=self.submission.id,
+            role=role,
+            content=content,
+            **extra,
+        )
+
+
+async def run_submission(
+    submission: SubmissionRecord,
+    earlier: list[Message],
+    log: ConversationLog,
+    env: RunEnv,
+    cut_mark: CutMark,
+    tally: Tally,
+) -> RunResult:
+    """Run one Submission to the point where it stops; see the module docstring."""
+    request = submission.request
+    menu: list[MenuItem] = []
+    allowed: list[str] = []
+    notices = list(request.notices)
+    if env.orchestrator is not None:
+        surface = await read_surface(
+            env.orchestrator,
+            log.instance_id,
+            env.clock,
+            budget_s=env.limits.surface_retry_s,
+        )
+        if surface is None:
+            return NeverPrompted()
+        menu, allowed = surface.menu, surface.allowed
+        notices.extend(surface.notices)
+
+    access = request.definition.workspace
+    tools = working_tools(access)
+    menu_by_name = _menu(menu, {spec.name for spec in tools})
+    model_name = env.providers.resolve(request.model or env.default_model or "")
+
+    run = _Run(submission, log, env, cut_mark, tally)
+    run.prompt.append({"role": "system", "content": request.definition.instructions})
+    if request.continue_:
+        projected, decisions = project(earlier)
+        run.prompt.extend(projected)
+        if decisions:
+            record = ProjectionRecord(submissionId=submission.id, decisions=decisions)
+            log.append(EventType.PROJECTION_RECORDED, record.model_dump(mode="json"))
+    cwd = None if access is WorkspaceAccess.NONE else request.resolved_cwd
+    block = briefing.briefing(cwd=cwd, allowed=allowed, has_menu=bool(menu), notices=notices)
+    run.record(run.message(Role.USER, request.prompt, briefing=block))
+
+    specs = [*(spec.openai() for spec in tools), *(_menu_tool(item) for item in menu)]
+    context = ToolContext(
+        cwd=Path(request.resolved_cwd),
+        env=env.tool_env,
+        run_as=env.run_as,
+        denied=env.denied,
+        bash_timeout_s=env.limits.bash_timeout_s,
+        output_limit_bytes=env.limits.output_limit_bytes,
+    )
+    watch = RunawayWatch(
+        max_identical=env.limits.max_identical_calls, max_steps=env.limits.max_steps
+    )
+    tool_specs = {spec.name: spec for spec in tools}
+    while True:
+        if reason := watch.step():
+            raise RunFailed(f"runaway: {reason}", error_type=ErrorType.RUNAWAY)
+        answer = await _ask(
+            run, ModelRequest(model_name, list(run.prompt), specs, request.thinkingLevel)
+        )
+        if not answer.tool_calls:
+            return Completed()
+        turn_over = await _calls(run, answer.tool_calls, tool_specs, menu_by_name, context, watch)
+        if turn_over:
+            return TurnOver()
+
+
+async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
+    """One model request; a cut answer is recorded as far as it went."""
+    run.log.append(
+        EventType.MODEL_REQUESTED,
+        {
+            "submissionId": run.submission.id,
+            "model": f"{request.model.provider.name}/{request.model.model}",
+        },
+    )
+    run.env.metrics.model_requests.inc()
+    partial = Partial()
+    try:
+        answer = await run.env.model.complete(request, partial)
+    except asyncio.CancelledError:
+        status, projection = run.cut_mark()
+        run.record(
+            run.message(Role.ASSISTANT, partial.content, status=status, projection=projection)
+        )
+        raise
+    run.tally.add(answer.usage)
+    run.record(
+        run.message(Role.ASSISTANT, answer.text, toolCalls=answer.tool_calls, usage=answer.usage)
+    )
+    return answer
+
+
+class _Cut(Exception):
+    """The run was cut while a call ran; ``text`` is what that call did, for the record."""
+
+    def __init__(self, text: str, *, turn_over: bool) -> None:
+        super().__init__(text)
+        self.text = text
+        self.turn_over = turn_over
+
+
+async def _calls(
+    run: _Run,
+    calls: list[ToolCall],
+    tools: dict[str, ToolSpec],
+    menu: dict[str, MenuItem],
+    context: ToolContext,
+    watch: RunawayWatch,
+) -> bool:
+    """Run one model answer's calls in order; True when a pick found the Turn over.
+
+    Every call gets a result in the record, also when the run is cut or ends as a
+    runaway, so a continued conversation stays a valid one.
+    """
+    first_pick: str | None = None
+    turn_over = False
+    for index, call in enumerate(calls):
+        rest = calls[index + 1 :]
+        if reason := watch.call(call.name, call.arguments):
+            _answer(run, [call, *rest], f"This call did not run: {reason}.")
+            raise RunFailed(f"runaway: {reason}", error_type=ErrorType.RUNAWAY)
+        try:
+            if turn_over:
+                text = receipts.AFTER_TURN_END
+            elif call.name in menu:
+                text, first_pick, turn_over = await _pick(run, call, menu[call.name], first_pick)
+            elif call.name in tools:
+                text = await _work(call, tools[call.name], context, run.env.metrics)
+            else:
+                known = ", ".join([*tools, *menu]) or "none"
+                text = f"There is no tool `{call.name}`. Your tools: {known}."
+        except _Cut as cut:
+            _answer(run, [call], cut.text)
+            _answer(run, rest, receipts.AFTER_TURN_END if cut.turn_over else NOT_RUN_STOPPED)
+            raise asyncio.CancelledError from None
+        except asyncio.CancelledError:
+            _answer(run, [call], CUT_WHILE_RUNNING)
+            _answer(run, rest, NOT_RUN_STOPPED)
+            raise
+        _answer(run, [call], text)
+    return turn_over
+
+
+def _answer(run: _Run, calls: list[ToolCall], text: str) -> None:
+    for call in calls:
+        run.record(run.message(Role.TOOL, text, toolCallId=call.id))
+
+
+async def _work(
+    call: ToolCall, spec: ToolSpec, context: ToolContext, metrics: HarnessMetrics
+) -> str:
+    metrics.tool_calls.labels(tool=spec.name).inc()
+    try:
+        arguments = parse_arguments(spec, call.arguments)
+    except ToolArgumentError as error:
+        return f"The call of `{spec.name}` did not run: {error}"
+    result = await run_tool(spec.name, arguments, context)
+    return result.text
+
+
+async def _pick(
+    run: _Run, call: ToolCall, item: MenuItem, first_pick: str | None
+) -> tuple[str, str | None, bool]:
+    """One pick: (what the model reads, the answer's first pick, whether the Turn is over).
+
+    Raises ``_Cut`` when the run was cut while the pick was out: a sent pick's receipt
+    belongs in the record even then (the sweep usually lands before the receipt).
+    """
+    try:
+        payload = _pick_payload(call.arguments, item)
+    except ToolArgumentError as error:
+        return f"Your pick `{item.name}` was not sent: {error}", first_pick, False
+    if first_pick is not None:
+        run.env.metrics.picks.labels(result="stale").inc()
+        return receipts.stale_pick(first_pick), first_pick, False
+    orchestrator = run.env.orchestrator
+    assert orchestrator is not None, "a Menu exists only where an Orchestrator does"
+    result, polled, cut = await _deliver(orchestrator, run.log.instance_id, item.name, payload)
+    if isinstance(result, Delivered):
+        over = result.receipt.turnComplete or result.receipt.stopped
+        if cut and not over and result.receipt.outstanding:
+            text = receipts.cut_before_answer(item.name)
+        else:
+            text = receipts.receipt(item.name, result.receipt, polled=polled)
+        kind = "turn-complete" if over else "delivered"
+    elif isinstance(result, Gone):
+        over, text, kind = True, receipts.turn_over(item.name), "gone"
+    elif isinstance(result, Refused):
+        over, text, kind = False, receipts.refusal(item.name, result.refusal), "refused"
+    elif isinstance(result, Rejected):
+        over, text, kind = False, receipts.rejected(item.name, result.message), "rejected"
+    else:
+        over, text, kind = False, receipts.undeliverable(item.name, result.reason), "lost"
+    run.env.metrics.picks.labels(result=kind).inc()
+    run.log.append(
+        EventType.PICK_SENT,
+        {
+            "submissionId": run.submission.id,
+            "event": item.name,
+            "result": kind,
+            "deliveryId": result.receipt.deliveryId if isinstance(result, Delivered) else None,
+            "turnComplete": over,
+        },
+    )
+    if cut:
+        raise _Cut(text, turn_over=over)
+    return text, item.name, over
+
+
+async def _deliver(
+    orchestrator: OrchestratorPort, iid: str, event: str, payload: dict[str, Any]
+) -> tuple[PickResult, bool, bool]:
+    """Send a pick and wait for its answer: (result, whether polled, whether cut)."""
+    sent = asyncio.ensure_future(orchestrator.pick(iid, event, payload))
+    try:
+        result = await asyncio.shield(sent)
+    except asyncio.CancelledError:
+        try:
+            async with asyncio.timeout(RECEIPT_AFTER_CUT_S):
+                return await sent, False, True
+        except TimeoutError:
+            return Lost("the turn was stopped before the receipt came"), False, True
+    if not (isinstance(result, Delivered) and result.receipt.outstanding):
+        return result, False, False
+    delivery = result.receipt.deliveryId
+    if delivery is None:
+        return result, False, False
+    try:
+        answer = await await_answer(orchestrator, iid, delivery)
+    except asyncio.CancelledError:
+        return result, False, True
+    return (answer if isinstance(answer, Gone) else Delivered(answer)), True, False
+
+
+def _pick_payload(arguments: str, item: MenuItem) -> dict[str, Any]:
+    try:
+        payload = json.loads(arguments or "{}")
+    except ValueError as error:
+        raise ToolArgumentError(f"its arguments are not JSON ({error})") from error
+    if not isinstance(payload, dict):
+        raise ToolArgumentError("its arguments must be a JSON object")
+    try:
+        jsonschema.validate(payload, item.input)
+    except jsonschema.ValidationError as error:
+        where = "/".join(str(part) for part in error.absolute_path) or "the arguments"
+        raise ToolArgumentError(f"{where}: {error.message}") from error
+    return payload
+
+
+def _menu(menu: list[MenuItem], working: set[str]) -> dict[str, MenuItem]:
+    by_name: dict[str, MenuItem] = {}
+    for item in menu:
+        if item.name in working or item.name in by_name:
+            raise MenuUnreadable(
+                f"the Menu offers `{item.name}` twice or under a Working tool's name"
+            )
+        try:
+            jsonschema.validators.validator_for(item.input).check_schema(item.input)
+        except jsonschema.SchemaError as error:
+            raise MenuUnreadable(
+                f"the Menu's schema for `{item.name}` is not JSON Schema: {error.message}"
+            ) from error
+        by_name[item.name] = item
+    return by_name
+
+
+def _menu_tool(item: MenuItem) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": item.name, "description": item.description, "parameters": item.input},
+    }

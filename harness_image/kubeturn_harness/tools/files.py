@@ -1,0 +1,106 @@
+"""The file tools: ``read``, ``write`` and ``edit``.
+
+Each is a plain function that does blocking file IO; ``dispatch`` runs it in a worker
+thread, never on the event loop. Expected failures raise ``ToolFailure``; an ``OSError``
+is left to ``dispatch`` to translate. They run no subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubeturn_harness.tools import context, errors, limits, lines, paths, schemas
+
+
+def read(args: schemas.Read, ctx: context.ToolContext) -> context.ToolResult:
+    """Numbered lines from ``args.offset``, at most ``args.limit`` of them and at most
+    ``ctx.output_limit_bytes`` of text, saying where to read on when cut short."""
+    path = paths.resolve(ctx, args.path)
+    if path.is_dir():
+        raise errors.ToolFailure(
+            f"{path} is a directory; list it with glob (pattern '*', path '{args.path}')."
+        )
+    binary = errors.ToolFailure(f"{path} is a binary file (it contains NUL bytes); not shown.")
+    shown: list[str] = []
+    size = 0
+    total = 0
+    more = False
+    with path.open("rb") as handle:
+        if b"\0" in handle.read(limits.BINARY_SNIFF_BYTES):
+            raise binary
+        handle.seek(0)
+        for total, raw in enumerate(lines.bounded(handle, limits.LINE_BYTES_SHOWN), start=1):
+            if b"\0" in raw:
+                raise binary
+            if total < args.offset:
+                continue
+            numbered = f"{total:>6}\t{lines.shown(raw)}"
+            size += len(numbered.encode()) + 1
+            if len(shown) == args.limit or (shown and size > ctx.output_limit_bytes):
+                more = True
+                break
+            shown.append(numbered)
+    if not shown:
+        if total == 0:
+            return context.ToolResult(f"{path} is empty.")
+        raise errors.ToolFailure(
+            f"offset {args.offset} is past the end of {path}, which has {total} lines."
+        )
+    if more:
+        last = args.offset + len(shown) - 1
+        shown.append(
+            f"[Lines {args.offset}-{last} shown; the file goes on. Read on with offset={last + 1}.]"
+        )
+    return context.ToolResult("\n".join(shown))
+
+
+def write(args: schemas.Write, ctx: context.ToolContext) -> context.ToolResult:
+    """Writes ``args.content`` as UTF-8, making missing parent directories; what it
+    creates is chowned to ``ctx.run_as``."""
+    path = paths.resolve(ctx, args.path)
+    created = _missing_directories(path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        created.append(path)
+    data = args.content.encode()
+    path.write_bytes(data)
+    if ctx.run_as is not None:
+        for made in created:
+            os.chown(made, ctx.run_as.uid, ctx.run_as.gid)
+    return context.ToolResult(f"Wrote {len(data)} bytes to {path}.")
+
+
+def edit(args: schemas.Edit, ctx: context.ToolContext) -> context.ToolResult:
+    """Replaces the one occurrence of ``args.oldText`` with ``args.newText``."""
+    path = paths.resolve(ctx, args.path)
+    try:
+        text = path.read_bytes().decode()
+    except UnicodeDecodeError as error:
+        raise errors.ToolFailure(
+            f"{path} is not UTF-8 text; edit changes text files only."
+        ) from error
+    count = text.count(args.oldText)
+    if count == 0:
+        hint = ""
+        if "\r\n" in text and "\r\n" not in args.oldText:
+            hint = " The file has CRLF line endings; oldText must have them too."
+        raise errors.ToolFailure(f"oldText not found in {path}.{hint}")
+    if count > 1:
+        raise errors.ToolFailure(
+            f"oldText occurs {count} times in {path}; add surrounding context to oldText "
+            "so that it matches exactly once."
+        )
+    at = text.index(args.oldText)
+    path.write_bytes(text.replace(args.oldText, args.newText, 1).encode())
+    line = text.count("\n", 0, at) + 1
+    return context.ToolResult(f"Edited {path}: replaced 1 occurrence at line {line}.")
+
+
+def _missing_directories(directory: Path) -> list[Path]:
+    """The directories from ``directory`` up that do not exist, outermost first."""
+    missing: list[Path] = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing[::-1]

@@ -1,0 +1,364 @@
+"""The Harness wire: every body that crosses HTTP to or from the Harness.
+
+These pydantic models are the one source of truth for the Harness's routes, for the
+calls it makes to the Orchestrator, and for ``/openapi.json``. Values that appear on the
+wire are ``str`` enums. Nothing here does IO.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, NewType
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SubmissionId = NewType("SubmissionId", str)
+ConversationId = NewType("ConversationId", str)
+DeliveryId = NewType("DeliveryId", str)
+
+DEFAULT_CWD = "/work"
+"""Where the Working tools are rooted when a Frame names no ``cwd`` (seed 001)."""
+
+
+class Outcome(StrEnum):
+    """How a Submission ended. The Orchestrator judges; the Harness records."""
+
+    ENDED = "ended"
+    """The Turn's own pick ended the Turn, and the sweep named this Submission."""
+    ABORTED = "aborted"
+    """Something else ended the Turn, or the Submission never ran."""
+    COMPLETED = "completed"
+    """The run returned with the Turn still open (a nudge may follow)."""
+    FAILED = "failed"
+    """The run threw: provider failure, unreadable Menu, runaway, or a Harness restart."""
+
+
+class ErrorType(StrEnum):
+    """Typed errors carried by a ``failed`` settlement."""
+
+    SUBMISSION_FAILED = "submission_failed"
+    RUNAWAY = "runaway"
+    HARNESS_RESTARTED = "harness_restarted"
+
+
+class WorkspaceAccess(StrEnum):
+    """What an Agent slot may do to its Workspace; filters the Working tools."""
+
+    WRITE = "write"
+    READ = "read"
+    NONE = "none"
+
+
+class InputPolicy(StrEnum):
+    """What a Submission admitted while another runs on its conversation does (seed 004)."""
+
+    QUEUE = "queue"
+    """Wait until every earlier Submission has settled."""
+    INTERRUPT = "interrupt"
+    """End the running one; its partial output is projected, marked as interrupted."""
+    SUPERSEDE = "supersede"
+    """End the running one; its partial output stays in the record, out of later prompts."""
+
+
+class Projection(StrEnum):
+    """How a partial reply that a stop cut is put into later prompts (seed 004)."""
+
+    ASSISTANT_MARKED = "assistant-marked"
+    """As the assistant's own words, followed by a marker saying it was cut off."""
+    SYSTEM_NOTE = "system-note"
+    """As a note of context: the model did not commit to these words."""
+    OMIT = "omit"
+    """Not at all; the record keeps it."""
+
+
+class MessageStatus(StrEnum):
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
+    """A stop (a sweep, or an ``interrupt`` admission) cut this reply."""
+    SUPERSEDED = "superseded"
+    """A ``supersede`` admission cut this reply; it is never projected."""
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ThinkingLevel(StrEnum):
+    OFF = "off"
+    MINIMAL = "minimal"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+class _Body(BaseModel):
+    """A wire body: camelCase on the wire, unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+# --------------------------------------------------------------------------- admission
+
+
+class AgentDefinition(_Body):
+    """The Agent slot's identity: who the Agent is, and what it may touch."""
+
+    instructions: str = Field(description="The system prompt of the Agent slot.")
+    workspace: WorkspaceAccess = Field(
+        default=WorkspaceAccess.WRITE,
+        description="write: every Working tool; read: read, grep, glob; none: no Working tool.",
+    )
+
+
+class Notice(_Body):
+    """A line the Briefing carries to the model (e.g. the answer to the last Turn's pick)."""
+
+    kind: str = Field(description="What the notice is about, e.g. 'pick-answer'.")
+    text: str = Field(description="The words the model reads.")
+
+
+class AdmitRequest(_Body):
+    """``POST /agents/{name}/{id}``: one prompt for one conversation."""
+
+    prompt: str = Field(min_length=1, description="The state's words; never rewritten.")
+    cwd: str | None = Field(
+        default=None, description="Absolute directory the Working tools are rooted at; /work."
+    )
+    continue_: bool = Field(
+        default=False,
+        alias="continue",
+        description="Land on the conversation's history (true) or start it clean (false).",
+    )
+    model: str | None = Field(
+        default=None, description="Dial: 'provider/model' for this Submission only."
+    )
+    thinkingLevel: ThinkingLevel | None = Field(
+        default=None, description="Dial: reasoning effort for this Submission only."
+    )
+    definition: AgentDefinition
+    policy: InputPolicy = Field(
+        default=InputPolicy.QUEUE,
+        description="What to do when another Submission runs on this conversation.",
+    )
+    projection: Projection = Field(
+        default=Projection.ASSISTANT_MARKED,
+        description="How a reply this admission cuts (policy interrupt) reaches later prompts.",
+    )
+    notices: list[Notice] = Field(default_factory=list)
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd_absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(
+                f"the Frame's cwd must be an absolute path, got {value!r}; "
+                "name the directory from / (e.g. /work/<slot>/<branch>)"
+            )
+        return value
+
+    @property
+    def resolved_cwd(self) -> str:
+        return self.cwd or DEFAULT_CWD
+
+
+class AdmitResponse(_Body):
+    submissionId: SubmissionId
+    offset: int = Field(description="Stream offset of this Submission's admission event.")
+    streamUrl: str = Field(description="Where to follow the conversation from that offset.")
+
+
+class AbortRequest(_Body):
+    """``POST /agents/{name}/{id}/abort``: the sweep. Parsed leniently by the server:
+    any body that is not exactly this shape settles the running Submission ``aborted``."""
+
+    cause: str | None = Field(default=None, description="'pick' when the Turn's own pick ended it.")
+    submissionId: SubmissionId | None = Field(
+        default=None, description="The running Submission the sweep names."
+    )
+
+
+class AbortResponse(_Body):
+    aborted: bool = Field(description="Whether this sweep settled anything.")
+
+
+# --------------------------------------------------------------------------- records
+
+
+class ToolCall(_Body):
+    id: str
+    name: str
+    arguments: str = Field(description="The JSON text of the arguments, as the model wrote it.")
+
+
+class Usage(_Body):
+    promptTokens: int = 0
+    completionTokens: int = 0
+
+
+class Message(_Body):
+    id: str
+    submissionId: SubmissionId
+    role: Role
+    content: str = ""
+    briefing: str | None = Field(
+        default=None, description="The Harness's turn block that followed the prompt."
+    )
+    toolCalls: list[ToolCall] = Field(default_factory=list)
+    toolCallId: str | None = None
+    status: MessageStatus = MessageStatus.COMPLETE
+    projection: Projection | None = Field(
+        default=None, description="For a cut reply: how later prompts carry it."
+    )
+    usage: Usage | None = None
+
+
+class SettlementError(_Body):
+    type: ErrorType
+    message: str
+
+
+class Settlement(_Body):
+    submissionId: SubmissionId
+    outcome: Outcome
+    error: SettlementError | None = None
+    message: str | None = Field(default=None, description="Why, for an aborted settlement.")
+    usage: Usage | None = Field(default=None, description="Tokens the provider reported.")
+    at: str
+
+
+class ProjectionDecision(_Body):
+    """What one prompt build did with one message that was not plainly the model's own."""
+
+    messageId: str
+    status: MessageStatus
+    projectedAs: Projection | None = Field(description="None when left out of the prompt.")
+    reason: str
+
+
+class ProjectionRecord(_Body):
+    submissionId: SubmissionId
+    decisions: list[ProjectionDecision]
+
+
+class SubmissionState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_FOR_SWEEP = "waiting-for-sweep"
+    SETTLED = "settled"
+
+
+class SubmissionView(_Body):
+    submissionId: SubmissionId
+    state: SubmissionState
+    policy: InputPolicy
+    model: str | None
+    cwd: str
+    admittedAt: str
+    outcome: Outcome | None = None
+
+
+class History(_Body):
+    """``GET /agents/{name}/{id}?view=history``."""
+
+    conversationId: ConversationId
+    name: str
+    instanceId: str
+    messages: list[Message]
+    settlements: list[Settlement]
+    projections: list[ProjectionRecord]
+    submissions: list[SubmissionView]
+
+
+class EventType(StrEnum):
+    SUBMISSION_ADMITTED = "submission-admitted"
+    SUBMISSION_STARTED = "submission-started"
+    MODEL_REQUESTED = "model-requested"
+    MESSAGE_APPENDED = "message-appended"
+    PICK_SENT = "pick-sent"
+    PROJECTION_RECORDED = "projection-recorded"
+    RUN_ENDED = "run-ended"
+    SUBMISSION_SETTLED = "submission-settled"
+
+
+class StreamEvent(BaseModel):
+    """One record of a conversation's append-only log; ``data`` depends on ``type``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    offset: int
+    type: EventType
+    at: str
+    data: dict[str, Any]
+
+
+# --------------------------------------------------------------------------- orchestrator
+
+
+class MenuItem(BaseModel):
+    """One event the Machine offers the Agent; becomes a tool of the same name."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+    description: str
+    input: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the pick's payload.",
+    )
+
+
+class Surface(BaseModel):
+    """``GET {orchestrator}/agents/{iid}/surface``: the live Turn's Menu, read per Submission."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    instanceId: str
+    runId: str | None = None
+    menu: list[MenuItem] = Field(default_factory=list)
+    allowed: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    notices: list[Notice] = Field(default_factory=list)
+
+
+class Receipt(BaseModel):
+    """The Orchestrator's answer to a pick (``POST …/events``) or to its poll."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    delivered: bool
+    event: str
+    turnComplete: bool = False
+    deliveryId: DeliveryId | None = None
+    outstanding: bool = Field(
+        default=False, description="The pick's work runs below the Agent's state; poll for it."
+    )
+    answer: Any = Field(default=None, description="The last reply since the pick, if any.")
+    allowed: list[str] | None = None
+    stopped: bool = Field(
+        default=False, description="An exit stopped the pick's work before it finished."
+    )
+    straightBack: bool = Field(
+        default=False, description="The pick entered and left a state in its own send."
+    )
+
+
+class Refusal(BaseModel):
+    """``409`` from the Orchestrator: the pick was not delivered."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    refused: str
+    outstanding: str | None = None
+    allowed: list[str] = Field(default_factory=list)
+    message: str | None = None
+
+
+class ErrorBody(_Body):
+    """Every 4xx/5xx the Harness answers: what is wrong, and where."""
+
+    error: str
+    field: str | None = None
+    message: str

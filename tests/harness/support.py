@@ -1,0 +1,265 @@
+"""Parts of the conformance tier: the real Harness, the scripted model, and a stub
+Orchestrator of the tests' own, all serving HTTP on 127.0.0.1.
+
+The stub Orchestrator plays the Orchestrator API the Harness calls (surface, picks,
+delivery polls). Like the real one, when a pick ends a Turn it sends the sweep (naming
+the running Submission with ``cause: "pick"``) before it answers the pick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from aiohttp import web
+
+from kubeturn_harness.app import make_app
+from kubeturn_harness.clock import SystemClock
+from kubeturn_harness.metrics import HarnessMetrics
+from kubeturn_harness.models import OpenAIModels
+from kubeturn_harness.orchestrator import OrchestratorClient
+from kubeturn_harness.providers import Providers
+from kubeturn_harness.service import Harness
+from kubeturn_harness.settings import Settings
+
+TOKEN = "harness-test-token"
+ORCHESTRATOR_TOKEN = "orchestrator-test-token"
+AGENT = "reviewer"
+INSTRUCTIONS = "You review changes."
+
+
+def agent_url(base: str, name: str, iid: str, *rest: str) -> str:
+    return "/".join([base, "agents", name, quote(iid, safe=""), *rest])
+
+
+# ----------------------------------------------------------------------------- model
+
+
+@dataclass
+class ScriptedModel:
+    url: str
+    session: aiohttp.ClientSession
+    base: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.base = self.url.removesuffix("/v1")
+
+    async def requests(self) -> list[dict[str, Any]]:
+        async with self.session.get(f"{self.base}/_requests") as response:
+            return list(await response.json())
+
+    async def release(self, match: str | None = None) -> int:
+        body = {"match": match} if match else {}
+        async with self.session.post(f"{self.base}/_release", json=body) as response:
+            return int((await response.json())["released"])
+
+    async def wait_requests(self, count: int, *, held: bool = False, timeout: float = 10) -> None:
+        """Wait until ``count`` requests arrived (and, with ``held``, are held)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                records = await self.requests()
+                if len([r for r in records if r["held"] or not held]) >= count:
+                    return
+                await asyncio.sleep(0.01)
+
+
+# ----------------------------------------------------------------------------- orchestrator
+
+PickHandler = Callable[[str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+@dataclass
+class StubOrchestrator:
+    """A scripted Orchestrator API. Tests set ``surfaces`` and ``on_pick``."""
+
+    surfaces: dict[str, Any] = field(default_factory=dict)
+    """iid → surface body, or an int status (404, 503) to answer instead."""
+    surface_failures: dict[str, int] = field(default_factory=dict)
+    """iid → how many surface reads answer 503 before the surface is served."""
+    on_pick: PickHandler | None = None
+    deliveries: dict[str, asyncio.Future[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
+    picks: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    surface_reads: list[str] = field(default_factory=list)
+    auth: list[str] = field(default_factory=list)
+    url: str = ""
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/agents/{iid}/surface", self._surface)
+        app.router.add_post("/agents/{iid}/events", self._pick)
+        app.router.add_get("/agents/{iid}/deliveries/{delivery}", self._delivery)
+        return app
+
+    async def _surface(self, request: web.Request) -> web.Response:
+        iid = request.match_info["iid"]
+        self.auth.append(request.headers.get("Authorization", ""))
+        self.surface_reads.append(iid)
+        if self.surface_failures.get(iid, 0) > 0:
+            self.surface_failures[iid] -= 1
+            return web.json_response({"error": "not leader"}, status=503)
+        surface = self.surfaces.get(iid, 404)
+        if isinstance(surface, int):
+            return web.json_response({"error": "no live surface"}, status=surface)
+        return web.json_response(surface)
+
+    async def _pick(self, request: web.Request) -> web.Response:
+        iid = request.match_info["iid"]
+        body = await request.json()
+        self.picks.append((iid, body))
+        if self.on_pick is None:
+            return web.json_response({"error": "no live surface"}, status=404)
+        status, answer = await self.on_pick(iid, body)
+        return web.json_response(answer, status=status)
+
+    async def _delivery(self, request: web.Request) -> web.Response:
+        future = self.deliveries.get(request.match_info["delivery"])
+        if future is None:
+            return web.json_response({"error": "unknown delivery"}, status=404)
+        try:
+            status, answer = await asyncio.wait_for(asyncio.shield(future), 2)
+        except TimeoutError:
+            return web.Response(status=204)
+        return web.json_response(answer, status=status)
+
+
+def menu_surface(iid: str, *names: str, allowed: list[str] | None = None) -> dict[str, Any]:
+    """A surface offering ``names`` as picks, each taking ``{verdict, notes?}``."""
+    schema = {
+        "type": "object",
+        "properties": {"verdict": {"type": "string"}, "notes": {"type": "string"}},
+        "required": ["verdict"],
+    }
+    return {
+        "instanceId": iid,
+        "runId": "default.review-1",
+        "menu": [{"name": n, "description": f"Send {n}.", "input": schema} for n in names],
+        "allowed": list(names) if allowed is None else allowed,
+    }
+
+
+# ----------------------------------------------------------------------------- harness
+
+
+@dataclass
+class HarnessClient:
+    """The Orchestrator's side of the Harness wire, as the tests drive it."""
+
+    url: str
+    session: aiohttp.ClientSession
+    harness: Harness
+    data_dir: Path
+    workdir: Path
+
+    def headers(self, token: str = TOKEN) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    def body(self, prompt: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "prompt": prompt,
+            "cwd": str(self.workdir),
+            "model": "scripted/any",
+            "definition": {"instructions": INSTRUCTIONS, "workspace": "write"},
+            **extra,
+        }
+
+    async def admit(self, iid: str, prompt: str, *, name: str = AGENT, **extra: Any) -> str:
+        status, answer = await self.admit_raw(iid, self.body(prompt, **extra), name=name)
+        assert status == 200, answer
+        return str(answer["submissionId"])
+
+    async def admit_raw(
+        self, iid: str, body: Any, *, name: str = AGENT
+    ) -> tuple[int, dict[str, Any]]:
+        async with self.session.post(
+            agent_url(self.url, name, iid), json=body, headers=self.headers()
+        ) as response:
+            return response.status, await response.json()
+
+    async def abort(
+        self, iid: str, body: Any = None, *, raw: bytes | None = None, name: str = AGENT
+    ) -> dict[str, Any]:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
+        async with self.session.post(
+            agent_url(self.url, name, iid, "abort"), data=data, headers=self.headers()
+        ) as response:
+            assert response.status == 200, await response.text()
+            return dict(await response.json())
+
+    async def history(self, iid: str, *, name: str = AGENT) -> dict[str, Any]:
+        async with self.session.get(
+            agent_url(self.url, name, iid) + "?view=history", headers=self.headers()
+        ) as response:
+            assert response.status == 200, await response.text()
+            return dict(await response.json())
+
+    async def settlement(self, iid: str, sid: str, *, timeout: float = 15) -> dict[str, Any]:
+        """Wait for ``sid``'s settlement and return it."""
+        async with asyncio.timeout(timeout):
+            while True:
+                for settled in (await self.history(iid))["settlements"]:
+                    if settled["submissionId"] == sid:
+                        return dict(settled)
+                await asyncio.sleep(0.01)
+
+    async def state(self, iid: str, sid: str) -> str:
+        for sub in (await self.history(iid))["submissions"]:
+            if sub["submissionId"] == sid:
+                return str(sub["state"])
+        raise AssertionError(f"no submission {sid}")
+
+    async def wait_state(self, iid: str, sid: str, state: str, *, timeout: float = 10) -> None:
+        async with asyncio.timeout(timeout):
+            while await self.state(iid, sid) != state:
+                await asyncio.sleep(0.01)
+
+
+@dataclass
+class World:
+    """One test's Harness, scripted model and stub Orchestrator."""
+
+    model: ScriptedModel
+    orchestrator: StubOrchestrator
+    harness: HarnessClient
+
+
+StartWorld = Callable[..., Awaitable[World]]
+
+
+async def start_harness(
+    settings: Settings, cleanups: list[Callable[[], Awaitable[Any]]]
+) -> tuple[Harness, str]:
+    """The real Harness, in this process, on a free loopback port."""
+    models = OpenAIModels()
+    orchestrator = (
+        OrchestratorClient(settings.orchestrator_url, settings.orchestrator_token)
+        if settings.orchestrator_url
+        else None
+    )
+    harness = Harness(
+        settings,
+        clock=SystemClock(),
+        model=models,
+        orchestrator=orchestrator,
+        providers=Providers.load(settings.providers_file),
+        metrics=HarnessMetrics(),
+    )
+    runner = web.AppRunner(make_app(harness))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    await harness.start()
+
+    async def stop() -> None:
+        await harness.close()
+        await runner.cleanup()
+        await models.close()
+        if orchestrator is not None:
+            await orchestrator.close()
+
+    cleanups.append(stop)
+    return harness, f"http://127.0.0.1:{runner.addresses[0][1]}"
