@@ -9,7 +9,7 @@ translated to ``ProviderFailure`` here and nowhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import openai
 
@@ -81,19 +81,19 @@ class OpenAIModels:
         self._clients.clear()
 
     async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
-        options: dict[str, Any] = {}
-        if request.tools:
-            options["tools"] = request.tools
-        if request.thinking not in (None, ThinkingLevel.OFF):
-            options["reasoning_effort"] = str(request.thinking)
+        thinking = request.thinking
+        effort = (
+            openai.omit if thinking is None or thinking is ThinkingLevel.OFF else thinking.value
+        )
         client = self._client(request.model.provider)
         try:
             stream = await client.chat.completions.create(
                 model=request.model.model,
-                messages=request.messages,  # type: ignore[arg-type]
+                messages=cast(Any, request.messages),
+                tools=cast(Any, request.tools) if request.tools else openai.omit,
+                reasoning_effort=cast(Any, effort),
                 stream=True,
                 stream_options={"include_usage": True},
-                **options,
             )
             try:
                 return await _collect(stream, partial)

@@ -61,7 +61,7 @@ def document() -> dict[str, Any]:
         ErrorBody,
     ]
     _, schemas = models_json_schema([(model, "validation") for model in models], ref_template=REF)
-    security = [{"bearer": []}]
+    security: list[dict[str, list[str]]] = [{"bearer": []}]
     return {
         "openapi": "3.1.0",
         "info": {"title": "kubeturn Harness", "version": "v1alpha1"},

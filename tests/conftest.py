@@ -1,0 +1,43 @@
+"""Suite-wide rules: tier markers by directory, and no asyncio task may outlive its test.
+
+Tiers live in directories (``tests/unit``, ``tests/harness``, ...); the marker of each
+test's tier is applied here, so ``-m unit`` selects a tier without any test naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+TIERS = {"unit", "harness", "system", "operator", "e2e", "docker", "static"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = Path(str(item.fspath)).relative_to(TESTS).parts[0]
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
+        elif tier.startswith("test_static"):
+            item.add_marker(pytest.mark.static)
+        function = getattr(item, "function", None)
+        if function is not None and inspect.iscoroutinefunction(function):
+            item.fixturenames.insert(0, "no_leftover_tasks")  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+async def no_leftover_tasks() -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks running once its fixtures are torn down."""
+    before = asyncio.all_tasks()
+    yield
+    for _ in range(20):
+        leftover = asyncio.all_tasks() - before - {asyncio.current_task()}
+        if not leftover:
+            return
+        await asyncio.sleep(0.01)
+    names = sorted(task.get_name() + ": " + repr(task.get_coro()) for task in leftover)
+    pytest.fail("tasks left running after the test:\n" + "\n".join(names))

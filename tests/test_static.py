@@ -1,0 +1,44 @@
+"""The codebase's static checks, run as tests so the one test command covers them.
+
+Cases: ruff lint, ruff format, mypy (strict, per pyproject.toml), and the import-layer
+contracts (import-linter: the Harness never imports kopf, kubernetes or the operator;
+its functional core does no HTTP).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def run(tool: str, *args: str) -> None:
+    executable = BIN / tool if (BIN / tool).exists() else shutil.which(tool)
+    if executable is None:
+        pytest.fail(f"{tool} is not installed; install the dev extras: pip install -e '.[dev]'")
+    result = subprocess.run(
+        [str(executable), *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, f"{tool} {' '.join(args)}:\n{result.stdout}{result.stderr}"
+
+
+def test_ruff_lint() -> None:
+    run("ruff", "check", ".")
+
+
+def test_ruff_format() -> None:
+    run("ruff", "format", "--check", ".")
+
+
+def test_mypy_strict() -> None:
+    run("mypy")
+
+
+def test_import_layers() -> None:
+    run("lint-imports")
