@@ -31,6 +31,8 @@ from kubeturn_harness.settings import NOBODY, Settings, ToolSettings
 log = logging.getLogger("kubeturn_harness")
 
 PR_SET_DUMPABLE = 4
+QUIET_LOGGERS = ("httpx", "httpx2", "openai")
+"""Libraries that log every model request at INFO; the Harness's own records say more."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -150,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for chatty in QUIET_LOGGERS:
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         settings = settings_from(args)
         _undumpable()
