@@ -1,6 +1,6 @@
 """The Briefing: the Harness's turn block that follows the prompt.
 
-The prompt stays the state's words alone (seed 001); what the Harness knows of the seat
+The prompt stays the state's words alone (docs/turn-semantics.md §4); what the Harness knows of the seat
 (where the tools are rooted, which picks are allowed, notices) goes in a block of its
 own after it. Pure; no IO.
 """

@@ -3,7 +3,7 @@
 Only the first unsettled Submission of a conversation runs, and the next starts only
 after the previous run's task has finished, so runs never overlap, not even while a
 sweep cuts one. Settling is idempotent: the first settlement of a Submission is its
-settlement. What ends a run and how it settles (seed 000, seed 004):
+settlement. What ends a run and how it settles (docs/turn-semantics.md §2, §5, §6):
 
 - a sweep settles the running Submission as its body says (``settlements``), and every
   Submission queued behind it ``aborted``, at once; it cuts the run, whose cut reply is
@@ -56,7 +56,7 @@ from kubeturn_harness.wire import (
 log = logging.getLogger(__name__)
 
 SWEEP_WAIT_S = 10.0
-"""How long a run that found its Turn over waits for the sweep (seed 000): far above the
+"""How long a run that found its Turn over waits for the sweep (docs/turn-semantics.md §2): far above the
 one round trip the sweep takes, below every drain window."""
 
 NO_SWEEP = "the run found its Turn over, but no sweep came from the Orchestrator within {wait:g} s"

@@ -1,7 +1,7 @@
 """The prose a model reads for each pick: receipts, answers, refusals and blocked calls.
 
 A model reads a tool result's text, so every pick's fate is rendered as plain sentences
-(seed 000). A receipt that leaves the Turn open always ends with ``TURN_NOT_OVER``;
+(docs/turn-semantics.md §3). A receipt that leaves the Turn open always ends with ``TURN_NOT_OVER``;
 one that ends it says the Turn is over and gives no order, because the model reads it
 only in a later Turn of a continued conversation. Pure functions; no IO.
 """

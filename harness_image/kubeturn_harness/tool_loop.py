@@ -2,7 +2,7 @@
 
 The run decides nothing about how its Turn ended. It returns how it stopped
 (``Completed``, ``TurnOver``, ``NeverPrompted``) or raises ``RunFailed``; the
-conversation settles it. The rules it keeps (seed 000):
+conversation settles it. The rules it keeps (docs/turn-semantics.md §3):
 
 - the surface is read fresh before any model request; a 404 means the Turn was over
   before it started: no prompt, nothing written;

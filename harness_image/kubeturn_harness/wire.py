@@ -17,7 +17,7 @@ ConversationId = NewType("ConversationId", str)
 DeliveryId = NewType("DeliveryId", str)
 
 DEFAULT_CWD = "/work"
-"""Where the Working tools are rooted when a Frame names no ``cwd`` (seed 001)."""
+"""Where the Working tools are rooted when a Frame names no ``cwd`` (docs/turn-semantics.md §4)."""
 
 
 class Outcome(StrEnum):
@@ -50,7 +50,7 @@ class WorkspaceAccess(StrEnum):
 
 
 class InputPolicy(StrEnum):
-    """What a Submission admitted while another runs on its conversation does (seed 004)."""
+    """What a Submission admitted while another runs on its conversation does (docs/turn-semantics.md §6)."""
 
     QUEUE = "queue"
     """Wait until every earlier Submission has settled."""
@@ -61,7 +61,7 @@ class InputPolicy(StrEnum):
 
 
 class Projection(StrEnum):
-    """How a partial reply that a stop cut is put into later prompts (seed 004)."""
+    """How a partial reply that a stop cut is put into later prompts (docs/turn-semantics.md §6)."""
 
     ASSISTANT_MARKED = "assistant-marked"
     """As the assistant's own words, followed by a marker saying it was cut off."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +88,8 @@ class StubOrchestrator:
     deliveries: dict[str, asyncio.Future[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
     picks: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     surface_reads: list[str] = field(default_factory=list)
+    delivery_polls: list[str] = field(default_factory=list)
+    """Delivery ids of every poll of an outstanding pick, in arrival order."""
     auth: list[str] = field(default_factory=list)
     url: str = ""
 
@@ -118,6 +122,7 @@ class StubOrchestrator:
         return web.json_response(answer, status=status)
 
     async def _delivery(self, request: web.Request) -> web.Response:
+        self.delivery_polls.append(request.match_info["delivery"])
         future = self.deliveries.get(request.match_info["delivery"])
         if future is None:
             return web.json_response({"error": "unknown delivery"}, status=404)
@@ -152,7 +157,8 @@ class HarnessClient:
 
     url: str
     session: aiohttp.ClientSession
-    harness: Harness
+    harness: Harness | None
+    """The in-process Harness; None when it serves from a process of its own."""
     data_dir: Path
     workdir: Path
 
@@ -218,6 +224,23 @@ class HarnessClient:
             while await self.state(iid, sid) != state:
                 await asyncio.sleep(0.01)
 
+    async def tool_results(self, iid: str) -> list[dict[str, Any]]:
+        """The ``tool`` messages of the conversation's record, in order."""
+        return [m for m in (await self.history(iid))["messages"] if m["role"] == "tool"]
+
+    async def stream(
+        self, iid: str, offset: int | str = 0, *, live: str | None = None, name: str = AGENT
+    ) -> tuple[int, dict[str, str], Any]:
+        """One stream read: (status, the ``stream-*`` headers, the JSON body or None)."""
+        query = f"?offset={offset}" + (f"&live={live}" if live else "")
+        async with self.session.get(
+            agent_url(self.url, name, iid) + query, headers=self.headers()
+        ) as response:
+            headers = {k.lower(): v for k, v in response.headers.items()}
+            stream_headers = {k: v for k, v in headers.items() if k.startswith("stream-")}
+            body = await response.json() if response.status != 204 else None
+            return response.status, stream_headers, body
+
 
 @dataclass
 class World:
@@ -263,3 +286,56 @@ async def start_harness(
 
     cleanups.append(stop)
     return harness, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+# ----------------------------------------------------------------------------- process
+
+
+@dataclass
+class HarnessProcess:
+    """A Harness serving from ``python -m kubeturn_harness serve``, a process of its own."""
+
+    process: asyncio.subprocess.Process
+    url: str
+
+    async def kill(self) -> None:
+        """SIGKILL, as when the node dies: no shutdown hook runs. Waits for the exit."""
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.communicate()
+
+
+async def spawn_harness(
+    data_dir: Path,
+    env: dict[str, str],
+    log_file: Path,
+    *extra: str,
+    timeout: float = 20,
+) -> HarnessProcess:
+    """Start a Harness process on a free loopback port; return once it listens.
+
+    ``env`` is added to this process's environment without its ``KUBETURN_*``
+    variables; stderr (the Harness's log) is appended to ``log_file``.
+    """
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KUBETURN_")}
+    command = [sys.executable, "-m", "kubeturn_harness", "serve", "--host", "127.0.0.1"]
+    command += ["--port", "0", "--data-dir", str(data_dir), *extra]
+    with log_file.open("ab") as log:
+        process = await asyncio.create_subprocess_exec(
+            *command, stdout=asyncio.subprocess.PIPE, stderr=log, env={**base, **env}
+        )
+    spawned = HarnessProcess(process, "")
+    assert process.stdout is not None
+    try:
+        async with asyncio.timeout(timeout):
+            line = (await process.stdout.readline()).decode().strip()
+    except BaseException:
+        await spawned.kill()
+        raise
+    prefix = "harness listening on "
+    if not line.startswith(prefix):
+        await spawned.kill()
+        log_text = await asyncio.to_thread(log_file.read_text)
+        raise AssertionError(f"the Harness did not start: {line!r}\n{log_text}")
+    spawned.url = line.removeprefix(prefix)
+    return spawned

@@ -1,4 +1,4 @@
-"""Settlement rules of the Harness, one named test each (seed 000 is the authority).
+"""Settlement rules of the Harness, one named test each (docs/turn-semantics.md).
 
 Cases:
 - rule 1: one FIFO queue per conversation; runs never overlap, not even during a sweep;
