@@ -1,8 +1,8 @@
 """The Briefing: the Harness's turn block that follows the prompt.
 
-The prompt stays the state's words alone (docs/turn-semantics.md §4); what the Harness knows of the seat
-(where the tools are rooted, which picks are allowed, notices) goes in a block of its
-own after it. Pure; no IO.
+The prompt stays the state's words alone (docs/turn-semantics.md §4); what the
+Harness knows of the seat (where the tools are rooted, which picks are allowed,
+notices) goes in a block of its own after it. Pure; no IO.
 """
 
 from __future__ import annotations

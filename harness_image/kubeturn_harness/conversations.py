@@ -56,8 +56,8 @@ from kubeturn_harness.wire import (
 log = logging.getLogger(__name__)
 
 SWEEP_WAIT_S = 10.0
-"""How long a run that found its Turn over waits for the sweep (docs/turn-semantics.md §2): far above the
-one round trip the sweep takes, below every drain window."""
+"""How long a run that found its Turn over waits for the sweep (docs/turn-semantics.md
+§2): far above the one round trip the sweep takes, below every drain window."""
 
 NO_SWEEP = "the run found its Turn over, but no sweep came from the Orchestrator within {wait:g} s"
 NO_SWEEP_RESTART = (

@@ -1,9 +1,9 @@
 """Projection: which recorded messages a new Submission's prompt carries, and as what.
 
 A cut reply stays in the record; whether it reaches later prompts, and in which form,
-was declared when it was cut (docs/turn-semantics.md §6): ``assistant-marked`` (the model's own words,
-marked as cut off), ``system-note`` (context it did not commit to) or ``omit``; a
-superseded reply is never projected. Every such choice is returned as a decision, so
+was declared when it was cut (docs/turn-semantics.md §6): ``assistant-marked`` (the
+model's own words, marked as cut off), ``system-note`` (context it did not commit to)
+or ``omit``; a superseded reply is never projected. Every such choice is returned as a decision, so
 the record says what each prompt did. Pure functions; no IO.
 """
 

@@ -40,7 +40,8 @@ class Settings:
     default_model: str | None = None
     """``provider/model`` used when an admission names none."""
     sweep_wait_s: float = SWEEP_WAIT_S
-    """How long a run whose Turn is over waits for the sweep (seconds, 10 by docs/turn-semantics.md §2)."""
+    """How long a run whose Turn is over waits for the sweep, in seconds (§2 of
+    docs/turn-semantics.md)."""
     surface_retry_s: float = SURFACE_RETRY_S
     """How long a failing surface read is retried before the Submission fails (seconds)."""
     long_poll_s: float = 25.0

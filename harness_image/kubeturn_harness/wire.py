@@ -50,7 +50,10 @@ class WorkspaceAccess(StrEnum):
 
 
 class InputPolicy(StrEnum):
-    """What a Submission admitted while another runs on its conversation does (docs/turn-semantics.md §6)."""
+    """What a Submission admitted while another runs on its conversation does.
+
+    See docs/turn-semantics.md §6.
+    """
 
     QUEUE = "queue"
     """Wait until every earlier Submission has settled."""
