@@ -102,8 +102,15 @@ SCRIPT = {
     ]
 }
 
-TARGETS_MS = {"sweep_settled": 20.0, "stream_closed": 50.0}
-"""Targets, applied to p99: sweep → settled, and sweep → model stream closed."""
+FIGURES: dict[str, tuple[str, float | None]] = {
+    "sweep_settled": ("sweep → settled (abort 200)", 20.0),
+    "stream_closed": ("sweep → model stream closed", 50.0),
+    "pick_round_trip": ("pick round trip", None),
+    "pick_out": ("  answer end → pick arrives", None),
+    "pick_back": ("  pick arrives → next request", None),
+    "read_round_trip": ("read round trip (baseline)", None),
+}
+"""Figure → its label, and its target in ms for p99 (None: no target)."""
 
 
 # ----------------------------------------------------------------------------- the stub
@@ -115,6 +122,8 @@ class StubOrchestrator:
     receipt that leaves the Turn open for every pick, answered without any work."""
 
     picks: int = 0
+    arrived: dict[str, float] = field(default_factory=dict)
+    """Instance id → ``time.time()`` when its pick arrived (to split the round trip)."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -137,6 +146,7 @@ class StubOrchestrator:
         )
 
     async def _pick(self, request: web.Request) -> web.Response:
+        self.arrived[request.match_info["iid"]] = time.time()
         body = await request.json()
         self.picks += 1
         return web.json_response(
@@ -161,6 +171,7 @@ class World:
     model_url: str
     token: str
     workdir: Path
+    stub: StubOrchestrator
     settled_at: dict[str, int] = field(default_factory=dict)
     """Kind → offset of the settlement event in a fresh conversation (from the warm-up)."""
 
@@ -233,9 +244,9 @@ class World:
 
 @dataclass
 class Samples:
-    sweep_settled_s: list[float] = field(default_factory=list)
-    stream_closed_s: list[float] = field(default_factory=list)
-    round_trip_s: dict[str, list[float]] = field(default_factory=lambda: {PICK: [], READ: []})
+    """Seconds, by figure (the keys of ``FIGURES``), and what the sweeps settled."""
+
+    seconds: dict[str, list[float]] = field(default_factory=lambda: {key: [] for key in FIGURES})
     outcomes: dict[str, int] = field(default_factory=dict)
     visible_after_200: int = 0
 
@@ -256,8 +267,8 @@ async def sweep_turn(world: World, iid: str, samples: Samples) -> None:
         raise RuntimeError(f"sweep of {iid} answered {r.status}: {answer}")
     settlement = await world.settlement(iid, sid)
     closed = await world.wait_model("closed")
-    samples.sweep_settled_s.append(settled)
-    samples.stream_closed_s.append(float(closed["closedAt"]) - sent)
+    samples.seconds["sweep_settled"].append(settled)
+    samples.seconds["stream_closed"].append(float(closed["closedAt"]) - sent)
     samples.visible_after_200 += settlement is not None
     outcome = settlement["outcome"] if settlement else "not-visible"
     samples.outcomes[outcome] = samples.outcomes.get(outcome, 0) + 1
@@ -274,7 +285,12 @@ async def round_trip_turn(world: World, kind: str, iid: str, samples: Samples) -
     expected = "Your turn is not over." if kind == PICK else "small file"
     if expected not in tool_result:
         raise RuntimeError(f"{kind} Turn {iid}: the tool result was {tool_result!r}")
-    samples.round_trip_s[kind].append(float(second["receivedAt"]) - float(first["closedAt"]))
+    answered, asked = float(first["closedAt"]), float(second["receivedAt"])
+    samples.seconds[f"{kind}_round_trip"].append(asked - answered)
+    if kind == PICK:
+        arrived = world.stub.arrived.pop(iid)
+        samples.seconds["pick_out"].append(arrived - answered)
+        samples.seconds["pick_back"].append(asked - arrived)
 
 
 async def run_turns(world: World, count: int, samples: Samples, label: str) -> None:
@@ -290,11 +306,14 @@ async def run_turns(world: World, count: int, samples: Samples, label: str) -> N
 # ----------------------------------------------------------------------------- processes
 
 
-async def start(argv: list[str], log: Path, env: dict[str, str], ready: str) -> tuple[Any, str]:
+async def start(
+    argv: list[str], log: Path, env: dict[str, str], ready: str
+) -> tuple[asyncio.subprocess.Process, str]:
     """Start ``argv``; return the process and the URL its first stdout line names."""
-    process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=log.open("wb"), env=env
-    )
+    with log.open("wb") as stderr:
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env
+        )
     assert process.stdout is not None
     try:
         async with asyncio.timeout(START_TIMEOUT_S):
@@ -307,7 +326,7 @@ async def start(argv: list[str], log: Path, env: dict[str, str], ready: str) -> 
     return process, line.removeprefix(ready).strip()
 
 
-async def stop(process: Any) -> None:
+async def stop(process: asyncio.subprocess.Process) -> None:
     if process.returncode is None:
         process.send_signal(signal.SIGTERM)
         try:
@@ -344,30 +363,26 @@ def machine() -> dict[str, Any]:
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "aiohttp": aiohttp.__version__,
+        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
     }
 
 
-def report(samples: Samples, turns: int, data_dir: Path, elapsed_s: float) -> dict[str, Any]:
-    pick, read = (summary_ms(samples.round_trip_s[k]) for k in (PICK, READ))
-    sweep = summary_ms(samples.sweep_settled_s)
-    closed = summary_ms(samples.stream_closed_s)
+def report(samples: Samples, host: dict[str, Any], turns: int, elapsed_s: float) -> dict[str, Any]:
+    latency = {key: summary_ms(values) for key, values in samples.seconds.items()}
+    targets = {key: target for key, (_, target) in FIGURES.items() if target is not None}
     return {
-        "machine": {**machine(), "data_dir_filesystem": filesystem(data_dir)},
+        "machine": host,
         "turns_per_kind": turns,
         "warmup_per_kind": WARMUP,
         "elapsed_s": round(elapsed_s, 1),
-        "sweep_settled_ms": sweep,
+        "latency_ms": latency,
+        "targets_p99_ms": targets,
+        "targets_met": {key: latency[key]["p99"] < target for key, target in targets.items()},
+        "pick_over_read_p50": round(
+            latency["pick_round_trip"]["p50"] / latency["read_round_trip"]["p50"], 2
+        ),
         "sweep_outcomes": samples.outcomes,
         "settlement_visible_after_200": samples.visible_after_200,
-        "stream_closed_after_sweep_ms": closed,
-        "pick_round_trip_ms": pick,
-        "read_round_trip_ms": read,
-        "pick_over_read_p50": round(pick["p50"] / read["p50"], 2),
-        "targets": {
-            "p99 sweep → settled < 20 ms": sweep["p99"] < TARGETS_MS["sweep_settled"],
-            "model stream closed < 50 ms after the sweep (p99)": closed["p99"]
-            < TARGETS_MS["stream_closed"],
-        },
     }
 
 
@@ -390,29 +405,24 @@ def print_table(figures: dict[str, Any]) -> None:
     print(
         f"machine: {m['cores']} cores ({m['usable_cores']} usable), {m['implementation']} "
         f"{m['python']}, {m['platform']}, aiohttp {m['aiohttp']}; data dir on "
-        f"{m['data_dir_filesystem']}"
+        f"{m['data_dir_filesystem']}; load average {m['load_average_1m_at_start']} at start"
     )
     print(
         f"{figures['turns_per_kind']} Turns of each kind after {figures['warmup_per_kind']} "
-        f"warm-up Turns each; {figures['elapsed_s']} s in all\n"
+        f"warm-up Turns of each; {figures['elapsed_s']} s measured\n"
     )
-    rows = [
-        ("sweep → settled (abort 200)", figures["sweep_settled_ms"], "p99 < 20 ms"),
-        ("sweep → model stream closed", figures["stream_closed_after_sweep_ms"], "p99 < 50 ms"),
-        ("pick round trip", figures["pick_round_trip_ms"], ""),
-        ("read round trip (baseline)", figures["read_round_trip_ms"], ""),
-    ]
-    verdicts = list(figures["targets"].values())
-    print(f"{'ms':<30}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}   target")
-    for index, (name, fig, target) in enumerate(rows):
-        met = ""
-        if target:
-            met = "  met" if verdicts[index] else "  MISSED"
-        cells = "".join(f"{fig[p]:>8.2f}" for p in ("p50", "p90", "p99", "max"))
-        print(f"{name:<30}{cells}   {target}{met}")
+    print(f"{'ms':<32}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}   target")
+    for key, (label, target) in FIGURES.items():
+        figure = figures["latency_ms"][key]
+        cells = "".join(f"{figure[p]:>8.2f}" for p in ("p50", "p90", "p99", "max"))
+        verdict = ""
+        if target is not None:
+            met = "met" if figures["targets_met"][key] else "MISSED"
+            verdict = f"p99 < {target:g} ms  {met}"
+        print(f"{label:<32}{cells}   {verdict}".rstrip())
     outcomes = ", ".join(f"{n} {o}" for o, n in sorted(figures["sweep_outcomes"].items()))
     print(
-        f"\npick / read (p50): {figures['pick_over_read_p50']:.2f}x\n"
+        f"\npick / read round trip (p50): {figures['pick_over_read_p50']:.2f}x\n"
         f"sweeps settled: {outcomes}; settlement in the history right after the 200: "
         f"{figures['settlement_visible_after_200']}/{figures['turns_per_kind']}"
     )
@@ -423,6 +433,7 @@ def print_table(figures: dict[str, Any]) -> None:
 
 async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, Any], Path]:
     root = Path(tempfile.mkdtemp(prefix="kubeturn-bench-", dir=parent))
+    host = {**machine(), "data_dir_filesystem": filesystem(root)}
     os.chmod(root, 0o711)  # the tools' unprivileged user must reach the workdir
     workdir, data_dir = root / "work", root / "data"
     workdir.mkdir(mode=0o755)
@@ -436,7 +447,8 @@ async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, 
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     stub_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "harness_image")}
+    paths = [str(ROOT / "harness_image"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     processes = []
     session = aiohttp.ClientSession()
     try:
@@ -468,13 +480,13 @@ async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, 
             "harness listening on",
         )
         processes.append(harness)
-        world = World(session, harness_url, model_v1.removesuffix("/v1"), token, workdir)
+        world = World(session, harness_url, model_v1.removesuffix("/v1"), token, workdir, stub)
 
         await run_turns(world, WARMUP, Samples(), "warmup")
         samples = Samples()
         began = time.perf_counter()
         await run_turns(world, turns, samples, "turn")
-        figures = report(samples, turns, data_dir, time.perf_counter() - began)
+        figures = report(samples, host, turns, time.perf_counter() - began)
     finally:
         await session.close()
         for process in reversed(processes):

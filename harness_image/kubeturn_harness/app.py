@@ -118,6 +118,10 @@ async def read(request: web.Request) -> web.Response:
     except ValueError as bad:
         raise WireError("offset must be a non-negative integer", field="offset") from bad
     log_ = conversation.log
+    if offset > log_.next_offset:
+        raise WireError(
+            f"offset {offset} is past the end of the stream ({log_.next_offset})", field="offset"
+        )
     if request.query.get("live") == "long-poll":
         settings = request.app[HARNESS].settings
         if not await log_.wait_beyond(offset, settings.long_poll_s):
@@ -126,7 +130,7 @@ async def read(request: web.Request) -> web.Response:
                 headers={"stream-next-offset": str(log_.next_offset), "stream-up-to-date": "true"},
             )
     events = log_.read(offset, PAGE)
-    next_offset = offset + len(events) if events else max(offset, log_.next_offset)
+    next_offset = offset + len(events)
     body = "[" + ",".join(event.model_dump_json() for event in events) + "]"
     headers = {"stream-next-offset": str(next_offset)}
     if next_offset >= log_.next_offset:

@@ -61,8 +61,8 @@ SWEEP_WAIT_S = 10.0
 
 NO_SWEEP = "the run found its Turn over, but no sweep came from the Orchestrator within {wait:g} s"
 NO_SWEEP_RESTART = (
-    "the run found its Turn over, and the Harness restarted before a sweep came "
-    "from the Orchestrator"
+    "the run found its Turn over, but no sweep came from the Orchestrator before the "
+    "Harness restarted"
 )
 NEVER_PROMPTED = "the surface read answered 404: the Turn was over before it started"
 QUEUED_SWEPT = "queued behind a swept Submission; it never ran"
@@ -118,6 +118,16 @@ class Conversation:
                 self._queue.append(record.id)
         self._wake()
 
+    def admitted_as(self, key: str) -> tuple[SubmissionId, int] | None:
+        """The Submission an earlier admission with this idempotency key made, if any."""
+        for event in self.log.events:
+            if (
+                event.type is EventType.SUBMISSION_ADMITTED
+                and event.data["request"].get("key") == key
+            ):
+                return SubmissionId(event.data["submissionId"]), event.offset
+        return None
+
     def admit(self, sid: SubmissionId, request: AdmitRequest) -> int:
         """Queue one Submission; answer the offset of its admission event."""
         event = self.log.append(
@@ -143,9 +153,12 @@ class Conversation:
                 swept |= self._settle(live, QUEUED_OUTCOME, message=QUEUED_SWEPT)
         if running is not None and running.record.settlement is None:
             outcome = running_outcome(sweep, running.record.id)
-            running.stop = _Stop(
+            # The sweep's word settles it; a reply an earlier stop (an ``interrupt`` or
+            # ``supersede`` admission) already cut stays marked as that stop declared.
+            cut = running.stop or _Stop(
                 outcome, None, MessageStatus.INTERRUPTED, Projection.ASSISTANT_MARKED
             )
+            running.stop = _Stop(outcome, None, cut.status, cut.projection)
             swept = True
             if self._task is not None:
                 self._task.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from pydantic import ValidationError
 from kubeturn_harness.clock import Clock
 from kubeturn_harness.errors import MenuUnreadable
 from kubeturn_harness.wire import DeliveryId, Receipt, Refusal, Surface
+
+log = logging.getLogger(__name__)
 
 SURFACE_RETRY_S = 90.0
 """Long enough to ride out an Orchestrator restart or a leader change."""
@@ -57,7 +60,7 @@ class Rejected:
 
 @dataclass(frozen=True)
 class Lost:
-    """The pick's POST failed in transport; whether it arrived is unknown."""
+    """The pick's POST failed in transport or answered 5xx; whether it arrived is unknown."""
 
     reason: str
 
@@ -75,8 +78,15 @@ class OrchestratorPort(Protocol):
     async def pick(self, instance_id: str, event: str, payload: dict[str, Any]) -> PickResult: ...
 
     async def poll(self, instance_id: str, delivery: DeliveryId) -> Receipt | Gone | None:
-        """The answer of an outstanding pick; None while it is still being worked on."""
+        """The answer of an outstanding pick; None while it is still being worked on.
+
+        Raises ``PollFailed`` when the poll itself failed (worth a slower retry).
+        """
         ...
+
+
+class PollFailed(Exception):
+    """A delivery poll failed in transport or with an unexpected answer."""
 
 
 class OrchestratorClient:
@@ -115,6 +125,11 @@ class OrchestratorClient:
                     return Gone()
                 if response.status == 409:
                     return Refused(Refusal.model_validate_json(raw))
+                if response.status >= 500:
+                    # The Orchestrator may have delivered the pick before it failed: its
+                    # fate is unknown, as for a transport failure, never "not delivered".
+                    message = _error_message(raw, response.status)
+                    return Lost(f"the Orchestrator answered HTTP {response.status}: {message}")
                 if response.status >= 400:
                     return Rejected(_error_message(raw, response.status))
                 return Delivered(Receipt.model_validate_json(raw))
@@ -130,12 +145,12 @@ class OrchestratorClient:
             async with self._session.get(url, timeout=timeout) as response:
                 if response.status == 404:
                     return Gone()
-                if response.status in (204, 503):
+                if response.status == 204:
                     return None
                 response.raise_for_status()
                 return Receipt.model_validate_json(await response.read())
-        except (aiohttp.ClientError, TimeoutError, ValidationError):
-            return None
+        except (aiohttp.ClientError, TimeoutError, ValidationError) as error:
+            raise PollFailed(str(error) or type(error).__name__) from error
 
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -168,12 +183,24 @@ async def read_surface(
 async def await_answer(
     port: OrchestratorPort, instance_id: str, delivery: DeliveryId, *, sleep: Sleep = asyncio.sleep
 ) -> Receipt | Gone:
-    """Long-poll an outstanding pick until its answer comes, or its Turn is gone."""
+    """Long-poll an outstanding pick until its answer comes, or its Turn is gone.
+
+    A parked poll that comes back empty is repeated at once; a failing one backs off
+    (jittered, up to ``BACKOFF_MAX_S``), since the answer can wait and the sweep ends
+    the run if the Turn ends meanwhile.
+    """
+    delay = BACKOFF_FIRST_S
     while True:
-        answer = await port.poll(instance_id, delivery)
+        try:
+            answer = await port.poll(instance_id, delivery)
+        except PollFailed as failed:
+            log.debug("polling delivery %s failed: %s", delivery, failed)
+            await sleep(random.uniform(delay / 2, delay))
+            delay = min(delay * 2, BACKOFF_MAX_S)
+            continue
+        delay = BACKOFF_FIRST_S
         if answer is not None:
             return answer
-        await sleep(BACKOFF_FIRST_S)
 
 
 def _first(error: ValidationError) -> str:

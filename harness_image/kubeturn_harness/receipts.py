@@ -32,7 +32,8 @@ def turn_over(pick: str) -> str:
 
 
 def undeliverable(pick: str, reason: str) -> str:
-    """The pick's POST failed in transport; it is never retried, so its fate is unknown."""
+    """The pick's POST failed in transport or answered 5xx; it is never retried, so its
+    fate is unknown."""
     return (
         f"Your pick `{pick}` may not have been delivered ({reason}). It was not sent again. "
         f"{TURN_NOT_OVER}"
@@ -79,12 +80,12 @@ def receipt(pick: str, body: Receipt, *, polled: bool) -> str:
             "and that stopped the pick's work before it finished: your turn is over."
         )
         if body.answer is not None:
-            parts.append(f"Before that, the last reply was: {_render(body.answer)}")
+            parts.append(_sentence(f"Before that, the last reply was: {_render(body.answer)}"))
         return " ".join(parts)
     if body.straightBack:
         parts.append("It moved the workflow, which came straight back: nothing ran.")
     elif body.answer is not None:
-        parts.append(f"The answer: {_render(body.answer)}")
+        parts.append(_sentence(f"The answer: {_render(body.answer)}"))
     elif polled:
         parts.append(NO_REPLY)
     if body.turnComplete:
@@ -100,6 +101,12 @@ def _allowed(allowed: list[str]) -> str:
     if not allowed:
         return "No pick is allowed right now."
     return "You may pick next: " + ", ".join(f"`{name}`" for name in allowed) + "."
+
+
+def _sentence(text: str) -> str:
+    """End with a full stop, so what follows reads as its own sentence."""
+    stripped = text.rstrip()
+    return stripped if stripped.endswith((".", "!", "?")) else stripped + "."
 
 
 def _render(answer: Any) -> str:

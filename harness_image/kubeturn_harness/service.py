@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from pathlib import Path
 
 from kubeturn_harness.clock import Clock
 from kubeturn_harness.conversations import Conversation
@@ -54,7 +55,9 @@ class Harness:
             metrics=metrics,
             tool_env=scrubbed_environment(os.environ, home=str(settings.data_dir / "home")),
             run_as=tool_identity(tools.uid, tools.gid),
-            denied=(settings.data_dir.resolve(),),
+            # The file tools run inside this process, where /proc/self is the Harness
+            # itself: its environ holds the tokens and provider keys.
+            denied=(settings.data_dir.resolve(), Path(f"/proc/{os.getpid()}")),
             limits=Limits(
                 max_steps=settings.max_steps,
                 max_identical_calls=settings.max_identical_calls,
@@ -89,9 +92,11 @@ class Harness:
                 field="model",
             )
         self.providers.resolve(model)
+        conversation = self._conversation_for(name, instance_id)
+        if request.key is not None and (earlier := conversation.admitted_as(request.key)):
+            return earlier
         sid = SubmissionId(f"sub-{uuid.uuid4().hex}")
-        offset = self._conversation_for(name, instance_id).admit(sid, request)
-        return sid, offset
+        return sid, conversation.admit(sid, request)
 
     async def sweep(self, name: str, instance_id: str, sweep: Sweep) -> bool:
         conversation = self._conversations.get((name, instance_id))

@@ -24,7 +24,8 @@ class Sweep:
     def parse(cls, raw: bytes) -> Sweep:
         try:
             body = json.loads(raw) if raw.strip() else None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
+            # UnicodeDecodeError is a ValueError; RecursionError is a body nested too deep.
             return cls(None, None)
         if not isinstance(body, dict):
             return cls(None, None)

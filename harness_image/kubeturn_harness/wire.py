@@ -151,6 +151,12 @@ class AdmitRequest(_Body):
         description="How a reply this admission cuts (policy interrupt) reaches later prompts.",
     )
     notices: list[Notice] = Field(default_factory=list)
+    key: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Idempotency key: admitting the same key again on this conversation "
+        "answers the Submission it admitted first, and admits nothing.",
+    )
 
     @field_validator("cwd")
     @classmethod

@@ -43,6 +43,18 @@ def agent_url(base: str, name: str, iid: str, *rest: str) -> str:
 # ----------------------------------------------------------------------------- model
 
 
+def script(match: str, *steps: dict[str, Any], repeat: bool = False) -> str:
+    """A script of one conversation: its match, and its steps."""
+    return json.dumps({"conversations": [{"match": match, "repeat": repeat, "steps": list(steps)}]})
+
+
+def scripts(conversations: dict[str, list[dict[str, Any]]]) -> str:
+    """A script of several conversations: match → steps, the first match answering."""
+    return json.dumps(
+        {"conversations": [{"match": m, "steps": s} for m, s in conversations.items()]}
+    )
+
+
 @dataclass
 class ScriptedModel:
     url: str
@@ -299,10 +311,11 @@ class HarnessProcess:
     url: str
 
     async def kill(self) -> None:
-        """SIGKILL, as when the node dies: no shutdown hook runs. Waits for the exit."""
+        """SIGKILL, as when the node dies: no shutdown hook runs. Waits for the exit;
+        a second call does nothing."""
         if self.process.returncode is None:
             self.process.kill()
-        await self.process.communicate()
+            await self.process.communicate()
 
 
 async def spawn_harness(

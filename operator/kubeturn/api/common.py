@@ -1,0 +1,63 @@
+"""What every kubeturn resource model shares: the base model, object metadata, names.
+
+The models in ``kubeturn.api`` are the source of truth for the CRDs' openAPIV3Schema,
+so every field carries a ``description`` written for the person running
+``kubectl explain``. Unknown fields are refused everywhere except in metadata and in
+free JSON (``input``, ``context``, signal data), so a misspelt key is an error instead
+of a silently ignored line. Nothing here does IO.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+API_GROUP = "kubeturn.dev"
+API_VERSION = "kubeturn.dev/v1alpha1"
+
+SLOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+"""Agent and repo slot names: one safe path segment (never ``.`` or ``..``), as instance
+ids and worktree paths carry them (docs/decisions/0007)."""
+
+MODEL_NAME = re.compile(r"^[^/\s]+/\S+$")
+"""``provider/model``: the Harness picks the provider by the part before the slash."""
+
+
+class Spec(BaseModel):
+    """A part of a resource: camelCase as written, unknown fields refused, immutable."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class ObjectMeta(BaseModel):
+    """Kubernetes object metadata; only the fields kubeturn reads are declared."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1, description="The object's name, unique in its namespace.")
+    namespace: str | None = Field(
+        default=None,
+        description="The namespace the object lives in; absent outside a cluster.",
+    )
+
+
+def check_slot_names(kind: str, slots: Mapping[str, Any]) -> None:
+    """Refuse slot names that could not be one path segment, naming each."""
+    for name in slots:
+        if not SLOT_NAME.match(name):
+            raise ValueError(
+                f"{kind} name {name!r} must start with a letter or digit and hold only "
+                "letters, digits, '_', '.' and '-' (at most 63 characters)"
+            )
+
+
+def check_model_name(value: str | None) -> str | None:
+    """Refuse a model that does not say its provider."""
+    if value is not None and not MODEL_NAME.match(value):
+        raise ValueError(
+            f"a model is written 'provider/model', e.g. 'openai/gpt-4o'; got {value!r}"
+        )
+    return value

@@ -1,0 +1,134 @@
+"""The Run resource: one execution of a state machine whose states ask Agents for Turns.
+
+``Run.spec`` is what a user writes; ``kubeturn.machine.load`` checks it as a whole and
+compiles its machine. ``status`` belongs to the operator. Nothing here does IO.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_model_name, check_slot_names
+from kubeturn.api.machine import MachineSpec
+from kubeturn.api.workspace import WorkspaceSpec
+from kubeturn_harness.wire import ThinkingLevel, WorkspaceAccess
+
+
+class AgentSlot(Spec):
+    """A named Agent: who it is and what it may touch. Each state asks it for a Turn."""
+
+    model: str | None = Field(
+        default=None,
+        description="'provider/model' the Agent runs on; the Harness's default when absent.",
+    )
+    instructions: str = Field(
+        min_length=1, description="The Agent's system prompt: its role in every Turn."
+    )
+    workspace: WorkspaceAccess = Field(
+        default=WorkspaceAccess.WRITE,
+        description=(
+            "What it may do in the Workspace: write (every Working tool), read (read, grep, "
+            "glob) or none (no Working tool)."
+        ),
+    )
+    thinkingLevel: ThinkingLevel | None = Field(
+        default=None, description="Reasoning effort; the model's default when absent."
+    )
+    description: str | None = Field(
+        default=None, description="What this Agent is for, for people reading the Run."
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        return check_model_name(value)
+
+
+class WorkspaceRef(Spec):
+    """Where the Run's Agents work: an existing Workspace, or one the Run owns."""
+
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="An existing Workspace in the Run's namespace, shared with other Runs.",
+    )
+    template: WorkspaceSpec | None = Field(
+        default=None,
+        description="A Workspace made for this Run and deleted with it.",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> WorkspaceRef:
+        if (self.name is None) == (self.template is None):
+            raise ValueError("a workspace has exactly one of name or template")
+        return self
+
+
+class Signal(Spec):
+    """An event from outside (a person, a CI system), delivered once to the machine."""
+
+    id: str = Field(
+        min_length=1,
+        description="Unique in this Run; a signal whose id was processed is never sent again.",
+    )
+    event: str = Field(min_length=1, description="The event name, e.g. approve.")
+    data: Any = Field(default=None, description="The event's payload (free JSON): event.data.")
+
+
+class RunSpec(Spec):
+    """What the Run does: its Agents, its machine, and where the Agents work."""
+
+    workspace: WorkspaceRef | None = Field(
+        default=None,
+        description="Where the Agents work. Absent: no Workspace; Agents work in /work.",
+    )
+    agents: dict[str, AgentSlot] = Field(
+        description="Agent slots by name; a state's invoke.agent.slot names one."
+    )
+    machine: MachineSpec = Field(description="The state machine the Run executes.")
+    input: Any = Field(
+        default_factory=dict,
+        description="Free JSON the expressions read as input, e.g. the task to do.",
+    )
+    signals: list[Signal] = Field(
+        default_factory=list,
+        description="Outside events, append-only; each is sent to the machine once, in order.",
+    )
+    cancel: bool = Field(
+        default=False,
+        description=(
+            "true sends the machine CANCEL once; when no active state handles it, the Run "
+            "is Cancelled."
+        ),
+    )
+
+    @field_validator("agents")
+    @classmethod
+    def _slot_names(cls, agents: dict[str, AgentSlot]) -> dict[str, AgentSlot]:
+        check_slot_names("an agent slot", agents)
+        return agents
+
+    @field_validator("signals")
+    @classmethod
+    def _unique_signal_ids(cls, signals: list[Signal]) -> list[Signal]:
+        seen: set[str] = set()
+        for signal in signals:
+            if signal.id in seen:
+                raise ValueError(f"signal id {signal.id!r} appears twice; ids are unique")
+            seen.add(signal.id)
+        return signals
+
+
+class Run(Spec):
+    """One execution of a state machine whose states ask coding Agents for Turns."""
+
+    apiVersion: Literal["kubeturn.dev/v1alpha1"] = Field(description=f"Always {API_VERSION}.")
+    kind: Literal["Run"] = Field(description="Always Run.")
+    metadata: ObjectMeta = Field(description="The Run's name, namespace, labels.")
+    spec: RunSpec = Field(description="What the Run does.")
+    status: dict[str, Any] | None = Field(
+        default=None,
+        description="Written by the operator: phase, active state, Turns. Never written by users.",
+    )

@@ -1,0 +1,103 @@
+"""The Workspace's spec: a sandbox pod and a volume of git clones, one per repo slot.
+
+A Run either names an existing Workspace or carries one of these as a template; the
+Workspace resource's own spec is the same model. Nothing here does IO.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from kubeturn.api.common import Spec, check_slot_names
+
+
+class SecretRef(Spec):
+    """A Secret in the Workspace's namespace."""
+
+    name: str = Field(min_length=1, description="The Secret's name.")
+
+
+class Repo(Spec):
+    """One git repository, cloned once into the Workspace; each Run works in a worktree."""
+
+    url: str = Field(min_length=1, description="The clone URL (https or ssh).")
+    ref: str = Field(
+        default="main",
+        min_length=1,
+        description="The branch, tag or commit the Run's worktree starts from.",
+    )
+    secretRef: SecretRef | None = Field(
+        default=None,
+        description=(
+            "A Secret with the credentials to clone: 'username' and 'password' (a token) "
+            "for https, or 'ssh-privatekey' for ssh."
+        ),
+    )
+
+
+class Resources(Spec):
+    """Compute resources of the sandbox container, as in a Pod's container spec."""
+
+    requests: dict[str, str] | None = Field(
+        default=None, description="Minimum resources, e.g. {cpu: '1', memory: 2Gi}."
+    )
+    limits: dict[str, str] | None = Field(
+        default=None, description="Maximum resources, e.g. {cpu: '2', memory: 4Gi}."
+    )
+
+
+class Storage(Spec):
+    """The volume that holds the clones and worktrees."""
+
+    size: str = Field(
+        default="10Gi", min_length=1, description="Capacity of the volume, e.g. 10Gi."
+    )
+    class_: str | None = Field(
+        default=None,
+        alias="class",
+        description="The StorageClass; the cluster's default when absent.",
+    )
+
+
+class WorkspaceSpec(Spec):
+    """A sandbox: one pod running the Harness, with a volume of git clones."""
+
+    repos: dict[str, Repo] = Field(
+        min_length=1,
+        description=(
+            "Repo slots: slot name to repository. Each Run gets a worktree of every slot at "
+            "/work/<slot>/<run-branch>; templates reach it as workspace.repos.<slot>."
+        ),
+    )
+    image: str | None = Field(
+        default=None, description="The sandbox image; the operator's default Harness image."
+    )
+    resources: Resources | None = Field(
+        default=None, description="CPU and memory of the sandbox container."
+    )
+    storage: Storage = Field(
+        default_factory=Storage, description="The volume holding clones and worktrees."
+    )
+    serviceAccount: str | None = Field(
+        default=None,
+        description="The sandbox pod's ServiceAccount; its token is never mounted.",
+    )
+    env: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description=(
+            "Environment of the Harness (e.g. a model provider's API key from a Secret), "
+            "as a container's env list; Agents' tool processes never see it."
+        ),
+    )
+    envFrom: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Environment from ConfigMaps or Secrets, as a container's envFrom list.",
+    )
+
+    @field_validator("repos")
+    @classmethod
+    def _slot_names(cls, repos: dict[str, Repo]) -> dict[str, Repo]:
+        check_slot_names("a repo slot", repos)
+        return repos

@@ -1,0 +1,84 @@
+"""kubeturn's errors, split by who must react.
+
+::
+
+    KubeturnError
+    ├── DefinitionError    one problem of a manifest: its path, and what to do about it
+    ├── DefinitionErrors   every problem of one manifest at once: the Run cannot start
+    └── ExpressionError    a CEL expression failed at run time: its source and the cause
+
+A definition error is the user's to fix; the operator shows it as a status condition
+and never retries the manifest as it stands. An expression error happens while a Run
+is running (a guard met a value of the wrong type); the interpreter decides what it
+means for the Run. Foreign exceptions (pydantic, CEL, YAML) are translated where they
+are caught, in one place each, with the cause chained.
+
+Manifest paths are dotted, with list indices in brackets and keys that would be
+ambiguous quoted: ``spec.machine.states.reviewing.on.review_verdict[1].target``,
+``spec.machine.states.fixing.on.done[0].assign["context.rounds"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+_PLAIN_KEY = re.compile(r"^[^.\[\]\"\s]+$")
+
+
+def manifest_path(base: str, *parts: str | int) -> str:
+    """``base`` extended by keys (``.key``, or ``["a.b"]`` when the key holds a dot,
+    a bracket, a quote or a space, or is empty) and list indices (``[i]``)."""
+    path = base
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif _PLAIN_KEY.match(part):
+            path += f".{part}" if path else part
+        else:
+            path += f"[{json.dumps(part)}]"
+    return path
+
+
+class KubeturnError(Exception):
+    """Root of every error kubeturn raises on purpose."""
+
+
+class DefinitionError(KubeturnError):
+    """One problem of a manifest: where it is, and what to do about it."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        """The manifest path, e.g. ``spec.agents.coder.workspace``; empty for the whole."""
+        self.message = message
+        """What is wrong and what to write instead."""
+
+
+class DefinitionErrors(KubeturnError):
+    """Every problem found in one manifest, raised together so one edit can fix them all."""
+
+    def __init__(self, errors: Iterable[DefinitionError]) -> None:
+        self.errors = list(errors)
+        if not self.errors:
+            raise ValueError("DefinitionErrors needs at least one DefinitionError")
+        super().__init__("\n".join(str(error) for error in self.errors))
+
+
+class ExpressionError(KubeturnError):
+    """A CEL expression failed while a Run was running.
+
+    CEL does not coerce types and a missing key is an error, so a guard written for one
+    payload can fail on another; the interpreter decides what that means for the Run.
+    """
+
+    def __init__(self, source: str, cause: str, *, where: str = "") -> None:
+        text = f"CEL expression {source!r} failed: {cause}"
+        super().__init__(f"{where}: {text}" if where else text)
+        self.source = source
+        """The expression as written."""
+        self.cause = cause
+        """What CEL (or the conversion of its result) said."""
+        self.where = where
+        """The manifest path the expression was written at, when known."""

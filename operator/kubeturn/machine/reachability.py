@@ -1,0 +1,59 @@
+"""Which states of a Chart no run can ever enter: almost always a typo or a stale state.
+
+Entering a state enters its ancestors and, through ``initial``, a chain of descendants;
+the root is always active, so its transitions count from the start. Guards are not
+evaluated: a state behind a guard that is never true still counts as reachable. No IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kubeturn.machine import model
+
+
+def transitions(state: model.State) -> Iterator[model.Transition]:
+    """Every transition written on ``state``: on, always, after, invoke and onDone."""
+    for group in state.on.values():
+        yield from group
+    yield from state.always
+    for timer in state.after:
+        yield from timer.transitions
+    if state.invoke is not None:
+        yield from state.invoke.on_done
+        yield from state.invoke.on_error
+    yield from state.on_done
+
+
+def reachable(chart: model.Chart) -> set[model.StatePath]:
+    """The states some sequence of events can enter, the root included."""
+    reached: set[model.StatePath] = set()
+    pending: list[model.StatePath] = []
+
+    def enter(path: model.StatePath) -> None:
+        current: model.StatePath | None = path
+        while current is not None:
+            pending.extend(chart.ancestors(current))
+            current = chart.states[current].initial
+
+    enter(model.ROOT)
+    while pending:
+        path = pending.pop()
+        if path in reached:
+            continue
+        reached.add(path)
+        for transition in transitions(chart.states[path]):
+            if transition.target is not None:
+                enter(transition.target)
+    return reached
+
+
+def unreachable(chart: model.Chart) -> list[model.StatePath]:
+    """The outermost states no run can enter, in document order: a state whose parent
+    is itself unreachable adds nothing to know."""
+    reached = reachable(chart)
+    return [
+        path
+        for path, state in chart.states.items()
+        if path not in reached and state.parent in reached
+    ]

@@ -1,0 +1,96 @@
+"""State paths, and how a transition's ``target`` names a state (SCXML/xstate-lite).
+
+A path joins state names with ``.``; names never hold a dot, so a path's parent is its
+text before the last dot, and the top-level states' parent is ``ROOT`` (``""``).
+
+A target is resolved from the transition's source state:
+
+- ``name``: the nearest state of that name among the children of the source's parent
+  (its siblings, itself included), then of each further ancestor, up to the root's
+  children. A transition on the root (``spec.machine.on``) starts at the root's children.
+- ``a.b.c``: ``a`` is found as above, then ``b`` is its child and ``c`` that one's.
+- ``.b``: a child of the source itself (``.b.c`` goes on down).
+
+Nearest wins, so a state's own siblings can shadow a top-level state of the same name;
+a path from the top (``work.review``) reaches past them. No IO.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Collection
+
+from kubeturn.errors import manifest_path
+from kubeturn.machine.model import ROOT, StatePath
+
+STATE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,62}$")
+"""A state's name: one segment of its path and of instance ids, so no dot or slash."""
+
+_TARGET = re.compile(r"^\.?[A-Za-z0-9_][A-Za-z0-9_-]*(\.[A-Za-z0-9_][A-Za-z0-9_-]*)*$")
+
+
+def parent(path: StatePath) -> StatePath:
+    """The parent of a state other than the root."""
+    return StatePath(path.rpartition(".")[0])
+
+
+def child(path: StatePath, name: str) -> StatePath:
+    return StatePath(f"{path}.{name}" if path else name)
+
+
+def name_of(path: StatePath) -> str:
+    return path.rpartition(".")[2]
+
+
+def state_where(path: StatePath) -> str:
+    """The manifest path a state is written at: ``spec.machine.states.a.states.b``."""
+    where = "spec.machine"
+    for name in path.split(".") if path else ():
+        where = manifest_path(where, "states", name)
+    return where
+
+
+def is_target(text: str) -> bool:
+    """Whether ``text`` has the shape of a target (names joined by dots, maybe a leading dot)."""
+    return bool(_TARGET.match(text))
+
+
+def resolve(states: Collection[StatePath], source: StatePath, target: str) -> StatePath | None:
+    """The state ``target`` names from ``source``, or None; ``target`` must pass ``is_target``."""
+    if target.startswith("."):
+        found = _down(source, target[1:])
+        return found if found in states else None
+    first, _, rest = target.partition(".")
+    scope = parent(source) if source != ROOT else ROOT
+    while True:
+        if child(scope, first) in states:
+            found = _down(scope, target)
+            return found if found in states else None
+        if scope == ROOT:
+            return None
+        scope = parent(scope)
+
+
+def suggest(states: Collection[StatePath], target: str) -> str | None:
+    """What the user probably meant by a ``target`` that names no state: the path of a
+    state of that very name (out of reach from where it was written), else the closest
+    state name or path."""
+    name = target.rpartition(".")[2]
+    for path in states:
+        if path != ROOT and name_of(path) == name and path != target.lstrip("."):
+            return path
+    candidates = {name_of(p) for p in states if p != ROOT} | {p for p in states if p != ROOT}
+    close = difflib.get_close_matches(target.lstrip("."), sorted(candidates - {target}), n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(suggestion: str | None) -> str:
+    return f" (did you mean {suggestion!r}?)" if suggestion else ""
+
+
+def _down(base: StatePath, relative: str) -> StatePath:
+    path = base
+    for name in relative.split("."):
+        path = child(path, name)
+    return path

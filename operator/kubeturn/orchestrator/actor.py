@@ -1,0 +1,249 @@
+"""The Run actor: one Run's core, driven by one lock, its effects applied through ports.
+
+Every input (start, signal, cancel, pick, timer, exec result, admission, settlement)
+goes through the lock, so the core sees one event at a time. After each, the snapshot
+is saved before any effect is applied: a restart resumes from what was decided, never
+from half of it. Effects run as tasks; work on one Instance ID is chained, so a sweep
+is always applied before the next admission on the same conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubeturn.orchestrator.core import ExecResult, Gone, PickAnswer, RunCore
+from kubeturn.orchestrator.effects import (
+    Admit,
+    Answer,
+    Effects,
+    Finished,
+    StartExec,
+    StopExec,
+    Sweep,
+)
+from kubeturn_harness.wire import Outcome, Receipt, Usage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Settled:
+    submission: str
+    outcome: Outcome
+    usage: Usage | None = None
+    message: str | None = None
+    reason: str | None = None
+
+
+class AdmitFailed(Exception):
+    """The Harness refused or could not be reached; the message says which."""
+
+
+class TurnPort(Protocol):
+    """Where Turns run: a Workspace's Harness, reached over its wire."""
+
+    async def admit(self, effect: Admit, key: str) -> str:
+        """Admit one Submission; ``key`` makes a repeated admission return the same id."""
+        ...
+
+    async def settlement(self, effect: Admit, submission: str) -> Settled:
+        """Wait until the Submission settles."""
+        ...
+
+    async def sweep(self, effect: Sweep) -> list[Settled]:
+        """Send the sweep; answer the settlements it caused."""
+        ...
+
+
+class ExecPort(Protocol):
+    async def run(self, effect: StartExec) -> ExecResult: ...
+
+
+class SnapshotStore(Protocol):
+    async def save(self, snapshot: dict[str, Any]) -> None: ...
+
+
+Clock = Callable[[], float]
+"""Wall-clock seconds since the epoch: timers fire at absolute times across restarts."""
+
+
+class RunActor:
+    def __init__(
+        self,
+        core: RunCore,
+        *,
+        turns: TurnPort,
+        execs: ExecPort,
+        store: SnapshotStore,
+        clock: Clock,
+        on_change: Callable[[RunActor], None] | None = None,
+    ) -> None:
+        self.core = core
+        self._turns = turns
+        self._execs = execs
+        self._store = store
+        self._clock = clock
+        self._on_change = on_change
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._chains: dict[str, asyncio.Task[Any]] = {}
+        self._execs_running: dict[str, asyncio.Task[Any]] = {}
+        self._answers: dict[str, asyncio.Event] = {}
+        self._timer: asyncio.Task[None] | None = None
+        self.finished = asyncio.Event()
+
+    # ------------------------------------------------------------------ inputs
+
+    async def start(self) -> None:
+        """Start a new Run, or resume a restored one."""
+        resuming = self.core.config is not None
+        await self._do(lambda now: self.core.resume() if resuming else self.core.start(now))
+        if resuming:
+            for turn in self.core.live_turns():
+                running = turn.running
+                if running is not None:
+                    self._follow(self.core.admission(turn), running.id)
+        if self.core.phase.value not in ("Pending", "Running"):
+            self.finished.set()
+
+    async def signal(self, event: str, data: dict[str, Any] | None) -> None:
+        await self._do(lambda now: self.core.signal(event, data, now))
+
+    async def cancel(self) -> None:
+        await self._do(self.core.cancel)
+
+    async def pick(self, instance_id: str, event: str, payload: dict[str, Any]) -> PickAnswer:
+        answer: list[PickAnswer] = []
+
+        def decide(now: float) -> Effects:
+            result, effects = self.core.pick(instance_id, event, payload, now)
+            answer.append(result)
+            return effects
+
+        await self._do(decide)
+        return answer[0]
+
+    async def delivery(self, delivery_id: str, wait_s: float) -> Receipt | Gone | None:
+        """A delivery's answer, waiting up to ``wait_s`` while it is outstanding."""
+        answer = self.core.delivery(delivery_id)
+        if answer is not None:
+            return answer
+        ready = self._answers.setdefault(delivery_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(ready.wait(), wait_s)
+        except TimeoutError:
+            return None
+        return self.core.delivery(delivery_id)
+
+    async def close(self) -> None:
+        """Stop applying effects; what is under way resumes from the snapshot."""
+        tasks = [*self._tasks, *([self._timer] if self._timer else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ applying
+
+    async def _do(self, decide: Callable[[float], Effects]) -> None:
+        async with self._lock:
+            effects = decide(self._clock())
+            await self._store.save(self.core.snapshot())
+            self._apply(effects)
+        if self._on_change is not None:
+            self._on_change(self)
+        self._arm_timer()
+
+    def _apply(self, effects: Effects) -> None:
+        for effect in effects.items:
+            if isinstance(effect, Admit):
+                self._chain(effect.instance_id, self._admit(effect))
+            elif isinstance(effect, Sweep):
+                self._chain(effect.instance_id, self._sweep(effect))
+            elif isinstance(effect, StartExec):
+                self._execs_running[effect.invocation] = self._spawn(self._exec(effect))
+            elif isinstance(effect, StopExec):
+                task = self._execs_running.pop(effect.invocation, None)
+                if task is not None:
+                    task.cancel()
+            elif isinstance(effect, Answer):
+                self._answers.setdefault(effect.delivery, asyncio.Event()).set()
+            elif isinstance(effect, Finished):
+                self.finished.set()
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("run %s: an effect failed", self.core.run.name, exc_info=task.exception())
+
+    def _chain(self, instance_id: str, work: Coroutine[Any, Any, None]) -> None:
+        previous = self._chains.get(instance_id)
+
+        async def after_previous() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            await work
+
+        self._chains[instance_id] = self._spawn(after_previous())
+
+    async def _admit(self, effect: Admit) -> None:
+        turn = self.core.turns[effect.turn]
+        key = f"{effect.turn}.{len(turn.submissions) + 1}"
+        try:
+            submission = await self._turns.admit(effect, key)
+        except AdmitFailed as failed:
+            await self._do(lambda now: self.core.admit_failed(effect.turn, str(failed), now))
+            return
+        await self._do(lambda now: self.core.admitted(effect.turn, submission, now))
+        self._follow(effect, submission)
+
+    def _follow(self, effect: Admit, submission: str) -> None:
+        async def follow() -> None:
+            settled = await self._turns.settlement(effect, submission)
+            await self._do(
+                lambda now: self.core.settled(
+                    effect.turn,
+                    settled.submission,
+                    settled.outcome,
+                    now,
+                    usage=settled.usage,
+                    message=settled.message,
+                    reason=settled.reason,
+                )
+            )
+
+        self._spawn(follow())
+
+    async def _sweep(self, effect: Sweep) -> None:
+        settlements = await self._turns.sweep(effect)
+        caused = {s.submission: (s.outcome, s.usage, s.message) for s in settlements}
+        await self._do(lambda now: self.core.swept(effect.turn, caused, now))
+
+    async def _exec(self, effect: StartExec) -> None:
+        result = await self._execs.run(effect)
+        self._execs_running.pop(effect.invocation, None)
+        await self._do(lambda now: self.core.exec_done(effect.invocation, result, now))
+
+    def _arm_timer(self) -> None:
+        current = asyncio.current_task()
+        if self._timer is not None and self._timer is not current and not self._timer.done():
+            self._timer.cancel()
+        fire_at = self.core.next_fire()
+        if fire_at is None:
+            self._timer = None
+            return
+
+        async def fire() -> None:
+            await asyncio.sleep(max(0.0, fire_at - self._clock()))
+            await self._do(self.core.fire_due)
+
+        self._timer = asyncio.create_task(fire())

@@ -1,0 +1,203 @@
+"""The Orchestrator API that Harnesses call: surfaces, picks, and delivery answers.
+
+Each Workspace's Harness holds its own token; a token may address only Instance IDs of
+Turns admitted to its Workspace (403 otherwise), and nothing at all without one (401).
+``GET …/surface`` answers 404 when no live Turn has that Instance ID: a Turn that is
+over is never prompted. Delivery ids make a repeated poll safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from kubeturn.orchestrator.actor import RunActor
+from kubeturn.orchestrator.core import Gone, Invalid
+from kubeturn_harness.wire import ErrorBody, Receipt, Refusal, Surface
+
+log = logging.getLogger(__name__)
+
+LONG_POLL_S = 25.0
+"""How long a delivery poll parks: under the 30 s idle cut of common proxies."""
+
+
+@dataclass
+class Registry:
+    """The Run actors this process holds, and which Workspace each token belongs to."""
+
+    actors: dict[str, RunActor] = field(default_factory=dict)
+    """Run key (``namespace/name``) → actor."""
+    workspaces: dict[str, str] = field(default_factory=dict)
+    """Run key → the Workspace its Turns run in."""
+    tokens: dict[str, str] = field(default_factory=dict)
+    """SHA-256 of a Harness's token → its Workspace."""
+
+    def add_token(self, workspace: str, token: str) -> None:
+        self.tokens[hashlib.sha256(token.encode()).hexdigest()] = workspace
+
+    def workspace_of(self, token: str) -> str | None:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        for known, workspace in self.tokens.items():
+            if hmac.compare_digest(known, digest):
+                return workspace
+        return None
+
+    def owner(self, instance_id: str) -> tuple[str, RunActor] | None:
+        """The Run whose Turns used this Instance ID (live or not)."""
+        for key, actor in self.actors.items():
+            if any(t.instanceId == instance_id for t in actor.core.turns.values()):
+                return key, actor
+        return None
+
+
+REGISTRY = web.AppKey("registry", Registry)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, kind: str, message: str, field_: str | None = None) -> web.Response:
+    body = ErrorBody(error=kind, field=field_, message=message)
+    return web.json_response(body.model_dump(exclude_none=True), status=status)
+
+
+def _model(body: BaseModel, status: int = 200) -> web.Response:
+    return web.json_response(text=body.model_dump_json(exclude_none=True), status=status)
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path in ("/healthz", "/openapi.json"):
+        return await handler(request)
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    workspace = request.app[REGISTRY].workspace_of(token) if scheme.lower() == "bearer" else None
+    if workspace is None:
+        response = _error(401, "unauthorized", "a valid Workspace token is required")
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+    request["workspace"] = workspace
+    return await handler(request)
+
+
+def _actor(request: web.Request) -> RunActor | web.Response:
+    registry = request.app[REGISTRY]
+    instance_id = request.match_info["iid"]
+    found = registry.owner(instance_id)
+    if found is None:
+        return _error(404, "not-found", f"no live surface for agent {instance_id!r}")
+    key, actor = found
+    if registry.workspaces.get(key) != request["workspace"]:
+        return _error(403, "forbidden", f"this token may not address {instance_id!r}")
+    return actor
+
+
+async def surface(request: web.Request) -> web.Response:
+    actor = _actor(request)
+    if isinstance(actor, web.Response):
+        return actor
+    found: Surface | None = actor.core.surface(request.match_info["iid"])
+    if found is None:
+        return _error(404, "not-found", "no live surface: the Turn is over")
+    return _model(found)
+
+
+async def pick(request: web.Request) -> web.Response:
+    actor = _actor(request)
+    if isinstance(actor, web.Response):
+        return actor
+    try:
+        body = await request.json()
+    except ValueError:
+        return _error(400, "invalid", "the pick's body must be a JSON object")
+    if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+        return _error(400, "invalid", "the pick's body needs a string 'type'", "type")
+    event = body.pop("type")
+    answer = await actor.pick(request.match_info["iid"], event, body)
+    if isinstance(answer, Receipt):
+        return _model(answer)
+    if isinstance(answer, Refusal):
+        return _model(answer, 409)
+    if isinstance(answer, Invalid):
+        return _error(422, "invalid", answer.message, "payload")
+    return _error(404, "not-found", "no live surface: the Turn is over")
+
+
+async def delivery(request: web.Request) -> web.StreamResponse:
+    actor = _actor(request)
+    if isinstance(actor, web.Response):
+        return actor
+    answer = await actor.delivery(request.match_info["delivery"], LONG_POLL_S)
+    if answer is None:
+        return web.Response(status=204)
+    if isinstance(answer, Gone):
+        return _error(404, "not-found", "no such delivery")
+    return _model(answer)
+
+
+async def healthz(_: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def openapi_json(_: web.Request) -> web.Response:
+    return web.json_response(text=json.dumps(document()))
+
+
+@cache
+def document() -> dict[str, Any]:
+    ref = "#/components/schemas/{model}"
+    _, schemas = models_json_schema(
+        [(m, "validation") for m in (Surface, Receipt, Refusal, ErrorBody)], ref_template=ref
+    )
+
+    def answer(model: str, description: str) -> dict[str, Any]:
+        schema = {"$ref": ref.format(model=model)}
+        return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+    iid = {"name": "iid", "in": "path", "required": True, "schema": {"type": "string"},
+           "description": "The Instance ID, percent-encoded as one path segment."}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "kubeturn Orchestrator", "version": "v1alpha1"},
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/agents/{iid}/surface": {"parameters": [iid], "get": {
+                "summary": "The live Turn's Menu, allowed picks, cwd and notices.",
+                "responses": {"200": answer("Surface", "The surface."),
+                              "404": answer("ErrorBody", "No live Turn: never prompt.")}}},
+            "/agents/{iid}/events": {"parameters": [iid], "post": {
+                "summary": "A pick: {type, ...payload}. Never retried by Harnesses.",
+                "responses": {"200": answer("Receipt", "Delivered."),
+                              "409": answer("Refusal", "Refused; nothing delivered."),
+                              "422": answer("ErrorBody", "The payload does not fit."),
+                              "404": answer("ErrorBody", "The Turn is over.")}}},
+            "/agents/{iid}/deliveries/{delivery}": {"parameters": [iid, {
+                "name": "delivery", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "get": {"summary": "Long-poll an outstanding pick's answer (≤ 25 s).",
+                        "responses": {"200": answer("Receipt", "Answered."),
+                                      "204": {"description": "Still being worked on."},
+                                      "404": answer("ErrorBody", "No such delivery.")}}},
+        },
+    }
+
+
+def make_app(registry: Registry) -> web.Application:
+    app = web.Application(middlewares=[authenticate])
+    app[REGISTRY] = registry
+    app.router.add_get("/agents/{iid}/surface", surface)
+    app.router.add_post("/agents/{iid}/events", pick)
+    app.router.add_get("/agents/{iid}/deliveries/{delivery}", delivery)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/openapi.json", openapi_json)
+    return app

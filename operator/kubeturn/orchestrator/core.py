@@ -1,0 +1,784 @@
+"""The Run core: one Run's Machine, its Turns, their sweeps and the answers to picks.
+
+Every entry point takes an event (a start, a signal, a pick, a timer, an exec result, a
+settlement), advances the Machine, and returns the effects the shell must apply: admit
+a Submission, sweep a Turn with its cause, start or stop an exec, answer a pick. The
+state it keeps is one JSON snapshot; the shell persists it before it acknowledges any
+effect, so a restored core continues exactly. No IO, no clock: ``now`` is an argument.
+
+The rules (docs/turn-semantics.md):
+
+- a Turn starts when its state is entered and is swept when its state exits; the sweep
+  says ``cause: "pick"`` exactly when the macrostep that exited it carried this Turn's
+  own pick (through work or timers the pick's route started, too);
+- a pick is refused while another is outstanding or the Agent's state is not at Rest;
+  one whose work runs below the Agent's state is answered at Rest, or when an exit ends
+  its Turn (``stopped`` when that exit stopped the work);
+- a Submission that settles ``completed`` while picks are allowed is nudged (budget 2),
+  then the Machine gets the Agent's fault; a fault burns a continued conversation;
+- every Turn gets exactly one history record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import jsonschema
+
+from kubeturn.machine import interpreter
+from kubeturn.machine.interpreter import (
+    DONE_INVOKE,
+    ERROR_INVOKE,
+    Config,
+    Event,
+    InvokeEntry,
+    InvokeKind,
+    Scope,
+    Status,
+    Step,
+)
+from kubeturn.machine.load import LoadedRun
+from kubeturn.machine.model import StatePath
+from kubeturn.orchestrator import frames, ids
+from kubeturn.orchestrator.effects import (
+    Admit,
+    Answer,
+    Effects,
+    Finished,
+    StartExec,
+    StopExec,
+    Sweep,
+)
+from kubeturn.orchestrator.turns import (
+    Delivery,
+    Exit,
+    SubmissionEntry,
+    Turn,
+    TurnPhase,
+    TurnRecord,
+    total_usage,
+)
+from kubeturn_harness.wire import MenuItem, Notice, Outcome, Receipt, Refusal, Surface, Usage
+
+NUDGE_BUDGET = 2
+"""Nudges per Turn before the Agent's fault: a model that stops twice more without
+picking, after being told what the workflow waits for, will not pick on a third."""
+
+PICK = "pick"
+MAX_TIMERS_AT_ONCE = 1000
+"""Timers fired in one call; a zero-delay timer that re-arms itself cannot spin forever."""
+
+
+class RunPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+
+PHASE_OF = {
+    Status.DONE: RunPhase.SUCCEEDED,
+    Status.FAILED: RunPhase.FAILED,
+    Status.CANCELLED: RunPhase.CANCELLED,
+}
+
+
+@dataclass(frozen=True)
+class Gone:
+    """No live Turn at that Instance ID (404)."""
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """The pick's payload does not fit its schema (422)."""
+
+    message: str
+
+
+PickAnswer = Receipt | Refusal | Gone | Invalid
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+    error: str | None = None
+    """Set when the command could not run at all."""
+
+
+class RunCore:
+    def __init__(
+        self,
+        run: LoadedRun,
+        *,
+        workspace: frames.WorkspaceView | None,
+        new_id: ids.IdSource,
+        nudge_budget: int = NUDGE_BUDGET,
+        snapshot: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.run = run
+        self.workspace = workspace
+        self._new_id = new_id
+        self._nudge_budget = nudge_budget
+        self._scope = Scope(
+            input=run.spec.input, workspace=workspace.activation() if workspace else {}
+        )
+        self._queue: list[Event] = []
+        self.config: Config | None = None
+        self.phase = RunPhase.PENDING
+        self.message: str | None = None
+        self.turns: dict[str, Turn] = {}
+        self.deliveries: dict[str, Delivery] = {}
+        self.epochs: dict[str, int] = {}
+        self.notices: dict[str, list[Notice]] = {}
+        self.history: list[TurnRecord] = []
+        self.seq = 0
+        if snapshot is not None:
+            self._restore(snapshot)
+
+    # ------------------------------------------------------------------ events in
+
+    def start(self, now: float) -> Effects:
+        effects = Effects()
+        if self.config is not None:
+            return effects
+        self.phase = RunPhase.RUNNING
+        self._apply(interpreter.start(self.run.chart, self._scope, now), now, effects)
+        self._drain(now, effects)
+        return effects
+
+    def signal(self, event: str, data: Mapping[str, Any] | None, now: float) -> Effects:
+        return self._send(Event(event, dict(data or {})), now)
+
+    def cancel(self, now: float) -> Effects:
+        return self._send(Event(interpreter.CANCEL), now)
+
+    def fire_due(self, now: float) -> Effects:
+        effects = Effects()
+        for _ in range(MAX_TIMERS_AT_ONCE):
+            due = interpreter.due(self.config, now) if self.config is not None else []
+            if not due:
+                break
+            self._step(interpreter.timer_event(due[0]), now, effects)
+        return effects
+
+    def next_fire(self) -> float | None:
+        return interpreter.next_fire(self.config) if self.config is not None else None
+
+    def exec_done(self, invocation: str, result: ExecResult, now: float) -> Effects:
+        entry = self._invocation(invocation)
+        if entry is None:
+            return Effects()
+        fields = {
+            "exitCode": result.exit_code,
+            "output": result.output,
+            "timedOut": result.timed_out,
+        }
+        if result.error is not None or result.timed_out:
+            why = result.error or f"timed out; its output so far: {result.output[-2000:]}"
+            event = Event(
+                ERROR_INVOKE, {"reason": "exec", "message": why, **fields}, entry.cause, invocation
+            )
+        else:
+            event = Event(DONE_INVOKE, {"output": fields}, entry.cause, invocation)
+        return self._send(event, now)
+
+    def pick(
+        self, instance_id: str, event: str, payload: Mapping[str, Any], now: float
+    ) -> tuple[PickAnswer, Effects]:
+        effects = Effects()
+        turn = self._live_turn(instance_id)
+        if turn is None or self.config is None:
+            return Gone(), effects
+        if turn.outstanding is not None or not self._at_rest(turn):
+            held = self.deliveries.get(turn.outstanding or "")
+            refusal = Refusal(
+                refused="outstanding", outstanding=held.event if held else None, allowed=[]
+            )
+            return refusal, effects
+        allowed = self.allowed(turn)
+        if event not in allowed:
+            listed = ", ".join(allowed) or "none"
+            message = f"`{event}` is not a pick the workflow takes now (allowed: {listed})"
+            return Refusal(refused="not-allowed", allowed=allowed, message=message), effects
+        schema = self._menu_schema(turn, event)
+        try:
+            jsonschema.validate(dict(payload), schema)
+        except jsonschema.ValidationError as error:
+            where = "/".join(str(p) for p in error.absolute_path) or "the payload"
+            return Invalid(f"{where}: {error.message}"), effects
+        self.seq += 1
+        delivery = Delivery(id=f"d{self.seq}-{self._new_id()}", turn=turn.id, event=event)
+        self.deliveries[delivery.id] = delivery
+        cause = frozenset({turn.id, *self._enclosing_outstanding(turn)})
+        leaf_before = self.config.leaf
+        step = self._step(Event(event, dict(payload), cause), now, effects)
+        receipt = self._receipt_after_pick(turn, delivery, step, leaf_before)
+        return receipt, effects
+
+    def admitted(self, turn_id: str, submission: str, now: float) -> Effects:
+        effects = Effects()
+        turn = self.turns.get(turn_id)
+        if turn is None:
+            return effects
+        turn.admitting = False
+        if all(s.id != submission for s in turn.submissions):
+            turn.submissions.append(SubmissionEntry(id=submission, admittedAt=now))
+        if turn.phase is TurnPhase.PENDING:
+            turn.phase = TurnPhase.LIVE
+        return effects
+
+    def admit_failed(self, turn_id: str, message: str, now: float) -> Effects:
+        turn = self.turns.get(turn_id)
+        if turn is None or turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
+            return Effects()
+        turn.admitting = False
+        turn.phase = TurnPhase.LIVE
+        return self._fault(turn, "admission-failed", message, now)
+
+    def settled(
+        self,
+        turn_id: str,
+        submission: str,
+        outcome: Outcome,
+        now: float,
+        *,
+        usage: Usage | None = None,
+        message: str | None = None,
+        reason: str | None = None,
+    ) -> Effects:
+        """A Submission settled (reported by the shell's follower; idempotent)."""
+        turn = self.turns.get(turn_id)
+        entry = _submission(turn, submission) if turn else None
+        if turn is None or entry is None or entry.outcome is not None:
+            return Effects()
+        entry.outcome, entry.settledAt, entry.usage, entry.message = outcome, now, usage, message
+        if turn.phase is not TurnPhase.LIVE:
+            return Effects()
+        if outcome is Outcome.COMPLETED:
+            effects = Effects()
+            self._wake(turn, now, effects)
+            self._drain(now, effects)
+            return effects
+        why = reason or ("failed" if outcome is Outcome.FAILED else outcome.value)
+        detail = message or f"its Submission settled {outcome.value} while its state was active"
+        return self._fault(turn, why, detail, now)
+
+    def swept(
+        self,
+        turn_id: str,
+        settlements: Mapping[str, tuple[Outcome, Usage | None, str | None]],
+        now: float,
+    ) -> Effects:
+        """The sweep of a Turn came back with the settlements it caused; record the Turn."""
+        turn = self.turns.get(turn_id)
+        if turn is None or turn.phase is not TurnPhase.SWEEPING:
+            return Effects()
+        for sid, (outcome, usage, message) in settlements.items():
+            entry = _submission(turn, sid)
+            if entry is not None and entry.outcome is None:
+                entry.outcome, entry.settledAt, entry.usage, entry.message = (
+                    outcome,
+                    now,
+                    usage,
+                    message,
+                )
+        self._record(turn, now)
+        return Effects()
+
+    # ------------------------------------------------------------------ reads
+
+    def surface(self, instance_id: str) -> Surface | None:
+        turn = self._live_turn(instance_id)
+        if turn is None:
+            return None
+        menu = [
+            MenuItem(name=m.name, description=m.description, input=dict(m.schema))
+            for m in self.run.menu(StatePath(turn.state))
+        ]
+        return Surface(
+            instanceId=turn.instanceId,
+            runId=f"{self.run.namespace}.{self.run.name}",
+            menu=menu,
+            allowed=self.allowed(turn),
+            cwd=turn.cwd,
+            notices=turn.notices,
+        )
+
+    def delivery(self, delivery_id: str) -> Receipt | Gone | None:
+        """A delivery's answer; None while it is still being worked on."""
+        delivery = self.deliveries.get(delivery_id)
+        if delivery is None:
+            return Gone()
+        return delivery.receipt
+
+    def allowed(self, turn: Turn) -> list[str]:
+        """The picks this Turn may make now: none while a pick is out or work runs."""
+        if self.config is None or turn.outstanding is not None or not self._at_rest(turn):
+            return []
+        menu = {m.name for m in self.run.menu(StatePath(turn.state))}
+        handled = interpreter.handled_below(self.run.chart, self.config, StatePath(turn.state))
+        return [name for name in handled if name in menu]
+
+    def admission(self, turn: Turn) -> Admit:
+        """The admission a live Turn's Submissions were made with (to follow them again)."""
+        return self._admit_effect(turn, nudge=False)
+
+    def live_turns(self) -> list[Turn]:
+        return [t for t in self.turns.values() if t.phase in (TurnPhase.PENDING, TurnPhase.LIVE)]
+
+    def resume(self) -> Effects:
+        """After a restore: what was under way must be under way again."""
+        effects = Effects()
+        for turn in self.turns.values():
+            if turn.phase is TurnPhase.SWEEPING and turn.exit is not None:
+                effects.add(self._sweep_effect(turn, turn.exit.cause, turn.exit.submission))
+            elif turn.admitting:
+                effects.add(self._admit_effect(turn, nudge=bool(turn.nudges)))
+        for entry in self.config.invokes if self.config else ():
+            if entry.kind is InvokeKind.EXEC:
+                self._start_exec(entry, None, 0.0, effects)
+        return effects
+
+    # ------------------------------------------------------------------ the machine
+
+    def _send(self, event: Event, now: float) -> Effects:
+        effects = Effects()
+        if self.config is None:
+            return effects
+        self._step(event, now, effects)
+        return effects
+
+    def _step(self, event: Event, now: float, effects: Effects) -> Step:
+        assert self.config is not None
+        step = interpreter.step(self.run.chart, self.config, event, self._scope, now)
+        self._apply(step, now, effects)
+        self._drain(now, effects)
+        return step
+
+    def _drain(self, now: float, effects: Effects) -> None:
+        while self._queue and self.config is not None:
+            event = self._queue.pop(0)
+            step = interpreter.step(self.run.chart, self.config, event, self._scope, now)
+            self._apply(step, now, effects)
+        self._answer_at_rest(effects)
+        for turn in list(self.turns.values()):
+            self._wake(turn, now, effects)
+
+    def _apply(self, step: Step, now: float, effects: Effects) -> None:
+        self.config = step.config
+        self._note_reply(step)
+        for stopped in step.stopped:
+            if stopped.invoke.kind is InvokeKind.EXEC:
+                effects.add(StopExec(stopped.invoke.id))
+                continue
+            turn = self._turn_of(stopped.invoke.id)
+            if turn is not None:
+                cause = PICK if turn.id in stopped.cause else None
+                self._exit_turn(turn, cause, step, now, effects)
+        for started in step.started:
+            if started.kind is InvokeKind.AGENT:
+                self._start_turn(started, step.event, now, effects)
+            else:
+                self._start_exec(started, step.event, now, effects)
+        if step.config.status is not Status.RUNNING and self.phase is RunPhase.RUNNING:
+            self.phase = PHASE_OF[step.config.status]
+            self.message = step.config.message
+            effects.add(Finished(self.phase.value, step.config.output, step.config.message))
+
+    # ------------------------------------------------------------------ turns
+
+    def _start_turn(self, entry: InvokeEntry, event: Event, now: float, effects: Effects) -> None:
+        assert self.config is not None
+        state = self.run.chart.states[entry.state]
+        assert state.invoke is not None and state.invoke.agent is not None
+        call = state.invoke.agent
+        slot = self.run.agents[call.slot]
+        where = _invoke_path(entry.state) + ".agent"
+        activation = interpreter.activation(self.config, event, self._scope)
+        self.seq += 1
+        turn_id = f"t{self.seq}"
+        epoch = self.epochs.get(call.slot, 0)
+        if call.continue_:
+            iid = ids.structural(self.run.namespace, self.run.name, call.slot, epoch)
+        else:
+            iid = ids.fresh(self.run.namespace, self.run.name, call.slot, self._new_id())
+        try:
+            frame = frames.agent_frame(call, activation, self.workspace, where)
+            if any(t.instanceId == iid for t in self.live_turns()):
+                raise frames.FrameRefused(
+                    f"{where}: the conversation {iid!r} already has a live Turn; two states "
+                    "cannot continue one Agent's conversation at once"
+                )
+        except frames.FrameRefused as refused:
+            frame = frames.Frame(prompt="", cwd="")
+            self._queue.append(
+                Event(ERROR_INVOKE, {"reason": "refused", "message": str(refused)}, origin=entry.id)
+            )
+            turn = self._new_turn(turn_id, call.slot, entry, iid, call.continue_, epoch, frame, now)
+            turn.phase = TurnPhase.SWEEPING
+            turn.exit = Exit(cause=None, submission=None, at=now)
+            self._record(
+                turn, now, outcome=Outcome.FAILED, message=f"refused before admission: {refused}"
+            )
+            return
+        turn = self._new_turn(turn_id, call.slot, entry, iid, call.continue_, epoch, frame, now)
+        turn.model = call.model or slot.model
+        turn.thinkingLevel = call.thinking_level or (
+            str(slot.thinkingLevel) if slot.thinkingLevel else None
+        )
+        if call.continue_:
+            turn.notices = self.notices.pop(call.slot, [])
+        turn.admitting = True
+        effects.add(self._admit_effect(turn, nudge=False))
+
+    def _new_turn(
+        self,
+        turn_id: str,
+        slot: str,
+        entry: InvokeEntry,
+        iid: str,
+        continue_: bool,
+        epoch: int,
+        frame: frames.Frame,
+        now: float,
+    ) -> Turn:
+        turn = Turn.model_validate(
+            {
+                "id": turn_id,
+                "agent": slot,
+                "state": entry.state,
+                "invocation": entry.id,
+                "instanceId": iid,
+                "continue": continue_,
+                "epoch": epoch,
+                "prompt": frame.prompt,
+                "cwd": frame.cwd,
+                "startedAt": now,
+            }
+        )
+        self.turns[turn_id] = turn
+        return turn
+
+    def _admit_effect(self, turn: Turn, *, nudge: bool) -> Admit:
+        slot = self.run.agents[turn.agent]
+        prompt = turn.prompt if not nudge else self._nudge_prompt(turn)
+        return Admit(
+            turn=turn.id,
+            agent=turn.agent,
+            instance_id=turn.instanceId,
+            prompt=prompt,
+            cwd=turn.cwd,
+            continue_=turn.continue_ or nudge,
+            model=turn.model,
+            thinking_level=turn.thinkingLevel,
+            instructions=slot.instructions,
+            workspace=str(slot.workspace.value),
+            notices=tuple(turn.notices) if not nudge else (),
+            nudge=nudge,
+        )
+
+    def _nudge_prompt(self, turn: Turn) -> str:
+        picks = ", ".join(f"`{name}`" for name in self.allowed(turn))
+        return (
+            "Your turn is not over: the workflow is waiting for one of your picks "
+            f"({picks}). Finish what the task needs, then call one of them, once."
+        )
+
+    def _wake(self, turn: Turn, now: float, effects: Effects) -> None:
+        """Nudge a live Turn whose model stopped while picks are allowed."""
+        if not turn.idle or not turn.submissions or turn.faulted:
+            return
+        if turn.submissions[-1].outcome is not Outcome.COMPLETED or not self.allowed(turn):
+            return
+        if turn.nudges >= self._nudge_budget:
+            effects.items.extend(
+                self._fault(
+                    turn,
+                    "no-pick",
+                    f"the Agent stopped {turn.nudges + 1} times without a pick while "
+                    f"{', '.join(self.allowed(turn))} were allowed",
+                    now,
+                ).items
+            )
+            return
+        turn.nudges += 1
+        turn.admitting = True
+        effects.add(self._admit_effect(turn, nudge=True))
+
+    def _fault(self, turn: Turn, reason: str, message: str, now: float) -> Effects:
+        """The Agent's Turn failed: its conversation is burnt, the Machine is told once."""
+        turn.faulted = True
+        if turn.continue_:
+            self.epochs[turn.agent] = max(self.epochs.get(turn.agent, 0), turn.epoch) + 1
+        fields = {"reason": reason, "message": message, "agent": turn.agent, "turn": turn.id}
+        return self._send(Event(ERROR_INVOKE, fields, origin=turn.invocation), now)
+
+    def _exit_turn(
+        self, turn: Turn, cause: str | None, step: Step, now: float, effects: Effects
+    ) -> None:
+        if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
+            return
+        running = turn.running
+        turn.phase = TurnPhase.SWEEPING
+        turn.exit = Exit(cause=cause, submission=running.id if running else None, at=now)
+        if turn.outstanding is not None:
+            delivery = self.deliveries[turn.outstanding]
+            work_stopped = any(
+                s.invoke.state != turn.state
+                and self.run.chart.is_within(s.invoke.state, StatePath(turn.state))
+                for s in step.stopped
+            )
+            self._answer(delivery, turn, effects, turn_complete=True, stopped=work_stopped)
+        effects.add(self._sweep_effect(turn, cause, turn.exit.submission))
+
+    def _sweep_effect(self, turn: Turn, cause: str | None, submission: str | None) -> Sweep:
+        return Sweep(turn.id, turn.agent, turn.instanceId, cause, submission)
+
+    def _record(
+        self, turn: Turn, now: float, *, outcome: Outcome | None = None, message: str | None = None
+    ) -> None:
+        if turn.phase is TurnPhase.SETTLED:
+            return
+        exit_ = turn.exit
+        at_exit = _submission(turn, exit_.submission) if exit_ and exit_.submission else None
+        if outcome is None:
+            if at_exit is not None:
+                outcome = at_exit.outcome or Outcome.ABORTED
+                message = (
+                    at_exit.message if at_exit.outcome else "no settlement came back from the sweep"
+                )
+            else:
+                outcome = Outcome.ENDED if exit_ and exit_.cause == PICK else Outcome.ABORTED
+        for entry in turn.submissions:
+            if entry.outcome is None:
+                entry.outcome, entry.settledAt = Outcome.ABORTED, now
+        turn.phase = TurnPhase.SETTLED
+        self.history.append(
+            TurnRecord(
+                name=turn.id,
+                agent=turn.agent,
+                state=turn.state,
+                instanceId=turn.instanceId,
+                outcome=outcome,
+                cause=exit_.cause if exit_ else None,
+                message=message,
+                submissions=list(turn.submissions),
+                startedAt=turn.startedAt,
+                settledAt=now,
+                tokens=total_usage(turn.submissions),
+            )
+        )
+
+    # ------------------------------------------------------------------ picks
+
+    def _receipt_after_pick(
+        self, turn: Turn, delivery: Delivery, step: Step, leaf_before: str
+    ) -> Receipt:
+        assert self.config is not None
+        if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
+            if delivery.receipt is None:
+                delivery.outstanding = False
+                delivery.receipt = Receipt(
+                    delivered=True, event=delivery.event, turnComplete=True, deliveryId=delivery.id
+                )
+                self._notice_answer(turn, delivery.receipt)
+            return delivery.receipt
+        if self._at_rest(turn):
+            straight_back = (
+                self.config.leaf == leaf_before and bool(step.entered) and not delivery.replied
+            )
+            delivery.outstanding = False
+            delivery.receipt = Receipt(
+                delivered=True,
+                event=delivery.event,
+                deliveryId=delivery.id,
+                allowed=self.allowed(turn),
+                straightBack=straight_back,
+                answer=delivery.reply,
+            )
+            return delivery.receipt
+        turn.outstanding = delivery.id
+        return Receipt(
+            delivered=True, event=delivery.event, deliveryId=delivery.id, outstanding=True
+        )
+
+    def _answer_at_rest(self, effects: Effects) -> None:
+        for turn in self.live_turns():
+            if turn.outstanding is not None and self._at_rest(turn):
+                self._answer(
+                    self.deliveries[turn.outstanding],
+                    turn,
+                    effects,
+                    turn_complete=False,
+                    stopped=False,
+                )
+
+    def _answer(
+        self,
+        delivery: Delivery,
+        turn: Turn,
+        effects: Effects,
+        *,
+        turn_complete: bool,
+        stopped: bool,
+    ) -> None:
+        delivery.outstanding = False
+        turn.outstanding = None
+        delivery.receipt = Receipt(
+            delivered=True,
+            event=delivery.event,
+            deliveryId=delivery.id,
+            turnComplete=turn_complete,
+            answer=delivery.reply,
+            allowed=None if turn_complete else self.allowed(turn),
+            stopped=stopped,
+        )
+        effects.add(Answer(delivery.id, delivery.receipt))
+        if turn_complete:
+            self._notice_answer(turn, delivery.receipt)
+
+    def _notice_answer(self, turn: Turn, receipt: Receipt) -> None:
+        """A continued conversation hears how its last pick went in its next Turn."""
+        if not turn.continue_:
+            return
+        if receipt.stopped:
+            text = (
+                f"Your pick `{receipt.event}` did not finish: the workflow left the state that "
+                "asked for your last turn while it ran, and that stopped it."
+            )
+        elif receipt.answer is not None:
+            text = f"Your pick `{receipt.event}` was answered: {_render(receipt.answer)}"
+        else:
+            return
+        self.notices.setdefault(turn.agent, []).append(Notice(kind="pick-answer", text=text))
+
+    def _note_reply(self, step: Step) -> None:
+        """Keep the last reply from the work below an Agent's state while its pick is out."""
+        event = step.event
+        for turn in self.live_turns():
+            if turn.outstanding is None:
+                continue
+            delivery = self.deliveries[turn.outstanding]
+            source = (event.origin or "").partition("#")[0]
+            below = (
+                source
+                and source != turn.state
+                and self.run.chart.is_within(StatePath(source), StatePath(turn.state))
+            )
+            if event.type == DONE_INVOKE and below:
+                delivery.reply, delivery.replied = event.fields.get("output"), True
+            elif any(
+                other != turn.id
+                and other in self.turns
+                and self.turns[other].state != turn.state
+                and self.run.chart.is_within(
+                    StatePath(self.turns[other].state), StatePath(turn.state)
+                )
+                for other in event.cause
+            ) and not event.type.startswith(("after:", "done.", "error.")):
+                delivery.reply, delivery.replied = {"event": event.type, **event.fields}, True
+
+    def _enclosing_outstanding(self, turn: Turn) -> set[str]:
+        """Turns whose outstanding pick's work this Turn is: their states enclose it."""
+        return {
+            other.id
+            for other in self.live_turns()
+            if other.id != turn.id
+            and other.outstanding is not None
+            and self.run.chart.is_within(StatePath(turn.state), StatePath(other.state))
+        }
+
+    # ------------------------------------------------------------------ helpers
+
+    def _start_exec(
+        self, entry: InvokeEntry, event: Event | None, now: float, effects: Effects
+    ) -> None:
+        assert self.config is not None
+        state = self.run.chart.states[entry.state]
+        assert state.invoke is not None and state.invoke.exec is not None
+        activation = interpreter.activation(self.config, event, self._scope)
+        try:
+            frame = frames.exec_frame(
+                state.invoke.exec, activation, self.workspace, _invoke_path(entry.state) + ".exec"
+            )
+        except frames.FrameRefused as refused:
+            self._queue.append(
+                Event(
+                    ERROR_INVOKE,
+                    {"reason": "refused", "message": str(refused)},
+                    entry.cause,
+                    entry.id,
+                )
+            )
+            return
+        effects.add(StartExec(entry.id, frame.prompt, frame.cwd, state.invoke.exec.timeout_s))
+
+    def _at_rest(self, turn: Turn) -> bool:
+        assert self.config is not None
+        return interpreter.at_rest(self.run.chart, self.config, StatePath(turn.state))
+
+    def _live_turn(self, instance_id: str) -> Turn | None:
+        return next((t for t in self.live_turns() if t.instanceId == instance_id), None)
+
+    def _turn_of(self, invocation: str) -> Turn | None:
+        return next((t for t in self.turns.values() if t.invocation == invocation), None)
+
+    def _invocation(self, invocation: str) -> InvokeEntry | None:
+        if self.config is None:
+            return None
+        return next((i for i in self.config.invokes if i.id == invocation), None)
+
+    def _menu_schema(self, turn: Turn, event: str) -> Mapping[str, Any]:
+        for entry in self.run.menu(StatePath(turn.state)):
+            if entry.name == event:
+                return entry.schema
+        return {"type": "object"}
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase.value,
+            "message": self.message,
+            "machine": interpreter.snapshot(self.config) if self.config else None,
+            "turns": [t.model_dump(mode="json", by_alias=True) for t in self.turns.values()],
+            "deliveries": [d.model_dump(mode="json") for d in self.deliveries.values()],
+            "epochs": dict(self.epochs),
+            "notices": {k: [n.model_dump(mode="json") for n in v] for k, v in self.notices.items()},
+            "history": [r.model_dump(mode="json") for r in self.history],
+            "seq": self.seq,
+        }
+
+    def _restore(self, data: Mapping[str, Any]) -> None:
+        self.phase = RunPhase(data["phase"])
+        self.message = data.get("message")
+        self.config = interpreter.restore(data["machine"]) if data.get("machine") else None
+        self.turns = {t["id"]: Turn.model_validate(t) for t in data["turns"]}
+        self.deliveries = {d["id"]: Delivery.model_validate(d) for d in data["deliveries"]}
+        self.epochs = dict(data["epochs"])
+        self.notices = {
+            k: [Notice.model_validate(n) for n in v] for k, v in data["notices"].items()
+        }
+        self.history = [TurnRecord.model_validate(r) for r in data["history"]]
+        self.seq = int(data["seq"])
+
+
+def _submission(turn: Turn | None, submission: str | None) -> SubmissionEntry | None:
+    if turn is None:
+        return None
+    return next((s for s in turn.submissions if s.id == submission), None)
+
+
+def _invoke_path(state: str) -> str:
+    return "spec.machine.states." + ".states.".join(state.split(".")) + ".invoke"
+
+
+def _render(answer: Any) -> str:
+    return answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True)

@@ -1,0 +1,81 @@
+"""What the core asks its shell to do. Decisions only; the shell performs them, in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubeturn_harness.wire import Notice, Receipt
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Admit one Submission of a Turn to its Workspace's Harness."""
+
+    turn: str
+    agent: str
+    instance_id: str
+    prompt: str
+    cwd: str
+    continue_: bool
+    model: str | None
+    thinking_level: str | None
+    instructions: str
+    workspace: str
+    notices: tuple[Notice, ...] = ()
+    nudge: bool = False
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Abort a Turn's Submissions; ordered before any later admission on its Instance ID."""
+
+    turn: str
+    agent: str
+    instance_id: str
+    cause: str | None
+    submission: str | None
+
+
+@dataclass(frozen=True)
+class StartExec:
+    invocation: str
+    command: str
+    cwd: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class StopExec:
+    invocation: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer of an outstanding pick, for whoever long-polls its delivery."""
+
+    delivery: str
+    receipt: Receipt
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The Run reached its end."""
+
+    phase: str
+    output: Any = None
+    message: str | None = None
+
+
+Effect = Admit | Sweep | StartExec | StopExec | Answer | Finished
+
+
+@dataclass
+class Effects:
+    items: list[Effect] = field(default_factory=list)
+
+    def add(self, effect: Effect) -> None:
+        self.items.append(effect)
+
+    def of(self, kind: type[Effect]) -> list[Effect]:
+        return [item for item in self.items if isinstance(item, kind)]

@@ -1,0 +1,121 @@
+"""The Orchestrator's client of a Harness: admit, follow, sweep (a ``TurnPort`` over HTTP).
+
+Admissions carry an idempotency key, so re-sending one after a restart admits nothing
+twice. Settlements are followed on the conversation's stream with long-polls; a
+transport failure is retried, because reading is safe. The sweep answers only after
+the Harness recorded what it settled, so its settlements are read back at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from urllib.parse import quote
+
+import aiohttp
+from pydantic import ValidationError
+
+from kubeturn.orchestrator.actor import AdmitFailed, Settled
+from kubeturn.orchestrator.effects import Admit, Sweep
+from kubeturn_harness.wire import (
+    AdmitResponse,
+    EventType,
+    History,
+    Settlement,
+    StreamEvent,
+)
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 0.5
+"""Pause before reading a stream again after a transport failure."""
+POLL_TIMEOUT_S = 35.0
+"""Above the Harness's 25 s long-poll park."""
+
+
+class HarnessClient:
+    def __init__(self, base_url: str, token: str) -> None:
+        self._base = base_url.rstrip("/")
+        self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    def _url(self, agent: str, instance_id: str, *rest: str) -> str:
+        return "/".join([self._base, "agents", quote(agent, safe=""), quote(instance_id, safe=""), *rest])
+
+    async def admit(self, effect: Admit, key: str) -> str:
+        body = {
+            "prompt": effect.prompt,
+            "cwd": effect.cwd,
+            "continue": effect.continue_,
+            "model": effect.model,
+            "thinkingLevel": effect.thinking_level,
+            "definition": {"instructions": effect.instructions, "workspace": effect.workspace},
+            "notices": [n.model_dump() for n in effect.notices],
+            "key": key,
+        }
+        body = {k: v for k, v in body.items() if v is not None}
+        try:
+            async with self._session.post(self._url(effect.agent, effect.instance_id), json=body) as response:
+                raw = await response.read()
+                if response.status != 200:
+                    raise AdmitFailed(f"the Harness refused the admission (HTTP {response.status}): {raw.decode(errors='replace')[:500]}")
+                return AdmitResponse.model_validate_json(raw).submissionId
+        except aiohttp.ClientError as error:
+            raise AdmitFailed(f"the Harness could not be reached: {error}") from error
+
+    async def settlement(self, effect: Admit, submission: str) -> Settled:
+        offset = 0
+        url = self._url(effect.agent, effect.instance_id)
+        timeout = aiohttp.ClientTimeout(total=POLL_TIMEOUT_S)
+        while True:
+            try:
+                async with self._session.get(
+                    url, params={"offset": str(offset), "live": "long-poll"}, timeout=timeout
+                ) as response:
+                    if response.status == 200:
+                        for raw in await response.json():
+                            event = StreamEvent.model_validate(raw)
+                            if (
+                                event.type is EventType.SUBMISSION_SETTLED
+                                and event.data.get("submissionId") == submission
+                            ):
+                                return _settled(Settlement.model_validate(event.data))
+                    if response.status in (200, 204):
+                        offset = int(response.headers.get("stream-next-offset", offset))
+                        continue
+                    log.warning("following %s: HTTP %d", effect.instance_id, response.status)
+            except (aiohttp.ClientError, TimeoutError, ValidationError) as error:
+                log.debug("following %s: %s", effect.instance_id, error)
+            await asyncio.sleep(RETRY_S)
+
+    async def sweep(self, effect: Sweep) -> list[Settled]:
+        body: dict[str, str] = {}
+        if effect.cause is not None:
+            body["cause"] = effect.cause
+        if effect.submission is not None:
+            body["submissionId"] = effect.submission
+        url = self._url(effect.agent, effect.instance_id)
+        try:
+            async with self._session.post(url + "/abort", json=body) as response:
+                response.raise_for_status()
+            async with self._session.get(url, params={"view": "history"}) as response:
+                if response.status == 404:
+                    return []
+                response.raise_for_status()
+                history = History.model_validate_json(await response.read())
+        except (aiohttp.ClientError, ValidationError) as error:
+            log.warning("sweeping %s failed: %s", effect.instance_id, error)
+            return []
+        return [_settled(s) for s in history.settlements]
+
+
+def _settled(settlement: Settlement) -> Settled:
+    return Settled(
+        submission=settlement.submissionId,
+        outcome=settlement.outcome,
+        usage=settlement.usage,
+        message=settlement.message or (settlement.error.message if settlement.error else None),
+        reason=settlement.error.type.value if settlement.error else None,
+    )

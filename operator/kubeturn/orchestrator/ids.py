@@ -1,0 +1,23 @@
+"""Instance IDs: the address of an Agent's conversation on its Harness.
+
+``continue: true`` gives the structural id ``<namespace>.<run>/root/<agent>`` (plus
+``/<epoch>`` once a fault has burnt the conversation): every state that continues the
+slot lands on one conversation. Otherwise each Turn gets a fresh id. ``root`` names the
+Run's one Machine instance, so nested Machines can later add their own path segments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+IdSource = Callable[[], str]
+"""Fresh random suffixes; injected so the core stays deterministic under test."""
+
+
+def structural(namespace: str, run: str, agent: str, epoch: int) -> str:
+    base = f"{namespace}.{run}/root/{agent}"
+    return f"{base}/{epoch}" if epoch else base
+
+
+def fresh(namespace: str, run: str, agent: str, suffix: str) -> str:
+    return f"{namespace}.{run}/root/{agent}/t-{suffix}"

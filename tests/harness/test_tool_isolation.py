@@ -1,0 +1,98 @@
+"""Tool isolation (DESIGN.md, "Security model"): the Agent's code cannot reach the
+Harness's secrets.
+
+Cases:
+- a ``bash`` call sees a scrubbed environment (no Orchestrator token, provider key or
+  token hash of the Harness's own) and runs as the unprivileged uid 65534;
+- a ``bash`` call cannot read the Harness process's environment through ``/proc``;
+- the file tools, which run inside the Harness process, refuse the Harness's own
+  ``/proc`` entries (``/proc/self`` there is the Harness, with its tokens).
+
+The Harness runs in this process, as root here, so it switches the tools' user; the
+secrets are set in ``os.environ`` before the World starts, because the tools'
+environment is computed when the Harness is built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+import pytest
+
+from tests.harness.support import TOKEN, StartWorld, World, script
+
+IID = "iid-1"
+PROMPT = "Show me your environment"
+NOBODY = 65534
+SECRETS = {
+    "KUBETURN_ORCHESTRATOR_TOKEN": "orchestrator-secret-4e1f",
+    "OPENAI_API_KEY": "sk-provider-secret-77aa",
+    "KUBETURN_HARNESS_TOKEN_SHA256": hashlib.sha256(TOKEN.encode()).hexdigest(),
+}
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the Harness switches the tools' user only when it runs as root"
+)
+
+
+async def run_calls(
+    world: StartWorld, monkeypatch: pytest.MonkeyPatch, *calls: dict[str, Any]
+) -> tuple[World, list[str]]:
+    """Run one model answer of ``calls`` with the secrets set; answer the tool results."""
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    w = await world(script(PROMPT, {"toolCalls": list(calls)}, {"text": "Done."}))
+    w.orchestrator.surfaces[IID] = {"instanceId": IID, "menu": [], "allowed": []}
+    sid = await w.harness.admit(IID, PROMPT)
+    assert (await w.harness.settlement(IID, sid))["outcome"] == "completed"
+    return w, [m["content"] for m in await w.harness.tool_results(IID)]
+
+
+def bash(command: str) -> dict[str, Any]:
+    return {"name": "bash", "arguments": {"command": command}}
+
+
+def assert_no_secret(text: str) -> None:
+    for name, value in SECRETS.items():
+        assert value not in text, name
+    assert "KUBETURN_" not in text
+    assert TOKEN not in text
+
+
+class TestToolIsolation:
+    async def test_bash_sees_no_harness_secret_and_runs_as_nobody(
+        self, world: StartWorld, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        w, (result,) = await run_calls(world, monkeypatch, bash("env; id -u"))
+        assert_no_secret(result)
+        lines = result.splitlines()
+        assert lines[-2:] == [str(NOBODY), "[Exit code 0.]"]
+        assert "TERM=dumb" in lines
+        assert f"HOME={w.harness.data_dir / 'home'}" in lines
+
+    async def test_bash_cannot_read_the_harness_process_environment(
+        self, world: StartWorld, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        _, (result,) = await run_calls(
+            world, monkeypatch, bash(f"cat /proc/{os.getpid()}/environ | tr '\\0' '\\n'")
+        )
+        assert_no_secret(result)
+        assert "Permission denied" in result
+
+    async def test_file_tools_refuse_the_harness_process_own_proc_entries(
+        self, world: StartWorld, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        edit = {"path": "/proc/self/environ", "oldText": "PATH=", "newText": "PATH="}
+        _, results = await run_calls(
+            world,
+            monkeypatch,
+            {"name": "edit", "arguments": edit},
+            {"name": "read", "arguments": {"path": f"/proc/{os.getpid()}/status"}},
+            {"name": "glob", "arguments": {"pattern": "*", "path": "/proc/self/"}},
+        )
+        proc = f"/proc/{os.getpid()}"
+        for result in results:
+            assert result.startswith(f"Refused: {proc}"), result
+            assert f"is inside {proc}, which the Working tools may not" in result

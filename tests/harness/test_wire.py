@@ -1,0 +1,236 @@
+"""The Harness wire: auth, routes, error bodies and stream reads.
+
+Cases:
+- every route but ``/healthz`` needs the bearer token; 401 comes before routing, so an
+  unauthenticated request to a route that does not exist is 401 (404 with the token);
+  a wrong token or scheme is 401; ``/healthz`` is open;
+- ``/readyz`` answers 200 once ready; ``/metrics`` serves Prometheus text with the
+  settlement counter; ``/openapi.json`` is an OpenAPI 3.1 document with ``AdmitRequest``;
+- an unknown conversation is a 404 JSON body; an unparsable admit body is 400;
+- an Instance ID with ``/`` in it, percent-encoded as one path segment, is one
+  conversation, end to end (the Orchestrator's surface is read at the same id);
+- stream reads: ``?offset=0`` answers every event with ``stream-next-offset`` and
+  ``stream-up-to-date``; a later offset answers only later events; a bad offset is 400
+  naming ``offset``; ``live=long-poll`` at the end parks and answers when an event
+  arrives, and answers 204 when none comes within ``long_poll_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from tests.harness.support import AGENT, StartWorld, World, agent_url, menu_surface, script
+
+IID = "iid-1"
+PROMPT = "Review the change"
+TEXT_ONLY = script(PROMPT, {"text": "One."}, {"text": "Two."})
+EVENTS = [
+    "submission-admitted",
+    "submission-started",
+    "message-appended",
+    "model-requested",
+    "message-appended",
+    "submission-settled",
+]
+"""The log of one text-only Submission with no Orchestrator."""
+
+GUARDED = [
+    ("GET", f"/agents/{AGENT}/{IID}"),
+    ("GET", f"/agents/{AGENT}/{IID}?view=history"),
+    ("POST", f"/agents/{AGENT}/{IID}"),
+    ("POST", f"/agents/{AGENT}/{IID}/abort"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+]
+
+
+async def call(
+    w: World, method: str, path: str, *, headers: dict[str, str] | None = None, **kwargs: Any
+) -> tuple[int, dict[str, str], bytes]:
+    async with w.harness.session.request(
+        method, w.harness.url + path, headers=headers or {}, **kwargs
+    ) as response:
+        return response.status, dict(response.headers), await response.read()
+
+
+async def admitted(w: World, iid: str = IID) -> bool:
+    """Whether the Harness holds a conversation at ``iid``."""
+    path = agent_url("", AGENT, iid)
+    status, _, _ = await call(w, "GET", path, headers=w.harness.headers())
+    assert status in (200, 404)
+    return status == 200
+
+
+async def settled_once(w: World) -> str:
+    sid = await w.harness.admit(IID, PROMPT)
+    assert (await w.harness.settlement(IID, sid))["outcome"] == "completed"
+    return sid
+
+
+class TestWireAuth:
+    @pytest.mark.parametrize(("method", "path"), GUARDED, ids=[f"{m} {p}" for m, p in GUARDED])
+    async def test_every_route_but_healthz_needs_the_bearer(
+        self, world: StartWorld, method: str, path: str
+    ) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        body = w.harness.body(PROMPT) if method == "POST" else None
+        status, headers, raw = await call(w, method, path, json=body)
+        assert status == 401
+        assert headers["WWW-Authenticate"] == "Bearer"
+        assert headers["Content-Type"].startswith("application/json")
+        assert b'"unauthorized"' in raw
+        assert not await admitted(w)
+        assert await w.model.requests() == []
+
+    async def test_401_comes_before_404(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        assert (await call(w, "GET", "/no/such/route"))[0] == 401
+        assert (await call(w, "GET", "/no/such/route", headers=w.harness.headers()))[0] == 404
+
+    async def test_a_wrong_token_is_refused(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        for headers in (
+            w.harness.headers("not-the-token"),
+            {"Authorization": f"Basic {w.harness.headers()['Authorization'].split()[1]}"},
+            {"Authorization": "Bearer"},
+        ):
+            assert (await call(w, "GET", "/readyz", headers=headers))[0] == 401
+
+    async def test_healthz_is_open(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        status, _, raw = await call(w, "GET", "/healthz")
+        assert (status, raw) == (200, b'{"status": "ok"}')
+
+
+class TestWireRoutes:
+    async def test_readyz_answers_ready(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        status, _, raw = await call(w, "GET", "/readyz", headers=w.harness.headers())
+        assert (status, raw) == (200, b'{"status": "ready"}')
+
+    async def test_metrics_serve_prometheus_text_with_settlements(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        await settled_once(w)
+        status, headers, raw = await call(w, "GET", "/metrics", headers=w.harness.headers())
+        assert status == 200
+        assert headers["Content-Type"].startswith("text/plain")
+        text = raw.decode()
+        assert "kubeturn_harness_submissions_settled" in text
+        assert 'kubeturn_harness_submissions_settled_total{error="",outcome="completed"} 1.0' in (
+            text.splitlines()
+        )
+
+    async def test_openapi_is_a_3_1_document_with_the_admit_request(
+        self, world: StartWorld
+    ) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        async with w.harness.session.get(
+            w.harness.url + "/openapi.json", headers=w.harness.headers()
+        ) as response:
+            assert response.status == 200
+            document = await response.json()
+        assert document["openapi"].startswith("3.1")
+        admit = document["components"]["schemas"]["AdmitRequest"]
+        assert "prompt" in admit["properties"]
+        assert "prompt" in admit["required"]
+
+    async def test_an_unknown_conversation_is_a_404_json_body(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        for query in ("?offset=0", "?view=history"):
+            async with w.harness.session.get(
+                agent_url(w.harness.url, AGENT, "never-admitted") + query,
+                headers=w.harness.headers(),
+            ) as response:
+                assert response.status == 404
+                assert response.content_type == "application/json"
+                body = await response.json()
+            assert body["error"] == "not-found"
+            assert "'never-admitted'" in body["message"]
+
+    @pytest.mark.parametrize("raw", [b"{not json", b"", b"[1, 2]"], ids=["broken", "empty", "list"])
+    async def test_an_unparsable_admit_body_is_400(self, world: StartWorld, raw: bytes) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        status, headers, body = await call(
+            w, "POST", f"/agents/{AGENT}/{IID}", headers=w.harness.headers(), data=raw
+        )
+        assert status == 400
+        assert headers["Content-Type"].startswith("application/json")
+        assert b'"invalid"' in body
+        assert not await admitted(w)
+
+    async def test_an_instance_id_with_slashes_is_one_conversation(self, world: StartWorld) -> None:
+        iid = "default.review-1/review/reviewer"
+        w = await world(TEXT_ONLY)
+        w.orchestrator.surfaces[iid] = menu_surface(iid, "review_verdict")
+        sid = await w.harness.admit(iid, PROMPT)
+        assert (await w.harness.settlement(iid, sid))["outcome"] == "completed"
+        history = await w.harness.history(iid)
+        assert history["instanceId"] == iid
+        assert w.orchestrator.surface_reads == [iid]
+        assert (await w.harness.abort(iid)) == {"aborted": False}
+        assert not await admitted(w, "default.review-1")
+
+
+class TestWireStream:
+    async def test_offset_0_reads_every_event_with_stream_headers(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        sid = await settled_once(w)
+        status, headers, events = await w.harness.stream(IID, 0)
+        assert status == 200
+        assert [e["type"] for e in events] == EVENTS
+        assert [e["offset"] for e in events] == list(range(len(EVENTS)))
+        assert events[-1]["data"]["submissionId"] == sid
+        assert headers == {"stream-next-offset": str(len(EVENTS)), "stream-up-to-date": "true"}
+
+    async def test_a_later_offset_reads_only_later_events(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        await settled_once(w)
+        _, _, every = await w.harness.stream(IID, 0)
+        status, headers, events = await w.harness.stream(IID, 4)
+        assert status == 200
+        assert events == every[4:]
+        assert headers == {"stream-next-offset": str(len(EVENTS)), "stream-up-to-date": "true"}
+
+    @pytest.mark.parametrize("offset", ["-1", "x", "1.5"])
+    async def test_a_bad_offset_is_400_naming_offset(self, world: StartWorld, offset: str) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        await settled_once(w)
+        status, _, body = await w.harness.stream(IID, offset)
+        assert status == 400
+        assert body["field"] == "offset"
+
+    async def test_a_long_poll_at_the_end_answers_when_an_event_arrives(
+        self, world: StartWorld
+    ) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False, long_poll_s=10)
+        await settled_once(w)
+        end = len(EVENTS)
+        poll = asyncio.create_task(w.harness.stream(IID, end, live="long-poll"))
+        done, _ = await asyncio.wait({poll}, timeout=0.2)
+        assert not done, "the long-poll answered with nothing new to say"
+        sid = await w.harness.admit(IID, PROMPT, **{"continue": True})
+        status, headers, events = await poll
+        assert status == 200
+        assert events[0] == {
+            "offset": end,
+            "type": "submission-admitted",
+            "at": events[0]["at"],
+            "data": events[0]["data"],
+        }
+        assert events[0]["data"]["submissionId"] == sid
+        assert int(headers["stream-next-offset"]) == end + len(events)
+        assert (await w.harness.settlement(IID, sid))["outcome"] == "completed"
+
+    async def test_a_long_poll_answers_204_when_nothing_comes(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False, long_poll_s=0.3)
+        await settled_once(w)
+        started = time.monotonic()
+        status, headers, body = await w.harness.stream(IID, len(EVENTS), live="long-poll")
+        assert time.monotonic() - started >= 0.25
+        assert (status, body) == (204, None)
+        assert headers == {"stream-next-offset": str(len(EVENTS)), "stream-up-to-date": "true"}
