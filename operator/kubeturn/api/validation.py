@@ -25,6 +25,11 @@ from kubeturn.errors import DefinitionError, DefinitionErrors, manifest_path
 _KEY = "[key]"
 """pydantic's location item for a mapping's key (rather than its value)."""
 
+BOOLEAN_KEY = (
+    "this key was read as a boolean: YAML 1.1 parsers (kubectl's and PyYAML among them) "
+    'read an unquoted on, off, yes or no as true or false; quote it, e.g. "on":'
+)
+
 
 def validate_run(document: Any) -> Run:
     """``document`` as a ``Run``; ``DefinitionErrors`` with every shape problem otherwise."""
@@ -41,15 +46,22 @@ def definition_errors(error: ValidationError, model: type[BaseModel]) -> list[De
 
 def _translate(detail: ErrorDetails, model: type[BaseModel]) -> DefinitionError:
     loc = detail["loc"]
-    written = [part for part in loc if part not in TRANSITION_SHAPES and part != _KEY]
-    path = manifest_path("", *written)
     kind = detail["type"]
-    if loc and loc[-1] == _KEY:
-        return DefinitionError(path, f"the key {_shown(loc[-2])}: {_lower(detail['msg'])}")
+    if loc and loc[-1] == _KEY:  # a key is not an index, even when YAML made it a number
+        path = manifest_path("", *_written(loc[:-2]), str(loc[-2]))
+        return DefinitionError(path, f"the key {loc[-2]!r}: {_lower(detail['msg'])}")
+    if kind == "invalid_key":  # pydantic locates it by the key itself, a bool as 1 or 0
+        key = detail["input"]
+        path = manifest_path("", *_written(loc[:-1]), _key_text(key))
+        message = BOOLEAN_KEY if isinstance(key, bool) else f"a key must be a string; got {key!r}"
+        return DefinitionError(path, message)
+    path = manifest_path("", *_written(loc))
     if kind == "missing":
         return DefinitionError(path, "is required; add it")
     if kind == "extra_forbidden":
         name = str(loc[-1])
+        if name.lower() in {"true", "false"}:
+            return DefinitionError(path, BOOLEAN_KEY)
         close = difflib.get_close_matches(name, _fields_at(model, loc[:-1]), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return DefinitionError(path, f"unknown field {name!r}{hint}")
@@ -126,8 +138,15 @@ def _tag(node: Any) -> str | None:
     return None
 
 
-def _shown(part: int | str) -> str:
-    return repr(part)
+def _written(loc: tuple[int | str, ...]) -> list[int | str]:
+    """``loc`` as the user wrote it: without the tags of a transition's shape."""
+    return [part for part in loc if part not in TRANSITION_SHAPES]
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
 
 
 def _lower(message: str) -> str:

@@ -1,0 +1,89 @@
+"""Loading a Run manifest: validated, compiled and checked as a whole, or refused with
+every problem at once.
+
+``load_run`` is the one way from a manifest to a runnable machine. Shape problems
+(pydantic) are reported first, since nothing else can be checked without a shape;
+then the machine is compiled and every whole-manifest check runs (targets, kinds,
+reachability, Menus, expressions, durations), each problem collected with its manifest
+path into one ``DefinitionErrors``. No IO: ``load_run_yaml`` parses text it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from kubeturn import api
+from kubeturn.api.validation import validate_run
+from kubeturn.errors import DefinitionError, DefinitionErrors
+from kubeturn.machine import model, reachability, targets
+from kubeturn.machine.compiler import compile_machine
+from kubeturn.machine.menus import MenuEntry
+from kubeturn.machine.menus import build as build_menus
+
+__all__ = ["LoadedRun", "MenuEntry", "load_run", "load_run_yaml"]
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A Run whose manifest passed every check: its spec, compiled Chart and Menus."""
+
+    name: str
+    namespace: str | None
+    spec: api.RunSpec
+    chart: model.Chart
+    agents: Mapping[str, api.AgentSlot]
+    menus: Mapping[model.StatePath, tuple[MenuEntry, ...]]
+    """Each agent state's Menu, in document order (see ``kubeturn.machine.menus``)."""
+
+    def menu(self, state: model.StatePath) -> list[MenuEntry]:
+        """The Menu the state at ``state`` offers its Agent; ``KeyError`` if it invokes none."""
+        try:
+            return list(self.menus[state])
+        except KeyError:
+            raise KeyError(f"the state {state!r} invokes no Agent, so it has no Menu") from None
+
+
+def load_run(document: Mapping[str, Any]) -> LoadedRun:
+    """The checked, compiled Run of ``document``; ``DefinitionErrors`` listing every problem."""
+    run = validate_run(document)
+    compiled = compile_machine(run.spec.machine, run.spec.agents)
+    problems = list(compiled.problems)
+    menus, menu_problems = build_menus(compiled.chart)
+    problems.extend(menu_problems)
+    problems.extend(
+        DefinitionError(
+            targets.state_where(path),
+            f"no transition leads to the state {path!r}: target it from another state, or "
+            "remove it",
+        )
+        for path in reachability.unreachable(compiled.chart)
+        if path not in compiled.explained
+    )
+    if problems:
+        raise DefinitionErrors(problems)
+    return LoadedRun(
+        name=run.metadata.name,
+        namespace=run.metadata.namespace,
+        spec=run.spec,
+        chart=compiled.chart,
+        agents=run.spec.agents,
+        menus=menus,
+    )
+
+
+def load_run_yaml(text: str, source: str = "<manifest>") -> LoadedRun:
+    """``load_run`` of one YAML document; ``source`` (a file name) names it in YAML errors."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise DefinitionErrors(
+            [DefinitionError(f"{source}{at}", f"not valid YAML: {problem}")]
+        ) from error
+    return load_run(document)
