@@ -3,35 +3,35 @@
 Run from the repository root: ``.venv/bin/python bench/sweep.py [--turns 200] [--json]``.
 
 What runs: the real Harness as a subprocess (``python -m kubeturn_harness serve``, as it is
-deployed, logging at its default level to a file) and the scripted model as a subprocess
-(``python -m kubeturn_harness.scripted``); the Orchestrator API is a stub in this process
-that serves one fixed surface (a Menu of ``review_verdict``) and answers every pick at once
-with a receipt that leaves the Turn open. Everything listens on 127.0.0.1. Turns run one
-at a time, each on a fresh instance id, the three kinds interleaved so drift (a growing
-conversation table, the page cache) lands on all of them alike; 10 Turns of each kind are
-run first and not counted.
+deployed, logging at its default level to a file), and in this process the scripted model
+(``kubeturn_harness.scripted``) and a stub Orchestrator API that serves one fixed surface
+(a Menu of ``review_verdict``) and answers every pick at once with a receipt that leaves
+the Turn open. Everything listens on 127.0.0.1. Turns run one at a time, each on a fresh
+instance id, the three kinds interleaved so drift (the Harness's growing conversation
+table and heap) lands on all of them alike; 10 Turns of each kind run first, not counted.
 
 What it measures, per kind of Turn:
 
 1. **sweep** (step ``{text, hold: true}``): once the scripted model holds the request,
    time ``POST /agents/{name}/{id}/abort`` with ``{"cause": "pick", "submissionId": sid}``
-   from send to the end of its 200. That is sweep → settled: the Harness's abort handler
-   awaits ``Conversation.sweep``, which records the settlement (written and fsynced) before
-   it returns, so the 200 comes after the settlement is on the record. The history read
+   from send to the end of its 200. That is sweep → settled: the abort handler awaits
+   ``Conversation.sweep``, which records the settlement (written and fsynced) before it
+   returns, so the 200 comes after the settlement is on the record; the history read
    right after confirms it, and that every Submission settled ``ended``.
 2. **stream closed**: the scripted model's ``closedAt`` of the held request (epoch
    seconds, ``time.time()``) minus ``time.time()`` taken just before the abort's POST.
 3. **pick round trip** (step 1 one ``review_verdict`` pick, step 2 text): the scripted
-   model's ``closedAt`` of request 1 to the ``receivedAt`` of request 2. With the stub's
-   own handling ~0, that interval is the Harness's whole pick round trip: parse the
+   model's ``closedAt`` of request 1 to the ``receivedAt`` of request 2. The stub's own
+   handling is ~0, so the interval is the Harness's whole pick round trip: parse the
    answer, POST the pick, read the receipt, render it as prose, record it, build and send
-   the next model request. **read round trip**: the same interval when step 1 calls the
-   trivial Working tool ``read`` on a small file instead: the baseline.
+   the next model request. It is split at the pick's arrival at the stub. **read round
+   trip**: the same interval when step 1 calls the trivial Working tool ``read`` on a
+   small file instead: the baseline.
 
-Percentiles are nearest-rank over the counted Turns. While a Turn runs, this process
-does not touch the Harness: it waits on one long-poll parked at the offset where the
-Turn's settlement lands (learnt in the warm-up), so it wakes once, after the measured
-interval. Figures only: nothing is asserted beyond sanity (each Turn ended as scripted).
+This process does not touch the Harness while a measured interval runs: it learns that a
+request was held or closed from the scripted model's journal in memory (no polling), and
+reads the Harness's stream only after. Percentiles are nearest-rank. Figures only: nothing
+is asserted beyond sanity (each Turn ended as scripted).
 """
 
 from __future__ import annotations
@@ -49,32 +49,36 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "harness_image"))
+
+from kubeturn_harness import scripted  # noqa: E402
+from kubeturn_harness.scripted.journal import Journal, RequestRecord  # noqa: E402
+
 AGENT = "reviewer"
 MENU_PICK = "review_verdict"
 WARMUP = 10
 """Turns of each kind run first and not counted: connection pools, imports, caches."""
 START_TIMEOUT_S = 30.0
-"""A subprocess that has not printed its URL by then has failed to start."""
+"""A Harness that has not printed its URL by then has failed to start."""
 TURN_TIMEOUT_S = 15.0
 """Far above any Turn here (tens of ms); a Turn that takes this long is a hang."""
-POLL_S = 0.002
-"""How often the wait for a held model request polls the scripted model (not timed)."""
 
 SWEEP, PICK, READ = "sweep", "pick", "read"
 KINDS = (SWEEP, PICK, READ)
 SMALL_FILE = "small.txt"
 
-SCRIPT = {
+SCRIPT: dict[str, Any] = {
     "conversations": [
         {"match": "BENCH sweep", "steps": [{"text": "Partial words of a reply", "hold": True}]},
         {
@@ -112,8 +116,57 @@ FIGURES: dict[str, tuple[str, float | None]] = {
 }
 """Figure → its label, and its target in ms for p99 (None: no target)."""
 
+T = TypeVar("T")
 
-# ----------------------------------------------------------------------------- the stub
+
+# ----------------------------------------------------------------------------- in process
+
+
+class WatchedJournal(Journal):
+    """The scripted model's request record, telling this process when a request is held
+    or closed, so nothing polls while an interval is being measured."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = asyncio.Event()
+
+    @contextmanager
+    def receiving(self, body: Any) -> Iterator[RequestRecord]:
+        try:
+            with super().receiving(body) as record:
+                self._poke()
+                yield record
+        finally:
+            self._poke()
+
+    async def hold(self, record: RequestRecord) -> None:
+        record.held = True
+        self._poke()
+        await super().hold(record)
+
+    async def until(self, found: Callable[[list[RequestRecord]], T | None]) -> T:
+        """Wait until ``found`` answers something other than None for the records."""
+        async with asyncio.timeout(TURN_TIMEOUT_S):
+            while (answer := found(self.records())) is None:
+                await self._changed.wait()
+        return answer
+
+    def _poke(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+def request(index: int, *, state: str) -> Callable[[list[RequestRecord]], RequestRecord | None]:
+    """The Turn's ``index``-th request, once it is ``held`` or ``closed``."""
+
+    def found(records: list[RequestRecord]) -> RequestRecord | None:
+        if len(records) <= index:
+            return None
+        record = records[index]
+        ready = record.held if state == "held" else record.closed_at is not None
+        return record if ready else None
+
+    return found
 
 
 @dataclass
@@ -159,21 +212,26 @@ class StubOrchestrator:
         )
 
 
+async def serve(app: web.Application, **options: Any) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None, **options)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
 # ----------------------------------------------------------------------------- the world
 
 
 @dataclass
 class World:
-    """The Harness and the scripted model (subprocesses), and this process's client."""
+    """The Harness's address and this process's client, model journal and stub."""
 
     session: aiohttp.ClientSession
     harness_url: str
-    model_url: str
     token: str
     workdir: Path
+    journal: WatchedJournal
     stub: StubOrchestrator
-    settled_at: dict[str, int] = field(default_factory=dict)
-    """Kind → offset of the settlement event in a fresh conversation (from the warm-up)."""
 
     def agent_url(self, iid: str, *rest: str) -> str:
         return "/".join([self.harness_url, "agents", AGENT, quote(iid, safe=""), *rest])
@@ -201,42 +259,23 @@ class World:
             history = await response.json()
         return next((s for s in history["settlements"] if s["submissionId"] == sid), None)
 
-    async def wait_settled(self, kind: str, iid: str, sid: str) -> dict[str, Any]:
-        """Wait for ``sid``'s settlement with long-polls, from the offset it lands at."""
-        offset = self.settled_at.get(kind, 0)
+    async def wait_settled(self, iid: str, sid: str) -> dict[str, Any]:
+        """Follow the conversation's stream (long-polls) until ``sid`` settles."""
+        offset = 0
         async with asyncio.timeout(TURN_TIMEOUT_S):
             while True:
                 url = f"{self.agent_url(iid)}?offset={offset}&live=long-poll"
                 async with self.session.get(url, headers=self.headers) as response:
                     if response.status == 204:
-                        raise RuntimeError(f"{kind} Turn {iid}: no settlement before the long-poll")
+                        continue
+                    if response.status != 200:
+                        raise RuntimeError(f"stream read answered {response.status}")
                     events = await response.json()
-                    after = int(response.headers["stream-next-offset"])
+                    offset = int(response.headers["stream-next-offset"])
                 for event in events:
-                    if (
-                        event["type"] == "submission-settled"
-                        and event["data"]["submissionId"] == sid
-                    ):
-                        self.settled_at.setdefault(kind, event["offset"])
-                        return dict(event["data"])
-                offset = after
-
-    async def model_requests(self) -> list[dict[str, Any]]:
-        async with self.session.get(f"{self.model_url}/_requests") as response:
-            return list(await response.json())
-
-    async def clear_model_requests(self) -> None:
-        async with self.session.delete(f"{self.model_url}/_requests") as response:
-            response.raise_for_status()
-
-    async def wait_model(self, ready: str) -> dict[str, Any]:
-        """Poll until the one request of this Turn is ``held`` or ``closed``; return it."""
-        async with asyncio.timeout(TURN_TIMEOUT_S):
-            while True:
-                records = await self.model_requests()
-                if records and (records[0]["held"] if ready == "held" else records[0]["closedAt"]):
-                    return records[0]
-                await asyncio.sleep(POLL_S)
+                    data = event["data"]
+                    if event["type"] == "submission-settled" and data["submissionId"] == sid:
+                        return dict(data)
 
 
 # ----------------------------------------------------------------------------- the Turns
@@ -252,9 +291,9 @@ class Samples:
 
 
 async def sweep_turn(world: World, iid: str, samples: Samples) -> None:
-    await world.clear_model_requests()
+    world.journal.clear()
     sid = await world.admit(iid, "BENCH sweep: review the change")
-    await world.wait_model("held")
+    await world.journal.until(request(0, state="held"))
     body = {"cause": "pick", "submissionId": sid}
     sent = time.time()
     started = time.perf_counter()
@@ -266,26 +305,28 @@ async def sweep_turn(world: World, iid: str, samples: Samples) -> None:
     if r.status != 200 or answer != {"aborted": True}:
         raise RuntimeError(f"sweep of {iid} answered {r.status}: {answer}")
     settlement = await world.settlement(iid, sid)
-    closed = await world.wait_model("closed")
+    closed = await world.journal.until(request(0, state="closed"))
+    assert closed.closed_at is not None
     samples.seconds["sweep_settled"].append(settled)
-    samples.seconds["stream_closed"].append(float(closed["closedAt"]) - sent)
+    samples.seconds["stream_closed"].append(closed.closed_at - sent)
     samples.visible_after_200 += settlement is not None
     outcome = settlement["outcome"] if settlement else "not-visible"
     samples.outcomes[outcome] = samples.outcomes.get(outcome, 0) + 1
 
 
 async def round_trip_turn(world: World, kind: str, iid: str, samples: Samples) -> None:
-    await world.clear_model_requests()
+    world.journal.clear()
     sid = await world.admit(iid, f"BENCH {kind}: review the change")
-    settlement = await world.wait_settled(kind, iid, sid)
-    first, second = await world.model_requests()
-    if settlement["outcome"] != "completed" or second["step"] != 1:
+    second = await world.journal.until(request(1, state="closed"))
+    first = world.journal.records()[0]
+    settlement = await world.wait_settled(iid, sid)
+    if settlement["outcome"] != "completed" or second.step != 1 or first.closed_at is None:
         raise RuntimeError(f"{kind} Turn {iid} did not run as scripted: {settlement}")
-    tool_result = second["body"]["messages"][-1]["content"]
+    tool_result = second.body["messages"][-1]["content"]
     expected = "Your turn is not over." if kind == PICK else "small file"
     if expected not in tool_result:
         raise RuntimeError(f"{kind} Turn {iid}: the tool result was {tool_result!r}")
-    answered, asked = float(first["closedAt"]), float(second["receivedAt"])
+    answered, asked = first.closed_at, second.received_at
     samples.seconds[f"{kind}_round_trip"].append(asked - answered)
     if kind == PICK:
         arrived = world.stub.arrived.pop(iid)
@@ -303,13 +344,14 @@ async def run_turns(world: World, count: int, samples: Samples, label: str) -> N
                 await round_trip_turn(world, kind, iid, samples)
 
 
-# ----------------------------------------------------------------------------- processes
+# ----------------------------------------------------------------------------- the Harness
 
 
-async def start(
-    argv: list[str], log: Path, env: dict[str, str], ready: str
+async def start_harness(
+    argv: list[str], log: Path, env: dict[str, str]
 ) -> tuple[asyncio.subprocess.Process, str]:
-    """Start ``argv``; return the process and the URL its first stdout line names."""
+    """Start the Harness; return the process and the URL its first stdout line names."""
+    ready = "harness listening on"
     with log.open("wb") as stderr:
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env
@@ -321,8 +363,8 @@ async def start(
     except TimeoutError:
         line = ""
     if not line.startswith(ready):
-        process.kill()
-        raise RuntimeError(f"{argv[2]} did not start ({line!r}); see {log}")
+        await stop(process)
+        raise RuntimeError(f"the Harness did not start ({line!r}); see {log}")
     return process, line.removeprefix(ready).strip()
 
 
@@ -355,7 +397,7 @@ def summary_ms(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def machine() -> dict[str, Any]:
+def machine(data_dir: Path) -> dict[str, Any]:
     return {
         "cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -363,8 +405,23 @@ def machine() -> dict[str, Any]:
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "aiohttp": aiohttp.__version__,
+        "data_dir_filesystem": filesystem(data_dir),
         "load_average_1m_at_start": round(os.getloadavg()[0], 2),
     }
+
+
+def filesystem(path: Path) -> str:
+    """The type of the filesystem holding ``path`` (what an fsync costs depends on it)."""
+    best, kind = "", "unknown"
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return kind
+    for line in mounts:
+        _, point, fstype, *_ = line.split()
+        if str(path.resolve()).startswith(point) and len(point) > len(best):
+            best, kind = point, fstype
+    return kind
 
 
 def report(samples: Samples, host: dict[str, Any], turns: int, elapsed_s: float) -> dict[str, Any]:
@@ -384,20 +441,6 @@ def report(samples: Samples, host: dict[str, Any], turns: int, elapsed_s: float)
         "sweep_outcomes": samples.outcomes,
         "settlement_visible_after_200": samples.visible_after_200,
     }
-
-
-def filesystem(path: Path) -> str:
-    """The type of the filesystem holding ``path`` (fsync's cost depends on it)."""
-    best, kind = "", "unknown"
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return kind
-    for line in mounts:
-        _, point, fstype, *_ = line.split()
-        if str(path.resolve()).startswith(point) and len(point) > len(best):
-            best, kind = point, fstype
-    return kind
 
 
 def print_table(figures: dict[str, Any]) -> None:
@@ -433,36 +476,33 @@ def print_table(figures: dict[str, Any]) -> None:
 
 async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, Any], Path]:
     root = Path(tempfile.mkdtemp(prefix="kubeturn-bench-", dir=parent))
-    host = {**machine(), "data_dir_filesystem": filesystem(root)}
     os.chmod(root, 0o711)  # the tools' unprivileged user must reach the workdir
     workdir, data_dir = root / "work", root / "data"
     workdir.mkdir(mode=0o755)
     (workdir / SMALL_FILE).write_text("a small file\nof two lines\n")
-    script = root / "script.json"  # JSON is YAML
-    script.write_text(json.dumps(SCRIPT))
+    host = machine(root)
 
+    model_app = scripted.make_app(scripted.parse_script(json.dumps(SCRIPT)))
+    journal = model_app[scripted.JOURNAL] = WatchedJournal()
+    # handler_cancellation: a Harness that drops the stream cancels the held answer, which
+    # stamps closedAt (as ``scripted.serve`` does).
+    model_runner, model_url = await serve(model_app, handler_cancellation=True)
     stub = StubOrchestrator()
-    runner = web.AppRunner(stub.app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    stub_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    stub_runner, stub_url = await serve(stub.app())
+    providers = root / "providers.yaml"
+    providers.write_text(f"scripted:\n  type: openai\n  baseUrl: {model_url}/v1\n")
 
+    token = secrets.token_hex(16)
     paths = [str(ROOT / "harness_image"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    processes = []
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(paths),
+        "KUBETURN_ORCHESTRATOR_TOKEN": secrets.token_hex(16),
+    }
     session = aiohttp.ClientSession()
+    harness: asyncio.subprocess.Process | None = None
     try:
-        model, model_v1 = await start(
-            [sys.executable, "-m", "kubeturn_harness.scripted", "--script", str(script)],
-            root / "model.log",
-            env,
-            "scripted model listening on",
-        )
-        processes.append(model)
-        providers = root / "providers.yaml"
-        providers.write_text(f"scripted:\n  type: openai\n  baseUrl: {model_v1}\n")
-        token = secrets.token_hex(16)
-        harness, harness_url = await start(
+        harness, harness_url = await start_harness(
             [
                 sys.executable,
                 "-m",
@@ -476,12 +516,9 @@ async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, 
                 f"--providers={providers}",
             ],
             root / "harness.log",
-            {**env, "KUBETURN_ORCHESTRATOR_TOKEN": secrets.token_hex(16)},
-            "harness listening on",
+            env,
         )
-        processes.append(harness)
-        world = World(session, harness_url, model_v1.removesuffix("/v1"), token, workdir, stub)
-
+        world = World(session, harness_url, token, workdir, journal, stub)
         await run_turns(world, WARMUP, Samples(), "warmup")
         samples = Samples()
         began = time.perf_counter()
@@ -489,9 +526,10 @@ async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, 
         figures = report(samples, host, turns, time.perf_counter() - began)
     finally:
         await session.close()
-        for process in reversed(processes):
-            await stop(process)
-        await runner.cleanup()
+        if harness is not None:
+            await stop(harness)
+        await stub_runner.cleanup()
+        await model_runner.cleanup()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     return figures, root
@@ -507,7 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         default=None,
         help="where to make the temp dir (default: the system's); its filesystem sets what "
-        "the settlement's fsync costs (e.g. /dev/shm to leave the disk out)",
+        "the settlement's fsync costs (e.g. /dev/shm leaves the disk out)",
     )
     args = parser.parse_args(argv)
     if args.turns < 1:

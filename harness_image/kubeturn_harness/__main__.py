@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from kubeturn_harness.app import make_app
+from kubeturn_harness.app import make_runner
 from kubeturn_harness.clock import SystemClock
 from kubeturn_harness.errors import ConfigError
 from kubeturn_harness.metrics import HarnessMetrics
@@ -123,7 +123,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         providers=providers,
         metrics=HarnessMetrics(),
     )
-    runner = web.AppRunner(make_app(harness), access_log=None)
+    runner = make_runner(harness)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

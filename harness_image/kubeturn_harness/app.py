@@ -22,7 +22,13 @@ from kubeturn_harness import openapi
 from kubeturn_harness.errors import WireError
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settlements import Sweep
-from kubeturn_harness.wire import AbortResponse, AdmitRequest, AdmitResponse, ErrorBody
+from kubeturn_harness.wire import (
+    AbortResponse,
+    AdmitRequest,
+    AdmitResponse,
+    ErrorBody,
+    ExecRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +82,14 @@ async def answer_errors(request: web.Request, handler: Handler) -> web.StreamRes
         return error(500, "the Harness failed to answer; see its log", kind="internal")
 
 
+def _wire_error(invalid: ValidationError) -> WireError:
+    """The first problem of a body, naming its field."""
+    first = invalid.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    message = first["msg"].removeprefix("Value error, ")
+    return WireError(f"{field}: {message}" if field else message, field=field)
+
+
 def _agent(request: web.Request) -> tuple[str, str]:
     name, instance_id = request.match_info["name"], request.match_info["id"]
     if not NAME.match(name):
@@ -91,10 +105,7 @@ async def admit(request: web.Request) -> web.Response:
     try:
         body = AdmitRequest.model_validate_json(raw)
     except ValidationError as invalid:
-        first = invalid.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or None
-        message = first["msg"].removeprefix("Value error, ")
-        raise WireError(f"{field}: {message}" if field else message, field=field) from invalid
+        raise _wire_error(invalid) from invalid
     sid, offset = request.app[HARNESS].admit(name, instance_id, body)
     stream = f"{request.path}?offset={offset}"
     return web.json_response(
@@ -144,6 +155,15 @@ async def abort(request: web.Request) -> web.Response:
     return web.json_response(AbortResponse(aborted=swept).model_dump())
 
 
+async def run_exec(request: web.Request) -> web.Response:
+    try:
+        body = ExecRequest.model_validate_json(await request.read())
+    except ValidationError as invalid:
+        raise _wire_error(invalid) from invalid
+    result = await request.app[HARNESS].exec(body)
+    return web.json_response(result.model_dump())
+
+
 async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -168,6 +188,12 @@ async def openapi_json(_: web.Request) -> web.Response:
     return web.json_response(text=json.dumps(openapi.document()))
 
 
+def make_runner(harness: Harness) -> web.AppRunner:
+    """The runner to serve ``make_app`` with: a client that goes away cancels its
+    handler, so an ``exec`` whose caller stopped waiting kills its command."""
+    return web.AppRunner(make_app(harness), handler_cancellation=True, access_log=None)
+
+
 def make_app(harness: Harness) -> web.Application:
     """The aiohttp application; the caller owns ``harness``'s start and close."""
     app = web.Application(middlewares=[answer_errors, authenticate])
@@ -176,6 +202,7 @@ def make_app(harness: Harness) -> web.Application:
     app.router.add_post("/agents/{name}/{id}", admit)
     app.router.add_get("/agents/{name}/{id}", read)
     app.router.add_post("/agents/{name}/{id}/abort", abort)
+    app.router.add_post("/exec", run_exec)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

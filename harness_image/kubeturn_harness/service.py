@@ -22,8 +22,8 @@ from kubeturn_harness.settings import Settings
 from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.store import Store
 from kubeturn_harness.tool_loop import Limits, RunEnv
-from kubeturn_harness.tools import scrubbed_environment, tool_identity
-from kubeturn_harness.wire import AdmitRequest, SubmissionId
+from kubeturn_harness.tools import ToolContext, run_command, scrubbed_environment, tool_identity
+from kubeturn_harness.wire import AdmitRequest, ExecRequest, ExecResponse, SubmissionId
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,25 @@ class Harness:
             self.metrics.sweeps.labels(settled="false").inc()
             return False
         return await conversation.sweep(sweep)
+
+    async def exec(self, request: ExecRequest) -> ExecResponse:
+        """Run a command for the Machine (an ``exec`` invoke), as the tools run."""
+        limits = self._env.limits
+        context = ToolContext(
+            cwd=Path(request.cwd),
+            env=self._env.tool_env,
+            run_as=self._env.run_as,
+            denied=self._env.denied,
+            bash_timeout_s=request.timeoutSeconds,
+            output_limit_bytes=limits.output_limit_bytes,
+        )
+        result = await run_command(request.command, context, request.timeoutSeconds)
+        return ExecResponse(
+            exitCode=result.exit_code,
+            output=result.output,
+            droppedBytes=result.dropped,
+            timedOut=result.exit_code is None,
+        )
 
     def conversation(self, name: str, instance_id: str) -> Conversation | None:
         return self._conversations.get((name, instance_id))

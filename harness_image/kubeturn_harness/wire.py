@@ -193,6 +193,30 @@ class AbortResponse(_Body):
     aborted: bool = Field(description="Whether this sweep settled anything.")
 
 
+class ExecRequest(_Body):
+    """``POST /exec``: run one command in the Workspace, as the Agent's tools run."""
+
+    command: str = Field(min_length=1, description="Run with bash -c.")
+    cwd: str = Field(default=DEFAULT_CWD, description="Absolute working directory.")
+    timeoutSeconds: float = Field(default=600.0, gt=0, le=86_400, description="Time limit.")
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd_absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"cwd must be an absolute path, got {value!r}")
+        return value
+
+
+class ExecResponse(_Body):
+    exitCode: int | None = Field(
+        description="None when it timed out; negative: killed by a signal."
+    )
+    output: str = Field(description="The tail of stdout and stderr combined.")
+    droppedBytes: int = Field(description="Output before the tail that was dropped.")
+    timedOut: bool
+
+
 # --------------------------------------------------------------------------- records
 
 

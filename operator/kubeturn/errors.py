@@ -74,8 +74,7 @@ class ExpressionError(KubeturnError):
     """
 
     def __init__(self, source: str, cause: str, *, where: str = "") -> None:
-        text = f"CEL expression {source!r} failed: {cause}"
-        super().__init__(f"{where}: {text}" if where else text)
+        super().__init__(f"CEL expression {source!r} failed: {cause}")
         self.source = source
         """The expression as written."""
         self.cause = cause

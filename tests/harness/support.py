@@ -21,7 +21,7 @@ from urllib.parse import quote
 import aiohttp
 from aiohttp import web
 
-from kubeturn_harness.app import make_app
+from kubeturn_harness.app import make_runner
 from kubeturn_harness.clock import SystemClock
 from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import OpenAIModels
@@ -284,7 +284,7 @@ async def start_harness(
         providers=Providers.load(settings.providers_file),
         metrics=HarnessMetrics(),
     )
-    runner = web.AppRunner(make_app(harness))
+    runner = make_runner(harness)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     await harness.start()

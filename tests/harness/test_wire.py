@@ -12,7 +12,11 @@ Cases:
 - stream reads: ``?offset=0`` answers every event with ``stream-next-offset`` and
   ``stream-up-to-date``; a later offset answers only later events; a bad offset is 400
   naming ``offset``; ``live=long-poll`` at the end parks and answers when an event
-  arrives, and answers 204 when none comes within ``long_poll_s``.
+  arrives, and answers 204 when none comes within ``long_poll_s``;
+- ``POST /exec`` runs a command as the tools run (exit code, output, the tool uid), times
+  out saying so, and refuses a relative cwd naming it;
+- an admission's idempotency ``key`` admits once: the same key answers the same
+  Submission.
 """
 
 from __future__ import annotations
@@ -234,3 +238,53 @@ class TestWireStream:
         assert time.monotonic() - started >= 0.25
         assert (status, body) == (204, None)
         assert headers == {"stream-next-offset": str(len(EVENTS)), "stream-up-to-date": "true"}
+
+
+class TestWireExecAndKeys:
+    """``POST /exec`` runs a command as the tools run; an admission key admits once."""
+
+    async def test_exec_runs_a_command_and_answers_its_exit_code_and_output(
+        self, world: StartWorld
+    ) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        body = {"command": "echo hello; id -u; exit 3", "cwd": str(w.harness.workdir)}
+        async with w.harness.session.post(
+            f"{w.harness.url}/exec", json=body, headers=w.harness.headers()
+        ) as response:
+            assert response.status == 200
+            answer = await response.json()
+        assert answer == {
+            "exitCode": 3,
+            "output": "hello\n65534",
+            "droppedBytes": 0,
+            "timedOut": False,
+        }
+
+    async def test_exec_times_out_and_says_so(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        body = {"command": "sleep 5", "cwd": str(w.harness.workdir), "timeoutSeconds": 0.2}
+        async with w.harness.session.post(
+            f"{w.harness.url}/exec", json=body, headers=w.harness.headers()
+        ) as response:
+            answer = await response.json()
+        assert answer["timedOut"] is True
+        assert answer["exitCode"] is None
+
+    async def test_exec_refuses_a_relative_cwd_naming_it(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        async with w.harness.session.post(
+            f"{w.harness.url}/exec",
+            json={"command": "true", "cwd": "work"},
+            headers=w.harness.headers(),
+        ) as response:
+            assert response.status == 400
+            assert (await response.json())["field"] == "cwd"
+
+    async def test_an_admission_key_admits_once(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        body = w.harness.body(PROMPT, key="t1.1")
+        first = await w.harness.admit_raw("iid-1", body)
+        again = await w.harness.admit_raw("iid-1", body)
+        assert first == again
+        history = await w.harness.history("iid-1")
+        assert len(history["submissions"]) == 1

@@ -11,15 +11,18 @@ from kubeturn_harness.tools.context import RunAs, ToolContext, ToolResult
 from kubeturn_harness.tools.dispatch import run_tool
 from kubeturn_harness.tools.environment import scrubbed_environment, tool_identity
 from kubeturn_harness.tools.errors import ToolArgumentError
+from kubeturn_harness.tools.shell import CommandResult, run_command
 from kubeturn_harness.tools.specs import ToolSpec, parse_arguments, working_tools
 
 __all__ = [
+    "CommandResult",
     "RunAs",
     "ToolArgumentError",
     "ToolContext",
     "ToolResult",
     "ToolSpec",
     "parse_arguments",
+    "run_command",
     "run_tool",
     "scrubbed_environment",
     "tool_identity",

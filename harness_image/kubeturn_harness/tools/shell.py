@@ -9,6 +9,7 @@ or write files itself.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from kubeturn_harness.tools import context, processes, schemas
 
@@ -31,15 +32,26 @@ class Tail:
         return True
 
 
-async def bash(args: schemas.Bash, ctx: context.ToolContext) -> context.ToolResult:
-    """Runs ``bash -c args.command`` in ``ctx.cwd``; a non-zero exit or a timeout is an error."""
-    seconds = ctx.bash_timeout_s
-    if args.timeoutSeconds is not None:
-        seconds = min(args.timeoutSeconds, seconds)
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int | None
+    """None when the command timed out; negative when a signal killed it."""
+    output: str
+    """The tail of stdout and stderr combined."""
+    dropped: int
+    """Bytes of output before the tail that were dropped."""
+    kept: int
+    """Bytes of output in the tail."""
+    seconds: float
+    """The time limit it ran under."""
+
+
+async def run_command(command: str, ctx: context.ToolContext, seconds: float) -> CommandResult:
+    """Run ``bash -c command`` in ``ctx.cwd`` as the tools run, within ``seconds``."""
     tail = Tail(ctx.output_limit_bytes)
     code: int | None = None
     async with processes.spawned(
-        ["bash", "-c", args.command], ctx, cwd=ctx.cwd, sink=tail.add, merge_stderr=True
+        ["bash", "-c", command], ctx, cwd=ctx.cwd, sink=tail.add, merge_stderr=True
     ) as running:
         try:
             async with asyncio.timeout(seconds):
@@ -48,13 +60,24 @@ async def bash(args: schemas.Bash, ctx: context.ToolContext) -> context.ToolResu
                 await running.output()
         except TimeoutError:
             code = None
+    output = tail.kept.decode("utf-8", "replace").removesuffix("\n")
+    return CommandResult(code, output, tail.dropped, len(tail.kept), seconds)
+
+
+async def bash(args: schemas.Bash, ctx: context.ToolContext) -> context.ToolResult:
+    """Runs ``bash -c args.command`` in ``ctx.cwd``; a non-zero exit or a timeout is an error."""
+    seconds = ctx.bash_timeout_s
+    if args.timeoutSeconds is not None:
+        seconds = min(args.timeoutSeconds, seconds)
+    result = await run_command(args.command, ctx, seconds)
     parts: list[str] = []
-    if tail.dropped:
+    if result.dropped:
         parts.append(
-            f"[Output cut: the first {tail.dropped} bytes were dropped; "
-            f"the last {len(tail.kept)} follow.]"
+            f"[Output cut: the first {result.dropped} bytes were dropped; "
+            f"the last {result.kept} follow.]"
         )
-    parts.append(tail.kept.decode("utf-8", "replace").removesuffix("\n") or "(no output)")
+    parts.append(result.output or "(no output)")
+    code = result.exit_code
     if code is None:
         parts.append(f"[Timed out after {seconds:g} s; the command and its processes were killed.]")
     elif code < 0:

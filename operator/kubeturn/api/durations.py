@@ -12,7 +12,7 @@ import re
 UNITS: dict[str, float] = {
     "ns": 1e-9,
     "us": 1e-6,
-    "µs": 1e-6,  # noqa: RUF001 - Go accepts both the micro sign and the Greek letter mu
+    "µs": 1e-6,  # Go accepts both the micro sign and the Greek letter mu
     "μs": 1e-6,
     "ms": 1e-3,
     "s": 1.0,
@@ -31,6 +31,8 @@ def parse_duration(text: str) -> float:
         raise ValueError(f"a duration is a number with a unit ({_EXAMPLES}); got {text!r}")
     if text.startswith(("-", "+")):
         raise ValueError(f"a duration cannot carry a sign ({_EXAMPLES}); got {text!r}")
+    if any(char.isspace() for char in text):
+        raise ValueError(f"{text!r} is not a duration: write it without spaces ({_EXAMPLES})")
     if text == "0":
         return 0.0
     seconds = 0.0

@@ -171,7 +171,7 @@ class InvokeSpec(Spec):
     )
     onError: TransitionSpec | None = Field(
         default=None,
-        description="Taken when the invocation fails; event.error says why.",
+        description="Taken when the invocation fails; event.message says why.",
     )
 
 

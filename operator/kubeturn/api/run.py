@@ -74,7 +74,10 @@ class Signal(Spec):
         description="Unique in this Run; a signal whose id was processed is never sent again.",
     )
     event: str = Field(min_length=1, description="The event name, e.g. approve.")
-    data: Any = Field(default=None, description="The event's payload (free JSON): event.data.")
+    data: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The event's payload (an object); expressions read its fields as event.<name>.",
+    )
 
 
 class RunSpec(Spec):

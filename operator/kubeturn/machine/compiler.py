@@ -44,8 +44,9 @@ class Compiled:
     chart: model.Chart
     problems: tuple[DefinitionError, ...]
     explained: frozenset[model.StatePath]
-    """States whose unreachability a problem already explains: what a misspelt target
-    probably meant, the children of a compound state with no valid initial."""
+    """States a reported problem probably kept from being entered (what a misspelt target
+    meant, the children of a compound state with no valid initial): reachability
+    assumes them entered, so the problem is not reported again as unreachable states."""
 
 
 def compile_machine(machine: api.MachineSpec, agents: Mapping[str, api.AgentSlot]) -> Compiled:
@@ -141,7 +142,7 @@ class _Compiler:
             ),
             invoke=self.invoke(path, spec.invoke, where) if spec.invoke is not None else None,
             on_done=self.transitions(
-                spec.onDone, path, model.done_state_event(path), manifest_path(where, "onDone")
+                spec.onDone, path, model.DONE_STATE, manifest_path(where, "onDone")
             ),
             output=self.expression(spec.output, manifest_path(where, "output")),
             failed=spec.outcome is api.Outcome.FAILED,
@@ -286,16 +287,14 @@ class _Compiler:
             suggestion = targets.suggest(list(self.specs), text)
             self.problem(where, f"no state {text!r}{targets.did_you_mean(suggestion)}")
             self.explained.update(
-                path
-                for path in self.specs
-                if suggestion in (path, targets.name_of(path))
+                path for path in self.specs if suggestion in (path, targets.name_of(path))
             )
         return found
 
     def assign(
         self, assign: Mapping[str, str], where: str
     ) -> tuple[tuple[str, model.Expression], ...]:
-        """``(path inside the context, value)`` pairs: ``context.a.b`` is stored as ``a.b``."""
+        """``(key, value)`` pairs, each key as written (``context.a.b``)."""
         pairs: list[tuple[str, model.Expression]] = []
         for key, source in assign.items():
             key_where = manifest_path(where, key)
@@ -308,7 +307,7 @@ class _Compiler:
                 continue
             value = self.expression(source, key_where)
             if value is not None:
-                pairs.append((key.removeprefix("context."), value))
+                pairs.append((key, value))
         for outer, inner in itertools.permutations(assign, 2):
             if inner.startswith(outer + "."):
                 self.problem(
@@ -318,7 +317,7 @@ class _Compiler:
                 )
         return tuple(pairs)
 
-    def check_schema(self, schema: Mapping[str, Any], where: str) -> None:
+    def check_schema(self, schema: dict[str, Any], where: str) -> None:
         try:
             jsonschema.validators.validator_for(schema).check_schema(schema)
         except jsonschema.SchemaError as error:
@@ -328,15 +327,12 @@ class _Compiler:
         if schema.get("type") != "object":
             self.problem(
                 where,
-                "a payload's schema describes an object: give it type: object and its "
-                "properties",
+                "a payload's schema describes an object: give it type: object and its properties",
             )
 
     # -------------------------------------------------------------- timers, invokes
 
-    def timer(
-        self, path: model.StatePath, delay: str, written: Any, where: str
-    ) -> model.Timer:
+    def timer(self, path: model.StatePath, delay: str, written: Any, where: str) -> model.Timer:
         try:
             seconds = api.parse_duration(delay)
         except ValueError as error:
@@ -367,10 +363,10 @@ class _Compiler:
             agent=self.agent_call(spec.agent, manifest_path(where, "agent")),
             exec=self.exec_call(spec.exec, manifest_path(where, "exec")),
             on_done=self.transitions(
-                spec.onDone, path, model.done_invoke_event(path), manifest_path(where, "onDone")
+                spec.onDone, path, model.DONE_INVOKE, manifest_path(where, "onDone")
             ),
             on_error=self.transitions(
-                spec.onError, path, model.error_invoke_event(path), manifest_path(where, "onError")
+                spec.onError, path, model.ERROR_INVOKE, manifest_path(where, "onError")
             ),
         )
 

@@ -140,9 +140,7 @@ def _compile(
     if unknown:
         names = ", ".join(repr(name) for name in unknown)
         allowed = ", ".join(sorted(variables))
-        raise DefinitionError(
-            where, f"{what} reads {names}; an expression may read only {allowed}"
-        )
+        raise DefinitionError(where, f"{what} reads {names}; an expression may read only {allowed}")
     return program
 
 

@@ -60,8 +60,7 @@ def load_run(document: Mapping[str, Any]) -> LoadedRun:
             f"no transition leads to the state {path!r}: target it from another state, or "
             "remove it",
         )
-        for path in reachability.unreachable(compiled.chart)
-        if path not in compiled.explained
+        for path in reachability.unreachable(compiled.chart, assumed=compiled.explained)
     )
     if problems:
         raise DefinitionErrors(problems)

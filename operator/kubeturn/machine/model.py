@@ -16,28 +16,19 @@ from typing import Any, NewType, Protocol
 StatePath = NewType("StatePath", str)
 ROOT = StatePath("")
 
+DONE_INVOKE = "done.invoke"
+"""The event of an invoke finishing; the state's ``invoke.onDone`` handles it."""
+ERROR_INVOKE = "error.invoke"
+"""The event of an invoke failing; the state's ``invoke.onError`` handles it."""
+DONE_STATE = "done.state"
+"""The event of a compound state's final child being reached; its ``onDone`` handles it."""
 RESERVED_EVENT_PREFIXES = ("done.", "error.", "after:")
-"""Events the machine names itself (below); a manifest may not handle them in ``on``."""
+"""Events the machine names itself; a manifest may not handle them in ``on``."""
 
 
 def timer_id(state: StatePath, delay: str) -> str:
-    """The id (and event) of the ``after`` timer of ``state`` written with ``delay``."""
+    """The id (and event) of the ``after`` timer of ``state`` written as ``delay``."""
     return f"after:{state}:{delay}"
-
-
-def done_invoke_event(state: StatePath) -> str:
-    """The event of ``state``'s invoke finishing: its ``invoke.onDone`` handles it."""
-    return f"done.invoke.{state}"
-
-
-def error_invoke_event(state: StatePath) -> str:
-    """The event of ``state``'s invoke failing: its ``invoke.onError`` handles it."""
-    return f"error.invoke.{state}"
-
-
-def done_state_event(state: StatePath) -> str:
-    """The event of a final child of ``state`` being reached: its ``onDone`` handles it."""
-    return f"done.state.{state}"
 
 
 class Expression(Protocol):

@@ -7,7 +7,7 @@ evaluated: a state behind a guard that is never true still counts as reachable. 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from kubeturn.machine import model
 
@@ -25,8 +25,10 @@ def transitions(state: model.State) -> Iterator[model.Transition]:
     yield from state.on_done
 
 
-def reachable(chart: model.Chart) -> set[model.StatePath]:
-    """The states some sequence of events can enter, the root included."""
+def reachable(chart: model.Chart, assumed: Iterable[model.StatePath] = ()) -> set[model.StatePath]:
+    """The states some sequence of events can enter, the root included, if the states
+    ``assumed`` can be entered too (so one known problem is not reported again for
+    every state behind it)."""
     reached: set[model.StatePath] = set()
     pending: list[model.StatePath] = []
 
@@ -37,6 +39,8 @@ def reachable(chart: model.Chart) -> set[model.StatePath]:
             current = chart.states[current].initial
 
     enter(model.ROOT)
+    for path in assumed:
+        enter(path)
     while pending:
         path = pending.pop()
         if path in reached:
@@ -48,10 +52,12 @@ def reachable(chart: model.Chart) -> set[model.StatePath]:
     return reached
 
 
-def unreachable(chart: model.Chart) -> list[model.StatePath]:
-    """The outermost states no run can enter, in document order: a state whose parent
-    is itself unreachable adds nothing to know."""
-    reached = reachable(chart)
+def unreachable(
+    chart: model.Chart, assumed: Iterable[model.StatePath] = ()
+) -> list[model.StatePath]:
+    """The outermost states no run can enter, in document order (a state whose parent
+    is unreachable adds nothing to know), if the states ``assumed`` can be entered."""
+    reached = reachable(chart, assumed)
     return [
         path
         for path, state in chart.states.items()

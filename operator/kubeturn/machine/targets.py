@@ -61,7 +61,7 @@ def resolve(states: Collection[StatePath], source: StatePath, target: str) -> St
     if target.startswith("."):
         found = _down(source, target[1:])
         return found if found in states else None
-    first, _, rest = target.partition(".")
+    first = target.partition(".")[0]
     scope = parent(source) if source != ROOT else ROOT
     while True:
         if child(scope, first) in states:

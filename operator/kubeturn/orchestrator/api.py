@@ -161,8 +161,13 @@ def document() -> dict[str, Any]:
         schema = {"$ref": ref.format(model=model)}
         return {"description": description, "content": {"application/json": {"schema": schema}}}
 
-    iid = {"name": "iid", "in": "path", "required": True, "schema": {"type": "string"},
-           "description": "The Instance ID, percent-encoded as one path segment."}
+    iid = {
+        "name": "iid",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": "The Instance ID, percent-encoded as one path segment.",
+    }
     return {
         "openapi": "3.1.0",
         "info": {"title": "kubeturn Orchestrator", "version": "v1alpha1"},
@@ -172,22 +177,47 @@ def document() -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
         "paths": {
-            "/agents/{iid}/surface": {"parameters": [iid], "get": {
-                "summary": "The live Turn's Menu, allowed picks, cwd and notices.",
-                "responses": {"200": answer("Surface", "The surface."),
-                              "404": answer("ErrorBody", "No live Turn: never prompt.")}}},
-            "/agents/{iid}/events": {"parameters": [iid], "post": {
-                "summary": "A pick: {type, ...payload}. Never retried by Harnesses.",
-                "responses": {"200": answer("Receipt", "Delivered."),
-                              "409": answer("Refusal", "Refused; nothing delivered."),
-                              "422": answer("ErrorBody", "The payload does not fit."),
-                              "404": answer("ErrorBody", "The Turn is over.")}}},
-            "/agents/{iid}/deliveries/{delivery}": {"parameters": [iid, {
-                "name": "delivery", "in": "path", "required": True, "schema": {"type": "string"}}],
-                "get": {"summary": "Long-poll an outstanding pick's answer (≤ 25 s).",
-                        "responses": {"200": answer("Receipt", "Answered."),
-                                      "204": {"description": "Still being worked on."},
-                                      "404": answer("ErrorBody", "No such delivery.")}}},
+            "/agents/{iid}/surface": {
+                "parameters": [iid],
+                "get": {
+                    "summary": "The live Turn's Menu, allowed picks, cwd and notices.",
+                    "responses": {
+                        "200": answer("Surface", "The surface."),
+                        "404": answer("ErrorBody", "No live Turn: never prompt."),
+                    },
+                },
+            },
+            "/agents/{iid}/events": {
+                "parameters": [iid],
+                "post": {
+                    "summary": "A pick: {type, ...payload}. Never retried by Harnesses.",
+                    "responses": {
+                        "200": answer("Receipt", "Delivered."),
+                        "409": answer("Refusal", "Refused; nothing delivered."),
+                        "422": answer("ErrorBody", "The payload does not fit."),
+                        "404": answer("ErrorBody", "The Turn is over."),
+                    },
+                },
+            },
+            "/agents/{iid}/deliveries/{delivery}": {
+                "parameters": [
+                    iid,
+                    {
+                        "name": "delivery",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                "get": {
+                    "summary": "Long-poll an outstanding pick's answer (≤ 25 s).",
+                    "responses": {
+                        "200": answer("Receipt", "Answered."),
+                        "204": {"description": "Still being worked on."},
+                        "404": answer("ErrorBody", "No such delivery."),
+                    },
+                },
+            },
         },
     }
 

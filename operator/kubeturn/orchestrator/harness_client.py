@@ -42,7 +42,9 @@ class HarnessClient:
         await self._session.close()
 
     def _url(self, agent: str, instance_id: str, *rest: str) -> str:
-        return "/".join([self._base, "agents", quote(agent, safe=""), quote(instance_id, safe=""), *rest])
+        return "/".join(
+            [self._base, "agents", quote(agent, safe=""), quote(instance_id, safe=""), *rest]
+        )
 
     async def admit(self, effect: Admit, key: str) -> str:
         body = {
@@ -57,10 +59,14 @@ class HarnessClient:
         }
         body = {k: v for k, v in body.items() if v is not None}
         try:
-            async with self._session.post(self._url(effect.agent, effect.instance_id), json=body) as response:
+            async with self._session.post(
+                self._url(effect.agent, effect.instance_id), json=body
+            ) as response:
                 raw = await response.read()
                 if response.status != 200:
-                    raise AdmitFailed(f"the Harness refused the admission (HTTP {response.status}): {raw.decode(errors='replace')[:500]}")
+                    raise AdmitFailed(
+                        f"the Harness refused the admission (HTTP {response.status}): {raw.decode(errors='replace')[:500]}"
+                    )
                 return AdmitResponse.model_validate_json(raw).submissionId
         except aiohttp.ClientError as error:
             raise AdmitFailed(f"the Harness could not be reached: {error}") from error
