@@ -3,12 +3,14 @@
 Run from the repository root: ``.venv/bin/python bench/sweep.py [--turns 200] [--json]``.
 
 What runs: the real Harness as a subprocess (``python -m kubeturn_harness serve``, as it is
-deployed, logging at its default level to a file), and in this process the scripted model
-(``kubeturn_harness.scripted``) and a stub Orchestrator API that serves one fixed surface
-(a Menu of ``review_verdict``) and answers every pick at once with a receipt that leaves
-the Turn open. Everything listens on 127.0.0.1. Turns run one at a time, each on a fresh
-instance id, the three kinds interleaved so drift (the Harness's growing conversation
-table and heap) lands on all of them alike; 10 Turns of each kind run first, not counted.
+deployed, logging at its default level to a file); the scripted model
+(``kubeturn_harness.scripted``) as a subprocess too (this file run with ``--serve-model``,
+which adds one route to it, below); and in this process a stub Orchestrator API that
+serves one fixed surface (a Menu of ``review_verdict``) and answers every pick at once
+with a receipt that leaves the Turn open. Everything listens on 127.0.0.1. Turns run one
+at a time, each on a fresh instance id, the three kinds interleaved so drift (the
+Harness's growing conversation table and heap) lands on all of them alike; 10 Turns of
+each kind run first, not counted.
 
 What it measures, per kind of Turn:
 
@@ -28,9 +30,11 @@ What it measures, per kind of Turn:
    trip**: the same interval when step 1 calls the trivial Working tool ``read`` on a
    small file instead: the baseline.
 
-This process does not touch the Harness while a measured interval runs: it learns that a
-request was held or closed from the scripted model's journal in memory (no polling), and
-reads the Harness's stream only after. Percentiles are nearest-rank. Figures only: nothing
+Nothing polls while an interval is measured: this process learns that a model request
+was held or closed from one parked ``GET /_wait?index=N&state=held|closed`` that the
+scripted model answers when its journal records it, and reads the Harness's stream only
+after. (With the model in this process instead, its disconnect handling would land in the
+client's timing of the sweep.) Percentiles are nearest-rank. Figures only: nothing
 is asserted beyond sanity (each Turn ended as scripted).
 """
 
@@ -70,7 +74,7 @@ MENU_PICK = "review_verdict"
 WARMUP = 10
 """Turns of each kind run first and not counted: connection pools, imports, caches."""
 START_TIMEOUT_S = 30.0
-"""A Harness that has not printed its URL by then has failed to start."""
+"""A subprocess that has not printed its URL by then has failed to start."""
 TURN_TIMEOUT_S = 15.0
 """Far above any Turn here (tens of ms); a Turn that takes this long is a hang."""
 
@@ -117,13 +121,15 @@ FIGURES: dict[str, tuple[str, float | None]] = {
 """Figure → its label, and its target in ms for p99 (None: no target)."""
 
 T = TypeVar("T")
+HARNESS_READY = "harness listening on"
+MODEL_READY = "bench model listening on"
 
 
-# ----------------------------------------------------------------------------- in process
+# ----------------------------------------------------------------------------- the model
 
 
 class WatchedJournal(Journal):
-    """The scripted model's request record, telling this process when a request is held
+    """The scripted model's request record, which wakes waiters when a request is held
     or closed, so nothing polls while an interval is being measured."""
 
     def __init__(self) -> None:
@@ -157,7 +163,7 @@ class WatchedJournal(Journal):
 
 
 def request(index: int, *, state: str) -> Callable[[list[RequestRecord]], RequestRecord | None]:
-    """The Turn's ``index``-th request, once it is ``held`` or ``closed``."""
+    """The ``index``-th request since the last clear, once it is ``held`` or ``closed``."""
 
     def found(records: list[RequestRecord]) -> RequestRecord | None:
         if len(records) <= index:
@@ -167,6 +173,29 @@ def request(index: int, *, state: str) -> Callable[[list[RequestRecord]], Reques
         return record if ready else None
 
     return found
+
+
+async def _wait(http: web.Request) -> web.Response:
+    """``GET /_wait?index=N&state=held|closed``: that request's record, once it is so."""
+    journal = http.app[scripted.JOURNAL]
+    assert isinstance(journal, WatchedJournal)
+    ready = request(int(http.query["index"]), state=http.query["state"])
+    return web.json_response((await journal.until(ready)).to_json())
+
+
+async def serve_model() -> None:
+    """The scripted model with a ``WatchedJournal`` and ``/_wait``, until SIGTERM."""
+    app = scripted.make_app(scripted.parse_script(json.dumps(SCRIPT)))
+    app[scripted.JOURNAL] = WatchedJournal()
+    app.router.add_get("/_wait", _wait)
+    # handler_cancellation: a Harness that drops the stream cancels the held answer, which
+    # stamps closedAt (``scripted.serve`` sets it for the same reason).
+    runner, url = await serve(app, handler_cancellation=True)
+    print(f"{MODEL_READY} {url}", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await runner.cleanup()
 
 
 @dataclass
@@ -224,13 +253,13 @@ async def serve(app: web.Application, **options: Any) -> tuple[web.AppRunner, st
 
 @dataclass
 class World:
-    """The Harness's address and this process's client, model journal and stub."""
+    """The Harness's and the model's addresses, this process's client and the stub."""
 
     session: aiohttp.ClientSession
     harness_url: str
+    model_url: str
     token: str
     workdir: Path
-    journal: WatchedJournal
     stub: StubOrchestrator
 
     def agent_url(self, iid: str, *rest: str) -> str:
@@ -277,6 +306,18 @@ class World:
                     if event["type"] == "submission-settled" and data["submissionId"] == sid:
                         return dict(data)
 
+    async def clear_model(self) -> None:
+        async with self.session.delete(f"{self.model_url}/_requests") as response:
+            response.raise_for_status()
+
+    async def model_request(self, index: int, *, state: str) -> dict[str, Any]:
+        """The ``index``-th model request since the clear, once ``held`` or ``closed``."""
+        url = f"{self.model_url}/_wait?index={index}&state={state}"
+        timeout = aiohttp.ClientTimeout(total=TURN_TIMEOUT_S)
+        async with self.session.get(url, timeout=timeout) as response:
+            response.raise_for_status()
+            return dict(await response.json())
+
 
 # ----------------------------------------------------------------------------- the Turns
 
@@ -291,9 +332,9 @@ class Samples:
 
 
 async def sweep_turn(world: World, iid: str, samples: Samples) -> None:
-    world.journal.clear()
+    await world.clear_model()
     sid = await world.admit(iid, "BENCH sweep: review the change")
-    await world.journal.until(request(0, state="held"))
+    await world.model_request(0, state="held")
     body = {"cause": "pick", "submissionId": sid}
     sent = time.time()
     started = time.perf_counter()
@@ -305,28 +346,27 @@ async def sweep_turn(world: World, iid: str, samples: Samples) -> None:
     if r.status != 200 or answer != {"aborted": True}:
         raise RuntimeError(f"sweep of {iid} answered {r.status}: {answer}")
     settlement = await world.settlement(iid, sid)
-    closed = await world.journal.until(request(0, state="closed"))
-    assert closed.closed_at is not None
+    closed = await world.model_request(0, state="closed")
     samples.seconds["sweep_settled"].append(settled)
-    samples.seconds["stream_closed"].append(closed.closed_at - sent)
+    samples.seconds["stream_closed"].append(float(closed["closedAt"]) - sent)
     samples.visible_after_200 += settlement is not None
     outcome = settlement["outcome"] if settlement else "not-visible"
     samples.outcomes[outcome] = samples.outcomes.get(outcome, 0) + 1
 
 
 async def round_trip_turn(world: World, kind: str, iid: str, samples: Samples) -> None:
-    world.journal.clear()
+    await world.clear_model()
     sid = await world.admit(iid, f"BENCH {kind}: review the change")
-    second = await world.journal.until(request(1, state="closed"))
-    first = world.journal.records()[0]
+    second = await world.model_request(1, state="closed")
+    first = await world.model_request(0, state="closed")
     settlement = await world.wait_settled(iid, sid)
-    if settlement["outcome"] != "completed" or second.step != 1 or first.closed_at is None:
+    if settlement["outcome"] != "completed" or second["step"] != 1:
         raise RuntimeError(f"{kind} Turn {iid} did not run as scripted: {settlement}")
-    tool_result = second.body["messages"][-1]["content"]
+    tool_result = second["body"]["messages"][-1]["content"]
     expected = "Your turn is not over." if kind == PICK else "small file"
     if expected not in tool_result:
         raise RuntimeError(f"{kind} Turn {iid}: the tool result was {tool_result!r}")
-    answered, asked = first.closed_at, second.received_at
+    answered, asked = float(first["closedAt"]), float(second["receivedAt"])
     samples.seconds[f"{kind}_round_trip"].append(asked - answered)
     if kind == PICK:
         arrived = world.stub.arrived.pop(iid)
@@ -344,14 +384,13 @@ async def run_turns(world: World, count: int, samples: Samples, label: str) -> N
                 await round_trip_turn(world, kind, iid, samples)
 
 
-# ----------------------------------------------------------------------------- the Harness
+# ----------------------------------------------------------------------------- processes
 
 
-async def start_harness(
-    argv: list[str], log: Path, env: dict[str, str]
+async def start(
+    argv: list[str], log: Path, env: dict[str, str], ready: str
 ) -> tuple[asyncio.subprocess.Process, str]:
-    """Start the Harness; return the process and the URL its first stdout line names."""
-    ready = "harness listening on"
+    """Start ``argv``; return the process and the URL its first stdout line names."""
     with log.open("wb") as stderr:
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env
@@ -364,7 +403,7 @@ async def start_harness(
         line = ""
     if not line.startswith(ready):
         await stop(process)
-        raise RuntimeError(f"the Harness did not start ({line!r}); see {log}")
+        raise RuntimeError(f"{argv[1:3]} did not start ({line!r}); see {log}")
     return process, line.removeprefix(ready).strip()
 
 
@@ -482,27 +521,21 @@ async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, 
     (workdir / SMALL_FILE).write_text("a small file\nof two lines\n")
     host = machine(root)
 
-    model_app = scripted.make_app(scripted.parse_script(json.dumps(SCRIPT)))
-    journal = model_app[scripted.JOURNAL] = WatchedJournal()
-    # handler_cancellation: a Harness that drops the stream cancels the held answer, which
-    # stamps closedAt (as ``scripted.serve`` does).
-    model_runner, model_url = await serve(model_app, handler_cancellation=True)
     stub = StubOrchestrator()
     stub_runner, stub_url = await serve(stub.app())
-    providers = root / "providers.yaml"
-    providers.write_text(f"scripted:\n  type: openai\n  baseUrl: {model_url}/v1\n")
-
-    token = secrets.token_hex(16)
     paths = [str(ROOT / "harness_image"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(paths),
-        "KUBETURN_ORCHESTRATOR_TOKEN": secrets.token_hex(16),
-    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    token = secrets.token_hex(16)
     session = aiohttp.ClientSession()
-    harness: asyncio.subprocess.Process | None = None
+    processes: list[asyncio.subprocess.Process] = []
     try:
-        harness, harness_url = await start_harness(
+        model, model_url = await start(
+            [sys.executable, __file__, "--serve-model"], root / "model.log", env, MODEL_READY
+        )
+        processes.append(model)
+        providers = root / "providers.yaml"
+        providers.write_text(f"scripted:\n  type: openai\n  baseUrl: {model_url}/v1\n")
+        harness, harness_url = await start(
             [
                 sys.executable,
                 "-m",
@@ -516,9 +549,11 @@ async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, 
                 f"--providers={providers}",
             ],
             root / "harness.log",
-            env,
+            {**env, "KUBETURN_ORCHESTRATOR_TOKEN": secrets.token_hex(16)},
+            HARNESS_READY,
         )
-        world = World(session, harness_url, token, workdir, journal, stub)
+        processes.append(harness)
+        world = World(session, harness_url, model_url, token, workdir, stub)
         await run_turns(world, WARMUP, Samples(), "warmup")
         samples = Samples()
         began = time.perf_counter()
@@ -526,10 +561,9 @@ async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, 
         figures = report(samples, host, turns, time.perf_counter() - began)
     finally:
         await session.close()
-        if harness is not None:
-            await stop(harness)
+        for process in reversed(processes):
+            await stop(process)
         await stub_runner.cleanup()
-        await model_runner.cleanup()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     return figures, root
@@ -547,7 +581,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where to make the temp dir (default: the system's); its filesystem sets what "
         "the settlement's fsync costs (e.g. /dev/shm leaves the disk out)",
     )
+    parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve_model:
+        asyncio.run(serve_model())
+        return 0
     if args.turns < 1:
         parser.error("--turns must be at least 1")
     figures, root = asyncio.run(bench(args.turns, args.keep, args.dir))

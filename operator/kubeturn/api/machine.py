@@ -176,7 +176,7 @@ class InvokeSpec(Spec):
 
 
 class Outcome(StrEnum):
-    """What reaching a top-level final state does to the Run."""
+    """What reaching a final state does to the Run."""
 
     SUCCEEDED = "succeeded"
     FAILED = "failed"

@@ -34,9 +34,38 @@ BOOLEAN_KEY = (
 def validate_run(document: Any) -> Run:
     """``document`` as a ``Run``; ``DefinitionErrors`` with every shape problem otherwise."""
     try:
-        return Run.model_validate(document)
+        return Run.model_validate(on_keys_restored(document))
     except ValidationError as error:
         raise DefinitionErrors(definition_errors(error, Run)) from error
+
+
+def on_keys_restored(document: Any) -> Any:
+    """The document with ``on`` back where YAML 1.1 read a bare ``on:`` as ``true``.
+
+    kubectl and PyYAML read a bare ``on`` key as the boolean true (kubectl then sends the
+    key ``"true"``). No machine or state field is called ``true``, so at those places such
+    a key can only be ``on`` (ADR 0011). A copy is changed; the input is not.
+    """
+    if not isinstance(document, Mapping):
+        return document
+    spec = document.get("spec")
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("machine"), Mapping):
+        return document
+    return {**document, "spec": {**spec, "machine": _state_on(spec["machine"])}}
+
+
+def _state_on(node: Mapping[Any, Any]) -> dict[Any, Any]:
+    result = dict(node)
+    for key in (True, "true"):
+        if key in result and "on" not in result:
+            result["on"] = result.pop(key)
+    states = result.get("states")
+    if isinstance(states, Mapping):
+        result["states"] = {
+            name: _state_on(state) if isinstance(state, Mapping) else state
+            for name, state in states.items()
+        }
+    return result
 
 
 def definition_errors(error: ValidationError, model: type[BaseModel]) -> list[DefinitionError]:
@@ -74,7 +103,7 @@ def _translate(detail: ErrorDetails, model: type[BaseModel]) -> DefinitionError:
         return DefinitionError(path, str(cause) if cause is not None else detail["msg"])
     message = _lower(detail["msg"])
     given = detail.get("input")
-    if isinstance(given, str | int | float | bool) and kind not in {"transition_shape"}:
+    if isinstance(given, str | int | float | bool) and kind != "transition_shape":
         message += f"; got {given!r}"
     return DefinitionError(path, message)
 

@@ -87,7 +87,7 @@ class CelTemplate:
         a hole that does not compile or reads a name outside ``variables``."""
         self.source = source
         self.where = where
-        parts: list[str | tuple[str, Any]] = []
+        parts: list[str | tuple[str, cel.Program]] = []
         for piece in _split(source, where):
             if isinstance(piece, str):
                 parts.append(piece)

@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from kubeturn.errors import ExpressionError
-from kubeturn.machine.model import ROOT, Chart, Kind, State, StatePath, Transition
+from kubeturn.machine.model import ROOT, Chart, Kind, State, StatePath, Timer, Transition
 
 MAX_MICROSTEPS = 256
 """Eventless transitions that keep enabling each other are a definition bug; 256
@@ -281,10 +281,10 @@ def at_rest(chart: Chart, config: Config, state: StatePath) -> bool:
         if entry.state != state and chart.is_within(entry.state, state):
             return False
     live = set(active(chart, config))
-    for entry in config.timers:
-        if entry.state not in live or not chart.is_within(entry.state, state):
+    for armed in config.timers:
+        if armed.state not in live or not chart.is_within(armed.state, state):
             continue
-        timer = _timer(chart, entry)
+        timer = _timer(chart, armed)
         for transition in timer.transitions:
             target = transition.target
             if target is not None and target != state and chart.is_within(target, state):
@@ -372,7 +372,7 @@ def _unhandled_error(macro: _Macro, event: Event) -> str | None:
 
 
 def _first_enabled(
-    macro: _Macro, transitions: Iterable[Transition], event: Event
+    macro: _Macro, transitions: Iterable[Transition], event: Event | None
 ) -> Transition | None:
     for transition in transitions:
         if transition.guard is None:
@@ -436,12 +436,12 @@ def _exit_below(macro: _Macro, domain: StatePath) -> None:
 
 
 def _exit(macro: _Macro, path: StatePath) -> None:
-    for entry in [t for t in macro.timers if t.state == path]:
-        macro.timers.remove(entry)
-        macro.cancelled.append(entry)
-    for entry in [i for i in macro.invokes if i.state == path]:
-        macro.invokes.remove(entry)
-        macro.stopped.append(Stopped(entry, macro.cause))
+    for timer in [t for t in macro.timers if t.state == path]:
+        macro.timers.remove(timer)
+        macro.cancelled.append(timer)
+    for invoke in [i for i in macro.invokes if i.state == path]:
+        macro.invokes.remove(invoke)
+        macro.stopped.append(Stopped(invoke, macro.cause))
     macro.exited.append(path)
 
 
@@ -534,7 +534,7 @@ def _fault(macro: _Macro, event: Event, error: ExpressionError) -> Step:
     return macro.result(event, taken=True, fault=str(error))
 
 
-def _timer(chart: Chart, entry: TimerEntry) -> Any:
+def _timer(chart: Chart, entry: TimerEntry) -> Timer:
     return next(t for t in chart.states[entry.state].after if t.id == entry.timer)
 
 

@@ -24,7 +24,11 @@ from kubeturn.machine.compiler import compile_machine
 from kubeturn.machine.menus import MenuEntry
 from kubeturn.machine.menus import build as build_menus
 
-__all__ = ["LoadedRun", "MenuEntry", "load_run", "load_run_yaml"]
+__all__ = ["DEFAULT_NAMESPACE", "LoadedRun", "MenuEntry", "load_run", "load_run_yaml"]
+
+DEFAULT_NAMESPACE = "default"
+"""The namespace of a manifest that names none, as kubectl's default context gives it;
+only a manifest read outside a cluster (the local runner) lacks one."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,8 @@ class LoadedRun:
     """A Run whose manifest passed every check: its spec, compiled Chart and Menus."""
 
     name: str
-    namespace: str | None
+    namespace: str
+    """``metadata.namespace``, or ``DEFAULT_NAMESPACE`` when the manifest names none."""
     spec: api.RunSpec
     chart: model.Chart
     agents: Mapping[str, api.AgentSlot]
@@ -66,7 +71,7 @@ def load_run(document: Mapping[str, Any]) -> LoadedRun:
         raise DefinitionErrors(problems)
     return LoadedRun(
         name=run.metadata.name,
-        namespace=run.metadata.namespace,
+        namespace=run.metadata.namespace or DEFAULT_NAMESPACE,
         spec=run.spec,
         chart=compiled.chart,
         agents=run.spec.agents,

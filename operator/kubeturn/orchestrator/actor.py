@@ -201,7 +201,8 @@ class RunActor:
         try:
             submission = await self._turns.admit(effect, key)
         except AdmitFailed as failed:
-            await self._do(lambda now: self.core.admit_failed(effect.turn, str(failed), now))
+            why = str(failed)
+            await self._do(lambda now: self.core.admit_failed(effect.turn, why, now))
             return
         await self._do(lambda now: self.core.admitted(effect.turn, submission, now))
         self._follow(effect, submission)

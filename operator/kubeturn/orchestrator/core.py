@@ -397,7 +397,8 @@ class RunCore:
     def _start_turn(self, entry: InvokeEntry, event: Event, now: float, effects: Effects) -> None:
         assert self.config is not None
         state = self.run.chart.states[entry.state]
-        assert state.invoke is not None and state.invoke.agent is not None
+        assert state.invoke is not None
+        assert state.invoke.agent is not None
         call = state.invoke.agent
         slot = self.run.agents[call.slot]
         where = _invoke_path(entry.state) + ".agent"
@@ -702,7 +703,8 @@ class RunCore:
     ) -> None:
         assert self.config is not None
         state = self.run.chart.states[entry.state]
-        assert state.invoke is not None and state.invoke.exec is not None
+        assert state.invoke is not None
+        assert state.invoke.exec is not None
         activation = interpreter.activation(self.config, event, self._scope)
         try:
             frame = frames.exec_frame(

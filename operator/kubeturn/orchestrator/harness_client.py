@@ -64,8 +64,9 @@ class HarnessClient:
             ) as response:
                 raw = await response.read()
                 if response.status != 200:
+                    said = raw.decode(errors="replace")[:500]
                     raise AdmitFailed(
-                        f"the Harness refused the admission (HTTP {response.status}): {raw.decode(errors='replace')[:500]}"
+                        f"the Harness refused the admission (HTTP {response.status}): {said}"
                     )
                 return AdmitResponse.model_validate_json(raw).submissionId
         except aiohttp.ClientError as error:

@@ -1,0 +1,717 @@
+"""Loading a Run manifest into a checked Chart (``kubeturn.machine.load``).
+
+Cases:
+- the example (examples/task-with-review.yaml) loads: its states, kinds, initials,
+  transitions in document order with their manifest paths, timers (id and delay),
+  invokes (templates, continue), finals (output, ``failed``), Menus; the YAML text and
+  the parsed document give the same Chart;
+- target resolution: a sibling, the nearest ancestor's child, a dotted path, a child
+  of the source (``.name``), the source itself, from the root's ``on``; nearest wins;
+  an unknown target names the closest state (the did-you-mean message verbatim), or the
+  path of a same-named state out of reach; a target that is no path;
+- reachability: an orphan, an unreachable compound (its children not repeated), an
+  unreachable child of a reachable compound, ancestors entered with a deep target; a
+  misspelt target is not reported again as unreachable states;
+- kinds: a final with transitions, an invoke or children; a compound without initial
+  or with an initial that is no child; an atomic with initial or onDone; output and
+  outcome only on finals; the machine's initial;
+- Menus: the missing description (message verbatim), descendants' events, the first
+  definition wins, document order, the default schema, tool-name rules, Working tool
+  names, ``agent.fault``/``CANCEL`` handled but never offered, schemas that are not
+  JSON Schema or not an object, one report for an event two Agents are offered;
+- expressions: guards, assign values and keys (shape, overlap), outputs, prompt, cwd and
+  command templates, with their paths;
+- invokes: unknown slot, both or neither of agent/exec, onDone on an agent, exec's
+  onDone/onError events and timeout; durations; reserved event names; state names;
+- all at once: five different problems give five errors, one per line; shape problems
+  are reported alone; YAML syntax errors name the source, line and column.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubeturn.api.validation import on_keys_restored
+from kubeturn.errors import DefinitionError, DefinitionErrors
+from kubeturn.machine import model
+from kubeturn.machine.expressions import CelExpression, CelTemplate
+from kubeturn.machine.load import LoadedRun, MenuEntry, load_run, load_run_yaml
+from kubeturn.machine.menus import WORKING_TOOLS
+from kubeturn_harness.tools.schemas import ToolName
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "task-with-review.yaml"
+_EXAMPLE = on_keys_restored(yaml.safe_load(EXAMPLE.read_text()))
+
+AGENTS = {
+    "coder": {"instructions": "Code."},
+    "reviewer": {"instructions": "Review.", "workspace": "read"},
+}
+
+
+@pytest.fixture
+def example() -> dict[str, Any]:
+    """The example manifest as a document, free to break."""
+    return copy.deepcopy(_EXAMPLE)
+
+
+def manifest(states: dict[str, Any], **machine: Any) -> dict[str, Any]:
+    machine.setdefault("initial", next(iter(states)))
+    return {
+        "apiVersion": "kubeturn.dev/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": "t", "namespace": "dev"},
+        "spec": {"agents": AGENTS, "machine": {**machine, "states": states}},
+    }
+
+
+def agent(slot: str = "coder", **extra: Any) -> dict[str, Any]:
+    return {"agent": {"slot": slot, "prompt": "Do it.", **extra}}
+
+
+def problems(document: Any) -> list[str]:
+    with pytest.raises(DefinitionErrors) as caught:
+        load_run(document)
+    return [str(error) for error in caught.value.errors]
+
+
+def only_problem(document: Any) -> str:
+    [problem] = problems(document)
+    return problem
+
+
+DONE = {"type": "final"}
+
+
+# --------------------------------------------------------------------------- the example
+
+
+class TestTheExample:
+    @pytest.fixture
+    def run(self, example: dict[str, Any]) -> LoadedRun:
+        return load_run(example)
+
+    def test_identity(self, run: LoadedRun) -> None:
+        assert (run.name, run.namespace) == ("task-with-review", "default")
+        assert load_run(manifest({"a": DONE})).namespace == "dev"
+        assert list(run.agents) == ["coder", "reviewer"]
+        assert run.spec.machine.initial == "implementing"
+        assert run.chart.context == {"rounds": 0, "summary": "", "notes": "", "reason": ""}
+
+    def test_states(self, run: LoadedRun) -> None:
+        states = run.chart.states
+        assert list(states) == [
+            "",
+            "implementing",
+            "reviewing",
+            "fixing",
+            "humanReview",
+            "done",
+            "failed",
+        ]
+        assert run.chart.root.kind is model.Kind.COMPOUND
+        assert run.chart.root.initial == "implementing"
+        assert run.chart.root.children == tuple(list(states)[1:])
+        assert {s.kind for p, s in states.items() if p not in {"", "done", "failed"}} == {
+            model.Kind.ATOMIC
+        }
+        assert states[model.StatePath("done")].kind is model.Kind.FINAL
+        assert states[model.StatePath("implementing")].parent == model.ROOT
+
+    def test_transitions_keep_document_order_and_where(self, run: LoadedRun) -> None:
+        reviewing = run.chart.states[model.StatePath("reviewing")]
+        verdicts = reviewing.on["review_verdict"]
+        assert [t.target for t in verdicts] == ["humanReview", "failed", "fixing"]
+        assert [t.where for t in verdicts] == [
+            f"spec.machine.states.reviewing.on.review_verdict[{i}]" for i in range(3)
+        ]
+        assert verdicts[0].guard == CelExpression("event.verdict == 'approve'")
+        assert verdicts[2].guard is None
+        assert [key for key, _ in verdicts[2].assign] == ["context.rounds", "context.notes"]
+        assert all(t.source == "reviewing" and t.event == "review_verdict" for t in verdicts)
+        approve = run.chart.states[model.StatePath("humanReview")].on["approve"]
+        assert approve == (
+            model.Transition(
+                source=model.StatePath("humanReview"),
+                event="approve",
+                target=model.StatePath("done"),
+                where="spec.machine.states.humanReview.on.approve",
+            ),
+        )
+
+    def test_a_turn_timeout(self, run: LoadedRun) -> None:
+        [timer] = run.chart.states[model.StatePath("implementing")].after
+        assert timer.id == "after:implementing:30m"
+        assert timer.delay_s == 1800.0
+        [transition] = timer.transitions
+        assert (transition.event, transition.target) == (timer.id, "failed")
+        assert transition.where == "spec.machine.states.implementing.after.30m"
+
+    def test_invokes(self, run: LoadedRun) -> None:
+        fixing = run.chart.states[model.StatePath("fixing")]
+        assert fixing.invoke is not None
+        call = fixing.invoke.agent
+        assert call is not None
+        assert (call.slot, call.continue_, call.cwd, call.model) == ("coder", True, None, None)
+        assert isinstance(call.prompt, CelTemplate)
+        rendered = call.prompt.render({"context": {"notes": "Rename x."}})
+        assert rendered.startswith("The reviewer asked for changes:\n\nRename x.\n")
+        reviewing = run.chart.states[model.StatePath("reviewing")]
+        assert reviewing.invoke is not None
+        assert reviewing.invoke.agent is not None
+        assert reviewing.invoke.agent.continue_ is False
+
+    def test_finals(self, run: LoadedRun) -> None:
+        done = run.chart.states[model.StatePath("done")]
+        failed = run.chart.states[model.StatePath("failed")]
+        assert done.failed is False
+        assert failed.failed is True
+        assert done.output is not None
+        output = done.output.evaluate({"context": {"rounds": 1, "summary": "s"}})
+        assert output == {"rounds": 1, "summary": "s"}
+
+    def test_menus(self, run: LoadedRun) -> None:
+        assert list(run.menus) == ["implementing", "reviewing", "fixing"]
+        [submit] = run.menu(model.StatePath("implementing"))
+        assert submit.name == "submit"
+        assert submit.description.startswith("The change is complete")
+        assert submit.schema["required"] == ["summary"]
+        [verdict] = run.menu(model.StatePath("reviewing"))  # agent.fault is never offered
+        assert verdict.name == "review_verdict"
+        assert verdict.schema["properties"]["verdict"]["enum"] == ["approve", "reject"]
+
+    def test_a_state_without_an_agent_has_no_menu(self, run: LoadedRun) -> None:
+        with pytest.raises(KeyError, match="invokes no Agent"):
+            run.menu(model.StatePath("humanReview"))
+
+    def test_the_yaml_text_gives_the_same_chart(self, run: LoadedRun) -> None:
+        loaded = load_run_yaml(EXAMPLE.read_text(), source=str(EXAMPLE))
+        assert loaded.chart == run.chart
+        assert loaded.menus == run.menus
+
+
+# --------------------------------------------------------------------------- targets
+
+NESTED = {
+    "work": {
+        "initial": "coding",
+        "on": {"restart": ".coding"},
+        "states": {
+            "coding": {
+                "on": {
+                    "next": "review",
+                    "jump": "review.second",
+                    "finish": "done",
+                    "again": "coding",
+                }
+            },
+            "review": {
+                "initial": "first",
+                "onDone": "done",
+                "states": {
+                    "first": {"on": {"back": "coding", "on2": "second", "finish": "done"}},
+                    "second": {"on": {"top": "work.coding"}},
+                    "done": DONE,
+                },
+            },
+        },
+    },
+    "done": DONE,
+}
+
+
+class TestTargets:
+    @pytest.fixture
+    def chart(self) -> model.Chart:
+        return load_run(manifest(NESTED, on={"abort": "done"})).chart
+
+    @staticmethod
+    def target(chart: model.Chart, state: str, event: str) -> str | None:
+        [transition] = chart.states[model.StatePath(state)].on[event]
+        return transition.target
+
+    @pytest.mark.parametrize(
+        ("state", "event", "target"),
+        [
+            pytest.param("work.coding", "next", "work.review", id="sibling"),
+            pytest.param("work.coding", "again", "work.coding", id="itself"),
+            pytest.param("work.coding", "jump", "work.review.second", id="dotted"),
+            pytest.param("work.coding", "finish", "done", id="ancestors-child"),
+            pytest.param("work.review.first", "back", "work.coding", id="parents-sibling"),
+            pytest.param("work.review.first", "on2", "work.review.second", id="sibling-2"),
+            pytest.param("work.review.first", "finish", "work.review.done", id="nearest-wins"),
+            pytest.param("work.review.second", "top", "work.coding", id="path-from-top"),
+            pytest.param("work", "restart", "work.coding", id="child-of-source"),
+            pytest.param("", "abort", "done", id="from-the-root"),
+        ],
+    )
+    def test_resolution(self, chart: model.Chart, state: str, event: str, target: str) -> None:
+        assert self.target(chart, state, event) == target
+
+    def test_on_done_resolves_from_its_state(self, chart: model.Chart) -> None:
+        [transition] = chart.states[model.StatePath("work.review")].on_done
+        assert (transition.target, transition.event) == ("done", model.DONE_STATE)
+
+    def test_an_unknown_target_names_the_closest_state(self, example: dict[str, Any]) -> None:
+        verdict = example["spec"]["machine"]["states"]["reviewing"]["on"]["review_verdict"]
+        verdict[0]["target"] = "humanReveiw"
+        assert problems(example) == [
+            "spec.machine.states.reviewing.on.review_verdict[0].target: no state "
+            "'humanReveiw' (did you mean 'humanReview'?)"
+        ]
+
+    def test_a_same_named_state_out_of_reach_is_suggested_by_path(self) -> None:
+        states = copy.deepcopy(NESTED)
+        states["done"] = {"type": "final"}
+        states["start"] = {"on": {"go": "second", "enter": "work"}}
+        document = manifest(states, initial="start")
+        assert only_problem(document) == (
+            "spec.machine.states.start.on.go: no state 'second' (did you mean "
+            "'work.review.second'?)"
+        )
+
+    def test_a_child_of_an_atomic_state_is_no_state(self) -> None:
+        document = manifest({"a": {"on": {"go": ".b"}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.on.go: no state '.b' (did you mean 'b'?)"
+        )
+
+    @pytest.mark.parametrize("text", ["a..b", "b.", "..", "a b", ""])
+    def test_a_target_that_is_no_path(self, text: str) -> None:
+        document = manifest({"a": {"on": {"go": {"target": text}}}, "b": DONE})
+        assert problems(document)[0] == (
+            f"spec.machine.states.a.on.go.target: {text!r} is not a state's name or path: "
+            "names joined by '.', with a leading '.' for a child of this state"
+        )
+
+
+# --------------------------------------------------------------------------- reachability
+
+
+class TestReachability:
+    def test_an_orphan(self) -> None:
+        document = manifest({"a": {"on": {"go": "b"}}, "b": DONE, "orphan": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.orphan: no transition leads to the state 'orphan': target "
+            "it from another state, or remove it"
+        )
+
+    def test_an_unreachable_compound_is_reported_once(self) -> None:
+        lost = {"initial": "x", "states": {"x": {"on": {"go": "y"}}, "y": DONE}}
+        document = manifest({"a": DONE, "lost": lost})
+        assert problems(document) == [
+            "spec.machine.states.lost: no transition leads to the state 'lost': target it "
+            "from another state, or remove it"
+        ]
+
+    def test_an_unreachable_child_of_a_reachable_compound(self) -> None:
+        work = {"initial": "x", "states": {"x": {"on": {"go": "y"}}, "y": DONE, "spare": DONE}}
+        document = manifest({"work": work})
+        assert only_problem(document) == (
+            "spec.machine.states.work.states.spare: no transition leads to the state "
+            "'work.spare': target it from another state, or remove it"
+        )
+
+    def test_a_deep_target_enters_its_ancestors_but_not_their_initial(self) -> None:
+        work = {"initial": "x", "states": {"x": DONE, "y": DONE}}
+        document = manifest({"a": {"on": {"go": "work.y"}}, "work": work})
+        assert only_problem(document).startswith(
+            "spec.machine.states.work.states.x: no transition leads to the state 'work.x'"
+        )
+
+    def test_a_misspelt_target_is_not_reported_again_as_unreachable_states(
+        self, example: dict[str, Any]
+    ) -> None:
+        example["spec"]["machine"]["states"]["implementing"]["on"]["submit"]["target"] = "reviewng"
+        assert problems(example) == [
+            "spec.machine.states.implementing.on.submit.target: no state 'reviewng' (did you "
+            "mean 'reviewing'?)"
+        ]
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+class TestKinds:
+    @pytest.mark.parametrize(
+        ("field", "value", "what"),
+        [
+            ("on", {"go": "a"}, "takes no transitions"),
+            ("after", {"1m": "a"}, "takes no transitions"),
+            ("always", "a", "takes no transitions"),
+            ("onDone", "a", "takes no transitions"),
+            ("invoke", agent(), "invokes nothing"),
+            ("states", {"x": DONE}, "has no child states"),
+            ("initial", "x", "has no child states"),
+        ],
+    )
+    def test_a_final_state_ends_its_parent(self, field: str, value: Any, what: str) -> None:
+        document = manifest({"a": {"on": {"go": "end"}}, "end": {"type": "final", field: value}})
+        assert problems(document)[0] == (
+            f"spec.machine.states.end.{field}: a final state {what}: reaching it ends its "
+            f"parent (or the Run); remove {field}, or drop type: final"
+        )
+
+    def test_a_compound_state_needs_initial(self) -> None:
+        document = manifest({"work": {"states": {"x": DONE, "y": DONE}}})
+        assert problems(document) == [
+            "spec.machine.states.work: a compound state needs initial: the child entered "
+            "first, one of 'x', 'y'"
+        ]
+
+    def test_a_compound_states_initial_is_its_child(self) -> None:
+        document = manifest({"work": {"initial": "cdoing", "states": {"coding": DONE}}})
+        assert problems(document) == [
+            "spec.machine.states.work.initial: 'cdoing' is not a child of 'work' (did you "
+            "mean 'coding'?)"
+        ]
+
+    def test_the_machines_initial_is_a_top_level_state(self) -> None:
+        document = manifest({"a": DONE}, initial="b")
+        assert problems(document) == ["spec.machine.initial: no top-level state 'b'"]
+
+    def test_an_atomic_state_has_no_initial(self) -> None:
+        document = manifest({"a": {"initial": "x", "on": {"go": "b"}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.initial: initial names the child entered first, but 'a' "
+            "has no states; remove initial"
+        )
+
+    def test_on_done_belongs_to_compound_states(self) -> None:
+        document = manifest({"a": {"onDone": "b", "on": {"go": "b"}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.onDone: only a compound state has onDone (taken when one "
+            "of its final children is reached); a command's result is handled by "
+            "invoke.onDone"
+        )
+
+    @pytest.mark.parametrize(("field", "value"), [("output", "1"), ("outcome", "failed")])
+    def test_output_and_outcome_belong_to_final_states(self, field: str, value: str) -> None:
+        document = manifest({"a": {field: value, "on": {"go": "b"}}, "b": DONE})
+        assert only_problem(document) == (
+            f"spec.machine.states.a.{field}: only a final state has {field}; add type: "
+            f"final, or remove {field}"
+        )
+
+
+# --------------------------------------------------------------------------- menus
+
+
+def offered(**on: Any) -> dict[str, Any]:
+    return manifest({"a": {"invoke": agent(), "on": on}, "b": DONE})
+
+
+TO_B = {"target": "b", "description": "Go to b."}
+
+
+class TestMenus:
+    def test_an_offered_event_needs_a_description(self, example: dict[str, Any]) -> None:
+        verdict = example["spec"]["machine"]["states"]["reviewing"]["on"]["review_verdict"]
+        del verdict[0]["description"]
+        assert problems(example) == [
+            "spec.machine.states.reviewing.on.review_verdict[0]: an event offered to the "
+            "Agent 'reviewer' needs a description: add description: saying what the pick means"
+        ]
+
+    def test_a_menu_holds_descendants_events_first_definition_wins(self) -> None:
+        work = {
+            "invoke": agent(),
+            "initial": "x",
+            "on": {"stop": TO_B, "go": {**TO_B, "description": "Outer go."}},
+            "states": {
+                "x": {
+                    "on": {
+                        "go": {"target": "y", "description": "Inner go."},
+                        "next": [{"target": "y", "description": "Next.", "guard": "true"}, "y"],
+                    }
+                },
+                "y": DONE,
+            },
+        }
+        run = load_run(manifest({"work": work, "b": DONE}))
+        assert run.menu(model.StatePath("work")) == [
+            MenuEntry("stop", "Go to b.", {"type": "object", "properties": {}}),
+            MenuEntry("go", "Outer go.", {"type": "object", "properties": {}}),
+            MenuEntry("next", "Next.", {"type": "object", "properties": {}}),
+        ]
+
+    def test_an_event_two_agents_are_offered_is_reported_once(self) -> None:
+        work = {
+            "invoke": agent("reviewer"),
+            "initial": "x",
+            "states": {"x": {"invoke": agent(), "on": {"go": "y"}}, "y": DONE},
+        }
+        assert problems(manifest({"work": work})) == [
+            "spec.machine.states.work.states.x.on.go: an event offered to the Agent 'coder' "
+            "needs a description: add description: saying what the pick means"
+        ]
+
+    @pytest.mark.parametrize("name", ["a.b", "9lives", "two words", "x" * 65])
+    def test_an_offered_event_is_a_tool_name(self, name: str) -> None:
+        assert only_problem(offered(**{name: TO_B})).endswith(
+            f"{name!r} cannot be offered to the Agent 'coder': an offered event is a tool, "
+            "so its name is a letter or '_' and then letters, digits, '_' or '-' (at most 64 "
+            "characters)"
+        )
+
+    def test_an_offered_event_is_no_working_tool(self) -> None:
+        assert only_problem(offered(bash=TO_B)) == (
+            "spec.machine.states.a.on.bash: 'bash' is a Working tool's name; an event offered "
+            "to the Agent 'coder' needs another name"
+        )
+
+    def test_the_working_tools_are_the_harnesss(self) -> None:
+        assert frozenset(tool.value for tool in ToolName) == WORKING_TOOLS
+
+    def test_machine_events_are_handled_but_never_offered(self) -> None:
+        run = load_run(offered(go=TO_B, **{"agent.fault": "b", "CANCEL": "b"}))
+        assert [entry.name for entry in run.menu(model.StatePath("a"))] == ["go"]
+
+    def test_a_schema_must_be_json_schema(self) -> None:
+        assert only_problem(offered(go={**TO_B, "schema": {"type": "objekt"}})).startswith(
+            "spec.machine.states.a.on.go.schema: not a JSON Schema at $.type: 'objekt' is not "
+        )
+
+    def test_a_schema_describes_an_object(self) -> None:
+        assert only_problem(offered(go={**TO_B, "schema": {"type": "string"}})) == (
+            "spec.machine.states.a.on.go.schema: a payload's schema describes an object: give "
+            "it type: object and its properties"
+        )
+
+    def test_events_no_agent_is_offered_need_no_description(self) -> None:
+        load_run(manifest({"a": {"on": {"approve": "b"}}, "b": DONE}))
+
+
+# --------------------------------------------------------------------------- expressions
+
+
+class TestExpressions:
+    def test_a_guard_that_does_not_compile(self) -> None:
+        document = manifest({"a": {"on": {"go": {"target": "b", "guard": "1 +"}}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.on.go.guard: '1 +' does not compile: Syntax error: "
+            "mismatched input '<EOF>' at column 4"
+        )
+
+    def test_a_guard_reading_another_variable(self) -> None:
+        document = manifest({"a": {"on": {"go": ["b", {"guard": "self.x"}]}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.on.go[1].guard: 'self.x' reads 'self'; an expression may "
+            "read only context, event, input, workspace"
+        )
+
+    def test_assign(self) -> None:
+        assign = {"ctx.n": "1", "context.n": "1 +", "context.a": "1", "context.a.b": "2"}
+        document = manifest({"a": {"on": {"go": {"assign": assign}}}})
+        assert problems(document) == [
+            'spec.machine.states.a.on.go.assign["ctx.n"]: an assign key is a path into the '
+            "context such as context.rounds or context.review.notes; got 'ctx.n'",
+            "spec.machine.states.a.on.go.assign[\"context.n\"]: '1 +' does not compile: Syntax "
+            "error: mismatched input '<EOF>' at column 4",
+            "spec.machine.states.a.on.go.assign: assign sets both 'context.a' and "
+            "'context.a.b', one inside the other; set 'context.a' to the whole value",
+        ]
+
+    def test_a_targetless_transition_only_assigns(self) -> None:
+        document = manifest({"a": {"on": {"tick": {"assign": {"context.n": "context.n + 1"}}}}})
+        [tick] = load_run(document).chart.states[model.StatePath("a")].on["tick"]
+        assert tick.target is None
+        assert tick.assign == (("context.n", CelExpression("context.n + 1")),)
+
+    def test_an_output_that_does_not_compile(self) -> None:
+        document = manifest({"a": {"type": "final", "output": "{'a': }"}})
+        assert only_problem(document).startswith(
+            "spec.machine.states.a.output: \"{'a': }\" does not compile: "
+        )
+
+    def test_templates(self) -> None:
+        invoke = {"agent": {"slot": "coder", "prompt": "Do {{ input.task", "cwd": "{{ cwd }}"}}
+        exec_ = {"exec": {"command": "make {{ 1 + }}"}}
+        document = manifest({"a": {"invoke": invoke}, "b": {"invoke": exec_}}, initial="a")
+        document["spec"]["machine"]["states"]["a"]["on"] = {"go": {**TO_B}}
+        assert problems(document) == [
+            "spec.machine.states.a.invoke.agent.prompt: the template has an unclosed '{{' at "
+            "line 1, column 4: close it with '}}' (write a literal '{{' as {{ '{{' }})",
+            "spec.machine.states.a.invoke.agent.cwd: the hole {{ cwd }} at line 1, column 1 "
+            "reads 'cwd'; an expression may read only context, event, input, workspace",
+            "spec.machine.states.b.invoke.exec.command: the hole {{ 1 + }} at line 1, column "
+            "6 does not compile: Syntax error: mismatched input '<EOF>' at column 6 of the hole",
+        ]
+
+    def test_a_prompt_may_read_the_event(self) -> None:
+        invoke = {"agent": {"slot": "coder", "prompt": "Because {{ event.type }}."}}
+        load_run(manifest({"a": {"invoke": invoke, "on": {"go": TO_B}}, "b": DONE}))
+
+
+# --------------------------------------------------------------------------- invokes
+
+
+class TestInvokes:
+    def test_an_unknown_slot(self) -> None:
+        document = manifest({"a": {"invoke": agent("codr"), "on": {"go": TO_B}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.invoke.agent.slot: no agent slot 'codr' in spec.agents "
+            "(did you mean 'coder'?)"
+        )
+
+    def test_both_agent_and_exec(self) -> None:
+        invoke = {**agent(), "exec": {"command": "make"}}
+        document = manifest({"a": {"invoke": invoke, "on": {"go": TO_B}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.invoke: an invoke runs one thing: agent or exec, not both"
+        )
+
+    def test_neither_agent_nor_exec(self) -> None:
+        document = manifest({"a": {"invoke": {"onError": "b"}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.invoke: an invoke runs one thing: add agent (an Agent's "
+            "Turn) or exec (a command)"
+        )
+
+    def test_an_agents_turn_has_no_done(self) -> None:
+        invoke = {**agent(), "onDone": "b"}
+        document = manifest({"a": {"invoke": invoke, "on": {"go": TO_B}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.invoke.onDone: an Agent's Turn has no done: it ends by the "
+            "Agent's picks or by its state's exit; handle the picks in on"
+        )
+
+    def test_exec(self) -> None:
+        exec_ = {
+            "exec": {"command": "make test", "cwd": "{{ workspace.repos.target }}"},
+            "onDone": "b",
+            "onError": [{"target": "b", "guard": "event.reason == 'exec'"}],
+        }
+        run = load_run(manifest({"a": {"invoke": exec_}, "b": DONE}))
+        invoke = run.chart.states[model.StatePath("a")].invoke
+        assert invoke is not None
+        assert invoke.agent is None
+        assert invoke.exec == model.ExecCall(
+            CelTemplate("make test"), CelTemplate("{{ workspace.repos.target }}"), 600.0
+        )
+        assert [(t.event, t.target) for t in invoke.on_done] == [(model.DONE_INVOKE, "b")]
+        assert [(t.event, t.where) for t in invoke.on_error] == [
+            (model.ERROR_INVOKE, "spec.machine.states.a.invoke.onError[0]")
+        ]
+        assert run.menus == {}
+
+    def test_an_exec_timeout_is_a_duration(self) -> None:
+        exec_ = {"exec": {"command": "make", "timeout": "5 minutes"}, "onDone": "b"}
+        assert only_problem(manifest({"a": {"invoke": exec_}, "b": DONE})) == (
+            "spec.machine.states.a.invoke.exec.timeout: '5 minutes' is not a duration: write "
+            "it without spaces (e.g. 30s, 10m, 1h30m)"
+        )
+
+    def test_dials_and_continue_reach_the_call(self) -> None:
+        call = agent(prompt="p", model="openai/o3", thinkingLevel="low", **{"continue": True})
+        run = load_run(manifest({"a": {"invoke": call, "on": {"go": TO_B}}, "b": DONE}))
+        state = run.chart.states[model.StatePath("a")]
+        assert state.invoke is not None
+        assert state.invoke.agent == model.AgentCall(
+            "coder", CelTemplate("p"), None, True, "openai/o3", "low"
+        )
+
+
+# --------------------------------------------------------------------------- timers, events
+
+
+class TestTimersAndEvents:
+    def test_timers_in_document_order(self) -> None:
+        after = {"500ms": "b", "1h30m": {"target": "b", "guard": "context.late"}}
+        run = load_run(manifest({"a": {"after": after}, "b": DONE}))
+        timers = run.chart.states[model.StatePath("a")].after
+        assert [(t.id, t.delay_s) for t in timers] == [
+            ("after:a:500ms", 0.5),
+            ("after:a:1h30m", 5400.0),
+        ]
+
+    def test_a_bad_timer_duration(self) -> None:
+        document = manifest({"a": {"after": {"2d": "b"}}, "b": DONE})
+        assert only_problem(document) == (
+            "spec.machine.states.a.after.2d: unknown unit 'd' in duration '2d': the units "
+            "are ns, us, ms, s, m and h (for days write 24h)"
+        )
+
+    @pytest.mark.parametrize(
+        ("event", "where"),
+        [
+            ("done.invoke", '["done.invoke"]'),
+            ("error.platform", '["error.platform"]'),
+            ("after:5s", ".after:5s"),
+        ],
+    )
+    def test_reserved_event_names(self, event: str, where: str) -> None:
+        document = manifest({"a": {"on": {event: "b"}}, "b": DONE})
+        assert only_problem(document) == (
+            f"spec.machine.states.a.on{where}: {event!r} is reserved: the machine names its "
+            "own events done.…, error.… and after:…; handle an invoke's end with "
+            "invoke.onDone or invoke.onError, a timer with after, and a compound state's end "
+            "with onDone"
+        )
+
+    def test_machine_events_may_be_handled(self) -> None:
+        on = {"agent.fault": "b", "CANCEL": "b"}
+        run = load_run(manifest({"a": {"on": on}, "b": DONE}, on={"CANCEL": "b"}))
+        assert list(run.chart.root.on) == ["CANCEL"]
+
+    @pytest.mark.parametrize("name", ["a.b", "a/b", "-a"])
+    def test_state_names_hold_no_dot_or_slash(self, name: str) -> None:
+        document = manifest({"a": {"on": {"go": "b"}}, "b": DONE, name: DONE})
+        assert problems(document)[0].endswith(
+            f"state name {name!r} must start with a letter, digit or '_' and hold only "
+            "letters, digits, '_' and '-' (at most 63 characters): state paths join names "
+            "with '.'"
+        )
+
+
+# --------------------------------------------------------------------------- all at once
+
+
+class TestAllAtOnce:
+    def test_five_problems_give_five_errors(self, example: dict[str, Any]) -> None:
+        states = example["spec"]["machine"]["states"]
+        states["reviewing"]["on"]["review_verdict"][0]["target"] = "humanReveiw"
+        states["reviewing"]["invoke"]["agent"]["slot"] = "reviwer"
+        states["implementing"]["after"] = {"30 min": "failed"}
+        states["reviewing"]["on"]["review_verdict"][1]["guard"] = "contxt.rounds >= 2"
+        del states["fixing"]["on"]["submit"]["description"]
+        with pytest.raises(DefinitionErrors) as caught:
+            load_run(example)
+        lines = str(caught.value).splitlines()
+        assert lines == [str(error) for error in caught.value.errors]
+        assert lines == [
+            "spec.machine.states.implementing.after[\"30 min\"]: '30 min' is not a duration: "
+            "write it without spaces (e.g. 30s, 10m, 1h30m)",
+            "spec.machine.states.reviewing.on.review_verdict[0].target: no state "
+            "'humanReveiw' (did you mean 'humanReview'?)",
+            "spec.machine.states.reviewing.on.review_verdict[1].guard: 'contxt.rounds >= 2' "
+            "reads 'contxt'; an expression may read only context, event, input, workspace",
+            "spec.machine.states.reviewing.invoke.agent.slot: no agent slot 'reviwer' in "
+            "spec.agents (did you mean 'reviewer'?)",
+            "spec.machine.states.fixing.on.submit: an event offered to the Agent 'coder' "
+            "needs a description: add description: saying what the pick means",
+        ]
+        assert all(isinstance(error, DefinitionError) for error in caught.value.errors)
+
+    def test_shape_problems_are_reported_alone(self, example: dict[str, Any]) -> None:
+        states = example["spec"]["machine"]["states"]
+        states["reviewing"]["on"]["review_verdict"][0]["target"] = "humanReveiw"
+        states["done"]["outcome"] = "maybe"
+        assert problems(example) == [
+            "spec.machine.states.done.outcome: input should be 'succeeded' or 'failed'; got 'maybe'"
+        ]
+
+    def test_yaml_syntax_errors_name_the_source_line_and_column(self) -> None:
+        with pytest.raises(DefinitionErrors) as caught:
+            load_run_yaml("kind: Run\nspec: [unclosed\n", source="run.yaml")
+        [error] = caught.value.errors
+        assert error.path == "run.yaml:3:1"
+        assert error.message.startswith("not valid YAML: ")
+
+    def test_definition_errors_need_an_error(self) -> None:
+        with pytest.raises(ValueError, match="at least one"):
+            DefinitionErrors([])
