@@ -11,7 +11,8 @@ Cases:
   names that are one path segment, unique signal ids, thinking levels and access;
 - a transition's three shapes (target, object, list) and the message for a fourth;
 - pydantic errors become ``DefinitionErrors`` at manifest paths: list indices,
-  ``["quoted"]`` keys, missing fields, keys YAML 1.1 read as booleans (``on``), a
+  ``["quoted"]`` keys, missing fields, a bare ``on`` key that YAML 1.1 read as true
+  (read as ``on``; explained when ``on`` is there too), a
   document that is not a mapping;
 - ``parse_duration``: Go's syntax, and a message for each kind of mistake.
 """

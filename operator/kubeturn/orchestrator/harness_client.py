@@ -16,10 +16,12 @@ import aiohttp
 from pydantic import ValidationError
 
 from kubeturn.orchestrator.actor import AdmitFailed, Settled
-from kubeturn.orchestrator.effects import Admit, Sweep
+from kubeturn.orchestrator.core import ExecResult
+from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn_harness.wire import (
     AdmitResponse,
     EventType,
+    ExecResponse,
     History,
     Settlement,
     StreamEvent,
@@ -31,6 +33,8 @@ RETRY_S = 0.5
 """Pause before reading a stream again after a transport failure."""
 POLL_TIMEOUT_S = 35.0
 """Above the Harness's 25 s long-poll park."""
+EXEC_GRACE_S = 30.0
+"""How much longer than its own time limit an exec may take to answer."""
 
 
 class HarnessClient:
@@ -116,6 +120,29 @@ class HarnessClient:
             log.warning("sweeping %s failed: %s", effect.instance_id, error)
             return []
         return [_settled(s) for s in history.settlements]
+
+    async def run(self, effect: StartExec) -> ExecResult:
+        """An ``exec`` invoke, run in the Workspace by its Harness (an ``ExecPort``)."""
+        body = {"command": effect.command, "cwd": effect.cwd, "timeoutSeconds": effect.timeout_s}
+        timeout = aiohttp.ClientTimeout(total=effect.timeout_s + EXEC_GRACE_S)
+        try:
+            async with self._session.post(
+                f"{self._base}/exec", json=body, timeout=timeout
+            ) as response:
+                raw = await response.read()
+                if response.status != 200:
+                    said = raw.decode(errors="replace")[:500]
+                    return ExecResult(
+                        None,
+                        "",
+                        error=f"the Harness refused the exec (HTTP {response.status}): {said}",
+                    )
+                answer = ExecResponse.model_validate_json(raw)
+        except (aiohttp.ClientError, TimeoutError, ValidationError) as error:
+            return ExecResult(
+                None, "", error=f"the exec could not be run: {error or type(error).__name__}"
+            )
+        return ExecResult(answer.exitCode, answer.output, timed_out=answer.timedOut)
 
 
 def _settled(settlement: Settlement) -> Settled:
