@@ -192,9 +192,9 @@ async def serve_model() -> None:
     # stamps closedAt (``scripted.serve`` sets it for the same reason).
     runner, url = await serve(app, handler_cancellation=True)
     print(f"{MODEL_READY} {url}", flush=True)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
+    stopping = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+    await stopping.wait()
     await runner.cleanup()
 
 

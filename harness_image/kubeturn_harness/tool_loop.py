@@ -273,7 +273,7 @@ async def _calls(
     run: _Run,
     calls: list[ToolCall],
     tools: dict[str, ToolSpec],
-    menu: dict[str, MenuItem],
+    menu: dict[str, _MenuTool],
     context: ToolContext,
     watch: RunawayWatch,
 ) -> bool:
@@ -329,15 +329,16 @@ async def _work(
 
 
 async def _pick(
-    run: _Run, call: ToolCall, item: MenuItem, first_pick: str | None
+    run: _Run, call: ToolCall, tool: _MenuTool, first_pick: str | None
 ) -> tuple[str, str | None, bool]:
     """One pick: (what the model reads, the answer's first pick, whether the Turn is over).
 
     Raises ``_Cut`` when the run was cut while the pick was out: a sent pick's receipt
     belongs in the record even then (the sweep usually lands before the receipt).
     """
+    item = tool.item
     try:
-        payload = _pick_payload(call.arguments, item)
+        payload = _pick_payload(call.arguments, tool)
     except ToolArgumentError as error:
         return f"Your pick `{item.name}` was not sent: {error}", first_pick, False
     if first_pick is not None:
@@ -402,35 +403,44 @@ async def _deliver(
     return (answer if isinstance(answer, Gone) else Delivered(answer)), True, False
 
 
-def _pick_payload(arguments: str, item: MenuItem) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _MenuTool:
+    """A Menu item and its payload validator, built once per Submission."""
+
+    item: MenuItem
+    validator: jsonschema.protocols.Validator
+
+
+def _pick_payload(arguments: str, tool: _MenuTool) -> dict[str, Any]:
     try:
         payload = json.loads(arguments or "{}")
     except ValueError as error:
         raise ToolArgumentError(f"its arguments are not JSON ({error})") from error
     if not isinstance(payload, dict):
         raise ToolArgumentError("its arguments must be a JSON object")
-    try:
-        jsonschema.validate(payload, item.input)
-    except jsonschema.ValidationError as error:
-        where = "/".join(str(part) for part in error.absolute_path) or "the arguments"
-        raise ToolArgumentError(f"{where}: {error.message}") from error
+    problem = jsonschema.exceptions.best_match(tool.validator.iter_errors(payload))
+    if problem is not None:
+        where = "/".join(str(part) for part in problem.absolute_path) or "the arguments"
+        raise ToolArgumentError(f"{where}: {problem.message}")
     return payload
 
 
-def _menu(menu: list[MenuItem], working: set[str]) -> dict[str, MenuItem]:
-    by_name: dict[str, MenuItem] = {}
+def _menu(menu: list[MenuItem], working: set[str]) -> dict[str, _MenuTool]:
+    """The Menu by name, its schemas checked once (a bad one makes it unreadable)."""
+    by_name: dict[str, _MenuTool] = {}
     for item in menu:
         if item.name in working or item.name in by_name:
             raise MenuUnreadable(
                 f"the Menu offers `{item.name}` twice or under a Working tool's name"
             )
+        kind = jsonschema.validators.validator_for(item.input)
         try:
-            jsonschema.validators.validator_for(item.input).check_schema(item.input)
+            kind.check_schema(item.input)
         except jsonschema.SchemaError as error:
             raise MenuUnreadable(
                 f"the Menu's schema for `{item.name}` is not JSON Schema: {error.message}"
             ) from error
-        by_name[item.name] = item
+        by_name[item.name] = _MenuTool(item, kind(item.input))
     return by_name
 
 

@@ -21,10 +21,12 @@ from kubeturn.orchestrator.effects import (
     Answer,
     Effects,
     Finished,
+    Recorded,
     StartExec,
     StopExec,
     Sweep,
 )
+from kubeturn.orchestrator.turns import TurnRecord
 from kubeturn_harness.wire import Outcome, Receipt, Usage
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,7 @@ class RunActor:
         store: SnapshotStore,
         clock: Clock,
         on_change: Callable[[RunActor], None] | None = None,
+        on_record: Callable[[TurnRecord], None] | None = None,
     ) -> None:
         self.core = core
         self._turns = turns
@@ -88,6 +91,7 @@ class RunActor:
         self._store = store
         self._clock = clock
         self._on_change = on_change
+        self._on_record = on_record
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._chains: dict[str, asyncio.Task[Any]] = {}
@@ -173,6 +177,8 @@ class RunActor:
                 self._answers.setdefault(effect.delivery, asyncio.Event()).set()
             elif isinstance(effect, Finished):
                 self.finished.set()
+            elif isinstance(effect, Recorded) and self._on_record is not None:
+                self._on_record(effect.record)
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)

@@ -53,7 +53,7 @@ class Registry:
         return None
 
     def owner(self, instance_id: str) -> tuple[str, RunActor] | None:
-        """The Run whose Turns used this Instance ID (live or not)."""
+        """The Run holding a Turn at this Instance ID (live, or still being swept)."""
         for key, actor in self.actors.items():
             if any(t.instanceId == instance_id for t in actor.core.turns.values()):
                 return key, actor

@@ -49,6 +49,7 @@ from kubeturn.orchestrator.effects import (
     Answer,
     Effects,
     Finished,
+    Recorded,
     StartExec,
     StopExec,
     Sweep,
@@ -69,6 +70,10 @@ NUDGE_BUDGET = 2
 picking, after being told what the workflow waits for, will not pick on a third."""
 
 PICK = "pick"
+HISTORY_LIMIT = 200
+"""Turn records kept in the snapshot (``Run.status.turns``): enough to read a Run's recent
+work with kubectl, bounded so a long Run's status stays small; every record is also
+handed to the shell as it is written (``Recorded``)."""
 MAX_TIMERS_AT_ONCE = 1000
 """Timers fired in one call; a zero-delay timer that re-arms itself cannot spin forever."""
 
@@ -130,14 +135,19 @@ class RunCore:
             input=run.spec.input, workspace=workspace.activation() if workspace else {}
         )
         self._queue: list[Event] = []
+        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
         self.config: Config | None = None
         self.phase = RunPhase.PENDING
         self.message: str | None = None
         self.turns: dict[str, Turn] = {}
+        self._live: dict[str, Turn] = {}
+        """The Turns whose state is active (pending or live), kept apart: Runs are long."""
         self.deliveries: dict[str, Delivery] = {}
         self.epochs: dict[str, int] = {}
         self.notices: dict[str, list[Notice]] = {}
         self.history: list[TurnRecord] = []
+        self.recorded = 0
+        """Turns recorded over the Run's life (the history keeps the last ones)."""
         self.seq = 0
         if snapshot is not None:
             self._restore(snapshot)
@@ -207,12 +217,12 @@ class RunCore:
             listed = ", ".join(allowed) or "none"
             message = f"`{event}` is not a pick the workflow takes now (allowed: {listed})"
             return Refusal(refused="not-allowed", allowed=allowed, message=message), effects
-        schema = self._menu_schema(turn, event)
-        try:
-            jsonschema.validate(dict(payload), schema)
-        except jsonschema.ValidationError as error:
-            where = "/".join(str(p) for p in error.absolute_path) or "the payload"
-            return Invalid(f"{where}: {error.message}"), effects
+        problem = jsonschema.exceptions.best_match(
+            self._validator(turn, event).iter_errors(dict(payload))
+        )
+        if problem is not None:
+            where = "/".join(str(p) for p in problem.absolute_path) or "the payload"
+            return Invalid(f"{where}: {problem.message}"), effects
         self.seq += 1
         delivery = Delivery(id=f"d{self.seq}-{self._new_id()}", turn=turn.id, event=event)
         self.deliveries[delivery.id] = delivery
@@ -280,6 +290,7 @@ class RunCore:
         turn = self.turns.get(turn_id)
         if turn is None or turn.phase is not TurnPhase.SWEEPING:
             return Effects()
+        effects = Effects()
         for sid, (outcome, usage, message) in settlements.items():
             entry = _submission(turn, sid)
             if entry is not None and entry.outcome is None:
@@ -289,8 +300,8 @@ class RunCore:
                     usage,
                     message,
                 )
-        self._record(turn, now)
-        return Effects()
+        self._record(turn, now, effects)
+        return effects
 
     # ------------------------------------------------------------------ reads
 
@@ -331,7 +342,7 @@ class RunCore:
         return self._admit_effect(turn, nudge=False)
 
     def live_turns(self) -> list[Turn]:
-        return [t for t in self.turns.values() if t.phase in (TurnPhase.PENDING, TurnPhase.LIVE)]
+        return list(self._live.values())
 
     def resume(self) -> Effects:
         """After a restore: what was under way must be under way again."""
@@ -368,7 +379,7 @@ class RunCore:
             step = interpreter.step(self.run.chart, self.config, event, self._scope, now)
             self._apply(step, now, effects)
         self._answer_at_rest(effects)
-        for turn in list(self.turns.values()):
+        for turn in self.live_turns():
             self._wake(turn, now, effects)
 
     def _apply(self, step: Step, now: float, effects: Effects) -> None:
@@ -423,10 +434,14 @@ class RunCore:
                 Event(ERROR_INVOKE, {"reason": "refused", "message": str(refused)}, origin=entry.id)
             )
             turn = self._new_turn(turn_id, call.slot, entry, iid, call.continue_, epoch, frame, now)
-            turn.phase = TurnPhase.SWEEPING
+            self._leave(turn)
             turn.exit = Exit(cause=None, submission=None, at=now)
             self._record(
-                turn, now, outcome=Outcome.FAILED, message=f"refused before admission: {refused}"
+                turn,
+                now,
+                effects,
+                outcome=Outcome.FAILED,
+                message=f"refused before admission: {refused}",
             )
             return
         turn = self._new_turn(turn_id, call.slot, entry, iid, call.continue_, epoch, frame, now)
@@ -465,7 +480,13 @@ class RunCore:
             }
         )
         self.turns[turn_id] = turn
+        self._live[turn_id] = turn
         return turn
+
+    def _leave(self, turn: Turn) -> None:
+        """The Turn's state exited: it is swept now."""
+        turn.phase = TurnPhase.SWEEPING
+        self._live.pop(turn.id, None)
 
     def _admit_effect(self, turn: Turn, *, nudge: bool) -> Admit:
         slot = self.run.agents[turn.agent]
@@ -527,7 +548,7 @@ class RunCore:
         if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
             return
         running = turn.running
-        turn.phase = TurnPhase.SWEEPING
+        self._leave(turn)
         turn.exit = Exit(cause=cause, submission=running.id if running else None, at=now)
         if turn.outstanding is not None:
             delivery = self.deliveries[turn.outstanding]
@@ -543,8 +564,15 @@ class RunCore:
         return Sweep(turn.id, turn.agent, turn.instanceId, cause, submission)
 
     def _record(
-        self, turn: Turn, now: float, *, outcome: Outcome | None = None, message: str | None = None
+        self,
+        turn: Turn,
+        now: float,
+        effects: Effects,
+        *,
+        outcome: Outcome | None = None,
+        message: str | None = None,
     ) -> None:
+        """Write the Turn's one history record, and forget the Turn: the record is it now."""
         if turn.phase is TurnPhase.SETTLED:
             return
         exit_ = turn.exit
@@ -561,21 +589,24 @@ class RunCore:
             if entry.outcome is None:
                 entry.outcome, entry.settledAt = Outcome.ABORTED, now
         turn.phase = TurnPhase.SETTLED
-        self.history.append(
-            TurnRecord(
-                name=turn.id,
-                agent=turn.agent,
-                state=turn.state,
-                instanceId=turn.instanceId,
-                outcome=outcome,
-                cause=exit_.cause if exit_ else None,
-                message=message,
-                submissions=list(turn.submissions),
-                startedAt=turn.startedAt,
-                settledAt=now,
-                tokens=total_usage(turn.submissions),
-            )
+        record = TurnRecord(
+            name=turn.id,
+            agent=turn.agent,
+            state=turn.state,
+            instanceId=turn.instanceId,
+            outcome=outcome,
+            cause=exit_.cause if exit_ else None,
+            message=message,
+            submissions=list(turn.submissions),
+            startedAt=turn.startedAt,
+            settledAt=now,
+            tokens=total_usage(turn.submissions),
         )
+        self.recorded += 1
+        self.history = [*self.history[-(HISTORY_LIMIT - 1) :], record]
+        del self.turns[turn.id]
+        self.deliveries = {k: d for k, d in self.deliveries.items() if d.turn != turn.id}
+        effects.add(Recorded(record))
 
     # ------------------------------------------------------------------ picks
 
@@ -737,11 +768,18 @@ class RunCore:
             return None
         return next((i for i in self.config.invokes if i.id == invocation), None)
 
-    def _menu_schema(self, turn: Turn, event: str) -> Mapping[str, Any]:
-        for entry in self.run.menu(StatePath(turn.state)):
-            if entry.name == event:
-                return entry.schema
-        return {"type": "object"}
+    def _validator(self, turn: Turn, event: str) -> jsonschema.protocols.Validator:
+        """The payload validator of a Menu event, built once (the loader checked its schema)."""
+        key = (turn.state, event)
+        validator = self._validators.get(key)
+        if validator is None:
+            schema = next(
+                (m.schema for m in self.run.menu(StatePath(turn.state)) if m.name == event),
+                {"type": "object"},
+            )
+            validator = jsonschema.validators.validator_for(schema)(schema)
+            self._validators[key] = validator
+        return validator
 
     # ------------------------------------------------------------------ snapshots
 
@@ -755,6 +793,7 @@ class RunCore:
             "epochs": dict(self.epochs),
             "notices": {k: [n.model_dump(mode="json") for n in v] for k, v in self.notices.items()},
             "history": [r.model_dump(mode="json") for r in self.history],
+            "recorded": self.recorded,
             "seq": self.seq,
         }
 
@@ -763,12 +802,16 @@ class RunCore:
         self.message = data.get("message")
         self.config = interpreter.restore(data["machine"]) if data.get("machine") else None
         self.turns = {t["id"]: Turn.model_validate(t) for t in data["turns"]}
+        self._live = {
+            k: t for k, t in self.turns.items() if t.phase in (TurnPhase.PENDING, TurnPhase.LIVE)
+        }
         self.deliveries = {d["id"]: Delivery.model_validate(d) for d in data["deliveries"]}
         self.epochs = dict(data["epochs"])
         self.notices = {
             k: [Notice.model_validate(n) for n in v] for k, v in data["notices"].items()
         }
         self.history = [TurnRecord.model_validate(r) for r in data["history"]]
+        self.recorded = int(data["recorded"])
         self.seq = int(data["seq"])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubeturn.orchestrator.turns import TurnRecord
 from kubeturn_harness.wire import Notice, Receipt
 
 
@@ -67,7 +68,14 @@ class Finished:
     message: str | None = None
 
 
-Effect = Admit | Sweep | StartExec | StopExec | Answer | Finished
+@dataclass(frozen=True)
+class Recorded:
+    """A Turn's one history record was written (for Events, logs, a local summary)."""
+
+    record: TurnRecord
+
+
+Effect = Admit | Sweep | StartExec | StopExec | Answer | Finished | Recorded
 
 
 @dataclass
