@@ -227,8 +227,10 @@ class ToolCall(_Body):
 
 
 class Usage(_Body):
-    promptTokens: int = 0
-    completionTokens: int = 0
+    """Tokens a provider reported."""
+
+    promptTokens: int = Field(default=0, description="Tokens of the prompts sent.")
+    completionTokens: int = Field(default=0, description="Tokens the model generated.")
 
 
 class Message(_Body):

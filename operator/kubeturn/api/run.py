@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_model_name, check_slot_names
 from kubeturn.api.machine import MachineSpec
+from kubeturn.api.status import RunStatus
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn_harness.wire import ThinkingLevel, WorkspaceAccess
 
@@ -131,7 +132,7 @@ class Run(Spec):
     kind: Literal["Run"] = Field(description="Always Run.")
     metadata: ObjectMeta = Field(description="The Run's name, namespace, labels.")
     spec: RunSpec = Field(description="What the Run does.")
-    status: dict[str, Any] | None = Field(
+    status: RunStatus | None = Field(
         default=None,
         description="Written by the operator: phase, active state, Turns. Never written by users.",
     )

@@ -6,11 +6,12 @@ Workspace resource's own spec is the same model. Nothing here does IO.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from kubeturn.api.common import Spec, check_slot_names
+from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_slot_names
+from kubeturn.api.status import WorkspaceStatus
 
 
 class SecretRef(Spec):
@@ -101,3 +102,13 @@ class WorkspaceSpec(Spec):
     def _slot_names(cls, repos: dict[str, Repo]) -> dict[str, Repo]:
         check_slot_names("a repo slot", repos)
         return repos
+
+
+class Workspace(Spec):
+    """A sandbox: one pod running the Harness, with a volume holding the repos' clones."""
+
+    apiVersion: Literal["kubeturn.dev/v1alpha1"] = Field(description=f"Always {API_VERSION}.")
+    kind: Literal["Workspace"] = Field(description="Always Workspace.")
+    metadata: ObjectMeta = Field(description="Its name, namespace, labels.")
+    spec: WorkspaceSpec = Field(description="What the sandbox holds and runs.")
+    status: WorkspaceStatus | None = Field(default=None, description="Written by the operator.")

@@ -1,0 +1,112 @@
+"""The AgentTurn resource: one Agent's answer to one state, visible with kubectl.
+
+Created and deleted by the Run controller only. Its finalizer (``kubeturn.dev/sweep``)
+sends the sweep when it is deleted and records how the Turn ended before it goes.
+Nothing here does IO.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import Field
+
+from kubeturn.api.common import API_VERSION, ObjectMeta, Spec
+from kubeturn.api.status import Condition, Status, SubmissionRecord
+from kubeturn_harness.wire import Outcome, ThinkingLevel, WorkspaceAccess
+
+SWEEP_FINALIZER = "kubeturn.dev/sweep"
+
+
+class ObjectRef(Spec):
+    name: str = Field(min_length=1, description="The object's name in the same namespace.")
+
+
+class AgentDefinition(Spec):
+    slot: str = Field(description="The Agent slot's name in the Run.")
+    instructions: str = Field(description="The slot's system prompt.")
+    workspace: WorkspaceAccess = Field(description="write, read or none.")
+
+
+class MenuEntry(Spec):
+    name: str = Field(description="The event name; the Agent's tool of the same name.")
+    description: str = Field(description="What the pick means: the tool's manual.")
+    schema_: dict[str, Any] = Field(
+        alias="schema", default_factory=dict, description="JSON Schema of the pick's payload."
+    )
+
+
+class AgentTurnSpec(Spec):
+    """The Turn's input, as the Run resolved it at its state's entry."""
+
+    runRef: ObjectRef = Field(description="The Run that asked for the Turn.")
+    workspaceRef: ObjectRef | None = Field(
+        default=None, description="The Workspace whose Harness runs it."
+    )
+    turn: str = Field(description="The Turn's name within its Run.")
+    agent: AgentDefinition = Field(description="The Agent slot, resolved.")
+    statePath: str = Field(description="The state that asked for the Turn.")
+    instanceId: str = Field(description="The conversation's address on the Harness.")
+    prompt: str = Field(description="The state's words for the Agent.")
+    cwd: str = Field(description="Where the Agent's tools are rooted.")
+    continue_: bool = Field(
+        alias="continue", default=False, description="Whether it continues the slot's conversation."
+    )
+    model: str | None = Field(default=None, description="'provider/model' for this Turn.")
+    thinkingLevel: ThinkingLevel | None = Field(default=None, description="Reasoning effort.")
+    menu: list[MenuEntry] = Field(default_factory=list, description="The picks it may make.")
+
+
+class TurnPhase(StrEnum):
+    PENDING = "Pending"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    IDLE = "Idle"
+    SETTLING = "Settling"
+    SETTLED = "Settled"
+
+
+class Exit(Status):
+    """Written by the Run controller before it deletes the AgentTurn."""
+
+    cause: str | None = Field(default=None, description="pick when the Turn's own pick ended it.")
+    submissionId: str | None = Field(default=None, description="The Submission running at exit.")
+    at: str = Field(description="When the state exited (RFC 3339).")
+
+
+class Settlement(Status):
+    outcome: Outcome = Field(description="ended, aborted, completed or failed.")
+    cause: str | None = Field(default=None, description="pick, or absent.")
+    message: str | None = Field(default=None, description="Why, when it did not simply end.")
+    sweptAt: str | None = Field(default=None, description="When the sweep was sent.")
+    settledAt: str = Field(description="When the settlement was recorded.")
+
+
+class Picks(Status):
+    count: int = Field(default=0, description="Picks delivered in this Turn.")
+    last: str | None = Field(default=None, description="The last pick's event.")
+
+
+class AgentTurnStatus(Status):
+    phase: TurnPhase = Field(
+        default=TurnPhase.PENDING,
+        description="Pending, Admitted, Running, Idle, Settling or Settled.",
+    )
+    submissions: list[SubmissionRecord] = Field(
+        default_factory=list, description="Its Submissions."
+    )
+    exit: Exit | None = Field(default=None, description="Why its state exited.")
+    settlement: Settlement | None = Field(default=None, description="How the Turn ended.")
+    picks: Picks = Field(default_factory=Picks, description="Its picks so far.")
+    conditions: list[Condition] = Field(default_factory=list, description="Conditions.")
+
+
+class AgentTurn(Spec):
+    """One Agent's Turn: created when a state asks for it, deleted when the state exits."""
+
+    apiVersion: Literal["kubeturn.dev/v1alpha1"] = Field(description=f"Always {API_VERSION}.")
+    kind: Literal["AgentTurn"] = Field(description="Always AgentTurn.")
+    metadata: ObjectMeta = Field(description="Its name (<run>-<turn>), namespace, owner.")
+    spec: AgentTurnSpec = Field(description="The Turn's input.")
+    status: AgentTurnStatus | None = Field(default=None, description="Written by the operator.")
