@@ -149,8 +149,11 @@ class TestUnknownFields:
         assert run.metadata.model_extra == {"labels": {"team": "a"}, "uid": "123"}
 
     def test_status_is_the_operators_and_passes_through(self, document: dict[str, Any]) -> None:
-        document["status"] = {"phase": "Running"}
-        assert validate_run(document).status == {"phase": "Running"}
+        document["status"] = {"phase": "Running", "writtenByANewerOperator": 1}
+        status = validate_run(document).status
+        assert status is not None
+        assert status.phase == "Running"
+        assert status.model_extra == {"writtenByANewerOperator": 1}
 
 
 class TestShapes:
