@@ -61,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
         default=float(env("KUBETURN_SWEEP_WAIT_S", "10")),
         help="seconds a run whose Turn is over waits for the sweep",
     )
+    serve.add_argument(
+        "--work-root",
+        type=Path,
+        default=Path(env("KUBETURN_WORK_ROOT", "/work")),
+        help="where the Workspace's clones and worktrees live",
+    )
     serve.add_argument("--log-level", default=env("KUBETURN_LOG_LEVEL", "INFO"))
     return parser
 
@@ -86,6 +92,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         providers_file=args.providers,
         default_model=args.default_model,
         sweep_wait_s=args.sweep_wait,
+        work_root=args.work_root,
         tools=ToolSettings(uid=args.tool_uid, gid=args.tool_gid),
     )
 

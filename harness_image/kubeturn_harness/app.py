@@ -28,6 +28,7 @@ from kubeturn_harness.wire import (
     AdmitResponse,
     ErrorBody,
     ExecRequest,
+    WorktreesRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,15 @@ async def run_exec(request: web.Request) -> web.Response:
     return web.json_response(result.model_dump())
 
 
+async def worktrees(request: web.Request) -> web.Response:
+    try:
+        body = WorktreesRequest.model_validate_json(await request.read())
+    except ValidationError as invalid:
+        raise _wire_error(invalid) from invalid
+    made = await request.app[HARNESS].worktrees(body)
+    return web.json_response(made.model_dump())
+
+
 async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -203,6 +213,7 @@ def make_app(harness: Harness) -> web.Application:
     app.router.add_get("/agents/{name}/{id}", read)
     app.router.add_post("/agents/{name}/{id}/abort", abort)
     app.router.add_post("/exec", run_exec)
+    app.router.add_post("/worktrees", worktrees)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shlex
 import uuid
 from pathlib import Path
 
@@ -23,11 +25,22 @@ from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.store import Store
 from kubeturn_harness.tool_loop import Limits, RunEnv
 from kubeturn_harness.tools import ToolContext, run_command, scrubbed_environment, tool_identity
-from kubeturn_harness.wire import AdmitRequest, ExecRequest, ExecResponse, SubmissionId
+from kubeturn_harness.wire import (
+    AdmitRequest,
+    ExecRequest,
+    ExecResponse,
+    SubmissionId,
+    Worktree,
+    WorktreesRequest,
+    WorktreesResponse,
+)
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+GIT_TIMEOUT_S = 120.0
+"""A worktree of a large repo takes seconds; two minutes bounds a stuck filesystem."""
 
 
 class Harness:
@@ -107,21 +120,52 @@ class Harness:
 
     async def exec(self, request: ExecRequest) -> ExecResponse:
         """Run a command for the Machine (an ``exec`` invoke), as the tools run."""
-        limits = self._env.limits
-        context = ToolContext(
-            cwd=Path(request.cwd),
-            env=self._env.tool_env,
-            run_as=self._env.run_as,
-            denied=self._env.denied,
-            bash_timeout_s=request.timeoutSeconds,
-            output_limit_bytes=limits.output_limit_bytes,
-        )
+        context = self._tool_context(Path(request.cwd), request.timeoutSeconds)
         result = await run_command(request.command, context, request.timeoutSeconds)
         return ExecResponse(
             exitCode=result.exit_code,
             output=result.output,
             droppedBytes=result.dropped,
             timedOut=result.exit_code is None,
+        )
+
+    async def worktrees(self, request: WorktreesRequest) -> WorktreesResponse:
+        """Make (or find) a Run's worktree of each repo slot; idempotent."""
+        root = self.settings.work_root
+        made: dict[str, Worktree] = {}
+        for slot in request.slots:
+            if not NAME.match(slot):
+                raise WireError(f"repo slot {slot!r} is not a slot name", field="slots")
+            clone = root / ".repos" / slot
+            path = root / slot / request.branch.replace("/", "-")
+            if not (clone / ".git").exists() and not (clone / "HEAD").exists():
+                raise WireError(
+                    f"no clone of repo slot {slot!r} at {clone}", field="slots", status=409
+                )
+            if not path.exists():
+                command = (
+                    f"git worktree add -B {shlex.quote(request.branch)} "
+                    f"{shlex.quote(str(path))} HEAD"
+                )
+                result = await run_command(command, self._tool_context(clone), GIT_TIMEOUT_S)
+                if result.exit_code != 0:
+                    raise WireError(
+                        f"git could not make the worktree of {slot!r}: {result.output[-1000:]}",
+                        field="slots",
+                        status=409,
+                    )
+            made[slot] = Worktree(path=str(path), branch=request.branch)
+        return WorktreesResponse(worktrees=made)
+
+    def _tool_context(self, cwd: Path, seconds: float = 0.0) -> ToolContext:
+        limits = self._env.limits
+        return ToolContext(
+            cwd=cwd,
+            env=self._env.tool_env,
+            run_as=self._env.run_as,
+            denied=self._env.denied,
+            bash_timeout_s=seconds or limits.bash_timeout_s,
+            output_limit_bytes=limits.output_limit_bytes,
         )
 
     def conversation(self, name: str, instance_id: str) -> Conversation | None:

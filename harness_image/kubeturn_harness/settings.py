@@ -50,4 +50,7 @@ class Settings:
     """Model requests one Submission may make before it is a runaway."""
     max_identical_calls: int = DEFAULT_MAX_IDENTICAL
     """Identical tool calls in a row that make a runaway."""
+    work_root: Path = Path("/work")
+    """Where the Workspace's clones (``.repos/<slot>``) and worktrees (``<slot>/<branch>``)
+    live; the Workspace's volume in the pod."""
     tools: ToolSettings = field(default_factory=ToolSettings)

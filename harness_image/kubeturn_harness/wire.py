@@ -217,6 +217,25 @@ class ExecResponse(_Body):
     timedOut: bool
 
 
+class WorktreesRequest(_Body):
+    """``POST /worktrees``: a Run's worktrees, made from the Workspace's clones."""
+
+    run: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", description="The Run.")
+    branch: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$", description="The branch for the Run."
+    )
+    slots: list[str] = Field(min_length=1, description="The repo slots to make worktrees of.")
+
+
+class Worktree(_Body):
+    path: str = Field(description="The worktree's absolute path.")
+    branch: str = Field(description="Its branch.")
+
+
+class WorktreesResponse(_Body):
+    worktrees: dict[str, Worktree] = Field(description="Repo slot → worktree.")
+
+
 # --------------------------------------------------------------------------- records
 
 

@@ -16,13 +16,20 @@ Cases:
 - ``POST /exec`` runs a command as the tools run (exit code, output, the tool uid), times
   out saying so, and refuses a relative cwd naming it;
 - an admission's idempotency ``key`` admits once: the same key answers the same
-  Submission.
+  Submission;
+- ``POST /worktrees`` makes a Run's worktree of each slot's clone, idempotently, and
+  refuses a slot with no clone, naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -288,3 +295,59 @@ class TestWireExecAndKeys:
         assert first == again
         history = await w.harness.history("iid-1")
         assert len(history["submissions"]) == 1
+
+
+def make_repo(clone: Path) -> None:
+    """A git repository with one commit, owned by the tools' user (as a pod's volume is)."""
+    clone.mkdir(parents=True)
+    git = ["git", "-c", "user.name=kubeturn", "-c", "user.email=k@example.invalid"]
+    subprocess.run([*git, "init", "-q", str(clone)], check=True)
+    subprocess.run(
+        [*git, "-C", str(clone), "commit", "-q", "--allow-empty", "-m", "one"], check=True
+    )
+    subprocess.run(["chown", "-R", "65534:65534", str(clone.parents[1])], check=True)
+
+
+@pytest.fixture
+def shared_root() -> Iterator[Path]:
+    """A work root the tools' user can reach (pytest's own temp dirs are private to root)."""
+    root = Path(tempfile.mkdtemp(prefix="kubeturn-work-"))
+    root.chmod(0o777)
+    yield root
+    shutil.rmtree(root)
+
+
+class TestWireWorktrees:
+    """``POST /worktrees`` makes a Run's worktree of each repo slot's clone, once."""
+
+    async def test_worktrees_are_made_from_the_clones_and_made_once(
+        self, world: StartWorld, shared_root: Path
+    ) -> None:
+        root = shared_root
+        await asyncio.to_thread(make_repo, root / ".repos" / "target")
+        w = await world(TEXT_ONLY, orchestrated=False, work_root=root)
+        body = {"run": "review-1", "branch": "kubeturn/review-1", "slots": ["target"]}
+        answers = []
+        for _ in range(2):
+            async with w.harness.session.post(
+                f"{w.harness.url}/worktrees", json=body, headers=w.harness.headers()
+            ) as response:
+                assert response.status == 200, await response.text()
+                answers.append(await response.json())
+        path = root / "target" / "kubeturn-review-1"
+        expected = {"worktrees": {"target": {"path": str(path), "branch": "kubeturn/review-1"}}}
+        assert answers == [expected, expected]
+        assert (path / ".git").exists()
+
+    async def test_a_slot_with_no_clone_is_refused_naming_it(
+        self, world: StartWorld, shared_root: Path
+    ) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False, work_root=shared_root)
+        body = {"run": "review-1", "branch": "b", "slots": ["target"]}
+        async with w.harness.session.post(
+            f"{w.harness.url}/worktrees", json=body, headers=w.harness.headers()
+        ) as response:
+            assert response.status == 409
+            answer = await response.json()
+        assert answer["field"] == "slots"
+        assert "'target'" in answer["message"]

@@ -144,6 +144,8 @@ class System:
     actor: RunActor | None = None
     port: Delays | None = None
     actors: list[RunActor] = field(default_factory=list)
+    recorded: list[TurnRecord] = field(default_factory=list)
+    """Every Turn record any actor of this System handed out (``Recorded``), in order."""
     clients: list[HarnessClient] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -182,9 +184,7 @@ class System:
         assert self.run is not None and self.core is not None and self.actor is not None
         await self.actor.close()
         saved = snapshot if snapshot is not None else self.store.last
-        core = RunCore(
-            self.run, workspace=self.core.workspace, new_id=self._new_id, snapshot=saved
-        )
+        core = RunCore(self.run, workspace=self.core.workspace, new_id=self._new_id, snapshot=saved)
         actor = self._actor(core)
         await actor.start()
         return actor
@@ -199,7 +199,14 @@ class System:
         client = HarnessClient(self.harness_url, HARNESS_TOKEN)
         self.clients.append(client)
         port = Delays(client, sweep_delay_s=sweep_delay_s, hang_after=hang_after)
-        actor = RunActor(core, turns=port, execs=port, store=self.store, clock=time.time)
+        actor = RunActor(
+            core,
+            turns=port,
+            execs=port,
+            store=self.store,
+            clock=time.time,
+            on_record=self.recorded.append,
+        )
         self.core, self.actor, self.port = core, actor, port
         self.actors.append(actor)
         key = f"{core.run.namespace}/{core.run.name}"
@@ -245,9 +252,11 @@ class System:
     async def wait_state(self, leaf: str, *, timeout: float = WAIT_S) -> None:
         """Wait until the Machine's active leaf is ``leaf``."""
         await self.wait_for(
-            lambda: self.core is not None
-            and self.core.config is not None
-            and self.core.config.leaf == leaf,
+            lambda: (
+                self.core is not None
+                and self.core.config is not None
+                and self.core.config.leaf == leaf
+            ),
             f"the state {leaf!r}",
             timeout=timeout,
         )
@@ -321,9 +330,7 @@ def steps_of(records: list[dict[str, Any]]) -> list[int]:
 
 def model_requests_per_submission(events: list[dict[str, Any]]) -> list[int]:
     """How many model requests each Submission of a conversation made, in admission order."""
-    order = [
-        e["data"]["submissionId"] for e in events if e["type"] == "submission-admitted"
-    ]
+    order = [e["data"]["submissionId"] for e in events if e["type"] == "submission-admitted"]
     counts = dict.fromkeys(order, 0)
     for event in events:
         if event["type"] == "model-requested":

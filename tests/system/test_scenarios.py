@@ -106,8 +106,10 @@ async def test_task_with_review_runs_to_succeeded(system: StartSystem) -> None:
     implementing, first_review, fixing, second_review = world.history
     assert implementing.instanceId == fixing.instanceId == coder_iid
     assert first_review.instanceId != second_review.instanceId
-    assert all(r.instanceId.startswith("default.task-with-review/root/reviewer/t-") for r in
-               (first_review, second_review))
+    assert all(
+        r.instanceId.startswith("default.task-with-review/root/reviewer/t-")
+        for r in (first_review, second_review)
+    )
     assert sorted(world.conversations()) == sorted(
         [
             ("coder", coder_iid),
@@ -136,3 +138,304 @@ async def test_task_with_review_runs_to_succeeded(system: StartSystem) -> None:
 
     worktree = world.worktree("target")
     assert sorted(p.name for p in worktree.iterdir()) == ["cli.py", "test_cli.py"]
+
+
+# ----------------------------------------------------------------------------- handoff
+
+BUILD = "Build the feature."
+HANDOFF = script(
+    {
+        BUILD: [
+            {"toolCalls": [call("built")]},
+            {"text": "Shipping it.", "hold": True, "toolCalls": [call("shipped")]},
+        ]
+    }
+)
+HANDOFF_IID = "default.handoff/root/builder"
+
+
+@pytest.mark.parametrize(
+    ("first", "pick_answer_delay_s", "sweep_delay_s"),
+    [("sweep", 0.5, 0.0), ("harness", 0.0, 0.5)],
+    ids=["sweep-lands-first", "harness-ends-first"],
+)
+async def test_handoff_ends_the_picking_turn_and_never_sweeps_the_next(
+    system: StartSystem, first: str, pick_answer_delay_s: float, sweep_delay_s: float
+) -> None:
+    world = await system(HANDOFF, pick_answer_delay_s=pick_answer_delay_s)
+    await world.start_run(MACHINES / "handoff.yaml", sweep_delay_s=sweep_delay_s)
+    await world.wait_held(BUILD)
+
+    # `shipping` is active and its Turn runs on the same conversation.
+    assert world.core is not None and world.core.config is not None
+    assert world.core.config.leaf == "shipping"
+    assert [(r.agent, r.state, r.outcome, r.cause) for r in world.history] == [
+        ("builder", "building", Outcome.ENDED, "pick")
+    ]
+    held = await world.conversation("builder", HANDOFF_IID)
+    assert outcomes(held["settlements"]) == ["ended"]
+    assert [s["state"] for s in held["submissions"]] == ["settled", "running"]
+    building, shipping = (s["submissionId"] for s in held["submissions"])
+    events = await world.events("builder", HANDOFF_IID)
+    kinds = [(e["type"], e["data"].get("submissionId")) for e in events]
+    # Which end landed first: the Harness's own end records that the run ended.
+    assert (("run-ended", building) in kinds) is (first == "harness")
+    # The sweep was applied before the next admission on the conversation.
+    assert kinds.index(("submission-settled", building)) < kinds.index(
+        ("submission-admitted", shipping)
+    )
+    assert world.port is not None
+    assert [(s.cause, s.submission) for s in world.port.sweeps] == [("pick", building)]
+
+    assert await world.model.release(BUILD) == 1
+    await world.wait_finished()
+    await world.wait_records(2)
+    assert world.core.phase is RunPhase.SUCCEEDED
+    assert [(r.state, r.outcome, r.cause) for r in world.history] == [
+        ("building", Outcome.ENDED, "pick"),
+        ("shipping", Outcome.ENDED, "pick"),
+    ]
+    done = await world.conversation("builder", HANDOFF_IID)
+    assert outcomes(done["settlements"]) == ["ended", "ended"]
+    assert model_requests_per_submission(await world.events("builder", HANDOFF_IID)) == [1, 1]
+    assert steps_of(await world.requests(BUILD)) == [0, 1]
+
+
+# ----------------------------------------------------------------------------- interrupted
+
+REVIEW = "Review the change."
+INTERRUPTED = script(
+    {
+        REVIEW: [
+            {
+                "text": "Reading the diff.",
+                "hold": True,
+                "toolCalls": [call("review_verdict", verdict="approve")],
+            }
+        ]
+    }
+)
+
+
+async def test_interrupted_a_gates_answer_aborts_the_turn_and_cuts_the_model(
+    system: StartSystem,
+) -> None:
+    world = await system(INTERRUPTED)
+    await world.start_run(MACHINES / "interrupted.yaml")
+    await world.wait_held(REVIEW)
+    assert world.core is not None
+    (turn,) = world.core.live_turns()
+
+    await world.signal("approve")
+    await world.wait_finished()
+    await world.wait_records(1)
+
+    assert world.core.phase is RunPhase.SUCCEEDED
+    (record,) = world.history
+    assert (record.agent, record.state, record.outcome, record.cause, record.message) == (
+        "reviewer",
+        "awaitingApproval.reviewing",
+        Outcome.ABORTED,
+        None,
+        None,
+    )
+    assert world.port is not None
+    assert [(s.cause, s.submission) for s in world.port.sweeps] == [
+        (None, record.submissions[0].id)
+    ]
+    held = await world.conversation("reviewer", turn.instanceId)
+    (settlement,) = held["settlements"]
+    assert (settlement["outcome"], settlement["message"], settlement["error"]) == (
+        "aborted",
+        None,
+        None,
+    )
+    await world.wait_for(
+        lambda: _all_closed(world.requests(REVIEW)), "the held model request to be closed"
+    )
+    (request,) = await world.requests(REVIEW)
+    assert (request["disconnected"], request["released"]) == (True, False)
+
+
+async def _all_closed(records: Any) -> bool:
+    return all(r["closedAt"] is not None for r in await records)
+
+
+# ----------------------------------------------------------------------------- turn timeout
+
+IMPLEMENT = "Implement the change."
+
+
+async def test_a_turn_timeout_aborts_the_turn_with_no_cause(system: StartSystem) -> None:
+    world = await system(script({IMPLEMENT: [{"hold": True, "toolCalls": [call("submit")]}]}))
+    await world.start_run(MACHINES / "turn-timeout.yaml")
+    await world.wait_held(IMPLEMENT)
+    await world.wait_finished()
+    await world.wait_records(1)
+
+    assert world.core is not None
+    assert world.core.phase is RunPhase.FAILED
+    assert world.core.message == "reached the failed final 'tooSlow'"
+    (record,) = world.history
+    assert (record.state, record.outcome, record.cause, record.message) == (
+        "implementing",
+        Outcome.ABORTED,
+        None,
+        None,
+    )
+    assert record.settledAt - record.startedAt >= 1.0
+    held = await world.conversation("coder", record.instanceId)
+    assert outcomes(held["settlements"]) == ["aborted"]
+    await world.wait_for(
+        lambda: _all_closed(world.requests(IMPLEMENT)), "the held model request to be closed"
+    )
+    (request,) = await world.requests(IMPLEMENT)
+    assert (request["disconnected"], request["released"]) == (True, False)
+
+
+# ----------------------------------------------------------------------------- pick → failed
+
+
+async def test_a_pick_routed_to_a_failed_final_ends_its_turn_and_fails_the_run(
+    system: StartSystem,
+) -> None:
+    world = await system(
+        script({IMPLEMENT: [{"toolCalls": [call("give_up", reason="the API is gone")]}]})
+    )
+    await world.start_run(MACHINES / "pick-fails.yaml")
+    await world.wait_finished()
+    await world.wait_records(1)
+
+    assert world.core is not None and world.core.config is not None
+    assert world.core.phase is RunPhase.FAILED
+    assert world.core.message == "reached the failed final 'failed'"
+    assert world.core.config.output == {"reason": "the API is gone"}
+    (record,) = world.history
+    assert (record.state, record.outcome, record.cause) == ("implementing", Outcome.ENDED, "pick")
+    held = await world.conversation("coder", record.instanceId)
+    assert outcomes(held["settlements"]) == ["ended"]
+    assert steps_of(await world.requests(IMPLEMENT)) == [0]
+
+
+# ----------------------------------------------------------------------------- CANCEL
+
+PAIR_CODER = "Write the change while the reviewer watches."
+PAIR_REVIEWER = "Watch the coder write the change."
+
+
+async def test_cancel_aborts_every_live_turn_and_cancels_the_run(system: StartSystem) -> None:
+    world = await system(
+        script(
+            {
+                PAIR_CODER: [{"hold": True, "toolCalls": [call("submit")]}],
+                PAIR_REVIEWER: [{"hold": True, "toolCalls": [call("looks_good")]}],
+            }
+        )
+    )
+    await world.start_run(MACHINES / "pair.yaml")
+    await world.wait_held(PAIR_CODER)
+    await world.wait_held(PAIR_REVIEWER)
+    assert world.core is not None and world.actor is not None
+    assert sorted(t.agent for t in world.core.live_turns()) == ["coder", "reviewer"]
+
+    await world.actor.cancel()
+    await world.wait_finished()
+    await world.wait_records(2)
+
+    assert world.core.phase is RunPhase.CANCELLED
+    assert world.core.live_turns() == []
+    assert sorted((r.agent, r.state, r.outcome, r.cause) for r in world.history) == [
+        ("coder", "pairing", Outcome.ABORTED, None),
+        ("reviewer", "pairing.watching", Outcome.ABORTED, None),
+    ]
+    for record in world.history:
+        held = await world.conversation(record.agent, record.instanceId)
+        assert outcomes(held["settlements"]) == ["aborted"]
+    for match in (PAIR_CODER, PAIR_REVIEWER):
+        await world.wait_for(
+            lambda m=match: _all_closed(world.requests(m)), f"{match!r} to be closed"
+        )
+        (request,) = await world.requests(match)
+        assert (request["disconnected"], request["released"]) == (True, False)
+
+
+# ----------------------------------------------------------------------------- exec pick
+
+TESTS = "Make the tests pass."
+
+
+async def test_an_exec_pick_is_answered_at_rest_and_refuses_other_picks_meanwhile(
+    system: StartSystem,
+) -> None:
+    world = await system(
+        script(
+            {
+                TESTS: [
+                    {"toolCalls": [call("run_tests")]},
+                    {"text": "They pass.", "toolCalls": [call("finish")]},
+                ]
+            }
+        )
+    )
+    await world.start_run(MACHINES / "exec-pick.yaml")
+    await world.wait_state("coding.testing")
+    assert world.core is not None
+    (turn,) = world.core.live_turns()
+    assert turn.outstanding is not None
+
+    status, refusal = await world.pick(turn.instanceId, "finish")
+    assert (status, refusal) == (
+        409,
+        {"refused": "outstanding", "outstanding": "run_tests", "allowed": []},
+    )
+    assert world.core.config is not None
+    assert world.core.config.leaf == "coding.testing", "the refused pick moved the Machine"
+
+    await world.wait_finished()
+    await world.wait_records(1)
+    assert world.core.phase is RunPhase.SUCCEEDED
+    (record,) = world.history
+    assert (record.state, record.outcome, record.cause) == ("coding", Outcome.ENDED, "pick")
+    picks = [
+        (e["data"]["event"], e["data"]["result"])
+        for e in await world.events("coder", turn.instanceId)
+        if e["type"] == "pick-sent"
+    ]
+    assert picks == [("run_tests", "delivered"), ("finish", "turn-complete")]
+
+    first, second = await world.requests(TESTS)
+    assert (first["step"], second["step"]) == (0, 1)
+    answers = [m["content"] for m in second["body"]["messages"] if m["role"] == "tool"]
+    assert len(answers) == 1
+    assert "3 passed" in answers[0]
+    # The pick was answered when the command had run (it sleeps 1 s), not before.
+    assert second["receivedAt"] - first["closedAt"] >= 1.0
+
+
+# ----------------------------------------------------------------------------- two slots
+
+
+async def test_no_cwd_with_two_repo_slots_is_refused_before_admission(
+    system: StartSystem,
+) -> None:
+    world = await system(script({"": [{"toolCalls": [call("submit")]}]}))
+    await world.start_run(MACHINES / "two-slots.yaml", slots=("app", "docs"))
+    await world.wait_finished()
+
+    assert world.core is not None
+    assert world.core.phase is RunPhase.FAILED
+    line = 'add cwd: "{{ workspace.repos.app }}"'
+    (record,) = world.history
+    assert (record.state, record.outcome, record.cause, record.submissions) == (
+        "implementing",
+        Outcome.FAILED,
+        None,
+        [],
+    )
+    for message in (record.message, world.core.message):
+        assert message is not None
+        assert "2 repo slots ('app', 'docs')" in message, message
+        assert line in message, message
+    assert world.port is not None and world.port.admissions == []
+    assert world.conversations() == []
+    assert await world.requests() == []

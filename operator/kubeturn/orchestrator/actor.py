@@ -114,8 +114,10 @@ class RunActor:
         if self.core.phase.value not in ("Pending", "Running"):
             self.finished.set()
 
-    async def signal(self, event: str, data: dict[str, Any] | None) -> None:
-        await self._do(lambda now: self.core.signal(event, data, now))
+    async def signal(
+        self, event: str, data: dict[str, Any] | None, *, signal_id: str | None = None
+    ) -> None:
+        await self._do(lambda now: self.core.signal(event, data, now, signal_id=signal_id))
 
     async def cancel(self) -> None:
         await self._do(self.core.cancel)
@@ -195,8 +197,12 @@ class RunActor:
         previous = self._chains.get(instance_id)
 
         async def after_previous() -> None:
-            if previous is not None:
-                await asyncio.gather(previous, return_exceptions=True)
+            try:
+                if previous is not None:
+                    await asyncio.gather(previous, return_exceptions=True)
+            except BaseException:
+                work.close()  # cancelled (``close``) before it began: never started
+                raise
             await work
 
         self._chains[instance_id] = self._spawn(after_previous())

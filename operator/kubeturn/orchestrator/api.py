@@ -61,6 +61,8 @@ class Registry:
 
 
 REGISTRY = web.AppKey("registry", Registry)
+WORKSPACE = web.RequestKey("workspace", str)
+"""The Workspace whose token authenticated the request."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -83,7 +85,7 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         response = _error(401, "unauthorized", "a valid Workspace token is required")
         response.headers["WWW-Authenticate"] = "Bearer"
         return response
-    request["workspace"] = workspace
+    request[WORKSPACE] = workspace
     return await handler(request)
 
 
@@ -94,7 +96,7 @@ def _actor(request: web.Request) -> RunActor | web.Response:
     if found is None:
         return _error(404, "not-found", f"no live surface for agent {instance_id!r}")
     key, actor = found
-    if registry.workspaces.get(key) != request["workspace"]:
+    if registry.workspaces.get(key) != request[WORKSPACE]:
         return _error(403, "forbidden", f"this token may not address {instance_id!r}")
     return actor
 

@@ -148,6 +148,9 @@ class RunCore:
         self.history: list[TurnRecord] = []
         self.recorded = 0
         """Turns recorded over the Run's life (the history keeps the last ones)."""
+        self.signals: list[str] = []
+        """Ids of the outside signals already sent: each is sent exactly once."""
+        self.cancelled = False
         self.seq = 0
         if snapshot is not None:
             self._restore(snapshot)
@@ -163,10 +166,26 @@ class RunCore:
         self._drain(now, effects)
         return effects
 
-    def signal(self, event: str, data: Mapping[str, Any] | None, now: float) -> Effects:
+    def signal(
+        self,
+        event: str,
+        data: Mapping[str, Any] | None,
+        now: float,
+        *,
+        signal_id: str | None = None,
+    ) -> Effects:
+        """An outside event; one with an id is sent once, however often it is repeated."""
+        if signal_id is not None:
+            if signal_id in self.signals:
+                return Effects()
+            self.signals.append(signal_id)
         return self._send(Event(event, dict(data or {})), now)
 
     def cancel(self, now: float) -> Effects:
+        """CANCEL, sent once."""
+        if self.cancelled:
+            return Effects()
+        self.cancelled = True
         return self._send(Event(interpreter.CANCEL), now)
 
     def fire_due(self, now: float) -> Effects:
@@ -794,6 +813,8 @@ class RunCore:
             "notices": {k: [n.model_dump(mode="json") for n in v] for k, v in self.notices.items()},
             "history": [r.model_dump(mode="json") for r in self.history],
             "recorded": self.recorded,
+            "signals": list(self.signals),
+            "cancelled": self.cancelled,
             "seq": self.seq,
         }
 
@@ -812,6 +833,8 @@ class RunCore:
         }
         self.history = [TurnRecord.model_validate(r) for r in data["history"]]
         self.recorded = int(data["recorded"])
+        self.signals = list(data["signals"])
+        self.cancelled = bool(data["cancelled"])
         self.seq = int(data["seq"])
 
 
