@@ -17,6 +17,7 @@ from kubeturn_harness.settings import Settings
 from tests.harness.support import ScriptedModel, start_harness
 from tests.system.support import (
     HARNESS_TOKEN,
+    WAIT_S,
     WORKSPACE,
     WORKSPACE_TOKEN,
     Cleanup,
@@ -36,7 +37,7 @@ async def system(tmp_path: Path) -> AsyncIterator[StartSystem]:
     other keyword arguments override the Harness's settings.
     """
     cleanups: list[Cleanup] = []
-    session = aiohttp.ClientSession()
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT_S))
     started: list[System] = []
 
     async def start(script: str, *, pick_answer_delay_s: float = 0.0, **overrides: Any) -> System:

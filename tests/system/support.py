@@ -31,8 +31,8 @@ from aiohttp import web
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api
 from kubeturn.orchestrator.actor import RunActor, Settled
-from kubeturn.orchestrator.core import RunCore
-from kubeturn.orchestrator.effects import Admit, Sweep
+from kubeturn.orchestrator.core import ExecResult, RunCore
+from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.turns import TurnRecord
@@ -67,9 +67,10 @@ class MemoryStore:
         return self.snapshots[-1]
 
 
-class Delays:
-    """A ``TurnPort`` and ``ExecPort`` that can hold back the sweep, or stop answering
-    after it sent an admission or a sweep (an Orchestrator that dies right there)."""
+class Port:
+    """The actor's ``TurnPort`` and ``ExecPort``: the ``HarnessClient``, recording what it
+    sent. It can hold back each sweep, or stop answering once it sent an admission or a
+    sweep (an Orchestrator that dies right there)."""
 
     def __init__(
         self,
@@ -106,7 +107,7 @@ class Delays:
             await self._hang()
         return settled
 
-    async def run(self, effect: Any) -> Any:
+    async def run(self, effect: StartExec) -> ExecResult:
         return await self.client.run(effect)
 
     async def _hang(self) -> None:
@@ -128,6 +129,13 @@ def delay_picks(seconds: float) -> Any:
     return middleware
 
 
+def load(manifest: str | Path) -> LoadedRun:
+    """A Run manifest, from YAML text or a file."""
+    if isinstance(manifest, Path):
+        return load_run_yaml(manifest.read_text(), str(manifest))
+    return load_run_yaml(manifest)
+
+
 @dataclass
 class System:
     model: ScriptedModel
@@ -139,17 +147,40 @@ class System:
     root: Path
     """A directory the Harness's tools may use (mode 777): worktrees live under it."""
     store: MemoryStore = field(default_factory=MemoryStore)
-    run: LoadedRun | None = None
-    core: RunCore | None = None
-    actor: RunActor | None = None
-    port: Delays | None = None
     actors: list[RunActor] = field(default_factory=list)
+    """Every actor started, the current one last."""
+    ports: list[Port] = field(default_factory=list)
+    """Each actor's TurnPort and ExecPort, in the same order."""
+    clients: list[HarnessClient] = field(default_factory=list)
     recorded: list[TurnRecord] = field(default_factory=list)
     """Every Turn record any actor of this System handed out (``Recorded``), in order."""
-    clients: list[HarnessClient] = field(default_factory=list)
+    _run: LoadedRun | None = None
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     # ------------------------------------------------------------------ runs
+
+    @property
+    def actor(self) -> RunActor:
+        assert self.actors, "no Run was started"
+        return self.actors[-1]
+
+    @property
+    def core(self) -> RunCore:
+        return self.actor.core
+
+    @property
+    def port(self) -> Port:
+        assert self.ports, "no Run was started"
+        return self.ports[-1]
+
+    @property
+    def state(self) -> str | None:
+        """The Machine's active leaf."""
+        return self.core.config.leaf if self.core.config is not None else None
+
+    @property
+    def output(self) -> Any:
+        return self.core.config.output if self.core.config is not None else None
 
     def worktree(self, slot: str) -> Path:
         """The Run's worktree of ``slot``: a real directory the Harness's tools can use."""
@@ -167,13 +198,11 @@ class System:
         sweep_delay_s: float = 0.0,
         hang_after: frozenset[str] = frozenset(),
     ) -> RunActor:
-        """Load ``manifest`` (YAML text, or a file), and start it on a new actor."""
-        if isinstance(manifest, Path):
-            self.run = load_run_yaml(manifest.read_text(), str(manifest))
-        else:
-            self.run = load_run_yaml(manifest)
+        """Start ``manifest`` (YAML text, or a file) on a new core and actor, with a
+        worktree directory for each of ``slots``."""
+        self._run = load(manifest)
         workspace = WorkspaceView({slot: str(self.worktree(slot)) for slot in slots})
-        core = RunCore(self.run, workspace=workspace, new_id=self._new_id)
+        core = RunCore(self._run, workspace=workspace, new_id=self._new_id)
         actor = self._actor(core, sweep_delay_s=sweep_delay_s, hang_after=hang_after)
         await actor.start()
         return actor
@@ -181,10 +210,12 @@ class System:
     async def restart(self, *, snapshot: dict[str, Any] | None = None) -> RunActor:
         """Stop the actor (its effects under way stop with it) and resume the Run from
         ``snapshot`` (the last saved by default) on a new core and actor."""
-        assert self.run is not None and self.core is not None and self.actor is not None
+        assert self._run is not None, "no Run was started"
         await self.actor.close()
         saved = snapshot if snapshot is not None else self.store.last
-        core = RunCore(self.run, workspace=self.core.workspace, new_id=self._new_id, snapshot=saved)
+        core = RunCore(
+            self._run, workspace=self.core.workspace, new_id=self._new_id, snapshot=saved
+        )
         actor = self._actor(core)
         await actor.start()
         return actor
@@ -198,7 +229,7 @@ class System:
     ) -> RunActor:
         client = HarnessClient(self.harness_url, HARNESS_TOKEN)
         self.clients.append(client)
-        port = Delays(client, sweep_delay_s=sweep_delay_s, hang_after=hang_after)
+        port = Port(client, sweep_delay_s=sweep_delay_s, hang_after=hang_after)
         actor = RunActor(
             core,
             turns=port,
@@ -207,8 +238,8 @@ class System:
             clock=time.time,
             on_record=self.recorded.append,
         )
-        self.core, self.actor, self.port = core, actor, port
         self.actors.append(actor)
+        self.ports.append(port)
         key = f"{core.run.namespace}/{core.run.name}"
         self.registry.workspaces[key] = WORKSPACE
         self.registry.actors[key] = actor
@@ -219,11 +250,9 @@ class System:
 
     @property
     def history(self) -> list[TurnRecord]:
-        assert self.core is not None
         return self.core.history
 
     async def signal(self, event: str, data: dict[str, Any] | None = None) -> None:
-        assert self.actor is not None
         await self.actor.signal(event, data)
 
     # ------------------------------------------------------------------ waits
@@ -245,7 +274,6 @@ class System:
             raise AssertionError(f"waited {timeout:g} s for {what}; {self.describe()}") from None
 
     async def wait_finished(self, *, timeout: float = WAIT_S) -> None:
-        assert self.actor is not None
         actor = self.actor
         await self.wait_for(actor.finished.is_set, "the Run to finish", timeout=timeout)
 
@@ -276,11 +304,10 @@ class System:
         await self.wait_for(held, f"{count} held model request(s) of {match!r}", timeout=timeout)
 
     def describe(self) -> str:
-        if self.core is None:
-            return "no Run"
-        leaf = self.core.config.leaf if self.core.config else None
+        if not self.actors:
+            return "no Run was started"
         turns = [(t.id, t.agent, t.state, t.phase.value) for t in self.core.turns.values()]
-        return f"phase {self.core.phase.value}, state {leaf!r}, turns {turns}"
+        return f"phase {self.core.phase.value}, state {self.state!r}, turns {turns}"
 
     # ------------------------------------------------------------------ reads
 

@@ -16,7 +16,10 @@ Semantics (ADR 0010 records them):
 - Reaching a final child raises that parent's done event inside the macrostep; reaching
   a top-level final ends the Run (``failed`` finals fail it); eventless (``always``)
   transitions run until none is enabled, at most ``MAX_MICROSTEPS`` per macrostep.
-- An expression that fails faults the Run: every state is exited with no cause.
+- An expression that fails faults the Run: every state is exited with no cause. So
+  does an invoke's error that nothing handles (a defect no state catches).
+- An invoke's result whose invocation no longer runs is stale and dropped, as is the
+  event of a cancelled timer.
 
 A cause is a set of pick references; it rides each event (never the event's payload),
 and timers and invocations keep the cause of the macrostep that armed or started them.
@@ -222,6 +225,12 @@ def step(chart: Chart, config: Config, event: Event, scope: Scope, now: float) -
     macro = _macro(chart, config, scope, now, event.cause)
     if config.status is not Status.RUNNING:
         return macro.result(event, taken=False)
+    if event.type in (DONE_INVOKE, ERROR_INVOKE) and all(
+        entry.id != event.origin for entry in config.invokes
+    ):
+        # The result of an invocation that no longer runs (its state exited, or was
+        # entered again since) is stale: dropped, as a cancelled timer's event is.
+        return macro.result(event, taken=False)
     try:
         transition = _select(macro, event)
         if transition is None:
@@ -230,6 +239,8 @@ def step(chart: Chart, config: Config, event: Event, scope: Scope, now: float) -
                 return macro.result(event, taken=True)
             unhandled = _unhandled_error(macro, event)
             if unhandled is not None:
+                # A defect that no state catches is never a pick's: no stop has a cause.
+                macro.cause = NO_CAUSE
                 _end(macro, Status.FAILED, message=unhandled)
                 return macro.result(event, taken=True)
             return macro.result(event, taken=False)
@@ -468,7 +479,7 @@ def _enter(macro: _Macro, state: State) -> None:
     macro.leaf = state.path
     for timer in state.after:
         macro.seq += 1
-        entry = TimerEntry(timer.id, state.path, macro.now + timer.delay_s, macro.cause, macro.seq)
+        entry = TimerEntry(timer.id, state.path, macro.now + timer.delay_s, NO_CAUSE, macro.seq)
         macro.timers.append(entry)
         macro.armed.append(entry)
     if state.invoke is not None:

@@ -119,6 +119,10 @@ class RunActor:
     ) -> None:
         await self._do(lambda now: self.core.signal(event, data, now, signal_id=signal_id))
 
+    async def turn_deleted(self, turn: str, submission: str | None) -> None:
+        """A person deleted a live Turn's AgentTurn."""
+        await self._do(lambda now: self.core.deleted(turn, now))
+
     async def cancel(self) -> None:
         await self._do(self.core.cancel)
 

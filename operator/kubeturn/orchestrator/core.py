@@ -299,6 +299,17 @@ class RunCore:
         detail = message or f"its Submission settled {outcome.value} while its state was active"
         return self._fault(turn, why, detail, now)
 
+    def deleted(self, turn_id: str, now: float) -> Effects:
+        """A person deleted the Turn's AgentTurn: the Agent's fault, reason ``deleted``."""
+        turn = self.turns.get(turn_id)
+        if turn is None or turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
+            return Effects()
+        running = turn.running
+        if running is not None:
+            running.outcome, running.settledAt = Outcome.ABORTED, now
+        turn.admitting = False
+        return self._fault(turn, "deleted", f"the AgentTurn of Turn {turn.id} was deleted", now)
+
     def swept(
         self,
         turn_id: str,
@@ -513,6 +524,7 @@ class RunCore:
         return Admit(
             turn=turn.id,
             agent=turn.agent,
+            state=turn.state,
             instance_id=turn.instanceId,
             prompt=prompt,
             cwd=turn.cwd,

@@ -15,6 +15,8 @@ class Admit:
 
     turn: str
     agent: str
+    state: str
+    """The state that asked for the Turn."""
     instance_id: str
     prompt: str
     cwd: str

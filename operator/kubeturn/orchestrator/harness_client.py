@@ -25,6 +25,7 @@ from kubeturn_harness.wire import (
     History,
     Settlement,
     StreamEvent,
+    WorktreesResponse,
 )
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,17 @@ class HarnessClient:
                 None, "", error=f"the exec could not be run: {error or type(error).__name__}"
             )
         return ExecResult(answer.exitCode, answer.output, timed_out=answer.timedOut)
+
+    async def worktrees(self, run: str, branch: str, slots: list[str]) -> dict[str, str]:
+        """The Run's worktree of each repo slot (made if missing): slot → path."""
+        body = {"run": run, "branch": branch, "slots": slots}
+        async with self._session.post(f"{self._base}/worktrees", json=body) as response:
+            raw = await response.read()
+            if response.status != 200:
+                said = raw.decode(errors="replace")[:500]
+                raise AdmitFailed(f"the Harness could not make the worktrees: {said}")
+            made = WorktreesResponse.model_validate_json(raw)
+        return {slot: tree.path for slot, tree in made.worktrees.items()}
 
 
 def _settled(settlement: Settlement) -> Settled:

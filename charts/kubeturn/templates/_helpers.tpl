@@ -1,0 +1,157 @@
+{{/*
+Names, labels and the operator's RBAC rules, shared by every template.
+*/}}
+
+{{/* The chart's name: `kubeturn` unless overridden. */}}
+{{- define "kubeturn.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name: `<release>-kubeturn`, or the release name alone when it already holds the
+chart's name. Kept to 50 characters so `<fullname>-orchestrator` stays a valid Service
+name (63).
+*/}}
+{{- define "kubeturn.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of cluster-scoped objects (ClusterRole, ClusterRoleBinding): the full name plus
+the release's namespace, so releases of one name in two namespaces do not collide.
+*/}}
+{{- define "kubeturn.clusterName" -}}
+{{- printf "%s-%s" (include "kubeturn.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{- define "kubeturn.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels of the operator pods. `component: operator` keeps them apart from the
+sandbox pods (`component: sandbox`), which share app.kubernetes.io/name.
+*/}}
+{{- define "kubeturn.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubeturn.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Labels of every object the chart renders. */}}
+{{- define "kubeturn.labels" -}}
+helm.sh/chart: {{ include "kubeturn.chart" . }}
+{{ include "kubeturn.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubeturn
+{{- end }}
+
+{{/* The operator's ServiceAccount name. */}}
+{{- define "kubeturn.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kubeturn.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* `repository:tag`, the tag defaulting to the chart's appVersion. */}}
+{{- define "kubeturn.image" -}}
+{{- printf "%s:%s" .image.repository (default .chart.AppVersion .image.tag) }}
+{{- end }}
+
+{{/* Where Harness pods reach the Orchestrator API. */}}
+{{- define "kubeturn.orchestratorUrl" -}}
+{{- printf "http://%s-orchestrator.%s.svc:8081" (include "kubeturn.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
+The providers file, in the Harness's format (name → {type, baseUrl, apiKeyEnv?}); the
+Harness refuses unknown keys, so apiKeySecret stays out of it.
+*/}}
+{{- define "kubeturn.providersYaml" -}}
+{{- $providers := dict }}
+{{- range $name, $provider := .Values.providers }}
+{{- $entry := dict "type" (default "openai" $provider.type) "baseUrl" $provider.baseUrl }}
+{{- if $provider.apiKeyEnv }}
+{{- $_ := set $entry "apiKeyEnv" $provider.apiKeyEnv }}
+{{- end }}
+{{- $_ := set $providers $name $entry }}
+{{- end }}
+{{- if $providers }}
+{{- toYaml $providers }}
+{{- else }}
+{{- "{}" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator's rules in a watched namespace (a Role there, or the ClusterRole when every
+namespace is watched). One list, so the two modes cannot drift apart.
+- runs: read and patch (kopf's annotations and finalizers, status); never created or
+  deleted by the operator.
+- workspaces (a Run's template becomes one) and agentturns (one per Turn): the full
+  lifecycle, no `update` (every write is a patch).
+- finalizers subresources, update, on the owners (runs, workspaces): setting blockOwnerDeletion in
+  an ownerReference needs it where OwnerReferencesPermissionEnforcement is on.
+- pods, persistentvolumeclaims, secrets (the Workspace's tokens), configmaps (its
+  providers file), networkpolicies (its sandbox policy): what the Workspace controller
+  creates, owns and deletes. No pods/log, pods/exec or services.
+- events, core and events.k8s.io: kopf posts handler progress as Events.
+*/}}
+{{- define "kubeturn.namespacedRules" -}}
+- apiGroups: ["kubeturn.dev"]
+  resources: ["runs"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["kubeturn.dev"]
+  resources: ["workspaces", "agentturns"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["kubeturn.dev"]
+  resources: ["runs/status", "workspaces/status", "agentturns/status"]
+  verbs: ["get", "patch"]
+- apiGroups: ["kubeturn.dev"]
+  resources: ["runs/finalizers", "workspaces/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["pods", "persistentvolumeclaims", "secrets", "configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/* kopf reads the CRDs to learn the resources it serves (cluster-scoped: always a ClusterRole). */}}
+{{- define "kubeturn.crdRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+
+{{/*
+The label selector of the operator's pods as `k=v,k=v`, for the operator's per-Workspace
+NetworkPolicy (KUBETURN_OPERATOR_LABELS).
+*/}}
+{{- define "kubeturn.selectorString" -}}
+{{- $labels := include "kubeturn.selectorLabels" . | fromYaml }}
+{{- $pairs := list }}
+{{- range $key := keys $labels | sortAlpha }}
+{{- $pairs = append $pairs (printf "%s=%s" $key (get $labels $key)) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}

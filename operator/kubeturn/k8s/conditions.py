@@ -1,0 +1,70 @@
+"""Condition types and reasons the operator writes, each with what it means, and the one
+function that sets a condition the Kubernetes way (the transition time moves only when
+the status does)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+READY = "Ready"
+"""Run: the manifest loaded and the Run is being driven. Workspace: the Harness answers."""
+
+INVALID = "Invalid"
+"""The manifest has problems; the message lists every one with its path."""
+RUNNING = "Running"
+"""The Run's Machine is running."""
+FINISHED = "Finished"
+"""The Run reached its end (its phase says which)."""
+WAITING_FOR_WORKSPACE = "WaitingForWorkspace"
+"""The Run's Workspace is not Ready yet."""
+STARTING = "Starting"
+"""The sandbox pod or its Harness is starting."""
+HARNESS_READY = "HarnessReady"
+"""The sandbox's Harness answers /readyz."""
+FAILED = "Failed"
+"""The sandbox pod failed."""
+
+
+def put(
+    current: Sequence[Mapping[str, Any]],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """``current`` with the condition ``type_`` set."""
+    value = "True" if status else "False"
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result: list[dict[str, Any]] = []
+    found = False
+    for condition in current:
+        if condition.get("type") != type_:
+            result.append(dict(condition))
+            continue
+        found = True
+        moved = condition.get("status") != value
+        result.append(
+            {
+                "type": type_,
+                "status": value,
+                "reason": reason,
+                "message": message,
+                "observedGeneration": generation,
+                "lastTransitionTime": now if moved else condition.get("lastTransitionTime", now),
+            }
+        )
+    if not found:
+        result.append(
+            {
+                "type": type_,
+                "status": value,
+                "reason": reason,
+                "message": message,
+                "observedGeneration": generation,
+                "lastTransitionTime": now,
+            }
+        )
+    return result

@@ -1,0 +1,144 @@
+"""A small async facade over the official ``kubernetes`` client: get, list, create, patch,
+delete any kind by its REST path, with merge patches.
+
+The official client is synchronous; each call runs in a worker thread so the operator's
+event loop never blocks. API errors are translated here, once: 404 → ``None`` or
+``NotFound``, 409 on create → the existing object (creates are idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any, cast
+
+import kubernetes.client
+from kubernetes.client.exceptions import ApiException
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str
+    version: str
+    plural: str
+
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if namespace is not None:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+        if sub is not None:
+            base += f"/{sub}"
+        return base
+
+
+RUNS = Kind("kubeturn.dev", "v1alpha1", "runs")
+WORKSPACES = Kind("kubeturn.dev", "v1alpha1", "workspaces")
+AGENTTURNS = Kind("kubeturn.dev", "v1alpha1", "agentturns")
+PODS = Kind("", "v1", "pods")
+SECRETS = Kind("", "v1", "secrets")
+CONFIGMAPS = Kind("", "v1", "configmaps")
+CLAIMS = Kind("", "v1", "persistentvolumeclaims")
+NETWORK_POLICIES = Kind("networking.k8s.io", "v1", "networkpolicies")
+EVENTS = Kind("", "v1", "events")
+
+KINDS = {
+    ("kubeturn.dev/v1alpha1", "Run"): RUNS,
+    ("kubeturn.dev/v1alpha1", "Workspace"): WORKSPACES,
+    ("kubeturn.dev/v1alpha1", "AgentTurn"): AGENTTURNS,
+    ("v1", "Pod"): PODS,
+    ("v1", "Secret"): SECRETS,
+    ("v1", "ConfigMap"): CONFIGMAPS,
+    ("v1", "PersistentVolumeClaim"): CLAIMS,
+    ("networking.k8s.io/v1", "NetworkPolicy"): NETWORK_POLICIES,
+    ("v1", "Event"): EVENTS,
+}
+
+
+class NotFound(Exception):
+    """The object is gone."""
+
+
+class Kube:
+    def __init__(self, client: kubernetes.client.ApiClient) -> None:
+        self._client = client
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        def call() -> Any:
+            method_, url, headers, payload, post = self._client.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self._client.call_api(method_, url, headers, payload, post)
+            cast(Any, response).read()
+            if not 200 <= response.status < 300:
+                raise ApiException(http_resp=response)
+            return json.loads(response.data) if response.data else {}
+
+        return await asyncio.to_thread(call)
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(await self._call("GET", kind.path(namespace, name)))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def list(
+        self, kind: Kind, namespace: str, *, labels: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        query = []
+        if labels:
+            query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items())))
+        answer = await self._call("GET", kind.path(namespace), query=query)
+        return list(answer.get("items", []))
+
+    async def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create, or answer the object that already has that name."""
+        kind = KINDS[(body["apiVersion"], body["kind"])]
+        meta = body["metadata"]
+        try:
+            return dict(await self._call("POST", kind.path(meta["namespace"]), body))
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        existing = await self.get(kind, meta["namespace"], meta["name"])
+        if existing is None:
+            raise NotFound(f"{body['kind']} {meta['name']} was created and deleted at once")
+        return existing
+
+    async def patch(
+        self, kind: Kind, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False
+    ) -> dict[str, Any]:
+        path = kind.path(namespace, name, "status" if status else None)
+        try:
+            return dict(await self._call("PATCH", path, patch, content_type=MERGE_PATCH))
+        except ApiException as error:
+            if error.status == 404:
+                raise NotFound(f"{kind.plural}/{name} is gone") from error
+            raise
+
+    async def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        try:
+            await self._call("DELETE", kind.path(namespace, name))
+        except ApiException as error:
+            if error.status != 404:
+                raise

@@ -1,0 +1,301 @@
+"""Builders of the Kubernetes objects the operator owns: pure functions from specs to dicts.
+
+A Workspace becomes a token Secret, a providers ConfigMap, a PVC, the sandbox Pod and a
+NetworkPolicy; a Turn becomes an AgentTurn. Every object carries the kubeturn labels and
+an ownerReference, so ``kubectl get -l`` finds them and deleting the owner removes them.
+No IO: the controllers create what these return.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from kubeturn.api.agentturn import SWEEP_FINALIZER
+from kubeturn.api.workspace import WorkspaceSpec
+from kubeturn.orchestrator.effects import Admit
+
+GROUP_VERSION = "kubeturn.dev/v1alpha1"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "kubeturn"}
+SANDBOX = "sandbox"
+HARNESS_PORT = 8080
+WORK_ROOT = "/work"
+DATA_DIR = "/var/lib/kubeturn/data"
+PROVIDERS_PATH = "/etc/kubeturn/providers.yaml"
+TOOL_UID = 10001
+"""The sandbox's user (the Harness image's); the pod runs non-root, tools as the same uid."""
+
+Object = dict[str, Any]
+
+
+def owner_reference(owner: Mapping[str, Any], *, controller: bool = True) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(name: str, namespace: str, owner: Mapping[str, Any], **labels: str) -> Object:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {**MANAGED_BY, **labels},
+        "ownerReferences": [owner_reference(owner)],
+    }
+
+
+# ----------------------------------------------------------------------------- workspaces
+
+
+def workspace_labels(workspace: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "kubeturn",
+        "app.kubernetes.io/component": SANDBOX,
+        "kubeturn.dev/workspace": workspace,
+    }
+
+
+def token_secret(
+    workspace: Mapping[str, Any], harness_token: str, orchestrator_token: str
+) -> Object:
+    """The Workspace's two tokens: the one its Harness accepts, the one it presents."""
+    meta = workspace["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(f"{meta['name']}-kubeturn-tokens", meta["namespace"], workspace),
+        "type": "Opaque",
+        "stringData": {
+            "harness-token-sha256": hashlib.sha256(harness_token.encode()).hexdigest(),
+            "orchestrator-token": orchestrator_token,
+            "harness-token": harness_token,
+        },
+    }
+
+
+def providers_config_map(workspace: Mapping[str, Any], providers_yaml: str) -> Object:
+    meta = workspace["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(f"{meta['name']}-kubeturn-providers", meta["namespace"], workspace),
+        "data": {"providers.yaml": providers_yaml},
+    }
+
+
+def volume_claim(workspace: Mapping[str, Any], spec: WorkspaceSpec) -> Object:
+    meta = workspace["metadata"]
+    claim: Object = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _metadata(f"{meta['name']}-kubeturn-work", meta["namespace"], workspace),
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": spec.storage.size}},
+        },
+    }
+    if spec.storage.class_:
+        claim["spec"]["storageClassName"] = spec.storage.class_
+    return claim
+
+
+def sandbox_pod(
+    workspace: Mapping[str, Any],
+    spec: WorkspaceSpec,
+    *,
+    image: str,
+    orchestrator_url: str,
+) -> Object:
+    """The sandbox: an init container clones each repo slot; the Harness serves Turns."""
+    meta = workspace["metadata"]
+    name = meta["name"]
+    tokens = f"{name}-kubeturn-tokens"
+    security = {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    mounts = [{"name": "work", "mountPath": WORK_ROOT}]
+    clones = [
+        {
+            "name": f"clone-{slot}".lower().replace("_", "-").replace(".", "-")[:63],
+            "image": spec.image or image,
+            "command": ["sh", "-c", _clone_script(slot)],
+            "env": [
+                {"name": "REPO_URL", "value": repo.url},
+                {"name": "REPO_REF", "value": repo.ref},
+                {"name": "HOME", "value": "/tmp"},
+            ],
+            "volumeMounts": mounts,
+            "securityContext": security,
+        }
+        for slot, repo in spec.repos.items()
+    ]
+    harness = {
+        "name": "harness",
+        "image": spec.image or image,
+        "args": [
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(HARNESS_PORT),
+            "--data-dir",
+            DATA_DIR,
+            "--work-root",
+            WORK_ROOT,
+        ],
+        "ports": [{"name": "harness", "containerPort": HARNESS_PORT}],
+        "env": [
+            {
+                "name": "KUBETURN_HARNESS_TOKEN_SHA256",
+                "valueFrom": {"secretKeyRef": {"name": tokens, "key": "harness-token-sha256"}},
+            },
+            {
+                "name": "KUBETURN_ORCHESTRATOR_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": tokens, "key": "orchestrator-token"}},
+            },
+            {"name": "KUBETURN_ORCHESTRATOR_URL", "value": orchestrator_url},
+            {"name": "KUBETURN_PROVIDERS", "value": PROVIDERS_PATH},
+            *spec.env,
+        ],
+        "envFrom": list(spec.envFrom),
+        "volumeMounts": [
+            *mounts,
+            {"name": "data", "mountPath": "/var/lib/kubeturn"},
+            {"name": "providers", "mountPath": "/etc/kubeturn", "readOnly": True},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": HARNESS_PORT}},
+        "securityContext": security,
+    }
+    if spec.resources is not None:
+        harness["resources"] = spec.resources.model_dump(exclude_none=True)
+    pod: Object = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(
+            f"{name}-kubeturn-sandbox", meta["namespace"], workspace, **workspace_labels(name)
+        ),
+        "spec": {
+            "automountServiceAccountToken": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": TOOL_UID,
+                "runAsGroup": TOOL_UID,
+                "fsGroup": TOOL_UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "initContainers": clones,
+            "containers": [harness],
+            "volumes": [
+                {"name": "work", "persistentVolumeClaim": {"claimName": f"{name}-kubeturn-work"}},
+                {"name": "data", "emptyDir": {}},
+                {"name": "providers", "configMap": {"name": f"{name}-kubeturn-providers"}},
+            ],
+            "restartPolicy": "Always",
+        },
+    }
+    if spec.serviceAccount:
+        pod["spec"]["serviceAccountName"] = spec.serviceAccount
+    return pod
+
+
+def _clone_script(slot: str) -> str:
+    """Clone once; a restarted pod finds the clone on its volume and keeps it."""
+    target = f"{WORK_ROOT}/.repos/{slot}"
+    return (
+        f'set -eu; if [ ! -d "{target}/.git" ]; then '
+        f'git clone --quiet --branch "$REPO_REF" "$REPO_URL" "{target}"; fi'
+    )
+
+
+def network_policy(workspace: Mapping[str, Any], operator_labels: Mapping[str, str]) -> Object:
+    """Only the operator may reach the sandbox's Harness."""
+    meta = workspace["metadata"]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(f"{meta['name']}-kubeturn-sandbox", meta["namespace"], workspace),
+        "spec": {
+            "podSelector": {"matchLabels": workspace_labels(meta["name"])},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {},
+                            "podSelector": {"matchLabels": dict(operator_labels)},
+                        }
+                    ],
+                    "ports": [{"port": HARNESS_PORT, "protocol": "TCP"}],
+                }
+            ],
+        },
+    }
+
+
+# ----------------------------------------------------------------------------- turns
+
+_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def turn_name(run: str, turn: str) -> str:
+    """``<run>-<turn>``, a valid object name."""
+    return _DNS.sub("-", f"{run}-{turn}".lower()).strip("-")[:253]
+
+
+def instance_label(instance_id: str) -> str:
+    """Instance IDs hold '/' and '.': a label value gets their hash."""
+    return hashlib.sha256(instance_id.encode()).hexdigest()[:63]
+
+
+def agent_turn(
+    run: Mapping[str, Any],
+    effect: Admit,
+    *,
+    workspace: str | None,
+    menu: list[dict[str, Any]],
+) -> Object:
+    meta = run["metadata"]
+    name = turn_name(meta["name"], effect.turn)
+    spec: Object = {
+        "runRef": {"name": meta["name"]},
+        "turn": effect.turn,
+        "agent": {
+            "slot": effect.agent,
+            "instructions": effect.instructions,
+            "workspace": effect.workspace,
+        },
+        "statePath": effect.state,
+        "instanceId": effect.instance_id,
+        "prompt": effect.prompt,
+        "cwd": effect.cwd,
+        "continue": effect.continue_,
+        "menu": menu,
+    }
+    if workspace is not None:
+        spec["workspaceRef"] = {"name": workspace}
+    if effect.model is not None:
+        spec["model"] = effect.model
+    if effect.thinking_level is not None:
+        spec["thinkingLevel"] = effect.thinking_level
+    metadata = _metadata(
+        name,
+        meta["namespace"],
+        run,
+        **{
+            "kubeturn.dev/run": meta["name"],
+            "kubeturn.dev/agent": effect.agent,
+            "kubeturn.dev/instance": instance_label(effect.instance_id),
+        },
+    )
+    metadata["finalizers"] = [SWEEP_FINALIZER]
+    return {"apiVersion": GROUP_VERSION, "kind": "AgentTurn", "metadata": metadata, "spec": spec}

@@ -1,0 +1,251 @@
+"""The Run controller: one actor per Run, its state durable in ``Run.status``.
+
+A kopf daemon per Run loads the manifest (an invalid one gets ``Ready=False, Invalid``
+with every problem and its path, and waits for a new generation — never a crash loop),
+finds or makes its Workspace, asks the Harness for the Run's worktrees, and drives the
+Orchestrator core. The snapshot is written to ``Run.status`` before any effect is
+applied; ``spec.signals`` are sent once each (their ids live in the snapshot) and
+``spec.cancel`` once. Deleting a Run deletes its live AgentTurns, whose finalizers
+sweep them, before the Run goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+
+from kubeturn.errors import DefinitionErrors
+from kubeturn.k8s import conditions, events, objects
+from kubeturn.k8s.hub import Hub
+from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES
+from kubeturn.k8s.turns import ClusterTurns
+from kubeturn.machine.load import LoadedRun, load_run
+from kubeturn.orchestrator.actor import RunActor
+from kubeturn.orchestrator.core import ExecResult, RunCore
+from kubeturn.orchestrator.effects import StartExec
+from kubeturn.orchestrator.frames import WorkspaceView
+from kubeturn.orchestrator.turns import TurnRecord
+
+GROUP, VERSION = "kubeturn.dev", "v1alpha1"
+SPEC_POLL_S = 0.5
+"""How often the daemon reads new signals or a cancel from the live spec."""
+
+log = logging.getLogger(__name__)
+
+
+class StatusStore:
+    """Writes the core's snapshot and what kubectl shows into ``Run.status``."""
+
+    def __init__(
+        self, hub: Hub, namespace: str, name: str, core: RunCore, generation: int | None
+    ) -> None:
+        self._hub, self._namespace, self._name = hub, namespace, name
+        self._core = core
+        self._generation = generation
+
+    async def save(self, snapshot: dict[str, Any]) -> None:
+        core = self._core
+        finished = core.phase.value not in ("Pending", "Running")
+        ready = conditions.put(
+            [],
+            conditions.READY,
+            not finished or core.phase.value == "Succeeded",
+            conditions.FINISHED if finished else conditions.RUNNING,
+            core.message or f"the Run is {core.phase.value}",
+            self._generation,
+        )
+        status = {
+            "phase": core.phase.value,
+            "state": core.config.leaf if core.config else None,
+            "turnCount": core.recorded,
+            "turns": [r.model_dump(mode="json") for r in core.history],
+            "output": core.config.output if core.config else None,
+            "message": core.message,
+            "snapshot": snapshot,
+            "processedSignals": list(core.signals),
+            "cancelProcessed": core.cancelled,
+            "conditions": ready,
+            "observedGeneration": self._generation,
+        }
+        await self._hub.kube.patch(
+            RUNS, self._namespace, self._name, {"status": status}, status=True
+        )
+
+
+def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
+    @kopf.daemon(GROUP, VERSION, "runs", cancellation_timeout=10, registry=registry)
+    async def drive(
+        body: kopf.Body,
+        spec: kopf.Spec,
+        namespace: str | None,
+        name: str,
+        stopped: kopf.DaemonStopped,
+        logger: kopf.Logger,
+        **_: Any,
+    ) -> None:
+        assert namespace is not None, "Runs are namespaced"
+        loaded = await _load(hub, body, stopped)
+        if loaded is None:
+            return
+        workspace, view = await _workspace(hub, body, loaded, stopped)
+        if stopped:
+            return
+        status = dict(body.get("status") or {})
+        core = RunCore(
+            loaded,
+            workspace=view,
+            new_id=lambda: secrets.token_hex(4),
+            snapshot=status.get("snapshot"),
+        )
+        plain = {
+            "apiVersion": body["apiVersion"],
+            "kind": body["kind"],
+            "metadata": dict(body["metadata"]),
+        }
+        store = StatusStore(hub, namespace, name, core, body["metadata"].get("generation"))
+        actor = RunActor(
+            core,
+            turns=ClusterTurns(hub, plain, loaded, workspace),
+            execs=_Execs(hub, namespace, workspace),
+            store=store,
+            clock=time.time,
+            on_record=_recorded(hub, plain),
+        )
+        key = f"{namespace}/{name}"
+        hub.registry.actors[key] = actor
+        hub.registry.workspaces[key] = f"{namespace}/{workspace}"
+        try:
+            await actor.start()
+            while not stopped:
+                for signal in list(spec.get("signals") or []):
+                    await actor.signal(
+                        signal["event"], dict(signal.get("data") or {}), signal_id=signal["id"]
+                    )
+                if spec.get("cancel"):
+                    await actor.cancel()
+                await stopped.wait(SPEC_POLL_S)
+        finally:
+            await actor.close()
+            hub.registry.actors.pop(key, None)
+
+    @kopf.on.delete(GROUP, VERSION, "runs", registry=registry)
+    async def sweep_all(namespace: str | None, name: str, **_: Any) -> None:
+        """Before a Run goes, every Turn it holds is swept (its AgentTurn's finalizer)."""
+        assert namespace is not None, "Runs are namespaced"
+        label = {"kubeturn.dev/run": name}
+        for turn in await hub.kube.list(AGENTTURNS, namespace, labels=label):
+            await hub.kube.delete(AGENTTURNS, namespace, turn["metadata"]["name"])
+        while await hub.kube.list(AGENTTURNS, namespace, labels=label):
+            await asyncio.sleep(0.2)
+
+
+async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> LoadedRun | None:
+    """The loaded Run; an invalid one is reported and waited on until it changes."""
+    meta = body["metadata"]
+    while not stopped:
+        generation = meta.get("generation")
+        document = {
+            "apiVersion": body["apiVersion"],
+            "kind": body["kind"],
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": dict(body["spec"]),
+        }
+        try:
+            return load_run(document)
+        except DefinitionErrors as errors:
+            current = (body.get("status") or {}).get("conditions", [])
+            invalid = conditions.put(
+                current, conditions.READY, False, conditions.INVALID, str(errors), generation
+            )
+            await hub.kube.patch(
+                RUNS,
+                meta["namespace"],
+                meta["name"],
+                {"status": {"conditions": invalid, "observedGeneration": generation}},
+                status=True,
+            )
+            while not stopped and meta.get("generation") == generation:
+                await stopped.wait(SPEC_POLL_S)
+    return None
+
+
+async def _workspace(
+    hub: Hub, body: kopf.Body, loaded: LoadedRun, stopped: kopf.DaemonStopped
+) -> tuple[str | None, WorkspaceView | None]:
+    ref = loaded.spec.workspace
+    if ref is None:
+        return None, None
+    meta = body["metadata"]
+    namespace = meta["namespace"]
+    name = ref.name
+    if name is None:
+        assert ref.template is not None
+        name = f"{meta['name']}-workspace"
+        owned = {
+            "apiVersion": objects.GROUP_VERSION,
+            "kind": "Workspace",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {**objects.MANAGED_BY, "kubeturn.dev/run": meta["name"]},
+                "ownerReferences": [objects.owner_reference(dict(body))],
+            },
+            "spec": ref.template.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        await hub.kube.create(owned)
+    await _note(
+        hub, body, conditions.WAITING_FOR_WORKSPACE, f"waiting for Workspace {name} to be Ready"
+    )
+    while not stopped and (namespace, name) not in hub.harnesses:
+        await stopped.wait(1.0)
+    if stopped:
+        return name, None
+    workspace = await hub.kube.get(WORKSPACES, namespace, name)
+    slots = sorted(((workspace or {}).get("spec") or {}).get("repos", {}))
+    made = await hub.harnesses[(namespace, name)].worktrees(
+        meta["name"], f"kubeturn/{meta['name']}", slots
+    )
+    return name, WorkspaceView(made)
+
+
+async def _note(hub: Hub, body: kopf.Body, reason: str, message: str) -> None:
+    meta = body["metadata"]
+    current = (body.get("status") or {}).get("conditions", [])
+    updated = conditions.put(
+        current, conditions.READY, False, reason, message, meta.get("generation")
+    )
+    await hub.kube.patch(
+        RUNS, meta["namespace"], meta["name"], {"status": {"conditions": updated}}, status=True
+    )
+
+
+def _recorded(hub: Hub, run: dict[str, Any]) -> Callable[[TurnRecord], None]:
+    """Post each recorded Turn as an Event on its Run (in the background)."""
+
+    def post(record: TurnRecord) -> None:
+        cause = f", cause {record.cause}" if record.cause else ""
+        said = f"{record.name} ({record.agent} in {record.state}): {record.outcome.value}{cause}"
+        task = asyncio.create_task(events.post(hub.kube, run, events.TURN_RECORDED, said))
+        hub.background.add(task)
+        task.add_done_callback(hub.background.discard)
+
+    return post
+
+
+class _Execs:
+    """``exec`` invokes, run by the Workspace's Harness."""
+
+    def __init__(self, hub: Hub, namespace: str, workspace: str | None) -> None:
+        self._hub, self._key = hub, (namespace, workspace or "")
+
+    async def run(self, effect: StartExec) -> ExecResult:
+        harness = self._hub.harnesses.get(self._key)
+        if harness is None:
+            return ExecResult(None, "", error="the Run has no Workspace to run commands in")
+        return await harness.run(effect)

@@ -1,0 +1,396 @@
+"""Properties of the interpreter over random small machines and event sequences.
+
+Machines are generated as manifests and loaded through ``load_run`` (real CEL): a few
+uniquely named states, some compound, some final (``output`` and ``outcome: failed``
+sometimes); ``on`` transitions among them with random targets (or none), simple guards
+on ``context.n`` (and one that fails on events without ``x``), ``context.n + 1``
+assigns; ``after`` timers, guarded ``always`` transitions, exec invokes with or without
+``onDone``/``onError``, compound ``onDone``. A state no transition reaches gets a
+machine-level jump to it, so every generated machine loads.
+
+Scripts mix the machine's events (with and without a cause, with and without a payload),
+time advancing (every due timer fired in order, as the core does), exec results and
+errors (of a running exec, chosen by position), a stale timer event and CANCEL.
+
+Cases:
+- determinism: one script run twice gives equal Steps;
+- restore: at every point, ``restore(json(snapshot(config)))`` then the rest of the
+  script gives exactly the Steps of the run that never stopped;
+- invariants of every Step: a running Machine's leaf is atomic or final, a finished
+  one's is the root with no timer and no invoke; every timer belongs to an active
+  state that declares it, one per timer; every invoke to an active state that declares
+  it, one per state; entering and exiting account exactly for the change of the active
+  set (each state's entries minus exits); timers after = timers before + armed −
+  cancelled − the one fired, and likewise invokes (− the exec that answered); armed
+  timers fire at now + delay; starts and armed timers carry the event's cause, stops
+  too unless the Run failed by a defect (no cause); new entries get fresh, increasing
+  sequence numbers; an event not taken moves nothing; a finished Run takes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kubeturn.machine import interpreter as it
+from kubeturn.machine import reachability
+from kubeturn.machine.compiler import compile_machine
+from kubeturn.machine.interpreter import (
+    DONE_INVOKE,
+    ERROR_INVOKE,
+    NO_CAUSE,
+    Config,
+    Event,
+    Status,
+    Step,
+)
+from kubeturn.machine.load import load_run
+from kubeturn.machine.model import ROOT, Chart, Kind, StatePath
+from kubeturn.api.validation import validate_run
+
+SETTINGS = settings(
+    max_examples=100,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+EVENTS = ("a", "b", "c")
+GUARDS = (None, None, None, "context.n < 2", "context.n % 2 == 0", "event.x == 1")
+DELAYS = ("1s", "2s", "5s")
+CAUSE = frozenset({"t1"})
+
+# --------------------------------------------------------------------------- machines
+
+
+@st.composite
+def transitions(draw: st.DrawFn, paths: list[str], *, targetless: bool = True) -> Any:
+    def one() -> dict[str, Any]:
+        written: dict[str, Any] = {}
+        target = draw(st.sampled_from([None, *paths] if targetless else paths))
+        if target is not None:
+            written["target"] = target
+        guard = draw(st.sampled_from(GUARDS))
+        if guard is not None:
+            written["guard"] = guard
+        if draw(st.booleans()):
+            written["assign"] = {"context.n": "context.n + 1"}
+        return written
+
+    return [one() for _ in range(draw(st.integers(1, 2)))]
+
+
+@st.composite
+def manifests(draw: st.DrawFn) -> dict[str, Any]:
+    count = draw(st.integers(2, 6))
+    parents: list[int | None] = [None]
+    for index in range(1, count):
+        parents.append(draw(st.sampled_from([None, *range(index)])))
+    children = {i: [j for j in range(count) if parents[j] == i] for i in range(count)}
+    paths: list[str] = []
+    for index, parent in enumerate(parents):
+        paths.append(f"s{index}" if parent is None else f"{paths[parent]}.s{index}")
+    finals = {i for i in range(count) if not children[i] and draw(st.integers(0, 3)) == 0}
+
+    def state(index: int) -> dict[str, Any]:
+        written: dict[str, Any] = {}
+        if index in finals:
+            written["type"] = "final"
+            if draw(st.booleans()):
+                written["output"] = "context.n"
+            if draw(st.integers(0, 3)) == 0:
+                written["outcome"] = "failed"
+            return written
+        if children[index]:
+            written["initial"] = f"s{children[index][0]}"
+            written["states"] = {f"s{c}": state(c) for c in children[index]}
+            if draw(st.booleans()):
+                written["onDone"] = draw(transitions(paths, targetless=False))
+        events = draw(st.lists(st.sampled_from(EVENTS), max_size=2, unique=True))
+        if events:
+            written["on"] = {event: draw(transitions(paths)) for event in events}
+        delays = draw(st.lists(st.sampled_from(DELAYS), max_size=2, unique=True))
+        if delays:
+            written["after"] = {delay: draw(transitions(paths)) for delay in delays}
+        if draw(st.integers(0, 4)) == 0:
+            written["always"] = {
+                "guard": "context.n < 3",
+                "target": draw(st.sampled_from(paths)),
+                "assign": {"context.n": "context.n + 1"},
+            }
+        if draw(st.integers(0, 2)) == 0:
+            invoke: dict[str, Any] = {"exec": {"command": "make"}}
+            if draw(st.booleans()):
+                invoke["onDone"] = draw(transitions(paths))
+            if draw(st.booleans()):
+                invoke["onError"] = draw(transitions(paths))
+            written["invoke"] = invoke
+        return written
+
+    top = [i for i in range(count) if parents[i] is None]
+    machine: dict[str, Any] = {
+        "initial": f"s{top[0]}",
+        "context": {"n": 0},
+        "states": {f"s{i}": state(i) for i in top},
+    }
+    document = {
+        "apiVersion": "kubeturn.dev/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": "generated"},
+        "spec": {"agents": {}, "machine": machine},
+    }
+    chart = compile_machine(validate_run(document).spec.machine, {}).chart
+    reached = reachability.reachable(chart)
+    jumps = {f"to_{path.rpartition('.')[2]}": path for path in paths if path not in reached}
+    if jumps:
+        machine["on"] = jumps
+    return document
+
+
+# --------------------------------------------------------------------------- scripts
+
+Action = tuple[Any, ...]
+
+ACTION_WEIGHTS = {"send": 35, "jump": 10, "advance": 25, "done": 15, "error": 6, "stale": 6}
+"""How often each action is drawn, in percent; the rest is CANCEL, kept rare because it
+ends the Run."""
+
+
+@st.composite
+def actions(draw: st.DrawFn) -> Action:
+    roll = draw(st.integers(0, 99))
+    for kind, weight in ACTION_WEIGHTS.items():
+        if roll < weight:
+            break
+        roll -= weight
+    else:
+        return ("CANCEL",)
+    if kind == "send":
+        return ("send", draw(st.sampled_from(EVENTS)), draw(st.booleans()), draw(st.booleans()))
+    if kind == "jump":
+        return ("jump", draw(st.integers(0, 5)))
+    if kind == "advance":
+        return ("advance", draw(st.sampled_from([0.5, 1.0, 2.0, 5.0])))
+    if kind == "done":
+        return ("done", draw(st.integers(0, 3)), draw(st.sampled_from([0, 1])))
+    if kind == "error":
+        return ("error", draw(st.integers(0, 3)))
+    return ("stale",)
+
+
+scripts = st.lists(actions(), min_size=4, max_size=14)
+
+
+@dataclass
+class Point:
+    """The configuration before one action, and what is needed to go on from it."""
+
+    config: Config
+    now: float
+    cancelled: tuple[it.TimerEntry, ...]
+
+
+def events_of(
+    chart: Chart, point: Point, action: Action
+) -> Iterator[tuple[Event, float]]:
+    """The events one action sends from ``point``: a pure function of the configuration."""
+    config, now = point.config, point.now
+    kind = action[0]
+    if kind == "send":
+        _, name, caused, payload = action
+        yield Event(name, {"x": 1} if payload else {}, CAUSE if caused else NO_CAUSE), now
+    elif kind == "jump":
+        jumps = sorted(chart.root.on)
+        if jumps:
+            yield Event(jumps[action[1] % len(jumps)]), now
+    elif kind == "advance":
+        yield Event("tick"), now + action[1]
+    elif kind in ("done", "error") and config.invokes:
+        entry = config.invokes[action[1] % len(config.invokes)]
+        if kind == "done":
+            output = {"exitCode": action[2], "output": "", "timedOut": False}
+            yield Event(DONE_INVOKE, {"output": output}, entry.cause, entry.id), now
+        else:
+            fields = {"reason": "exec", "message": "boom"}
+            yield Event(ERROR_INVOKE, fields, entry.cause, entry.id), now
+    elif kind == "stale" and point.cancelled:
+        yield it.timer_event(point.cancelled[-1]), now
+    elif kind == "CANCEL":
+        yield Event(it.CANCEL), now
+
+
+def perform(chart: Chart, point: Point, action: Action) -> tuple[Point, list[Step]]:
+    """Apply one action; time advancing fires every due timer in order, as the core does."""
+    steps: list[Step] = []
+    config, now, cancelled = point.config, point.now, point.cancelled
+    for event, at in events_of(chart, point, action):
+        if event.type == "tick":
+            now = at
+            while due := it.due(config, now):
+                step = it.step(chart, config, it.timer_event(due[0]), it.Scope(), now)
+                steps.append(step)
+                config, cancelled = step.config, cancelled + step.cancelled
+            continue
+        step = it.step(chart, config, event, it.Scope(), at)
+        steps.append(step)
+        config, cancelled = step.config, cancelled + step.cancelled
+    return Point(config, now, cancelled), steps
+
+
+def run(chart: Chart, script: list[Action], point: Point) -> tuple[list[Point], list[Step]]:
+    """Every point (before each action, and the last) and every Step."""
+    points, steps = [point], []
+    for action in script:
+        point, made = perform(chart, point, action)
+        points.append(point)
+        steps.extend(made)
+    return points, steps
+
+
+def begin(chart: Chart) -> tuple[Point, Step]:
+    first = it.start(chart, it.Scope(), 0.0)
+    return Point(first.config, 0.0, first.cancelled), first
+
+
+def load(document: dict[str, Any]) -> Chart:
+    return load_run(document).chart
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@SETTINGS
+@given(manifests(), scripts)
+def test_one_script_twice_gives_equal_steps(document: dict[str, Any], script: list[Action]) -> None:
+    chart = load(document)
+    first_point, first = begin(chart)
+    again_point, again = begin(chart)
+    assert first == again
+    assert run(chart, script, first_point) == run(chart, script, again_point)
+
+
+@SETTINGS
+@given(manifests(), scripts)
+def test_restore_at_any_point_continues_exactly(
+    document: dict[str, Any], script: list[Action]
+) -> None:
+    chart = load(document)
+    start, _ = begin(chart)
+    points, _ = run(chart, script, start)
+    for index, point in enumerate(points):
+        data = json.loads(json.dumps(it.snapshot(point.config)))
+        restored = Point(it.restore(data), point.now, point.cancelled)
+        assert restored.config == point.config
+        rest = script[index:]
+        assert run(chart, rest, restored) == run(chart, rest, point)
+
+
+@SETTINGS
+@given(manifests(), scripts)
+def test_every_step_keeps_the_invariants(document: dict[str, Any], script: list[Action]) -> None:
+    chart = load(document)
+    start, first = begin(chart)
+    check(chart, Config(leaf=ROOT, context=dict(chart.context)), first, 0.0)
+    point = start
+    for action in script:
+        after, steps = perform(chart, point, action)
+        before = point.config
+        for step in steps:
+            check(chart, before, step, _now_of(step, point, after))
+            before = step.config
+        point = after
+
+
+def _now_of(step: Step, before: Point, after: Point) -> float:
+    """The time a step ran at: a timer's fire time never exceeds the advanced clock, and
+    the armed timers say exactly when (``fire_at - delay``)."""
+    return after.now if step.event.type.startswith("after:") else before.now
+
+
+def check(chart: Chart, before: Config, step: Step, now: float) -> None:
+    config, event = step.config, step.event
+    live_before = _active(chart, before)
+    live = _active(chart, config)
+
+    # The leaf.
+    if config.status is Status.RUNNING:
+        assert chart.states[config.leaf].kind in (Kind.ATOMIC, Kind.FINAL)
+    else:
+        assert config.leaf == ROOT
+        assert config.timers == ()
+        assert config.invokes == ()
+
+    # Timers and invokes belong to active states that declare them, one each.
+    for timer in config.timers:
+        assert timer.state in live
+        assert timer.timer in {t.id for t in chart.states[timer.state].after}
+    assert len({t.timer for t in config.timers}) == len(config.timers)
+    for entry in config.invokes:
+        assert entry.state in live
+        assert chart.states[entry.state].invoke is not None
+    assert len({i.state for i in config.invokes}) == len(config.invokes)
+
+    # Entering and exiting account exactly for the change of the active set.
+    entered, exited = Counter(step.entered), Counter(step.exited)
+    assert ROOT not in entered
+    assert ROOT not in exited
+    for path in chart.states:
+        if path != ROOT:
+            change = int(path in live) - int(path in live_before)
+            assert entered[path] - exited[path] == change, path
+
+    # Timers and invokes: before + new − ended.
+    fired = {t for t in before.timers if t.origin == event.origin}
+    answered = {
+        i for i in before.invokes if i.id == event.origin and event.type in (DONE_INVOKE, ERROR_INVOKE)
+    }
+    stopped = {s.invoke for s in step.stopped}
+    assert set(config.timers) == (set(before.timers) | set(step.armed)) - set(
+        step.cancelled
+    ) - fired
+    assert set(config.invokes) == (set(before.invokes) | set(step.started)) - stopped - answered
+    for timer in step.armed:
+        delay = next(t.delay_s for t in chart.states[timer.state].after if t.id == timer.timer)
+        assert timer.fire_at == now + delay
+
+    # Causes.
+    for timer in step.armed:
+        assert timer.cause == event.cause
+    for entry in step.started:
+        assert entry.cause == event.cause
+    defect = config.status is Status.FAILED and not (config.message or "").startswith(
+        "reached the failed final"
+    )
+    for stop in step.stopped:
+        assert stop.cause == (NO_CAUSE if defect else event.cause)
+    if step.fault is not None:
+        assert defect
+
+    # Sequence numbers.
+    new = [t.seq for t in step.armed] + [i.seq for i in step.started]
+    assert len(set(new)) == len(new)
+    assert all(before.seq < seq <= config.seq for seq in new)
+    assert config.seq >= before.seq
+
+    # Nothing taken, nothing moved; finished, nothing taken.
+    if not step.taken:
+        assert (step.entered, step.exited, step.started, step.stopped) == ((), (), (), ())
+        assert (config.leaf, config.context, config.status) == (
+            before.leaf,
+            before.context,
+            before.status,
+        )
+    if before.status is not Status.RUNNING:
+        assert not step.taken
+        assert config == before
+
+
+def _active(chart: Chart, config: Config) -> set[StatePath]:
+    if config.status is not Status.RUNNING:
+        return set()
+    return set(it.active(chart, config)) - {ROOT}
