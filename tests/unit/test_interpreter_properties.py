@@ -123,7 +123,7 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
                 "target": draw(st.sampled_from(paths)),
                 "assign": {"context.n": "context.n + 1"},
             }
-        if draw(st.integers(0, 2)) == 0:
+        if draw(st.booleans()):
             invoke: dict[str, Any] = {"exec": {"command": "make"}}
             if draw(st.booleans()):
                 invoke["onDone"] = draw(transitions(paths))
@@ -156,7 +156,7 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
 
 Action = tuple[Any, ...]
 
-ACTION_WEIGHTS = {"send": 35, "jump": 10, "advance": 25, "done": 15, "error": 6, "stale": 6}
+ACTION_WEIGHTS = {"send": 33, "jump": 10, "advance": 22, "done": 15, "error": 11, "stale": 6}
 """How often each action is drawn, in percent; the rest is CANCEL, kept rare because it
 ends the Run."""
 

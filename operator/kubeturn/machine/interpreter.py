@@ -240,7 +240,6 @@ def step(chart: Chart, config: Config, event: Event, scope: Scope, now: float) -
             unhandled = _unhandled_error(macro, event)
             if unhandled is not None:
                 # A defect that no state catches is never a pick's: no stop has a cause.
-                macro.cause = NO_CAUSE
                 _end(macro, Status.FAILED, message=unhandled)
                 return macro.result(event, taken=True)
             return macro.result(event, taken=False)
@@ -479,7 +478,7 @@ def _enter(macro: _Macro, state: State) -> None:
     macro.leaf = state.path
     for timer in state.after:
         macro.seq += 1
-        entry = TimerEntry(timer.id, state.path, macro.now + timer.delay_s, NO_CAUSE, macro.seq)
+        entry = TimerEntry(timer.id, state.path, macro.now + timer.delay_s, macro.cause, macro.seq)
         macro.timers.append(entry)
         macro.armed.append(entry)
     if state.invoke is not None:
