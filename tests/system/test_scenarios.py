@@ -97,6 +97,10 @@ async def test_task_with_review_runs_to_succeeded(system: StartSystem) -> None:
     ]
     for record in world.history:
         assert [s.outcome for s in record.submissions] == [Outcome.ENDED], record
+    # Each sweep said the Turn's own pick ended it, naming the running Submission.
+    assert [(s.cause, s.submission) for s in world.port.sweeps] == [
+        ("pick", r.submissions[0].id) for r in world.history
+    ]
 
     # The coder's two Turns: one structural Instance ID, one Harness conversation.
     coder_iid = "default.task-with-review/root/coder"
@@ -128,7 +132,11 @@ async def test_task_with_review_runs_to_succeeded(system: StartSystem) -> None:
     # A request after a pick would have asked for the next step, so the steps asked
     # for are each asked once, in order.
     assert model_requests_per_submission(await world.events("coder", coder_iid)) == [2, 2]
-    assert steps_of(await world.requests(CODER)) == [0, 1, 2, 3]
+    coder_requests = await world.requests(CODER)
+    assert steps_of(coder_requests) == [0, 1, 2, 3]
+    # The fixing Turn continued the conversation with the reviewer's notes as its prompt.
+    fixing_prompt = [m for m in coder_requests[2]["body"]["messages"] if m["role"] == "user"][-1]
+    assert "The reviewer asked for changes:\n\nadd tests" in str(fixing_prompt["content"])
     assert steps_of(await world.requests(FIRST_REVIEW)) == [0, 1]
     assert steps_of(await world.requests(SECOND_REVIEW)) == [0]
     assert len(await world.requests()) == 7

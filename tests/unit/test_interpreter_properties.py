@@ -176,10 +176,8 @@ def actions(draw: st.DrawFn) -> Action:
         return ("jump", draw(st.integers(0, 5)))
     if kind == "advance":
         return ("advance", draw(st.sampled_from([0.5, 1.0, 2.0, 5.0])))
-    if kind == "done":
-        return ("done", draw(st.integers(0, 3)), draw(st.sampled_from([0, 1])))
-    if kind == "error":
-        return ("error", draw(st.integers(0, 3)))
+    if kind in ("done", "error"):
+        return (kind, draw(st.integers(0, 3)), draw(st.booleans()), draw(st.sampled_from([0, 1])))
     return ("stale",)
 
 
@@ -211,13 +209,16 @@ def events_of(
     elif kind == "advance":
         yield Event("tick"), now + action[1]
     elif kind in ("done", "error") and config.invokes:
+        # The core sends a result with the cause its invocation started with; a result
+        # the pick's work sent below an Agent's state carries the pick too.
         entry = config.invokes[action[1] % len(config.invokes)]
+        cause = entry.cause | (CAUSE if action[2] else NO_CAUSE)
         if kind == "done":
-            output = {"exitCode": action[2], "output": "", "timedOut": False}
-            yield Event(DONE_INVOKE, {"output": output}, entry.cause, entry.id), now
+            output = {"exitCode": action[3], "output": "", "timedOut": False}
+            yield Event(DONE_INVOKE, {"output": output}, cause, entry.id), now
         else:
             fields = {"reason": "exec", "message": "boom"}
-            yield Event(ERROR_INVOKE, fields, entry.cause, entry.id), now
+            yield Event(ERROR_INVOKE, fields, cause, entry.id), now
     elif kind == "stale" and point.cancelled:
         yield it.timer_event(point.cancelled[-1]), now
     elif kind == "CANCEL":

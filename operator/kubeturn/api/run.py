@@ -16,6 +16,15 @@ from kubeturn.api.status import RunStatus
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn_harness.wire import ThinkingLevel, WorkspaceAccess
 
+MAX_SIGNALS = 200
+"""Signals one Run may carry. The API server checks that none is removed by comparing every
+old signal's id with every new one's, and it prices that check before it runs it: 200
+signals of 63-character ids cost about 6·10⁵ units, under the 10⁶ it allows one
+expression per request, so an update is never refused for cost. Runs carry a handful."""
+
+MAX_SIGNAL_ID_LENGTH = 63
+"""A signal id's length: a DNS label's, room for a CI run id; it bounds the price above."""
+
 
 class AgentSlot(Spec):
     """A named Agent: who it is and what it may touch. Each state asks it for a Turn."""
@@ -72,7 +81,11 @@ class Signal(Spec):
 
     id: str = Field(
         min_length=1,
-        description="Unique in this Run; a signal whose id was processed is never sent again.",
+        max_length=MAX_SIGNAL_ID_LENGTH,
+        description=(
+            "Unique in this Run (at most 63 characters); a signal whose id was processed is "
+            "never sent again."
+        ),
     )
     event: str = Field(min_length=1, description="The event name, e.g. approve.")
     data: dict[str, Any] = Field(
@@ -98,7 +111,11 @@ class RunSpec(Spec):
     )
     signals: list[Signal] = Field(
         default_factory=list,
-        description="Outside events, append-only; each is sent to the machine once, in order.",
+        max_length=MAX_SIGNALS,
+        description=(
+            "Outside events, append-only (at most 200); each is sent to the machine once, "
+            "in order."
+        ),
     )
     cancel: bool = Field(
         default=False,

@@ -122,6 +122,13 @@ class WorkspaceStatus(Status):
     podName: str | None = Field(default=None, description="The sandbox Pod.")
     endpoint: str | None = Field(default=None, description="The Harness's URL.")
     repos: dict[str, RepoStatus] = Field(default_factory=dict, description="Repo slot → clone.")
+    repoCount: int = Field(
+        default=0,
+        description=(
+            "How many repo slots are cloned (the entries of repos): kubectl get shows it as "
+            "Repos, since a printer column cannot count a map."
+        ),
+    )
     worktrees: dict[str, dict[str, WorktreeStatus]] = Field(
         default_factory=dict, description="Run name → repo slot → worktree."
     )

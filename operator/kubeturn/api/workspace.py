@@ -6,7 +6,7 @@ Workspace resource's own spec is the same model. Nothing here does IO.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from pydantic import Field, field_validator
 
@@ -38,14 +38,19 @@ class Repo(Spec):
     )
 
 
+Quantity: TypeAlias = int | str
+"""A Kubernetes quantity as manifests write it: ``2``, ``500m``, ``4Gi``. A whole number
+may be written bare, as in a Pod's spec (the CRD types it int-or-string)."""
+
+
 class Resources(Spec):
     """Compute resources of the sandbox container, as in a Pod's container spec."""
 
-    requests: dict[str, str] | None = Field(
-        default=None, description="Minimum resources, e.g. {cpu: '1', memory: 2Gi}."
+    requests: dict[str, Quantity] | None = Field(
+        default=None, description="Minimum resources, e.g. {cpu: 1, memory: 2Gi}."
     )
-    limits: dict[str, str] | None = Field(
-        default=None, description="Maximum resources, e.g. {cpu: '2', memory: 4Gi}."
+    limits: dict[str, Quantity] | None = Field(
+        default=None, description="Maximum resources, e.g. {cpu: 2, memory: 4Gi}."
     )
 
 

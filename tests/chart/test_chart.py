@@ -1,0 +1,587 @@
+"""The Helm chart (charts/kubeturn): it lints, renders valid objects, and renders what the
+operator's deployment needs. Offline: helm and kubectl come from a PyPI wheel
+(tests/tools.py), the validators from PyPI.
+
+Two renderings are checked throughout: the defaults (every namespace watched) and
+tests/chart/values-custom.yaml (two watched namespaces, providers with an API key Secret,
+a ServiceMonitor, a tighter NetworkPolicy).
+
+Cases:
+- ``helm lint --strict`` passes for both value sets.
+- The rendered objects pass kubernetes-validate's strict schemas of Kubernetes 1.28 (the
+  chart's oldest) and 1.35; the only kinds skipped are named: ServiceMonitor,
+  KopfPeering, ClusterKopfPeering (no bundled schema). A kind outside that list without
+  a schema fails.
+- The chart's CRDs validate as CustomResourceDefinitions; the kubeturn CRDs equal the
+  generated ones in crds/ byte for byte, and the chart's crds/ holds nothing else but
+  the kopf peering CRDs.
+- yamllint finds nothing in the rendered output.
+- RBAC: defaults give one ClusterRole (+ binding) with the operator's rules and
+  ClusterKopfPeering access, and no Role; listed namespaces give a Role and RoleBinding
+  in each (KopfPeering access) and a ClusterRole that only reads CRDs; every binding
+  names the operator's ServiceAccount; no wildcard, no pods/exec, pods/log or services.
+- The Deployment: non-root 10001, read-only root filesystem, no capabilities, seccomp
+  RuntimeDefault, no privilege escalation; probes on /healthz and /readyz; the three
+  ports; the environment contract (KUBETURN_*) including the Orchestrator URL, which
+  names the Orchestrator Service; resources and scheduling from values.
+- The NetworkPolicy admits only sandbox pods (the labels the operator gives them) to the
+  Orchestrator port, from the watched namespaces when they are listed.
+- The providers ConfigMap is accepted by the Harness's own providers model and holds no
+  apiKeySecret; the NOTES say how a Workspace gets the key.
+- Peering objects: one ClusterKopfPeering, or a KopfPeering per watched namespace, named
+  as KUBETURN_PEERING says. The ServiceMonitor only when asked for.
+- values.yaml: every key has a comment; values.schema.json rejects an unknown top-level
+  key, an unknown log format and an apiKeySecret without apiKeyEnv.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import tools
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "kubeturn"
+CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
+RELEASE = "kt"
+NAMESPACE = "kubeturn-system"
+FULLNAME = f"{RELEASE}-kubeturn"
+WATCHED = ["team-a", "team-b"]
+"""The namespaces values-custom.yaml lists."""
+
+KUBERNETES_VERSIONS = ["1.28", "1.35"]
+"""The chart's oldest supported release (Chart.yaml kubeVersion) and kubectl's."""
+
+NO_SCHEMA = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("kopf.dev/v1", "KopfPeering"),
+    ("kopf.dev/v1", "ClusterKopfPeering"),
+}
+"""Custom resources kubernetes-validate has no schema for; skipped, and only these."""
+
+KOPF_CRDS = "kopf-peering.yaml"
+"""The chart's one CRD file that is not generated into crds/."""
+
+HELM_SECONDS = 60.0
+"""helm lint or template takes ~0.1 s; a minute means something hangs."""
+
+YAMLLINT_CONFIG = """
+extends: default
+rules:
+  # Go's YAML encoder (toYaml) writes sequences unindented under their key, the
+  # templates indent theirs: both are YAML, neither is wrong.
+  indentation: {spaces: 2, indent-sequences: whatever}
+  # Hashes, images and label selectors are single tokens; a rendered line is as long
+  # as its values make it.
+  line-length: disable
+"""
+
+Object = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    binaries = tools.kube_binaries()
+    if isinstance(binaries, tools.Unavailable):
+        pytest.skip(f"no helm: {binaries.reason}")
+    return str(binaries.helm)
+
+
+def _helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [helm, *args], capture_output=True, text=True, timeout=HELM_SECONDS, check=False
+    )
+    if check:
+        assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stdout}{result.stderr}"
+    return result
+
+
+def _template_args(values: Path | None) -> list[str]:
+    extra = ["--values", str(values)] if values is not None else []
+    return ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, *extra]
+
+
+@pytest.fixture(scope="module")
+def default_text(helm: str) -> str:
+    return _helm(helm, *_template_args(None)).stdout
+
+
+@pytest.fixture(scope="module")
+def custom_text(helm: str) -> str:
+    return _helm(helm, *_template_args(CUSTOM_VALUES)).stdout
+
+
+@pytest.fixture(scope="module")
+def default_objects(default_text: str) -> list[Object]:
+    return [doc for doc in yaml.safe_load_all(default_text) if doc]
+
+
+@pytest.fixture(scope="module")
+def custom_objects(custom_text: str) -> list[Object]:
+    return [doc for doc in yaml.safe_load_all(custom_text) if doc]
+
+
+def _of_kind(objects: Iterable[Object], kind: str) -> list[Object]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def _one(objects: Iterable[Object], kind: str, name: str | None = None) -> Object:
+    found = [obj for obj in _of_kind(objects, kind) if name in (None, obj["metadata"]["name"])]
+    assert len(found) == 1, f"{len(found)} {kind} named {name!r}"
+    return found[0]
+
+
+def _container(objects: list[Object]) -> Object:
+    deployment = _one(objects, "Deployment", FULLNAME)
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["operator"]
+    container: Object = containers[0]
+    return container
+
+
+def _env(objects: list[Object]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in _container(objects)["env"]}
+
+
+# --------------------------------------------------------------------------- lint
+
+
+@pytest.mark.parametrize("values", [None, CUSTOM_VALUES], ids=["defaults", "custom"])
+def test_helm_lint_strict(helm: str, values: Path | None) -> None:
+    extra = ["--values", str(values)] if values is not None else []
+    _helm(helm, "lint", "--strict", str(CHART), "--namespace", NAMESPACE, *extra)
+
+
+@pytest.mark.parametrize("rendering", ["default_text", "custom_text"])
+def test_rendered_output_passes_yamllint(rendering: str, request: pytest.FixtureRequest) -> None:
+    try:
+        from yamllint import config, linter
+    except ImportError:
+        pytest.fail("yamllint is not installed; install the dev extras: pip install -e '.[dev]'")
+    text: str = request.getfixturevalue(rendering)
+    problems = list(linter.run(text, config.YamlLintConfig(YAMLLINT_CONFIG)))
+    assert not problems, "\n".join(f"{p.line}:{p.column} {p.desc} ({p.rule})" for p in problems)
+
+
+def _validate(objects: Iterable[Object]) -> list[str]:
+    """kubernetes-validate's strict check (the code behind ``kubernetes-validate
+    --strict``) of each object against each version; the problems found."""
+    try:
+        import kubernetes_validate
+    except ImportError:
+        pytest.fail(
+            "kubernetes-validate is not installed; install the dev extras: pip install -e '.[dev]'"
+        )
+    problems = []
+    for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) in NO_SCHEMA:
+            continue
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        for version in KUBERNETES_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.SchemaNotFoundError as error:
+                problems.append(f"{name}: {error.message}")
+            except kubernetes_validate.ValidationError as error:
+                path = "/".join(map(str, error.path))
+                problems.append(f"{name} (Kubernetes {version}) at {path}: {error.message}")
+    return problems
+
+
+@pytest.mark.parametrize("rendering", ["default_objects", "custom_objects"])
+def test_rendered_objects_pass_kubernetes_validate_strict(
+    rendering: str, request: pytest.FixtureRequest
+) -> None:
+    objects: list[Object] = request.getfixturevalue(rendering)
+    assert {(o["apiVersion"], o["kind"]) for o in objects} & NO_SCHEMA, "nothing skipped?"
+    problems = _validate(objects)
+    assert not problems, "\n".join(problems)
+
+
+def test_chart_crds_are_valid_and_match_the_generated_crds() -> None:
+    chart_crds = CHART / "crds"
+    objects = [
+        doc
+        for path in sorted(chart_crds.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+    assert {o["kind"] for o in objects} == {"CustomResourceDefinition"}
+    problems = _validate(objects)
+    assert not problems, "\n".join(problems)
+
+    generated = REPO / "crds"
+    regenerate = "cp crds/*.yaml charts/kubeturn/crds/"
+    assert generated.is_dir(), f"{generated} is missing: generate the CRDs first"
+    expected = {path.name: path.read_bytes() for path in generated.glob("*.yaml")}
+    assert expected, f"no CRDs in {generated}"
+    copied = {
+        path.name: path.read_bytes() for path in chart_crds.glob("*.yaml") if path.name != KOPF_CRDS
+    }
+    assert copied == expected, f"charts/kubeturn/crds/ differs from crds/; run: {regenerate}"
+    kinds = {o["spec"]["names"]["kind"] for o in objects if o["spec"]["group"] == "kubeturn.dev"}
+    assert kinds == {"Run", "Workspace", "AgentTurn"}
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def _rules(role: Object) -> list[tuple[str, str, frozenset[str]]]:
+    """(group, resource, verbs) per resource of a role's rules."""
+    return [
+        (group, resource, frozenset(rule["verbs"]))
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    ]
+
+
+def _assert_least_privilege(role: Object) -> None:
+    for group, resource, verbs in _rules(role):
+        assert "*" not in (group, resource) and "*" not in verbs, role["metadata"]["name"]
+        assert resource not in {"pods/exec", "pods/log", "pods/attach", "services"}, resource
+        assert not verbs & {"escalate", "bind", "impersonate", "deletecollection"}, resource
+
+
+def _namespaced_rules_hold(role: Object) -> None:
+    """The rules the operator needs in a served namespace are all in ``role``."""
+    granted = {(g, r): v for g, r, v in _rules(role)}
+    lifecycle = {"get", "list", "watch", "create", "patch", "delete"}
+    assert granted[("kubeturn.dev", "runs")] == {"get", "list", "watch", "patch"}
+    for resource in ["workspaces", "agentturns"]:
+        assert granted[("kubeturn.dev", resource)] == lifecycle
+    for resource in ["runs/status", "workspaces/status", "agentturns/status"]:
+        assert {"get", "patch"} <= granted[("kubeturn.dev", resource)]
+    for resource in ["runs/finalizers", "workspaces/finalizers"]:
+        assert granted[("kubeturn.dev", resource)] == {"update"}
+    for resource in ["pods", "persistentvolumeclaims", "secrets", "configmaps"]:
+        assert granted[("", resource)] == lifecycle, resource
+    assert granted[("networking.k8s.io", "networkpolicies")] == lifecycle
+    assert granted[("", "events")] == {"create", "patch"}
+    assert granted[("events.k8s.io", "events")] == {"create", "patch"}
+
+
+def _bound_to_operator(binding: Object, custom: bool) -> None:
+    account = "kubeturn-operator" if custom else FULLNAME
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    ]
+
+
+def test_rbac_is_one_cluster_role_when_every_namespace_is_watched(
+    default_objects: list[Object],
+) -> None:
+    assert not _of_kind(default_objects, "Role")
+    assert not _of_kind(default_objects, "RoleBinding")
+    role = _one(default_objects, "ClusterRole")
+    _assert_least_privilege(role)
+    _namespaced_rules_hold(role)
+    granted = {(g, r): v for g, r, v in _rules(role)}
+    assert granted[("apiextensions.k8s.io", "customresourcedefinitions")] == {
+        "get",
+        "list",
+        "watch",
+    }
+    assert granted[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
+    assert ("kopf.dev", "kopfpeerings") not in granted
+    binding = _one(default_objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    _bound_to_operator(binding, custom=False)
+    account = _one(default_objects, "ServiceAccount")
+    assert account["metadata"] == {**account["metadata"], "name": FULLNAME, "namespace": NAMESPACE}
+
+
+def test_rbac_is_a_role_per_watched_namespace_when_namespaces_are_listed(
+    custom_objects: list[Object],
+) -> None:
+    roles = _of_kind(custom_objects, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == WATCHED
+    for role in roles:
+        _assert_least_privilege(role)
+        _namespaced_rules_hold(role)
+        granted = {(g, r): v for g, r, v in _rules(role)}
+        assert granted[("kopf.dev", "kopfpeerings")] == {"get", "list", "watch", "patch"}
+    bindings = _of_kind(custom_objects, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == WATCHED
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": FULLNAME,
+        }
+        _bound_to_operator(binding, custom=True)
+    # A cluster-scoped kind needs a ClusterRole; it grants reading CRDs and nothing else.
+    cluster_role = _one(custom_objects, "ClusterRole")
+    assert _rules(cluster_role) == [
+        ("apiextensions.k8s.io", "customresourcedefinitions", frozenset({"get", "list", "watch"}))
+    ]
+    binding = _one(custom_objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    _bound_to_operator(binding, custom=True)
+
+
+# --------------------------------------------------------------------------- Deployment
+
+
+@pytest.mark.parametrize("rendering", ["default_objects", "custom_objects"])
+def test_deployment_runs_unprivileged(rendering: str, request: pytest.FixtureRequest) -> None:
+    objects: list[Object] = request.getfixturevalue(rendering)
+    pod = _one(objects, "Deployment", FULLNAME)["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert _container(objects)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    mounts = {m["mountPath"]: m for m in _container(objects)["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]["name"]], "a read-only root needs a /tmp"
+    assert pod["serviceAccountName"] == ("kubeturn-operator" if "custom" in rendering else FULLNAME)
+
+
+def test_deployment_probes_ports_and_strategy(default_objects: list[Object]) -> None:
+    deployment = _one(default_objects, "Deployment", FULLNAME)
+    assert deployment["metadata"]["namespace"] == NAMESPACE
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = _container(default_objects)
+    assert container["image"] == "ghcr.io/kubeturn/operator:0.1.0"  # appVersion
+    assert container["args"] == ["operator"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"orchestrator": 8081, "metrics": 9090, "health": 8080}
+    probes = {
+        kind: (container[kind]["httpGet"]["path"], container[kind]["httpGet"]["port"])
+        for kind in ["startupProbe", "livenessProbe", "readinessProbe"]
+    }
+    assert probes == {
+        "startupProbe": ("/healthz", "health"),
+        "livenessProbe": ("/healthz", "health"),
+        "readinessProbe": ("/readyz", "health"),
+    }
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+
+
+def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
+    env = _env(default_objects)
+    orchestrator = _one(default_objects, "Service", f"{FULLNAME}-orchestrator")
+    assert env == {
+        "KUBETURN_NAMESPACES": "",
+        "KUBETURN_HARNESS_IMAGE": "ghcr.io/kubeturn/harness:0.1.0",
+        "KUBETURN_ORCHESTRATOR_URL": f"http://{FULLNAME}-orchestrator.{NAMESPACE}.svc:8081",
+        "KUBETURN_PROVIDERS": "/etc/kubeturn/providers.yaml",
+        "KUBETURN_PEERING": "kubeturn",
+        "KUBETURN_LOG_FORMAT": "json",
+        "KUBETURN_OPERATOR_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+        "KUBETURN_OPERATOR_LABELS": (
+            "app.kubernetes.io/component=operator,"
+            f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=kubeturn"
+        ),
+    }
+    assert orchestrator["spec"]["ports"] == [
+        {"name": "orchestrator", "port": 8081, "targetPort": "orchestrator", "protocol": "TCP"}
+    ]
+    # KUBETURN_PROVIDERS is the file the providers ConfigMap mounts.
+    pod = _one(default_objects, "Deployment", FULLNAME)["spec"]["template"]["spec"]
+    mount = next(m for m in _container(default_objects)["volumeMounts"] if m["name"] == "providers")
+    volume = next(v for v in pod["volumes"] if v["name"] == "providers")
+    config_map = _one(default_objects, "ConfigMap", volume["configMap"]["name"])
+    assert env["KUBETURN_PROVIDERS"] == f"{mount['mountPath']}/providers.yaml"
+    assert "providers.yaml" in config_map["data"]
+    # The operator's selector labels match its own pods, and not the sandbox pods.
+    labels = pod_labels = _one(default_objects, "Deployment", FULLNAME)["spec"]["template"][
+        "metadata"
+    ]["labels"]
+    selector = dict(pair.split("=") for pair in env["KUBETURN_OPERATOR_LABELS"].split(","))
+    assert selector.items() <= pod_labels.items()
+    assert labels["app.kubernetes.io/component"] == "operator"
+
+
+def test_deployment_takes_values(custom_objects: list[Object]) -> None:
+    env = _env(custom_objects)
+    assert env["KUBETURN_NAMESPACES"] == "team-a,team-b"
+    assert env["KUBETURN_HARNESS_IMAGE"] == "registry.example.com/kubeturn/harness:0.1.0-rc1"
+    assert env["KUBETURN_PEERING"] == "kubeturn-prod"
+    assert env["KUBETURN_LOG_FORMAT"] == "text"
+    container = _container(custom_objects)
+    assert container["image"] == "registry.example.com/kubeturn/operator:0.1.0-rc1"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["resources"]["limits"] == {"memory": "1Gi"}
+    template = _one(custom_objects, "Deployment", FULLNAME)["spec"]["template"]
+    assert template["metadata"]["labels"]["example.com/tier"] == "control"
+    assert template["metadata"]["annotations"]["example.com/team"] == "platform"
+    pod = template["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"][0]["key"] == "dedicated"
+    assert "nodeAffinity" in pod["affinity"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+
+
+# --------------------------------------------------------------------------- network
+
+
+def _sandbox_labels() -> dict[str, str]:
+    """The labels the operator gives sandbox pods, minus the per-Workspace one."""
+    from kubeturn.k8s import objects as k8s_objects
+
+    labels = dict(k8s_objects.workspace_labels("any"))
+    labels.pop("kubeturn.dev/workspace")
+    return labels
+
+
+def test_network_policy_admits_only_sandbox_pods_to_the_orchestrator(
+    default_objects: list[Object], custom_objects: list[Object]
+) -> None:
+    for objects, namespaces in [(default_objects, None), (custom_objects, WATCHED)]:
+        policy = _one(objects, "NetworkPolicy", FULLNAME)["spec"]
+        deployment = _one(objects, "Deployment", FULLNAME)
+        assert policy["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+        assert policy["policyTypes"] == ["Ingress"]
+        orchestrator, metrics = policy["ingress"]
+        assert orchestrator["ports"] == [{"port": 8081, "protocol": "TCP"}]
+        (peer,) = orchestrator["from"]
+        assert peer["podSelector"] == {"matchLabels": _sandbox_labels()}
+        if namespaces is None:
+            assert peer["namespaceSelector"] == {}
+        else:
+            assert peer["namespaceSelector"] == {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}
+                ]
+            }
+        assert metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
+    # Metrics: from any source by default, from the monitoring namespace when told.
+    default_metrics = _one(default_objects, "NetworkPolicy")["spec"]["ingress"][1]
+    assert "from" not in default_metrics
+    custom_metrics = _one(custom_objects, "NetworkPolicy")["spec"]["ingress"][1]
+    assert custom_metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+
+
+def test_metrics_service_and_service_monitor(
+    default_objects: list[Object], custom_objects: list[Object]
+) -> None:
+    assert not _of_kind(default_objects, "ServiceMonitor")
+    for objects in [default_objects, custom_objects]:
+        metrics = _one(objects, "Service", f"{FULLNAME}-metrics")
+        assert metrics["spec"]["publishNotReadyAddresses"] is True  # standbys are scraped
+        assert metrics["spec"]["ports"][0]["port"] == 9090
+    monitor = _one(custom_objects, "ServiceMonitor", FULLNAME)
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    metrics = _one(custom_objects, "Service", f"{FULLNAME}-metrics")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= metrics["metadata"]["labels"].items()
+    orchestrator = _one(custom_objects, "Service", f"{FULLNAME}-orchestrator")
+    assert not selector.items() <= orchestrator["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "5s"}
+    ]
+
+
+# --------------------------------------------------------------------------- providers
+
+
+def test_providers_config_map_is_what_the_harness_accepts(
+    default_objects: list[Object], custom_objects: list[Object]
+) -> None:
+    from kubeturn_harness.providers import ProvidersFile
+
+    def providers(objects: list[Object]) -> Any:
+        config_map = _one(objects, "ConfigMap", f"{FULLNAME}-providers")
+        return yaml.safe_load(config_map["data"]["providers.yaml"])
+
+    assert providers(default_objects) == {}
+    parsed = providers(custom_objects)
+    assert parsed == {
+        "openai": {
+            "type": "openai",
+            "baseUrl": "https://api.openai.com/v1",
+            "apiKeyEnv": "OPENAI_API_KEY",
+        },
+        "local": {"type": "openai", "baseUrl": "http://vllm.models.svc:8000/v1"},
+    }
+    ProvidersFile.model_validate(parsed)  # extra="forbid": no apiKeySecret may leak in
+
+
+def test_notes_tell_how_a_workspace_gets_the_api_key(helm: str) -> None:
+    # `helm install --dry-run` renders NOTES.txt (template does not); no cluster is used.
+    args = ["install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    notes = _helm(helm, *args, "--values", str(CUSTOM_VALUES)).stdout.split("NOTES:", 1)[1]
+    assert "name: OPENAI_API_KEY" in notes
+    assert "name: openai-api-key" in notes
+    assert "key: api-key" in notes
+    assert f"http://{FULLNAME}-orchestrator.{NAMESPACE}.svc:8081" in notes
+
+
+# --------------------------------------------------------------------------- peering
+
+
+def test_peering_objects(default_objects: list[Object], custom_objects: list[Object]) -> None:
+    (cluster,) = _of_kind(default_objects, "ClusterKopfPeering")
+    assert cluster["metadata"]["name"] == _env(default_objects)["KUBETURN_PEERING"]
+    assert not _of_kind(default_objects, "KopfPeering")
+    assert not _of_kind(custom_objects, "ClusterKopfPeering")
+    peerings = _of_kind(custom_objects, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == WATCHED
+    assert {p["metadata"]["name"] for p in peerings} == {"kubeturn-prod"}
+    crds = list(yaml.safe_load_all((CHART / "crds" / KOPF_CRDS).read_text()))
+    scopes = {c["spec"]["names"]["kind"]: c["spec"]["scope"] for c in crds if c}
+    assert scopes == {"ClusterKopfPeering": "Cluster", "KopfPeering": "Namespaced"}
+
+
+# --------------------------------------------------------------------------- values
+
+
+_KEY = re.compile(r"^(?P<indent> *)(?:- )?(?P<key>[A-Za-z0-9_.\-/]+):(?: |$)")
+
+
+def test_every_values_key_has_a_comment() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    uncommented = []
+    for number, line in enumerate(lines):
+        if _KEY.match(line) is None:
+            continue
+        previous = next((p for p in reversed(lines[:number]) if p.strip()), "")
+        if not previous.lstrip().startswith("#") and " #" not in line:
+            uncommented.append(f"values.yaml:{number + 1}: {line.strip()}")
+    assert not uncommented, "keys without a comment:\n" + "\n".join(uncommented)
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("unknownKey=1", "additional properties 'unknownKey' not allowed"),
+        ("logFormat=xml", "logFormat"),
+        (
+            "providers.p.baseUrl=http://m:8000/v1,providers.p.apiKeySecret.name=s,"
+            "providers.p.apiKeySecret.key=k",
+            "apiKeyEnv",
+        ),
+    ],
+    ids=["unknown-key", "log-format", "secret-without-env"],
+)
+def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:
+    result = _helm(helm, *_template_args(None), "--set", setting, check=False)
+    assert result.returncode != 0, f"--set {setting} was accepted"
+    assert complaint in result.stderr, result.stderr
