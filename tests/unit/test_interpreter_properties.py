@@ -178,7 +178,7 @@ def actions(draw: st.DrawFn) -> Action:
         return ("advance", draw(st.sampled_from([0.5, 1.0, 2.0, 5.0])))
     if kind in ("done", "error"):
         return (kind, draw(st.integers(0, 3)), draw(st.booleans()), draw(st.sampled_from([0, 1])))
-    return ("stale",)
+    return ("stale", draw(st.booleans()), draw(st.booleans()))
 
 
 scripts = st.lists(actions(), min_size=4, max_size=14)
@@ -191,6 +191,9 @@ class Point:
     config: Config
     now: float
     cancelled: tuple[it.TimerEntry, ...]
+    """Timers cancelled so far: their events are stale."""
+    stopped: tuple[it.InvokeEntry, ...]
+    """Invocations stopped so far: their results are stale."""
 
 
 def events_of(
@@ -219,8 +222,12 @@ def events_of(
         else:
             fields = {"reason": "exec", "message": "boom"}
             yield Event(ERROR_INVOKE, fields, cause, entry.id), now
-    elif kind == "stale" and point.cancelled:
+    elif kind == "stale" and action[1] and point.cancelled:
         yield it.timer_event(point.cancelled[-1]), now
+    elif kind == "stale" and not action[1] and point.stopped:
+        entry = point.stopped[-1]
+        fields = {"reason": "exec", "message": "late", "output": {}}
+        yield Event(ERROR_INVOKE if action[2] else DONE_INVOKE, fields, entry.cause, entry.id), now
     elif kind == "CANCEL":
         yield Event(it.CANCEL), now
 
@@ -228,19 +235,28 @@ def events_of(
 def perform(chart: Chart, point: Point, action: Action) -> tuple[Point, list[Step]]:
     """Apply one action; time advancing fires every due timer in order, as the core does."""
     steps: list[Step] = []
-    config, now, cancelled = point.config, point.now, point.cancelled
+    now = point.now
     for event, at in events_of(chart, point, action):
         if event.type == "tick":
             now = at
-            while due := it.due(config, now):
-                step = it.step(chart, config, it.timer_event(due[0]), it.Scope(), now)
+            while due := it.due(point.config, now):
+                step = it.step(chart, point.config, it.timer_event(due[0]), it.Scope(), now)
                 steps.append(step)
-                config, cancelled = step.config, cancelled + step.cancelled
+                point = _after(point, step, now)
             continue
-        step = it.step(chart, config, event, it.Scope(), at)
+        step = it.step(chart, point.config, event, it.Scope(), at)
         steps.append(step)
-        config, cancelled = step.config, cancelled + step.cancelled
-    return Point(config, now, cancelled), steps
+        point = _after(point, step, now)
+    return point, steps
+
+
+def _after(point: Point, step: Step, now: float) -> Point:
+    return Point(
+        step.config,
+        now,
+        point.cancelled + step.cancelled,
+        point.stopped + tuple(s.invoke for s in step.stopped),
+    )
 
 
 def run(chart: Chart, script: list[Action], point: Point) -> tuple[list[Point], list[Step]]:
@@ -255,7 +271,7 @@ def run(chart: Chart, script: list[Action], point: Point) -> tuple[list[Point], 
 
 def begin(chart: Chart) -> tuple[Point, Step]:
     first = it.start(chart, it.Scope(), 0.0)
-    return Point(first.config, 0.0, first.cancelled), first
+    return _after(Point(first.config, 0.0, (), ()), first, 0.0), first
 
 
 def load(document: dict[str, Any]) -> Chart:
@@ -285,7 +301,7 @@ def test_restore_at_any_point_continues_exactly(
     points, _ = run(chart, script, start)
     for index, point in enumerate(points):
         data = json.loads(json.dumps(it.snapshot(point.config)))
-        restored = Point(it.restore(data), point.now, point.cancelled)
+        restored = Point(it.restore(data), point.now, point.cancelled, point.stopped)
         assert restored.config == point.config
         rest = script[index:]
         assert run(chart, rest, restored) == run(chart, rest, point)
@@ -387,6 +403,15 @@ def check(chart: Chart, before: Config, step: Step, now: float) -> None:
             before.status,
         )
     if before.status is not Status.RUNNING:
+        assert not step.taken
+        assert config == before
+    stale_timer = event.type.startswith("after:") and all(
+        t.origin != event.origin for t in before.timers
+    )
+    stale_result = event.type in (DONE_INVOKE, ERROR_INVOKE) and all(
+        i.id != event.origin for i in before.invokes
+    )
+    if stale_timer or stale_result:
         assert not step.taken
         assert config == before
 

