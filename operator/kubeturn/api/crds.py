@@ -221,14 +221,14 @@ RUN = Resource(
             keys={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
             rules=(
                 Rule(
-                    "oldSelf.all(old, self.exists(new, new.id == old.id))",
-                    "spec.signals is append-only: a signal cannot be removed once added",
+                    "oldSelf.all(signal, self.exists(current, current.id == signal.id))",
+                    "append-only: a signal cannot be removed once added",
                 ),
             ),
         ),
         Amendment(
             "spec.cancel",
-            rules=(Rule("!oldSelf || self", "spec.cancel cannot be undone once it is true"),),
+            rules=(Rule("!oldSelf || self", "cannot be undone: once true, it stays true"),),
         ),
     ),
 )
@@ -272,8 +272,7 @@ AGENT_TURN = Resource(
             rules=(
                 Rule(
                     "self == oldSelf",
-                    "an AgentTurn's spec is immutable: the Run controller deletes the Turn "
-                    "and creates another",
+                    "immutable: the Run controller replaces an AgentTurn rather than changing it",
                 ),
             ),
         ),

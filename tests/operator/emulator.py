@@ -1,0 +1,1199 @@
+"""A Kubernetes API for the operator tests: KMock's emulator, made faithful enough for kopf.
+
+:class:`KubernetesApi` subclasses ``kmock.KubernetesEmulator`` (kmock 0.8, pinned: two of
+its private pieces are mirrored here) and serves the Kubernetes API over real HTTP on
+127.0.0.1 from inside pytest; :func:`serve` starts and stops it. It keeps KMock's server,
+request log (``api.requests``), reactions (``api['patch', kmock.resource(...)] << 500``
+still overrides a response, and an overridden write is not stored), discovery and
+object store (``api.objects[resource, namespace, name]`` with every version), and
+replaces KMock's object handling, which kopf, kubectl and the official client cannot use
+(shared/TESTING.md lists the gaps). What this module adds, each in its own piece below:
+
+- paths: ``/api/v1/namespaces[/NAME[/status]]`` and core groupVersion ``v1`` (:func:`parse_route`,
+  ``_serve_version``);
+- metadata: ``uid``, ``creationTimestamp``, a ``resourceVersion`` rising across all
+  objects, ``generation`` bumped by changes outside metadata and status, ``generateName``;
+  writes that change nothing are not stored and produce no event;
+- writes: 201 on create, 409 on an existing name or a stale ``resourceVersion`` (PUT,
+  PATCH, delete preconditions), PUT, merge / JSON / strategic-merge (as merge) patches with
+  422 on a failed JSON-patch ``test``, ``dryRun=All`` (answered, never stored);
+- the ``status`` subresource: ``/status`` changes only ``.status``; the main resource
+  ignores ``.status`` (for every resource served with a status subresource);
+- deletion: with finalizers, DELETE sets ``deletionTimestamp`` (a MODIFIED event), and
+  the object is gone (a DELETED event) when a write removes the last finalizer; no new
+  finalizers may be added while deleting (422), as in Kubernetes;
+- reads: equality-based label selectors (``a=b,c!=d,e,!f``) and the field selectors
+  ``metadata.name`` and ``metadata.namespace``; Table responses for ``kubectl get`` with
+  printer columns given per kind (:data:`KUBETURN_PRINTER_COLUMNS` by default);
+- watches (:class:`ChangeLog`): subscribed before the snapshot is taken, so no write is
+  missed; ``?resourceVersion=N`` replays the retained changes after N, or sends ERROR 410
+  Gone when they are no longer retained; ``sendInitialEvents`` ends the snapshot with the
+  bookmark; ``timeoutSeconds``; selectors (an object leaving the selection is DELETED for
+  that watch); newline-delimited JSON as ``application/json``.
+
+Limits, accepted and not to be relied on by tests: no admission, defaulting or schema
+validation of custom resources (any body is stored); no garbage collection of owned
+objects (:meth:`KubernetesApi.cascade_delete` emulates it when a test asks) and no
+namespace deletion cascade; no RBAC or authentication; no server-side apply, protobuf
+bodies or ``$patch`` directives (415/422 with a message); strategic merge patches merge
+lists by replacing them; no OpenAPI documents (kubectl needs ``--validate=false``); no
+set-based selectors (400); no pagination (``limit`` is ignored, one page is returned);
+Tables only on list and get, not on watches (``kubectl get -w`` prints nothing useful);
+no subresources except ``status``. This module must not import kubeturn: it stands for
+the cluster, not the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import copy
+import dataclasses
+import datetime
+import json
+import re
+import secrets
+import string
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import aiohttp.web
+import attrs
+import jsonpatch
+import jsonpointer
+import kmock
+from kmock._internal import rendering  # StreamingError, for the mirrored RawHandler.__call__
+
+Body = dict[str, Any]
+Column = tuple[str, str]
+"""A printer column: its header and a JSONPath (``.a.b``, ``.a[0]``, ``.a[*].b``)."""
+
+KUBETURN_GROUP = "kubeturn.dev"
+KUBETURN_VERSION = "v1alpha1"
+AGE: Column = ("Age", ".metadata.creationTimestamp")
+KUBETURN_PRINTER_COLUMNS: Mapping[str, Sequence[Column]] = {
+    "AgentTurn": (
+        ("Run", ".spec.runRef.name"),
+        ("Agent", ".spec.agent.slot"),
+        ("State", ".spec.statePath"),
+        ("Phase", ".status.phase"),
+        ("Outcome", ".status.settlement.outcome"),
+        AGE,
+    ),
+    "Run": (
+        ("State", ".status.state"),
+        ("Phase", ".status.phase"),
+        ("Turns", ".status.turnCount"),
+        AGE,
+    ),
+    "Workspace": (("Phase", ".status.phase"), ("Repos", ".status.repoCount"), AGE),
+}
+"""Printer columns per kind, until the operator tests pass the CRDs' own columns."""
+
+BUILTIN_RESOURCES = (
+    "v1/pods",
+    "v1/services",
+    "v1/secrets",
+    "v1/configmaps",
+    "v1/persistentvolumeclaims",
+    "v1/events",
+    "v1/namespaces",
+    "events.k8s.io/v1/events",
+    "coordination.k8s.io/v1/leases",
+    "networking.k8s.io/v1/networkpolicies",
+)
+"""Built-in resources served, described as KMock's bundled discovery data describes them."""
+
+SEEDED_NAMESPACES = ("default", "kube-system")
+NAMESPACES = kmock.resource(group="", version="v1", plural="namespaces")
+CRUD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+SERVER_MANAGED = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "resourceVersion",
+)
+"""Metadata that only the server writes: a client's values are ignored on updates."""
+
+HISTORY_LIMIT = 1000
+"""Changes retained for ``?resourceVersion=`` watches: more than any one test makes, so
+only a test that shrinks it sees 410 Gone (Kubernetes keeps about five minutes' worth)."""
+
+WATCH_POLL_SECONDS = 0.5
+"""How often an idle watch checks its deadline and whether its client has gone."""
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+ACTIONS = {
+    "list": kmock.action.LIST,
+    "watch": kmock.action.WATCH,
+    "get": kmock.action.FETCH,
+    "create": kmock.action.CREATE,
+    "update": kmock.action.UPDATE,
+    "patch": kmock.action.UPDATE,
+    "delete": kmock.action.DELETE,
+}
+
+
+class ApiError(Exception):
+    """A request the API refuses; served as a ``Status`` body with its HTTP code."""
+
+    def __init__(self, code: int, reason: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def status(self) -> Body:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
+        }
+
+
+# --- Paths -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """What a Kubernetes API path names; ``group`` is ``""`` for the core API."""
+
+    group: str
+    version: str | None
+    plural: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str | None = None
+
+
+def parse_route(path: str) -> Route | None:
+    """Parse ``/api/v1/...`` and ``/apis/GROUP/VERSION/...``; None for other paths.
+
+    ``/api/v1/namespaces/X/status`` is namespace X's status, while ``/api/v1/namespaces/X/
+    pods`` is the pods in namespace X: KMock 0.8 fails on the former and on ``/api/v1/
+    namespaces`` itself.
+    """
+    parts = [part for part in path.split("/") if part]
+    if len(parts) >= 2 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 2 and parts[0] == "apis":
+        group, version, rest = parts[1], (parts[2] if len(parts) > 2 else None), parts[3:]
+    else:
+        return None
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        namespace, rest = rest[1], rest[2:]
+    return Route(
+        group=group,
+        version=version,
+        plural=rest[0] if rest else None,
+        namespace=namespace,
+        name=rest[1] if len(rest) > 1 else None,
+        subresource="/".join(rest[2:]) or None,
+    )
+
+
+def verb_of(method: str, route: Route, params: Mapping[str, str]) -> str | None:
+    """The Kubernetes verb of a request on a resource path (None if there is none)."""
+    if method == "GET":
+        if params.get("watch") in ("true", "1"):
+            return "watch"
+        return "get" if route.name else "list"
+    if route.name is None:
+        return {"POST": "create", "DELETE": "deletecollection"}.get(method)
+    return {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+
+
+async def parse_request(raw: aiohttp.web.BaseRequest, *, id: int) -> kmock.Request:
+    """Build KMock's request record with this module's path parsing (see parse_route)."""
+    body = await raw.read()
+    try:
+        data = json.loads(body) if body else None
+    except ValueError:  # protobuf, YAML: refused later with 415 where it matters
+        data = None
+    route = parse_route(raw.path)
+    params = dict(raw.query)
+    verb = verb_of(raw.method, route, params) if route and route.plural else None
+    return kmock.Request(
+        id=id,
+        raw_request=raw,
+        url=raw.url,
+        method=raw.method,
+        params=params,
+        headers=dict(raw.headers),
+        cookies=dict(raw.cookies),
+        body=body,
+        text=body.decode("utf-8", errors="replace"),
+        data=data,
+        action=ACTIONS.get(verb or ""),
+        resource=None
+        if route is None
+        else kmock.resource(group=route.group, version=route.version, plural=route.plural),
+        namespace=route.namespace if route else None,
+        name=route.name if route else None,
+        subresource=route.subresource if route else None,
+    )
+
+
+def header(request: kmock.Request, name: str) -> str:
+    """A request header by its case-insensitive name ('' when absent)."""
+    return next((v for k, v in request.headers.items() if k.lower() == name.lower()), "")
+
+
+# --- Selectors -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    """One term of a selector: ``key=value``, ``key!=value``, ``key`` or ``!key``."""
+
+    key: str
+    operator: str  # "=", "!=", "exists", "!exists"
+    value: str = ""
+
+    def matches(self, values: Mapping[str, str]) -> bool:
+        present = self.key in values
+        match self.operator:
+            case "=":
+                return present and values[self.key] == self.value
+            case "!=":
+                return not present or values[self.key] != self.value
+            case "exists":
+                return present
+            case _:
+                return not present
+
+
+TERM = re.compile(r"\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9_.-]*))?\s*")
+FIELDS = ("metadata.name", "metadata.namespace")
+
+
+def parse_selector(text: str, *, fields: bool = False) -> tuple[Requirement, ...]:
+    """Parse an equality-based label selector, or a field selector if ``fields``."""
+    terms = []
+    for term in filter(None, text.split(",")):
+        found = TERM.fullmatch(term)
+        if found is None or (found[1] and found[3]):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"unable to parse requirement: {term!r} (the "
+                "emulator supports =, ==, != and existence, not set-based terms)",
+            )
+        negated, key, operator, value = found.groups()
+        if fields and (key not in FIELDS or not operator):
+            raise ApiError(400, "BadRequest", f'field label not supported: "{key}"')
+        operator = {"==": "=", None: "!exists" if negated else "exists"}.get(operator, operator)
+        terms.append(Requirement(key, operator, value or ""))
+    return tuple(terms)
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Which objects a list or watch request sees."""
+
+    namespace: str | None = None
+    name: str | None = None
+    labels: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+
+    @classmethod
+    def of(cls, route: Route, params: Mapping[str, str]) -> Selection:
+        return cls(
+            namespace=route.namespace,
+            name=route.name,
+            labels=parse_selector(params.get("labelSelector", "")),
+            fields=parse_selector(params.get("fieldSelector", ""), fields=True),
+        )
+
+    def matches(self, body: Body | None) -> bool:
+        if body is None:
+            return False
+        meta = body.get("metadata", {})
+        fields = {
+            "metadata.name": meta.get("name", ""),
+            "metadata.namespace": meta.get("namespace", ""),
+        }
+        return (
+            (self.namespace is None or meta.get("namespace") == self.namespace)
+            and (self.name is None or meta.get("name") == self.name)
+            and all(term.matches(meta.get("labels") or {}) for term in self.labels)
+            and all(term.matches(fields) for term in self.fields)
+        )
+
+
+# --- Patches ---------------------------------------------------------------------------
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: dicts merge, ``null`` removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def strategic_as_merge(patch: Any) -> Any:
+    """Drop ordering hints of a strategic merge patch; refuse the directives that change meaning.
+
+    ``$setElementOrder/...`` and ``$retainKeys`` only order or retain what a merge patch
+    keeps anyway; ``$patch``, ``$deleteFromPrimitiveList/...`` and the like are refused.
+    """
+    if isinstance(patch, list):
+        return [strategic_as_merge(item) for item in patch]
+    if not isinstance(patch, dict):
+        return patch
+    result = {}
+    for key, value in patch.items():
+        if key.startswith(("$setElementOrder/", "$retainKeys")):
+            continue
+        if key.startswith("$"):
+            raise ApiError(422, "Invalid", f"strategic merge directive {key} is not emulated")
+        result[key] = strategic_as_merge(value)
+    return result
+
+
+def apply_patch(content_type: str, target: Body, patch: Any) -> Body:
+    """Apply a PATCH body of the given media type to a copy of ``target``."""
+    match content_type:
+        case "application/merge-patch+json":
+            return merge_patch(target, patch) if isinstance(patch, dict) else _not_an_object()
+        case "application/strategic-merge-patch+json":
+            if not isinstance(patch, dict):
+                return _not_an_object()
+            return merge_patch(target, strategic_as_merge(patch))
+        case "application/json-patch+json":
+            return apply_json_patch(target, patch)
+        case "application/apply-patch+yaml" | "application/apply-patch+cbor":
+            raise ApiError(415, "UnsupportedMediaType", "server-side apply is not emulated")
+        case _:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of type {content_type!r} "
+                "is not supported (the emulator reads JSON only)",
+            )
+
+
+def apply_json_patch(target: Body, ops: Any) -> Body:
+    """RFC 6902 JSON patch; a failed ``test`` is 422, as kopf's optimistic locking expects."""
+    if not isinstance(ops, list):
+        raise ApiError(400, "BadRequest", "a JSON patch must be a list of operations")
+    try:
+        result: Body = jsonpatch.JsonPatch(ops).apply(target)
+    except jsonpatch.InvalidJsonPatch as error:
+        raise ApiError(400, "BadRequest", f"invalid JSON patch: {error}") from error
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
+        raise ApiError(422, "Invalid", f"the JSON patch cannot be applied: {error}") from error
+    return result
+
+
+def _not_an_object() -> Body:
+    raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+
+
+# --- Objects ---------------------------------------------------------------------------
+
+
+def timestamp(moment: datetime.datetime) -> str:
+    """RFC 3339 in UTC with whole seconds, as Kubernetes writes ``metav1.Time``."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def content(body: Body, *, has_status: bool) -> Body:
+    """What ``generation`` counts: everything but metadata (and status, if a subresource)."""
+    skipped = {"metadata", "apiVersion", "kind"} | ({"status"} if has_status else set())
+    return {key: value for key, value in body.items() if key not in skipped}
+
+
+def tidy(body: Body) -> Body:
+    """Drop empty metadata lists and maps, which Kubernetes omits (``omitempty``)."""
+    meta = body["metadata"]
+    for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if key in meta and not meta[key]:
+            del meta[key]
+    return body
+
+
+def with_status_of(body: Body, source: Body) -> Body:
+    """``body`` with its ``.status`` replaced by ``source``'s (absent if absent there)."""
+    result = dict(body)
+    result.pop("status", None)
+    if "status" in source:
+        result["status"] = copy.deepcopy(source["status"])
+    return result
+
+
+# --- Tables (kubectl get) --------------------------------------------------------------
+
+PATH_STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+|\*)\]|\['([^']+)'\]")
+
+
+def json_path(body: Any, path: str) -> list[Any]:
+    """Evaluate the JSONPath subset of printer columns; every value found, in order."""
+    found = [body]
+    position = 0
+    while position < len(path):
+        step = PATH_STEP.match(path, position)
+        if step is None:
+            raise ValueError(f"unsupported JSONPath {path!r} at {position}")
+        key, index = step[1] or step[3], step[2]
+        following: list[Any] = []
+        for value in found:
+            if key is not None and isinstance(value, dict) and key in value:
+                following.append(value[key])
+            elif index == "*" and isinstance(value, list):
+                following.extend(value)
+            elif index not in (None, "*") and isinstance(value, list) and int(index) < len(value):
+                following.append(value[int(index)])
+        found, position = following, step.end()
+    return found
+
+
+def human_age(seconds: float) -> str:
+    """Kubernetes' HumanDuration (``kubectl get``'s AGE column): 45s, 5m3s, 3h, 12d, 2y."""
+    s = int(seconds)
+    minutes, hours, days = s // 60, s // 3600, s // 86400
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 192:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    if days < 730:
+        return f"{days}d"
+    return f"{days // 365}y{days % 365}d" if days < 2920 and days % 365 else f"{days // 365}y"
+
+
+def table(
+    bodies: Iterable[Body],
+    columns: Sequence[Column],
+    *,
+    revision: int,
+    include: str,
+    now: datetime.datetime,
+) -> Body:
+    """A ``meta.k8s.io/v1`` Table as kube-apiserver makes one for a custom resource.
+
+    As there, a column shows the first value its JSONPath finds; dates become ages;
+    non-string values other than numbers and booleans are shown as compact JSON.
+    """
+
+    def cell(body: Body, path: str) -> Any:
+        values = json_path(body, path)
+        if not values or values[0] is None:
+            return None
+        value = values[0]
+        if path.endswith("Timestamp") and isinstance(value, str):
+            when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return human_age((now - when).total_seconds())
+        if isinstance(value, str | int | float | bool):
+            return value
+        return json.dumps(value, separators=(",", ":"))
+
+    def row_object(body: Body) -> Body | None:
+        if include == "None":
+            return None
+        if include == "Object":
+            return body
+        meta = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}
+        return meta | {"metadata": body["metadata"]}
+
+    definitions = [
+        {
+            "name": "Name",
+            "type": "string",
+            "format": "name",
+            "priority": 0,
+            "description": "Name must be unique within a namespace.",
+        }
+    ]
+    for name, path in columns:
+        kind = "date" if path.endswith("Timestamp") else "string"
+        definitions.append(
+            {
+                "name": name,
+                "type": kind,
+                "format": "",
+                "priority": 0,
+                "description": f"Custom resource definition column: {path}",
+            }
+        )
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": str(revision)},
+        "columnDefinitions": definitions,
+        "rows": [
+            {
+                "cells": [body["metadata"]["name"]] + [cell(body, path) for _, path in columns],
+                "object": row_object(body),
+            }
+            for body in bodies
+        ],
+    }
+
+
+# --- Changes and watches ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One stored write, as watches see it; ``previous`` is the object before it."""
+
+    revision: int
+    resource: kmock.resource
+    type: str  # ADDED, MODIFIED, DELETED
+    object: Body
+    previous: Body | None
+
+    def event_for(self, selection: Selection) -> Body | None:
+        """The watch event this change makes for a selection, if any.
+
+        An object that enters a selection is ADDED to it and one that leaves it is DELETED
+        from it, as kube-apiserver's watch cache does for selectors.
+        """
+        now, before = selection.matches(self.object), selection.matches(self.previous)
+        if self.type == "DELETED":
+            kind = "DELETED" if now else None
+        elif now:
+            kind = "MODIFIED" if before else "ADDED"
+        else:
+            kind = "DELETED" if before else None
+        return None if kind is None else {"type": kind, "object": copy.deepcopy(self.object)}
+
+
+class ChangeLog:
+    """The rising resourceVersion, the recent changes, and the live watches' queues.
+
+    Everything here is synchronous, so a write and its publication, or a subscription and
+    the snapshot after it, happen in one step of the event loop: nothing can fall between.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.revision = 0
+        self._retained: collections.deque[Change] = collections.deque(maxlen=limit)
+        self._forgotten = 0  # the revision of the newest change no longer retained
+        self._queues: set[asyncio.Queue[Change | None]] = set()
+
+    def next_revision(self) -> int:
+        self.revision += 1
+        return self.revision
+
+    def publish(self, change: Change) -> None:
+        if len(self._retained) == self._retained.maxlen:
+            self._forgotten = self._retained[0].revision
+        self._retained.append(change)
+        for queue in self._queues:
+            queue.put_nowait(change)
+
+    def since(self, revision: int) -> list[Change] | None:
+        """The retained changes after ``revision``; None if some were forgotten (410 Gone)."""
+        if revision < self._forgotten:
+            return None
+        return [change for change in self._retained if change.revision > revision]
+
+    @contextlib.contextmanager
+    def subscription(self) -> Iterator[asyncio.Queue[Change | None]]:
+        queue: asyncio.Queue[Change | None] = asyncio.Queue()
+        self._queues.add(queue)
+        try:
+            yield queue
+        finally:
+            self._queues.discard(queue)
+
+    def close(self) -> None:
+        """End every live watch (before the server stops, so that it need not wait)."""
+        for queue in self._queues:
+            queue.put_nowait(None)
+
+
+def gone(revision: int, current: int) -> Body:
+    status = ApiError(410, "Expired", f"too old resource version: {revision} ({current})")
+    return {"type": "ERROR", "object": status.status()}
+
+
+# --- The API ---------------------------------------------------------------------------
+
+
+def custom_resource(
+    kind: str,
+    shortnames: Iterable[str] = (),
+    *,
+    namespaced: bool = True,
+    categories: Iterable[str] = (),
+    subresources: Iterable[str] = (),
+) -> kmock.ResourceInfo:
+    """Discovery information of a custom resource, as kube-apiserver derives it from a CRD."""
+    return kmock.ResourceInfo(
+        kind=kind,
+        singular=kind.lower(),
+        namespaced=namespaced,
+        verbs=CRUD_VERBS,
+        shortnames=shortnames,
+        categories=categories,
+        subresources=subresources,
+    )
+
+
+def kubeturn_resources() -> dict[str, kmock.ResourceInfo]:
+    """The kubeturn custom resources, and kopf's peering resources for kopf to find."""
+    prefix = f"{KUBETURN_GROUP}/{KUBETURN_VERSION}"
+    ours = {"categories": ["kubeturn"], "subresources": ["status"]}
+    return {
+        f"{prefix}/runs": custom_resource("Run", ["krun"], **ours),
+        f"{prefix}/workspaces": custom_resource("Workspace", ["kws"], **ours),
+        f"{prefix}/agentturns": custom_resource("AgentTurn", ["turn"], **ours),
+        "kopf.dev/v1/kopfpeerings": custom_resource("KopfPeering"),
+        "kopf.dev/v1/clusterkopfpeerings": custom_resource("ClusterKopfPeering", namespaced=False),
+    }
+
+
+def builtin_resources() -> dict[str, kmock.ResourceInfo]:
+    """:data:`BUILTIN_RESOURCES` as KMock's bundled discovery data of a real cluster has them."""
+    bundled = kmock.ResourcesArray()
+    bundled.load_bundled()
+    return {key: bundled[key] for key in BUILTIN_RESOURCES}
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _is_resource_request(request: kmock.Request) -> bool:
+    return request.resource is not None and request.resource.plural is not None
+
+
+def _respond(status: int, payload: Any) -> kmock.Response:
+    # Every answer sets the same header, because KMock 0.8 merges a fallback's headers
+    # into the reaction it shares across requests.
+    return kmock.Response(status=status, headers=JSON_HEADERS, payload=payload)
+
+
+Key = tuple[kmock.resource, str | None, str]
+
+
+@attrs.define(kw_only=True)
+class KubernetesApi(kmock.KubernetesEmulator):
+    """KMock's Kubernetes emulator with the semantics kopf, kubectl and clients rely on.
+
+    ``printer_columns`` maps a kind to its printer columns for Table responses (kinds
+    not in it get an Age column, as a CRD without columns does); ``history_limit`` is how
+    many changes ``?resourceVersion=`` watches can replay; ``clock`` gives timestamps.
+    """
+
+    printer_columns: Mapping[str, Sequence[Column]] = KUBETURN_PRINTER_COLUMNS
+    history_limit: int = HISTORY_LIMIT
+    clock: Callable[[], datetime.datetime] = utc_now
+    _changes: ChangeLog = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        # KMock's discovery, but not KMock's own object handlers: this class's replace them.
+        super(kmock.KubernetesEmulator, self).__attrs_post_init__()
+        self.fallback[_is_resource_request] << self._serve_resource
+        self._changes = ChangeLog(self.history_limit)
+        for key, info in (builtin_resources() | kubeturn_resources()).items():
+            self.resources[key] = info
+        for name in SEEDED_NAMESPACES:
+            self.create_object(NAMESPACES, {"metadata": {"name": name}})
+
+    # --- Public helpers for tests (no HTTP) ---
+
+    def read_object(self, resource: Any, namespace: str | None, name: str) -> Body | None:
+        """A copy of a stored object, or None if there is none."""
+        return self._current((kmock.resource(resource), namespace, name))
+
+    def create_object(self, resource: Any, body: Body) -> Body:
+        """Create an object as a POST would (stamped, with an ADDED event)."""
+        resource = kmock.resource(resource)
+        namespace = body.get("metadata", {}).get("namespace")
+        route = Route(resource.group or "", resource.version, resource.plural, namespace)
+        return self._create(resource, route, copy.deepcopy(body), dry_run=False)
+
+    def delete_object(self, resource: Any, namespace: str | None, name: str) -> Body:
+        """Delete an object as a DELETE would (finalizers respected)."""
+        resource = kmock.resource(resource)
+        return self._delete(resource, (resource, namespace, name), {}, dry_run=False)
+
+    def cascade_delete(self, owner: Mapping[str, Any]) -> list[Body]:
+        """Delete the objects owned by ``owner``, and theirs, as the garbage collector would.
+
+        The emulator has no garbage collector: a test calls this after deleting an owner
+        (whose body it still has). Finalizers of the dependents are respected. Returns the
+        dependents' answers (gone, or marked for deletion), owners before their dependents.
+        """
+        answers: list[Body] = []
+        uids = [owner["metadata"]["uid"]]
+        while uids:
+            uid = uids.pop()
+            for (resource, namespace, name), body in list(self._stored()):
+                owners = body["metadata"].get("ownerReferences") or []
+                if body["metadata"].get("deletionTimestamp") is None and any(
+                    reference.get("uid") == uid for reference in owners
+                ):
+                    key = (resource, namespace, name)
+                    answers.append(self._delete(resource, key, {}, dry_run=False))
+                    uids.append(body["metadata"]["uid"])
+        return answers
+
+    def close_watches(self) -> None:
+        """End all live watch streams, as a server going away does."""
+        self._changes.close()
+
+    # --- HTTP plumbing ---
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Serve one request: kmock 0.8's ``RawHandler.__call__`` with :func:`parse_request`."""
+        await raw_request.read()
+        raw_response: aiohttp.web.StreamResponse | None = None
+        try:
+            if self.limit is not None and len(self._requests) >= self.limit:
+                raise kmock.KMockError("Too many requests have been served so far.")
+            request = await parse_request(raw_request, id=len(self._requests))
+            self._requests.append(request)
+            try:
+                return await self._handle(request)
+            except rendering.StreamingError as error:
+                raw_response = error.args[0]
+                raise error.__cause__ or error from None
+        except Exception as error:
+            if not self._errors:
+                raise
+            self._errors[-1].append(error)
+            if raw_response is None or not raw_response.prepared:
+                return await self._render_error(error)
+            await self._stream_error(error, raw_response)
+            await raw_response.write_eof()
+            return raw_response
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        # Skip KubernetesEmulator._handle, which stores writes before any reaction runs.
+        return await super(kmock.KubernetesEmulator, self)._handle(request)
+
+    async def _serve_server_version(self, request: kmock.Request) -> Body:
+        return {
+            "major": "1",
+            "minor": "35",
+            "gitVersion": "v1.35.0-kubeturn-emulator",
+            "platform": "linux/amd64",
+        }
+
+    async def _serve_version(self, request: kmock.Request) -> Body:
+        """An APIResourceList, with ``v1`` (not ``/v1``) as the core groupVersion."""
+        assert request.resource is not None
+        group, version = request.resource.group, request.resource.version
+        entries = []
+        for resource in sorted(self.resources, key=lambda resource: resource.plural or ""):
+            if (resource.group, resource.version) != (group, version):
+                continue
+            info = self.resources[resource]
+            entry = {
+                "name": resource.plural,
+                "singularName": info.singular or "",
+                "namespaced": info.namespaced is not False,
+                "kind": info.kind,
+                "verbs": sorted(info.verbs),
+            }
+            entries.append(
+                entry
+                | {"shortNames": sorted(info.shortnames), "categories": sorted(info.categories)}
+            )
+            for sub in sorted(info.subresources):
+                verbs = ["get", "patch", "update"] if sub == "status" else ["get"]
+                entries.append(entry | {"name": f"{resource.plural}/{sub}", "verbs": verbs})
+        if not entries and group:
+            raise kmock.KubernetesResourceNotFoundError()
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": entries,
+        }
+
+    async def _serve_resource(self, request: kmock.Request) -> kmock.Response:
+        """Serve any request on a resource path; refusals become ``Status`` answers."""
+        assert request.resource is not None
+        route = parse_route(request.url.path)
+        assert route is not None
+        verb = verb_of(request.method.value, route, request.params)
+        try:
+            if request.resource not in self.resources:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            if "protobuf" in header(request, "Content-Type"):
+                raise ApiError(415, "UnsupportedMediaType", "protobuf bodies are not emulated")
+            if route.subresource not in (None, "status") or (
+                route.subresource and verb not in ("get", "update", "patch")
+            ):
+                raise ApiError(
+                    405, "MethodNotAllowed", f"{verb} on {route.subresource} is not emulated"
+                )
+            return await self._serve_verb(verb, request, request.resource, route)
+        except ApiError as error:
+            return _respond(error.code, error.status())
+
+    async def _serve_verb(
+        self, verb: str | None, request: kmock.Request, resource: kmock.resource, route: Route
+    ) -> kmock.Response:
+        params = request.params
+        dry_run = params.get("dryRun") == "All"
+        key: Key = (resource, route.namespace, route.name or "")
+        match verb:
+            case "list":
+                return _respond(200, self._list(request, resource, route))
+            case "watch":
+                return self._watch(request, resource, route)
+            case "get":
+                return _respond(200, self._get(request, resource, key))
+            case "create":
+                return _respond(201, self._create(resource, route, self._body(request), dry_run))
+            case "update":
+                body = self._body(request)
+                return _respond(200, self._update(resource, key, route, body, dry_run))
+            case "patch":
+                media = header(request, "Content-Type").split(";")[0].strip()
+                old = self._existing(resource, key)
+                patched = apply_patch(media, copy.deepcopy(old), request.data)
+                return _respond(200, self._update(resource, key, route, patched, dry_run))
+            case "delete":
+                options = request.data if isinstance(request.data, dict) else {}
+                return _respond(200, self._delete(resource, key, options, dry_run))
+            case "deletecollection":
+                selection = Selection.of(route, params)
+                keys = [k for k, body in self._stored(resource) if selection.matches(body)]
+                deleted = [self._delete(resource, k, {}, dry_run) for k in keys]
+                return _respond(200, self._as_list(resource, deleted))
+            case _:
+                raise ApiError(
+                    405, "MethodNotAllowed", f"{request.method.value} is not allowed here"
+                )
+
+    # --- Reads ---
+
+    def _list(self, request: kmock.Request, resource: kmock.resource, route: Route) -> Body:
+        selection = Selection.of(route, request.params)
+        bodies = [body for _, body in self._stored(resource) if selection.matches(body)]
+        if "as=Table" in header(request, "Accept"):
+            return self._table(request, resource, bodies)
+        return self._as_list(resource, bodies)
+
+    def _get(self, request: kmock.Request, resource: kmock.resource, key: Key) -> Body:
+        body = self._existing(resource, key)
+        if "as=Table" in header(request, "Accept"):
+            return self._table(request, resource, [body])
+        return body
+
+    def _table(self, request: kmock.Request, resource: kmock.resource, bodies: list[Body]) -> Body:
+        kind = self.resources[resource].kind or ""
+        columns = self.printer_columns.get(kind, (AGE,))
+        include = request.params.get("includeObject", "Metadata")
+        revision = self._changes.revision
+        return table(bodies, columns, revision=revision, include=include, now=self.clock())
+
+    def _as_list(self, resource: kmock.resource, bodies: list[Body]) -> Body:
+        return {
+            "apiVersion": self._api_version(resource),
+            "kind": f"{self.resources[resource].kind}List",
+            "metadata": {"resourceVersion": str(self._changes.revision)},
+            "items": bodies,
+        }
+
+    def _watch(
+        self, request: kmock.Request, resource: kmock.resource, route: Route
+    ) -> kmock.Response:
+        """Validate a watch request, then answer with its stream."""
+        params = request.params
+        selection = Selection.of(route, params)
+        since = params.get("resourceVersion") or "0"
+        if not since.isdigit():
+            raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}")
+        initial = params.get("sendInitialEvents") == "true"
+        timeout = float(params.get("timeoutSeconds") or "inf")
+        stream = self._stream(request, resource, selection, int(since), initial, timeout)
+        return _respond(200, stream)
+
+    async def _stream(
+        self,
+        request: kmock.Request,
+        resource: kmock.resource,
+        selection: Selection,
+        since: int,
+        initial: bool,
+        timeout: float,
+    ) -> AsyncIterator[bytes | Body]:
+        """A watch's events: the snapshot or backlog first, then live changes until ended."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        with self._changes.subscription() as queue:  # before the snapshot: no write is missed
+            if initial or since == 0:
+                bodies = [body for _, body in self._stored(resource) if selection.matches(body)]
+                events = [{"type": "ADDED", "object": body} for body in bodies]
+                if initial:
+                    events.append(self._initial_events_end(resource))
+            elif (backlog := self._changes.since(since)) is not None:
+                events = [
+                    e for c in backlog if c.resource == resource and (e := c.event_for(selection))
+                ]
+            else:
+                events = [gone(since, self._changes.revision)]
+            yield b""  # send the headers now: clients wait for them before reading events
+            for event in events:
+                yield event
+            if events and events[-1]["type"] == "ERROR":
+                return
+            while True:
+                try:
+                    async with asyncio.timeout(min(WATCH_POLL_SECONDS, deadline - loop.time())):
+                        change = await queue.get()
+                except TimeoutError:
+                    transport = request._raw_request.transport if request._raw_request else None
+                    if loop.time() >= deadline or transport is None or transport.is_closing():
+                        return
+                    continue
+                if change is None:
+                    return
+                if change.resource == resource and (event := change.event_for(selection)):
+                    yield event
+
+    def _initial_events_end(self, resource: kmock.resource) -> Body:
+        meta = {
+            "resourceVersion": str(self._changes.revision),
+            "annotations": {"k8s.io/initial-events-end": "true"},
+        }
+        kind = self.resources[resource].kind
+        body = {"apiVersion": self._api_version(resource), "kind": kind, "metadata": meta}
+        return {"type": "BOOKMARK", "object": body}
+
+    # --- Writes ---
+
+    def _create(self, resource: kmock.resource, route: Route, body: Any, dry_run: bool) -> Body:
+        if route.name is not None or not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "POST a JSON object to the collection")
+        info = self.resources[resource]
+        meta = body.setdefault("metadata", {})
+        namespace = self._namespace_for(resource, route, meta)
+        if not meta.get("name") and meta.get("generateName"):
+            alphabet = string.ascii_lowercase + string.digits
+            meta["name"] = meta["generateName"] + "".join(
+                secrets.choice(alphabet) for _ in range(5)
+            )
+        if not meta.get("name"):
+            raise ApiError(
+                422, "Invalid", "metadata.name: Required value: name or generateName is required"
+            )
+        key: Key = (resource, namespace, meta["name"])
+        if self._current(key) is not None:
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{resource.plural} "{meta["name"]}" already exists',
+                name=meta["name"],
+                kind=resource.plural,
+            )
+        for field in SERVER_MANAGED:
+            meta.pop(field, None)
+        if "status" in info.subresources:
+            body.pop("status", None)
+        meta |= {
+            "uid": str(uuid.uuid4()),
+            "creationTimestamp": timestamp(self.clock()),
+            "generation": 1,
+        }
+        body |= {"apiVersion": self._api_version(resource), "kind": info.kind}
+        if namespace is not None:
+            meta["namespace"] = namespace
+        return self._commit(resource, key, None, tidy(body), dry_run)
+
+    def _update(
+        self, resource: kmock.resource, key: Key, route: Route, new: Any, dry_run: bool
+    ) -> Body:
+        """PUT or PATCH: ``new`` is the whole intended object (a PATCH's already applied)."""
+        old = self._existing(resource, key)
+        if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
+            raise ApiError(400, "BadRequest", "the object must be a JSON object")
+        meta = new.setdefault("metadata", {})
+        if meta.get("name", key[2]) != key[2]:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
+        wanted = meta.get("resourceVersion")
+        if wanted and wanted != old["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {resource.plural} "{key[2]}": '
+                "the object has been modified; please apply your changes to the latest "
+                "version and try again",
+                name=key[2],
+                kind=resource.plural,
+            )
+        has_status = "status" in self.resources[resource].subresources
+        if route.subresource == "status":
+            result = with_status_of(old, new)
+        else:
+            result = with_status_of(new, old) if has_status else new
+            result["metadata"] = dict(result["metadata"])
+        for field in (*SERVER_MANAGED, "name", "namespace"):
+            result["metadata"].pop(field, None)
+            if field in old["metadata"]:
+                result["metadata"][field] = old["metadata"][field]
+        result |= {"apiVersion": old["apiVersion"], "kind": old["kind"]}
+        added = set(result["metadata"].get("finalizers") or ()) - set(
+            old["metadata"].get("finalizers") or ()
+        )
+        if "deletionTimestamp" in old["metadata"] and added:
+            raise ApiError(
+                422,
+                "Invalid",
+                "metadata.finalizers: Forbidden: no new finalizers can be "
+                f"added if the object is being deleted, found new finalizers {sorted(added)}",
+            )
+        if content(result, has_status=has_status) != content(old, has_status=has_status):
+            result["metadata"]["generation"] = old["metadata"].get("generation", 0) + 1
+        if tidy(result) == old:
+            return old  # nothing changed: no new resourceVersion, no event
+        return self._commit(resource, key, old, result, dry_run)
+
+    def _delete(self, resource: kmock.resource, key: Key, options: Body, dry_run: bool) -> Body:
+        old = self._existing(resource, key)
+        preconditions = options.get("preconditions") or {}
+        for field in ("uid", "resourceVersion"):
+            if preconditions.get(field) not in (None, old["metadata"][field]):
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: {field} in precondition: "
+                    f"{preconditions[field]}, {field} in object meta: {old['metadata'][field]}",
+                )
+        if "deletionTimestamp" in old["metadata"]:
+            return old
+        if old["metadata"].get("finalizers"):
+            new = copy.deepcopy(old)
+            new["metadata"] |= {
+                "deletionTimestamp": timestamp(self.clock()),
+                "deletionGracePeriodSeconds": 0,
+            }
+            return self._commit(resource, key, old, new, dry_run)
+        return self._commit(resource, key, old, copy.deepcopy(old), dry_run, remove=True)
+
+    def _commit(
+        self,
+        resource: kmock.resource,
+        key: Key,
+        old: Body | None,
+        new: Body,
+        dry_run: bool,
+        remove: bool = False,
+    ) -> Body:
+        """Store a write, give it the next resourceVersion, and tell the watches.
+
+        An object marked for deletion whose last finalizer is gone is removed instead.
+        A dry run is answered as the write would be, but neither stored nor counted.
+        """
+        meta = new["metadata"]
+        remove = remove or ("deletionTimestamp" in meta and not meta.get("finalizers"))
+        if dry_run:
+            return new
+        new["metadata"]["resourceVersion"] = str(self._changes.next_revision())
+        if old is None and key not in self.objects:
+            self.objects[key] = copy.deepcopy(new)
+        elif remove:
+            self.objects[key].history.append(copy.deepcopy(new))
+            self.objects[key].delete()
+        else:
+            self.objects[key].history.append(copy.deepcopy(new))
+        kind = "DELETED" if remove else "ADDED" if old is None else "MODIFIED"
+        self._changes.publish(
+            Change(self._changes.revision, resource, kind, copy.deepcopy(new), old)
+        )
+        return new
+
+    # --- Store access ---
+
+    def _stored(self, resource: kmock.resource | None = None) -> Iterator[tuple[Key, Body]]:
+        """Copies of the live objects (of one resource), in namespace and name order."""
+        keys = sorted(self.objects, key=lambda key: (key[1] or "", key[2]))
+        for key in keys:
+            if (resource is None or key[0] == resource) and (body := self._current(key)):
+                yield key, body
+
+    def _current(self, key: Key) -> Body | None:
+        if key not in self.objects or self.objects[key].deleted:
+            return None
+        return copy.deepcopy(self.objects[key].raw)
+
+    def _existing(self, resource: kmock.resource, key: Key) -> Body:
+        body = self._current(key)
+        if body is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{resource.plural} "{key[2]}" not found',
+                name=key[2],
+                kind=resource.plural,
+            )
+        return body
+
+    def _body(self, request: kmock.Request) -> Any:
+        if request.data is None:
+            raise ApiError(415, "UnsupportedMediaType", "the body must be JSON")
+        return copy.deepcopy(request.data)
+
+    def _namespace_for(self, resource: kmock.resource, route: Route, meta: Body) -> str | None:
+        """The namespace of a new object: the URL's, which must exist, for a namespaced one."""
+        if self.resources[resource].namespaced is False:
+            meta.pop("namespace", None)
+            return None
+        namespace = route.namespace or meta.get("namespace")
+        if not namespace:
+            raise ApiError(400, "BadRequest", "a namespaced object needs a namespace")
+        if meta.get("namespace", namespace) != namespace:
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not "
+                "match the namespace sent on the request",
+            )
+        if self._current((NAMESPACES, None, namespace)) is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{namespace}" not found',
+                name=namespace,
+                kind="namespaces",
+            )
+        return namespace
+
+    def _api_version(self, resource: kmock.resource) -> str:
+        return f"{resource.group}/{resource.version}" if resource.group else str(resource.version)
+
+
+@contextlib.asynccontextmanager
+async def serve(api: KubernetesApi | None = None) -> AsyncIterator[KubernetesApi]:
+    """Run ``api`` (a new one by default) over HTTP on 127.0.0.1, on a free port.
+
+    Watches are ended before the server stops, so stopping does not wait for them.
+    """
+    api = api if api is not None else KubernetesApi()
+    async with api, kmock.Server(api, host="127.0.0.1"):
+        try:
+            yield api
+        finally:
+            api.close_watches()
