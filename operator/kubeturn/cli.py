@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -47,7 +48,16 @@ def _parser() -> argparse.ArgumentParser:
         "--peering", default=env("KUBETURN_PEERING"), help="kopf peering name; none runs standalone"
     )
     operator.add_argument(
-        "--liveness", default=env("KUBETURN_LIVENESS", "http://0.0.0.0:8080/healthz")
+        "--operator-labels",
+        default=env(
+            "KUBETURN_OPERATOR_LABELS",
+            "app.kubernetes.io/name=kubeturn,app.kubernetes.io/component=operator",
+        ),
+        help="k=v,k=v: the operator pods' labels, which sandbox NetworkPolicies admit",
+    )
+    operator.add_argument("--operator-namespace", default=env("KUBETURN_OPERATOR_NAMESPACE"))
+    operator.add_argument(
+        "--log-format", choices=["text", "json"], default=env("KUBETURN_LOG_FORMAT", "text")
     )
     operator.add_argument("--kubeconfig", default=env("KUBECONFIG"))
     operator.add_argument("--log-level", default=env("KUBETURN_LOG_LEVEL", "INFO"))
@@ -94,13 +104,36 @@ def operator(args: argparse.Namespace) -> int:
         orchestrator_url=args.orchestrator_url,
         providers_yaml=providers,
         api_port=args.api_port,
+        operator_labels=tuple(_labels(args.operator_labels)),
+        operator_namespace=args.operator_namespace,
     )
-    asyncio.run(
-        running.run(
-            settings, kubeconfig=args.kubeconfig, peering=args.peering, liveness=args.liveness
-        )
-    )
+    asyncio.run(running.run(settings, kubeconfig=args.kubeconfig, peering=args.peering))
     return 0
+
+
+def _labels(text: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"kubeturn: operator label {item!r} is not key=value")
+        pairs.append((key, value))
+    return pairs
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, for log pipelines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,4 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
     return operator(args)

@@ -45,6 +45,7 @@ from kubeturn.orchestrator.effects import (
     Effect,
     Effects,
     Finished,
+    Recorded,
     StartExec,
     StopExec,
     Sweep,
@@ -124,8 +125,11 @@ def record_of(core: RunCore, turn: str) -> TurnRecord:
 
 
 def settle_sweep(core: RunCore, sweep: Sweep, running: str | None, now: float) -> TurnRecord:
-    assert core.swept(sweep.turn, harness_settles(sweep, running), now).items == []
-    return record_of(core, sweep.turn)
+    """Play the Harness's answer to ``sweep``; the Turn's one record, handed out once."""
+    effects = core.swept(sweep.turn, harness_settles(sweep, running), now)
+    record = record_of(core, sweep.turn)
+    assert effects.items == [Recorded(record)]
+    return record
 
 
 def outcomes(record: TurnRecord) -> dict[str, Outcome | None]:
@@ -419,7 +423,7 @@ class TestQueuedBehindASweptSubmission:
         assert isinstance(sweep, Sweep)
         assert isinstance(admit, Admit)
         assert (sweep.instance_id, sweep.cause, sweep.submission) == (iid, "pick", "s1")
-        assert (admit.turn, admit.instance_id, admit.continue_) == ("t2", iid, True)
+        assert (admit.turn, admit.instance_id, admit.continue_) == ("t3", iid, True)
 
 
 class TestTheRunReturnedWithTheTurnOpen:

@@ -28,9 +28,16 @@ class OperatorSettings:
     providers_yaml: str = "{}\n"
     """The model providers file every sandbox gets (names, URLs, key variables; no keys)."""
     operator_labels: tuple[tuple[str, str], ...] = (
-        ("app.kubernetes.io/name", "kubeturn-operator"),
+        ("app.kubernetes.io/name", "kubeturn"),
+        ("app.kubernetes.io/component", "operator"),
     )
     """Labels of the operator's pods: the only ones sandbox NetworkPolicies admit."""
+    operator_namespace: str | None = None
+    """The operator's namespace; sandbox NetworkPolicies admit its pods from there only."""
+    health_port: int = 8080
+    """``/healthz`` (the event loop answers) and ``/readyz`` (the handlers run)."""
+    metrics_port: int = 9090
+    """Prometheus ``/metrics``."""
     api_port: int = 8081
     """Where the Orchestrator API listens."""
     api_host: str = "0.0.0.0"

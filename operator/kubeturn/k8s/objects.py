@@ -217,9 +217,18 @@ def _clone_script(slot: str) -> str:
     )
 
 
-def network_policy(workspace: Mapping[str, Any], operator_labels: Mapping[str, str]) -> Object:
+def network_policy(
+    workspace: Mapping[str, Any],
+    operator_labels: Mapping[str, str],
+    operator_namespace: str | None = None,
+) -> Object:
     """Only the operator may reach the sandbox's Harness."""
     meta = workspace["metadata"]
+    namespaces: Object = (
+        {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}}
+        if operator_namespace
+        else {}
+    )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -231,7 +240,7 @@ def network_policy(workspace: Mapping[str, Any], operator_labels: Mapping[str, s
                 {
                     "from": [
                         {
-                            "namespaceSelector": {},
+                            "namespaceSelector": namespaces,
                             "podSelector": {"matchLabels": dict(operator_labels)},
                         }
                     ],

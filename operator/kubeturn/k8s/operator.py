@@ -14,6 +14,7 @@ import kopf
 import kubernetes.client
 import kubernetes.config
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.k8s import agentturns, runs, workspaces
@@ -53,20 +54,56 @@ def build(hub: Hub) -> kopf.OperatorRegistry:
     return registry
 
 
+def health_app(ready: asyncio.Event) -> web.Application:
+    """``/healthz``: the event loop answers; ``/readyz``: kopf's handlers are running."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        if not ready.is_set():
+            return web.json_response({"status": "starting"}, status=503)
+        return web.json_response({"status": "ready"})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def metrics_app() -> web.Application:
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
 async def run(
     settings: OperatorSettings,
     *,
     kubeconfig: str | None = None,
     peering: str | None = None,
-    liveness: str | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run the operator until ``stop`` is set (or the process is signalled)."""
     hub = Hub(Kube(kube_client(kubeconfig)), settings)
     registry = build(hub)
-    runner = web.AppRunner(api.make_app(hub.registry), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, settings.api_host, settings.api_port).start()
+    ready = asyncio.Event()
+    servers = [
+        (api.make_app(hub.registry), settings.api_port),
+        (health_app(ready), settings.health_port),
+        (metrics_app(), settings.metrics_port),
+    ]
+    runners = []
+    for app, port in servers:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, settings.api_host, port).start()
+        runners.append(runner)
     log.info("Orchestrator API on %s:%d", settings.api_host, settings.api_port)
     try:
         await kopf.operator(
@@ -75,9 +112,10 @@ async def run(
             namespaces=list(settings.namespaces),
             standalone=peering is None,
             peering_name=peering,
-            liveness_endpoint=liveness,
+            ready_flag=ready,
             stop_flag=stop,
         )
     finally:
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
         await hub.close()

@@ -43,7 +43,9 @@ async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -
     for child in (
         objects.providers_config_map(body, hub.settings.providers_yaml),
         objects.volume_claim(body, spec),
-        objects.network_policy(body, dict(hub.settings.operator_labels)),
+        objects.network_policy(
+            body, dict(hub.settings.operator_labels), hub.settings.operator_namespace
+        ),
         objects.sandbox_pod(
             body,
             spec,
