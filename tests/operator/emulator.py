@@ -51,6 +51,9 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+import functools
+import gzip
+import importlib.resources
 import json
 import re
 import secrets
@@ -672,8 +675,16 @@ def kubeturn_resources() -> dict[str, kmock.ResourceInfo]:
 def builtin_resources() -> dict[str, kmock.ResourceInfo]:
     """:data:`BUILTIN_RESOURCES` as KMock's bundled discovery data of a real cluster has them."""
     bundled = kmock.ResourcesArray()
-    bundled.load_bundled()
+    bundled.load_data(_bundled_discovery())
     return {key: bundled[key] for key in BUILTIN_RESOURCES}
+
+
+@functools.cache
+def _bundled_discovery() -> bytes:
+    # ResourcesArray.load_bundled() reads this file with importlib.resources.read_binary,
+    # deprecated since Python 3.11: a DeprecationWarning, an error under this suite.
+    packed = importlib.resources.files("kmock._internal").joinpath("resources.json.gz")
+    return gzip.decompress(packed.read_bytes())
 
 
 def utc_now() -> datetime.datetime:
@@ -1048,12 +1059,13 @@ class KubernetesApi(kmock.KubernetesEmulator):
         if route.subresource == "status":
             result = with_status_of(old, new)
         else:
-            result = with_status_of(new, old) if has_status else new
-            result["metadata"] = dict(result["metadata"])
+            result = with_status_of(new, old) if has_status else dict(new)
+        result["metadata"] = dict(result["metadata"])
         for field in (*SERVER_MANAGED, "name", "namespace"):
-            result["metadata"].pop(field, None)
             if field in old["metadata"]:
                 result["metadata"][field] = old["metadata"][field]
+            else:
+                result["metadata"].pop(field, None)
         result |= {"apiVersion": old["apiVersion"], "kind": old["kind"]}
         added = set(result["metadata"].get("finalizers") or ()) - set(
             old["metadata"].get("finalizers") or ()

@@ -25,7 +25,9 @@ Cases, by row:
 - queued behind a swept Submission: the core orders the sweep before the next admission
   on the same conversation;
 - the run returned with the Turn open (``completed``): the Turn stays live and is nudged;
-- the run threw (``failed``): a fault for the Machine, the conversation's epoch bumps.
+- the run threw (``failed``): a fault for the Machine, the conversation's epoch bumps;
+- an exit by the Turn's own pick while its nudge is being admitted: the record
+  should follow the Submission that ran (``aborted``), not the exit.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -78,10 +80,22 @@ def new_core(
     )
 
 
-def restored(core: RunCore, *, workspace: WorkspaceView | None = None) -> RunCore:
-    """A new core from ``core``'s snapshot, through JSON, as a restarted shell builds it."""
+def restored(
+    core: RunCore,
+    *,
+    workspace: WorkspaceView | None = None,
+    new_id: Callable[[], str] | None = None,
+) -> RunCore:
+    """A new core from ``core``'s snapshot, through JSON, as a restarted shell builds it;
+    its fresh ids are ``r1``, ``r2``, ... unless ``new_id`` is given."""
     data = json.loads(json.dumps(core.snapshot()))
-    return new_core(core.run.name, workspace=workspace, snapshot=data)
+    counter = itertools.count(1)
+    return RunCore(
+        core.run,
+        workspace=workspace,
+        new_id=new_id or (lambda: f"r{next(counter)}"),
+        snapshot=data,
+    )
 
 
 def only(effects: Effects, kind: type[E]) -> E:
@@ -143,7 +157,7 @@ class TestTheTurnsOwnPickEndedIt:
     """Row: the Turn's own pick ended the Turn, and the sweep says ``cause: "pick"``."""
 
     def test_the_pick_itself_leaves_the_state(self) -> None:
-        core, admits = started("handoff", coder="s1")
+        core, _ = started("handoff", coder="s1")
         answer, effects = core.pick(HANDOFF_IID, "submit", {"summary": "did it"}, 1.0)
         assert answer == Receipt(
             delivered=True, event="submit", turnComplete=True, deliveryId="d2-n2"
@@ -164,9 +178,7 @@ class TestTheTurnsOwnPickEndedIt:
         core, admits = started("timer_route", coder="s1")
         iid = admits["coder"].instance_id
         answer, effects = core.pick(iid, "ship", {}, 1.0)
-        assert answer == Receipt(
-            delivered=True, event="ship", deliveryId="d2-n2", allowed=["note"]
-        )
+        assert answer == Receipt(delivered=True, event="ship", deliveryId="d2-n2", allowed=["note"])
         assert effects.items == []
         nudged = core.settled("t1", "s1", Outcome.COMPLETED, 2.0)
         nudge = only(nudged, Admit)
@@ -190,9 +202,7 @@ class TestTheTurnsOwnPickEndedIt:
         core, admits = started("exec_pick", coder="s1")
         iid = admits["coder"].instance_id
         answer, effects = core.pick(iid, "test", {}, 1.0)
-        assert answer == Receipt(
-            delivered=True, event="test", deliveryId="d2-n2", outstanding=True
-        )
+        assert answer == Receipt(delivered=True, event="test", deliveryId="d2-n2", outstanding=True)
         assert effects.items == [StartExec("work.testing#3", "make test", "/work", 300.0)]
         assert core.delivery("d2-n2") is None
         effects = core.exec_done("work.testing#3", ExecResult(0, "4 passed"), 5.0)
@@ -242,6 +252,24 @@ class TestTheTurnsOwnPickEndedIt:
             assert settle_sweep(core, sweep, running, 4.0).outcome is Outcome.ENDED
 
 
+class TestAnExitWhileTheNextAdmissionIsInFlight:
+    """Seed 000, the limits of the one judge: a Turn its own pick ends while its nudge is
+    being admitted names the Submission before it, which no longer runs, so the running
+    Submission settles ``aborted`` ("conservative"); ADR 0015 takes the exit as the
+    judgment only when "no nudge was out"."""
+
+    def test_the_record_follows_the_submission_that_ran(self) -> None:
+        core, _ = started("handoff", coder="s1")
+        assert only(core.settled("t1", "s1", Outcome.COMPLETED, 1.0), Admit).nudge
+        _, effects = core.pick(HANDOFF_IID, "submit", {"summary": "x"}, 2.0)
+        sweep = only(effects, Sweep)
+        assert (sweep.cause, sweep.submission) == ("pick", None)
+        core.admitted("t1", "s2", 2.5)
+        record = settle_sweep(core, sweep, "s2", 3.0)
+        assert outcomes(record) == {"s1": Outcome.COMPLETED, "s2": Outcome.ABORTED}
+        assert record.outcome is Outcome.ABORTED
+
+
 class TestSomethingElseEndedIt:
     """Row: a timer, an outside event, another party's event, the run's CANCEL."""
 
@@ -278,7 +306,7 @@ class TestSomethingElseEndedIt:
         # for the lead it is another party's event.
         core, admits = started("nested", lead="s1", helper="s2")
         _, effects = core.pick(admits["helper"].instance_id, "escalate", {}, 1.0)
-        assert [kind for kind in kinds(effects)] == ["Sweep", "Sweep", "Finished"]
+        assert kinds(effects) == ["Sweep", "Sweep", "Finished"]
         helper, lead = effects.of(Sweep)
         assert isinstance(helper, Sweep)
         assert isinstance(lead, Sweep)
@@ -364,7 +392,7 @@ class TestAThrowOrADefectNoStateCatches:
         assert settle_sweep(core, only(effects, Sweep), "s1", 3.0).outcome is Outcome.ABORTED
 
     def test_the_agents_own_fault_caught_above(self) -> None:
-        core, admits = started("continued", coder="s1")
+        core, _ = started("continued", coder="s1")
         effects = core.settled("t1", "s1", Outcome.FAILED, 1.0, message="provider down")
         sweep = only(effects, Sweep)
         assert (sweep.turn, sweep.cause, sweep.submission) == ("t1", None, None)

@@ -34,6 +34,8 @@ Cases, a class per fixture, each asserting the exact ``entered``/``exited`` orde
 - Rest and ``handled_below``: an exec below holds Rest, a settled one does not; a timer
   on a child targeting inside holds Rest; a Turn timeout (and a child's timer leaving)
   does not; the events offered, inner ones first;
+- passing through: an invoke entered and left in one step is in both ``started`` and
+  ``stopped``, and not in the configuration;
 - snapshot: ``restore(snapshot(config))`` through JSON gives the configuration back.
 """
 
@@ -393,6 +395,17 @@ class TestExecs:
         assert moved(step) == (("quietly",), ())
         assert m.leaf == ROOT
 
+
+class TestPassingThrough:
+    def test_an_invoke_entered_and_left_in_one_step_is_both_started_and_stopped(self) -> None:
+        # The Step records every microstep; the core starts only what still runs.
+        m = Machine("skipped")
+        step = m.send("go", cause=PICK)
+        assert moved(step) == (("idle", "ask"), ("ask", "skippedIt"))
+        entry = InvokeEntry(StatePath("ask"), InvokeKind.AGENT, PICK, 1)
+        assert step.started == (entry,)
+        assert step.stopped == (Stopped(entry, PICK),)
+        assert m.config.invokes == ()
 
 
 class TestAgentFaults:

@@ -9,8 +9,10 @@ assigns; ``after`` timers, guarded ``always`` transitions, exec invokes with or 
 machine-level jump to it, so every generated machine loads.
 
 Scripts mix the machine's events (with and without a cause, with and without a payload),
-time advancing (every due timer fired in order, as the core does), exec results and
-errors (of a running exec, chosen by position), a stale timer event and CANCEL.
+machine-level jumps, time advancing (every due timer fired in order, as the core does),
+exec results and errors (of a running exec, chosen by position, sometimes carrying a
+pick's cause), stale events (a cancelled timer's, a stopped exec's result) and, rarely,
+CANCEL.
 
 Cases:
 - determinism: one script run twice gives equal Steps;
@@ -24,11 +26,13 @@ Cases:
   cancelled − the one fired, and likewise invokes (− the exec that answered); armed
   timers fire at now + delay; starts and armed timers carry the event's cause, stops
   too unless the Run failed by a defect (no cause); new entries get fresh, increasing
-  sequence numbers; an event not taken moves nothing; a finished Run takes nothing.
+  sequence numbers; an event not taken moves nothing; a finished Run takes nothing; a
+  stale timer event or invoke result changes nothing.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -38,6 +42,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kubeturn.api.validation import validate_run
 from kubeturn.machine import interpreter as it
 from kubeturn.machine import reachability
 from kubeturn.machine.compiler import compile_machine
@@ -52,7 +57,6 @@ from kubeturn.machine.interpreter import (
 )
 from kubeturn.machine.load import load_run
 from kubeturn.machine.model import ROOT, Chart, Kind, StatePath
-from kubeturn.api.validation import validate_run
 
 SETTINGS = settings(
     max_examples=100,
@@ -164,11 +168,9 @@ ends the Run."""
 @st.composite
 def actions(draw: st.DrawFn) -> Action:
     roll = draw(st.integers(0, 99))
-    for kind, weight in ACTION_WEIGHTS.items():
-        if roll < weight:
-            break
-        roll -= weight
-    else:
+    bounds = zip(ACTION_WEIGHTS, itertools.accumulate(ACTION_WEIGHTS.values()), strict=True)
+    kind = next((k for k, bound in bounds if roll < bound), "CANCEL")
+    if kind == "CANCEL":
         return ("CANCEL",)
     if kind == "send":
         return ("send", draw(st.sampled_from(EVENTS)), draw(st.booleans()), draw(st.booleans()))
@@ -196,9 +198,7 @@ class Point:
     """Invocations stopped so far: their results are stale."""
 
 
-def events_of(
-    chart: Chart, point: Point, action: Action
-) -> Iterator[tuple[Event, float]]:
+def events_of(chart: Chart, point: Point, action: Action) -> Iterator[tuple[Event, float]]:
     """The events one action sends from ``point``: a pure function of the configuration."""
     config, now = point.config, point.now
     kind = action[0]
@@ -363,13 +363,12 @@ def check(chart: Chart, before: Config, step: Step, now: float) -> None:
 
     # Timers and invokes: before + new − ended.
     fired = {t for t in before.timers if t.origin == event.origin}
-    answered = {
-        i for i in before.invokes if i.id == event.origin and event.type in (DONE_INVOKE, ERROR_INVOKE)
-    }
+    result = event.type in (DONE_INVOKE, ERROR_INVOKE)
+    answered = {i for i in before.invokes if result and i.id == event.origin}
     stopped = {s.invoke for s in step.stopped}
-    assert set(config.timers) == (set(before.timers) | set(step.armed)) - set(
-        step.cancelled
-    ) - fired
+    assert (
+        set(config.timers) == (set(before.timers) | set(step.armed)) - set(step.cancelled) - fired
+    )
     assert set(config.invokes) == (set(before.invokes) | set(step.started)) - stopped - answered
     for timer in step.armed:
         delay = next(t.delay_s for t in chart.states[timer.state].after if t.id == timer.timer)

@@ -148,6 +148,8 @@ class RunCore:
         self.history: list[TurnRecord] = []
         self.recorded = 0
         """Turns recorded over the Run's life (the history keeps the last ones)."""
+        self.execs: dict[str, StartExec] = {}
+        """Commands started and not yet answered, as rendered: a restore starts them again."""
         self.signals: list[str] = []
         """Ids of the outside signals already sent: each is sent exactly once."""
         self.cancelled = False
@@ -201,6 +203,7 @@ class RunCore:
         return interpreter.next_fire(self.config) if self.config is not None else None
 
     def exec_done(self, invocation: str, result: ExecResult, now: float) -> Effects:
+        self.execs.pop(invocation, None)
         entry = self._invocation(invocation)
         if entry is None:
             return Effects()
@@ -382,9 +385,10 @@ class RunCore:
                 effects.add(self._sweep_effect(turn, turn.exit.cause, turn.exit.submission))
             elif turn.admitting:
                 effects.add(self._admit_effect(turn, nudge=bool(turn.nudges)))
-        for entry in self.config.invokes if self.config else ():
-            if entry.kind is InvokeKind.EXEC:
-                self._start_exec(entry, None, 0.0, effects)
+        running = {entry.id for entry in self.config.invokes} if self.config else set()
+        for invocation, start in self.execs.items():
+            if invocation in running:
+                effects.add(start)
         return effects
 
     # ------------------------------------------------------------------ the machine
@@ -415,8 +419,16 @@ class RunCore:
     def _apply(self, step: Step, now: float, effects: Effects) -> None:
         self.config = step.config
         self._note_reply(step)
+        # An invoke whose state was entered and left within this macrostep (an `always`
+        # straight back, a fault) never runs: it is neither started nor stopped (SCXML
+        # starts invokes at the end of the macrostep, for states still active).
+        running = set(step.config.invokes)
+        passed = {entry for entry in step.started if entry not in running}
         for stopped in step.stopped:
+            if stopped.invoke in passed:
+                continue
             if stopped.invoke.kind is InvokeKind.EXEC:
+                self.execs.pop(stopped.invoke.id, None)
                 effects.add(StopExec(stopped.invoke.id))
                 continue
             turn = self._turn_of(stopped.invoke.id)
@@ -424,6 +436,8 @@ class RunCore:
                 cause = PICK if turn.id in stopped.cause else None
                 self._exit_turn(turn, cause, step, now, effects)
         for started in step.started:
+            if started in passed:
+                continue
             if started.kind is InvokeKind.AGENT:
                 self._start_turn(started, step.event, now, effects)
             else:
@@ -580,7 +594,12 @@ class RunCore:
             return
         running = turn.running
         self._leave(turn)
-        turn.exit = Exit(cause=cause, submission=running.id if running else None, at=now)
+        turn.exit = Exit(
+            cause=cause,
+            submission=running.id if running else None,
+            admitting=turn.admitting,
+            at=now,
+        )
         if turn.outstanding is not None:
             delivery = self.deliveries[turn.outstanding]
             work_stopped = any(
@@ -614,6 +633,14 @@ class RunCore:
                 message = (
                     at_exit.message if at_exit.outcome else "no settlement came back from the sweep"
                 )
+            elif exit_ is not None and exit_.admitting:
+                # A Submission was being admitted at the exit; it ran, if at all, after the
+                # Turn had ended, and the sweep settles it: the record follows it.
+                admitted = [e for e in turn.submissions if e.admittedAt >= exit_.at]
+                outcome = (
+                    admitted[-1].outcome if admitted and admitted[-1].outcome else Outcome.ABORTED
+                )
+                message = "the Turn ended while its next Submission was being admitted"
             else:
                 outcome = Outcome.ENDED if exit_ and exit_.cause == PICK else Outcome.ABORTED
         for entry in turn.submissions:
@@ -782,7 +809,9 @@ class RunCore:
                 )
             )
             return
-        effects.add(StartExec(entry.id, frame.prompt, frame.cwd, state.invoke.exec.timeout_s))
+        start = StartExec(entry.id, frame.prompt, frame.cwd, state.invoke.exec.timeout_s)
+        self.execs[entry.id] = start
+        effects.add(start)
 
     def _at_rest(self, turn: Turn) -> bool:
         assert self.config is not None
@@ -826,6 +855,15 @@ class RunCore:
             "history": [r.model_dump(mode="json") for r in self.history],
             "recorded": self.recorded,
             "signals": list(self.signals),
+            "execs": [
+                {
+                    "invocation": e.invocation,
+                    "command": e.command,
+                    "cwd": e.cwd,
+                    "timeout": e.timeout_s,
+                }
+                for e in self.execs.values()
+            ],
             "cancelled": self.cancelled,
             "seq": self.seq,
         }
@@ -846,6 +884,10 @@ class RunCore:
         self.history = [TurnRecord.model_validate(r) for r in data["history"]]
         self.recorded = int(data["recorded"])
         self.signals = list(data["signals"])
+        self.execs = {
+            e["invocation"]: StartExec(e["invocation"], e["command"], e["cwd"], float(e["timeout"]))
+            for e in data["execs"]
+        }
         self.cancelled = bool(data["cancelled"])
         self.seq = int(data["seq"])
 

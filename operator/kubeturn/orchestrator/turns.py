@@ -54,6 +54,9 @@ class Delivery(_Model):
 class Exit(_Model):
     cause: str | None
     submission: str | None
+    """The Submission running at the exit, which the sweep names."""
+    admitting: bool = False
+    """A Submission was being admitted at the exit (a nudge in flight)."""
     at: float
 
 

