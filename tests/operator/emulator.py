@@ -368,26 +368,26 @@ def strategic_as_merge(patch: Any) -> Any:
     return result
 
 
-def apply_patch(content_type: str, target: Body, patch: Any) -> Body:
-    """Apply a PATCH body of the given media type to a copy of ``target``."""
+def patcher(content_type: str) -> Callable[[Body, Any], Body]:
+    """What applies a PATCH body of this media type; 415 before anything else if none does."""
     match content_type:
         case "application/merge-patch+json":
-            return merge_patch(target, patch) if isinstance(patch, dict) else _not_an_object()
+            return apply_merge_patch
         case "application/strategic-merge-patch+json":
-            if not isinstance(patch, dict):
-                return _not_an_object()
-            return merge_patch(target, strategic_as_merge(patch))
+            return lambda target, patch: apply_merge_patch(target, strategic_as_merge(patch))
         case "application/json-patch+json":
-            return apply_json_patch(target, patch)
+            return apply_json_patch
         case "application/apply-patch+yaml" | "application/apply-patch+cbor":
             raise ApiError(415, "UnsupportedMediaType", "server-side apply is not emulated")
         case _:
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                f"the body of type {content_type!r} "
-                "is not supported (the emulator reads JSON only)",
-            )
+            raise ApiError(415, "UnsupportedMediaType", f"PATCH of type {content_type!r}")
+
+
+def apply_merge_patch(target: Body, patch: Any) -> Body:
+    if not isinstance(patch, dict):
+        raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+    result: Body = merge_patch(target, patch)
+    return result
 
 
 def apply_json_patch(target: Body, ops: Any) -> Body:
@@ -401,10 +401,6 @@ def apply_json_patch(target: Body, ops: Any) -> Body:
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
         raise ApiError(422, "Invalid", f"the JSON patch cannot be applied: {error}") from error
     return result
-
-
-def _not_an_object() -> Body:
-    raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
 
 
 # --- Objects ---------------------------------------------------------------------------
@@ -881,9 +877,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 body = self._body(request)
                 return _respond(200, self._update(resource, key, route, body, dry_run))
             case "patch":
-                media = header(request, "Content-Type").split(";")[0].strip()
-                old = self._existing(resource, key)
-                patched = apply_patch(media, copy.deepcopy(old), request.data)
+                patch = patcher(header(request, "Content-Type").split(";")[0].strip())
+                patched = patch(self._existing(resource, key), request.data)
                 return _respond(200, self._update(resource, key, route, patched, dry_run))
             case "delete":
                 options = request.data if isinstance(request.data, dict) else {}
@@ -935,11 +930,14 @@ class KubernetesApi(kmock.KubernetesEmulator):
         params = request.params
         selection = Selection.of(route, params)
         since = params.get("resourceVersion") or "0"
-        if not since.isdigit():
-            raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}")
         initial = params.get("sendInitialEvents") == "true"
-        timeout = float(params.get("timeoutSeconds") or "inf")
-        stream = self._stream(request, resource, selection, int(since), initial, timeout)
+        timeout = params.get("timeoutSeconds") or "0"
+        if not (since.isdigit() and timeout.isdigit()):
+            raise ApiError(
+                400, "BadRequest", f"invalid resourceVersion or timeoutSeconds: {params}"
+            )
+        seconds = int(timeout) or float("inf")  # 0: no timeout
+        stream = self._stream(request, resource, selection, int(since), initial, seconds)
         return _respond(200, stream)
 
     async def _stream(

