@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from kubeturn.k8s import events
+from kubeturn.k8s import events, metrics
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, NotFound
 from kubeturn.orchestrator.actor import Settled
@@ -29,6 +29,7 @@ GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     @kopf.on.delete(GROUP, VERSION, "agentturns", registry=registry)
+    @metrics.counting_errors("agentturns")
     async def sweep(
         body: kopf.Body,
         spec: kopf.Spec,
@@ -58,7 +59,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             )
             started = time.monotonic()
             settled = await harness.sweep(effect)
-            logger.debug("swept in %.1f ms", (time.monotonic() - started) * 1000)
+            metrics.SWEEP_SECONDS.observe(time.monotonic() - started)
         mine = {s.submission: s for s in settled}
         named = mine.get(submission or "")
         if named is not None:

@@ -55,6 +55,8 @@ class Hub:
     """(namespace, Workspace) → its Harness's client, once the Workspace is Ready."""
     sweeps: dict[tuple[str, str], list[Settled]] = field(default_factory=dict)
     """(namespace, AgentTurn) → what its finalizer's sweep settled."""
+    phases: dict[str, str] = field(default_factory=dict)
+    """Run key → its phase, for the runs-by-phase gauge."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Fire-and-forget work (Events), kept referenced until done."""
     _swept: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)

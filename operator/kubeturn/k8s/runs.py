@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 
 from kubeturn.errors import DefinitionErrors
-from kubeturn.k8s import conditions, events, objects
+from kubeturn.k8s import conditions, events, metrics, objects
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES
 from kubeturn.k8s.turns import ClusterTurns
@@ -80,6 +80,7 @@ class StatusStore:
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     @kopf.daemon(GROUP, VERSION, "runs", cancellation_timeout=10, registry=registry)
+    @metrics.counting_errors("runs")
     async def drive(
         body: kopf.Body,
         spec: kopf.Spec,
@@ -135,6 +136,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             hub.registry.actors.pop(key, None)
 
     @kopf.on.delete(GROUP, VERSION, "runs", registry=registry)
+    @metrics.counting_errors("runs")
     async def sweep_all(namespace: str | None, name: str, **_: Any) -> None:
         """Before a Run goes, every Turn it holds is swept (its AgentTurn's finalizer)."""
         assert namespace is not None, "Runs are namespaced"
@@ -225,10 +227,20 @@ async def _note(hub: Hub, body: kopf.Body, reason: str, message: str) -> None:
     )
 
 
+def count_phases(hub: Hub) -> None:
+    """The runs-by-phase gauge, from what this operator drives."""
+    counts: dict[str, int] = {}
+    for phase in hub.phases.values():
+        counts[phase] = counts.get(phase, 0) + 1
+    for phase in ("Pending", "Running", "Succeeded", "Failed", "Cancelled"):
+        metrics.RUNS.labels(phase=phase).set(counts.get(phase, 0))
+
+
 def _recorded(hub: Hub, run: dict[str, Any]) -> Callable[[TurnRecord], None]:
     """Post each recorded Turn as an Event on its Run (in the background)."""
 
     def post(record: TurnRecord) -> None:
+        metrics.TURNS.labels(outcome=record.outcome.value, cause=record.cause or "").inc()
         cause = f", cause {record.cause}" if record.cause else ""
         said = f"{record.name} ({record.agent} in {record.state}): {record.outcome.value}{cause}"
         task = asyncio.create_task(events.post(hub.kube, run, events.TURN_RECORDED, said))

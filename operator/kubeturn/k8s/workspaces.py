@@ -17,7 +17,7 @@ import kopf
 
 from kubeturn.api.status import WorkspacePhase
 from kubeturn.api.workspace import WorkspaceSpec
-from kubeturn.k8s import conditions, objects
+from kubeturn.k8s import conditions, metrics, objects
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import PODS, SECRETS, WORKSPACES
 from kubeturn.orchestrator.harness_client import HarnessClient
@@ -116,11 +116,13 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.resume(GROUP, VERSION, "workspaces", registry=registry)
     @kopf.on.create(GROUP, VERSION, "workspaces", registry=registry)
+    @metrics.counting_errors("workspaces")
     async def create(body: kopf.Body, **_: Any) -> None:
         spec = WorkspaceSpec.model_validate(dict(body["spec"]))
         await ensure_children(hub, _plain(body), spec)
 
     @kopf.daemon(GROUP, VERSION, "workspaces", cancellation_timeout=5, registry=registry)
+    @metrics.counting_errors("workspaces")
     async def watch_ready(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
         last: tuple[WorkspacePhase, str | None] | None = None
         while not stopped:

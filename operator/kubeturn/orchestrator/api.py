@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import Counter
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
@@ -26,6 +27,8 @@ from kubeturn.orchestrator.core import Gone, Invalid
 from kubeturn_harness.wire import ErrorBody, Receipt, Refusal, Surface
 
 log = logging.getLogger(__name__)
+
+PICKS = Counter("kubeturn_picks", "Picks the Orchestrator API answered, by result.", ["result"])
 
 LONG_POLL_S = 25.0
 """How long a delivery poll parks: under the 30 s idle cut of common proxies."""
@@ -124,6 +127,7 @@ async def pick(request: web.Request) -> web.Response:
         return _error(400, "invalid", "the pick's body needs a string 'type'", "type")
     event = body.pop("type")
     answer = await actor.pick(request.match_info["iid"], event, body)
+    PICKS.labels(result=type(answer).__name__.lower()).inc()
     if isinstance(answer, Receipt):
         return _model(answer)
     if isinstance(answer, Refusal):
