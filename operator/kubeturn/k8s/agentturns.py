@@ -62,8 +62,14 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             metrics.SWEEP_SECONDS.observe(time.monotonic() - started)
         mine = {s.submission: s for s in settled}
         named = mine.get(submission or "")
+        open_ = {e.get("id") for e in status.get("submissions", []) if not e.get("outcome")}
+        unnamed = [s for s in settled if s.submission in open_]
         if named is not None:
             outcome, message = named.outcome, named.message
+        elif submission is None and unnamed:
+            # None was named (the next one was being admitted at the exit): the Turn
+            # ended as the sweep settled that one (ADR 0015).
+            outcome, message = unnamed[-1].outcome, unnamed[-1].message
         elif submission is None:
             outcome = Outcome.ENDED if cause == "pick" else Outcome.ABORTED
             message = None
@@ -87,14 +93,12 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         said = f"{spec['agent']['slot']} in {spec['statePath']}: {outcome.value}"
         said += (f" (cause {cause})" if cause else "") + (f": {message}" if message else "")
         await events.post(hub.kube, dict(body), events.TURN_SETTLED, said)
-        relevant = [
-            s
-            for s in settled
-            if s.submission in {e.get("id") for e in status.get("submissions", [])}
-        ]
+        # Every settlement of the conversation goes back: the Run's core takes those of
+        # this Turn's Submissions, whether or not this status listed them yet.
+        reported = list(settled)
         if named is None and submission is not None:
-            relevant.append(Settled(submission, outcome, message=message))
-        hub.swept((namespace, name), relevant)
+            reported.append(Settled(submission, outcome, message=message))
+        hub.swept((namespace, name), reported)
         if not exit_:
             await _deleted_by_user(hub, namespace, spec, submission)
 

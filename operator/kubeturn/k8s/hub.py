@@ -65,6 +65,14 @@ class Hub:
         self.sweeps[key] = settled
         self._swept.setdefault(key, asyncio.Event()).set()
 
+    def sweep_done(self, key: tuple[str, str]) -> list[Settled] | None:
+        """What the finalizer's sweep settled, if it reported already (taken once)."""
+        event = self._swept.get(key)
+        if event is None or not event.is_set():
+            return None
+        self._swept.pop(key, None)
+        return self.sweeps.pop(key, [])
+
     async def sweep_result(self, key: tuple[str, str], seconds: float) -> list[Settled] | None:
         event = self._swept.setdefault(key, asyncio.Event())
         try:

@@ -3,7 +3,8 @@ delete any kind by its REST path, with merge patches.
 
 The official client is synchronous; each call runs in a worker thread so the operator's
 event loop never blocks. API errors are translated here, once: 404 → ``None`` or
-``NotFound``, 409 on create → the existing object (creates are idempotent).
+``NotFound``, 409 on create → the existing object (creates are idempotent). Patches are
+merge patches, or JSON patches where a list is appended to.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,10 @@ KINDS = {
 
 class NotFound(Exception):
     """The object is gone."""
+
+
+class Conflict(Exception):
+    """The object changed since the version a write was made against (HTTP 409)."""
 
 
 class Kube:
@@ -128,9 +134,29 @@ class Kube:
     async def patch(
         self, kind: Kind, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False
     ) -> dict[str, Any]:
+        """A merge patch; one that names ``metadata.resourceVersion`` applies only to that
+        version (``Conflict`` otherwise)."""
         path = kind.path(namespace, name, "status" if status else None)
         try:
             return dict(await self._call("PATCH", path, patch, content_type=MERGE_PATCH))
+        except ApiException as error:
+            if error.status == 404:
+                raise NotFound(f"{kind.plural}/{name} is gone") from error
+            if error.status == 409:
+                raise Conflict(f"{kind.plural}/{name} changed meanwhile") from error
+            raise
+
+    async def json_patch(
+        self, kind: Kind, namespace: str, name: str, operations: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Apply a JSON patch (RFC 6902): list appends (``/spec/signals/-``) and ``test``
+        preconditions, which a merge patch cannot express."""
+        try:
+            return dict(
+                await self._call(
+                    "PATCH", kind.path(namespace, name), operations, content_type=JSON_PATCH
+                )
+            )
         except ApiException as error:
             if error.status == 404:
                 raise NotFound(f"{kind.plural}/{name} is gone") from error

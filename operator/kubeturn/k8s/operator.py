@@ -38,12 +38,45 @@ def kube_client(kubeconfig: str | None) -> kubernetes.client.ApiClient:
     return kubernetes.client.ApiClient(configuration)
 
 
-def build(hub: Hub) -> kopf.OperatorRegistry:
-    """Every handler, in a registry of this operator's own (no global state)."""
+def connection_info(client: kubernetes.client.ApiClient) -> kopf.ConnectionInfo:
+    """How kopf reaches the API: the same server and credentials as the official client.
+
+    Read at each login, so a rotated token (a refresh hook of the client's configuration,
+    as in-cluster) is picked up when kopf logs in again after a 401.
+    """
+    config = client.configuration
+    header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix(
+        "authorization"
+    )
+    scheme, _, token = (header or "").rpartition(" ")
+    return kopf.ConnectionInfo(
+        server=config.host,
+        ca_path=config.ssl_ca_cert or None,
+        insecure=not config.verify_ssl,
+        username=config.username or None,
+        password=config.password or None,
+        scheme=scheme or ("Bearer" if token else None),
+        token=token or None,
+        certificate_path=config.cert_file or None,
+        private_key_path=config.key_file or None,
+    )
+
+
+def build(hub: Hub, client: kubernetes.client.ApiClient) -> kopf.OperatorRegistry:
+    """Every handler, in a registry of this operator's own (no global state).
+
+    kopf logs in with ``client``'s connection: a registry of one's own has none of
+    kopf's default login handlers, and those would read the default kubeconfig, not the
+    one the operator was given.
+    """
     registry = kopf.OperatorRegistry()
     workspaces.register(hub, registry)
     runs.register(hub, registry)
     agentturns.register(hub, registry)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(client)
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -90,8 +123,9 @@ async def run(
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run the operator until ``stop`` is set (or the process is signalled)."""
-    hub = Hub(Kube(kube_client(kubeconfig)), settings)
-    registry = build(hub)
+    client = kube_client(kubeconfig)
+    hub = Hub(Kube(client), settings)
+    registry = build(hub, client)
     ready = asyncio.Event()
     servers = [
         (api.make_app(hub.registry), settings.api_port),

@@ -1,0 +1,129 @@
+"""The local Run's TurnPort and ExecPort: the Harness client, with what the live table
+shows besides the core's own state.
+
+Every port call goes to ``HarnessClient`` unchanged. Beside it, each conversation a Turn
+is admitted to is followed on the Harness's stream (long-polls, like the client's own
+settlement follower) to count the tool calls of each Submission, and a refused admission
+is kept to be said to the person at the terminal: an unknown provider is a 400 naming
+``model``, and the Machine hears it only as the Agent's fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from urllib.parse import quote
+
+import aiohttp
+from pydantic import ValidationError
+
+from kubeturn.orchestrator.actor import AdmitFailed, Settled
+from kubeturn.orchestrator.core import ExecResult
+from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
+from kubeturn.orchestrator.harness_client import POLL_TIMEOUT_S, RETRY_S, HarnessClient
+from kubeturn_harness.wire import EventType, Message, StreamEvent
+
+log = logging.getLogger(__name__)
+
+
+class WatchedHarness:
+    def __init__(
+        self, client: HarnessClient, base_url: str, token: str, on_change: Callable[[], None]
+    ) -> None:
+        self._client = client
+        self._base = base_url.rstrip("/")
+        self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
+        self._on_change = on_change
+        self._followers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.tool_calls: dict[str, int] = {}
+        """Submission id → tool calls its model made."""
+        self.refusals: list[str] = []
+        """What the Harness said when it refused an admission, one line each, in order."""
+
+    # ------------------------------------------------------------------ TurnPort, ExecPort
+
+    async def admit(self, effect: Admit, key: str) -> str:
+        self.watch(effect.agent, effect.instance_id)
+        try:
+            return await self._client.admit(effect, key)
+        except AdmitFailed as failed:
+            said = _one_line(str(failed))
+            self.refusals.append(
+                f"the Harness refused Turn {effect.turn} ({effect.agent} in {effect.state}): "
+                f"{said}"
+            )
+            self._on_change()
+            raise
+
+    async def settlement(self, effect: Admit, submission: str) -> Settled:
+        return await self._client.settlement(effect, submission)
+
+    async def sweep(self, effect: Sweep) -> list[Settled]:
+        return await self._client.sweep(effect)
+
+    async def run(self, effect: StartExec) -> ExecResult:
+        return await self._client.run(effect)
+
+    # ------------------------------------------------------------------ tool calls
+
+    def watch(self, agent: str, instance_id: str) -> None:
+        """Count the tool calls on this conversation (once per conversation)."""
+        key = (agent, instance_id)
+        if key not in self._followers:
+            self._followers[key] = asyncio.create_task(
+                self._follow(agent, instance_id), name=f"tool calls of {instance_id}"
+            )
+
+    async def _follow(self, agent: str, instance_id: str) -> None:
+        url = f"{self._base}/agents/{quote(agent, safe='')}/{quote(instance_id, safe='')}"
+        offset = 0
+        timeout = aiohttp.ClientTimeout(total=POLL_TIMEOUT_S)
+        while True:
+            try:
+                async with self._session.get(
+                    url, params={"offset": str(offset), "live": "long-poll"}, timeout=timeout
+                ) as response:
+                    if response.status == 200:
+                        self._count([StreamEvent.model_validate(e) for e in await response.json()])
+                    if response.status in (200, 204):
+                        offset = int(response.headers.get("stream-next-offset", offset))
+                        continue
+            except (aiohttp.ClientError, TimeoutError, ValidationError, ValueError) as error:
+                log.debug("following the tool calls of %s: %s", instance_id, error)
+            await asyncio.sleep(RETRY_S)
+
+    def _count(self, events: list[StreamEvent]) -> None:
+        changed = False
+        for event in events:
+            if event.type is not EventType.MESSAGE_APPENDED:
+                continue
+            message = Message.model_validate(event.data["message"])
+            if message.toolCalls:
+                submission = str(message.submissionId)
+                self.tool_calls[submission] = self.tool_calls.get(submission, 0) + len(
+                    message.toolCalls
+                )
+                changed = True
+        if changed:
+            self._on_change()
+
+    async def close(self) -> None:
+        for task in self._followers.values():
+            task.cancel()
+        await asyncio.gather(*self._followers.values(), return_exceptions=True)
+        await self._session.close()
+
+
+def _one_line(text: str) -> str:
+    """A refusal as one line: the Harness's JSON body's message, when it has one."""
+    head, brace, body = text.partition("{")
+    if brace:
+        with contextlib.suppress(ValueError):
+            parsed = json.loads(brace + body)
+            if isinstance(parsed, dict) and parsed.get("message"):
+                field = f" (field {parsed['field']})" if parsed.get("field") else ""
+                return f"{head.strip().rstrip(':')}: {parsed['message']}{field}"
+    return " ".join(text.split())

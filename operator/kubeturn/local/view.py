@@ -1,0 +1,275 @@
+"""What a person reads: the live table of a running Run, its summary, its Turn history.
+
+The functions here are pure: rows from the core's state, text from rows. ``LiveView`` is
+the one writer: on a terminal it redraws the table in place when something changes (and
+each second, for the ages); into a pipe or a file it prints one line per change instead,
+as ``kubectl get -w`` does. The columns follow ``kubectl get agentturns``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from kubeturn.orchestrator.core import RunCore
+from kubeturn.orchestrator.turns import Turn, TurnPhase
+
+LIVE_COLUMNS = ("TURN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE", "TOOLS")
+HISTORY_COLUMNS = ("TURN", "AGENT", "STATE", "OUTCOME", "CAUSE", "TOKENS", "DURATION", "MESSAGE")
+TTY_ROWS = 20
+"""Rows the live table keeps on a terminal: the most recent Turns; the summary has all."""
+MESSAGE_WIDTH = 100
+"""A message longer than this is cut in a table (``-o json`` has it whole)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    turn: str
+    agent: str
+    state: str
+    phase: str
+    outcome: str
+    started: float
+    ended: float | None
+    tools: int
+
+    def cells(self, now: float) -> tuple[str, ...]:
+        age = (self.ended if self.ended is not None else now) - self.started
+        return (
+            self.turn,
+            self.agent,
+            self.state,
+            self.phase,
+            self.outcome,
+            duration(age),
+            str(self.tools),
+        )
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """What a change is: anything but the age."""
+        return (self.turn, self.agent, self.state, self.phase, self.outcome, str(self.tools))
+
+
+def rows(core: RunCore, tool_calls: Mapping[str, int]) -> list[Row]:
+    """Every Turn of the Run, settled ones first, in the order they started."""
+
+    def tools(submissions: Sequence[Any]) -> int:
+        return sum(tool_calls.get(s.id, 0) for s in submissions)
+
+    found = [
+        Row(
+            r.name,
+            r.agent,
+            r.state,
+            "Settled",
+            r.outcome.value,
+            r.startedAt,
+            r.settledAt,
+            tools(r.submissions),
+        )
+        for r in core.history
+    ]
+    for turn in core.turns.values():
+        found.append(
+            Row(
+                turn.id,
+                turn.agent,
+                turn.state,
+                phase_of(turn),
+                "-",
+                turn.startedAt,
+                None,
+                tools(turn.submissions),
+            )
+        )
+    return sorted(found, key=lambda row: (row.started, _number(row.turn)))
+
+
+def phase_of(turn: Turn) -> str:
+    """The AgentTurn phase a Turn would show on a cluster."""
+    if turn.phase is TurnPhase.SWEEPING:
+        return "Settling"
+    if turn.phase is TurnPhase.SETTLED:
+        return "Settled"
+    if turn.running is not None:
+        return "Running"
+    if turn.phase is TurnPhase.LIVE and not turn.admitting:
+        return "Idle"
+    return "Pending"
+
+
+def align(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart, as kubectl prints them."""
+    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *lines]
+    ]
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes, second = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{second:02d}s"
+    hours, minute = divmod(minutes, 60)
+    return f"{hours}h{minute:02d}m"
+
+
+def tokens(usage: Mapping[str, Any] | None) -> str:
+    if not usage:
+        return "-"
+    return f"{usage.get('promptTokens', 0)}/{usage.get('completionTokens', 0)}"
+
+
+def turn_message(record: Mapping[str, Any]) -> str:
+    """Why a Turn ended as it did: its own message, or its failed Submission's."""
+    if record.get("message"):
+        return str(record["message"])
+    for submission in reversed(record.get("submissions") or []):
+        if submission.get("outcome") not in (None, "ended", "completed") and submission.get(
+            "message"
+        ):
+            return f"{submission['outcome']}: {submission['message']}"
+    return ""
+
+
+def history_table(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Settled Turns (``Run.status.turns`` records) as a table; each has the same fields on
+    a cluster and in a local Run's ``snapshot.json``."""
+    lines = []
+    for record in records:
+        message = " ".join(turn_message(record).split())
+        if len(message) > MESSAGE_WIDTH:
+            message = message[: MESSAGE_WIDTH - 1] + "…"
+        lines.append(
+            (
+                str(record.get("name", "")),
+                str(record.get("agent", "")),
+                str(record.get("state", "")),
+                str(record.get("outcome", "")),
+                str(record.get("cause") or "-"),
+                tokens(record.get("tokens")),
+                duration(float(record.get("settledAt", 0)) - float(record.get("startedAt", 0))),
+                message or "-",
+            )
+        )
+    return align(HISTORY_COLUMNS, lines)
+
+
+def status_lines(name: str, status: Mapping[str, Any]) -> list[str]:
+    """``kubeturn status``: what a Run is doing, as ``key: value`` lines."""
+    lines = [
+        f"run: {name}",
+        f"phase: {status.get('phase') or 'Pending'}",
+        f"state: {status.get('state') or '-'}",
+        f"turns: {status.get('turnCount', 0)}",
+    ]
+    if status.get("liveTurns"):
+        lines.append(f"live turns: {status['liveTurns']}")
+    if status.get("message"):
+        lines.append(f"message: {status['message']}")
+    if status.get("output") is not None:
+        lines.append(f"output: {_compact(status['output'])}")
+    return lines
+
+
+def summary(core: RunCore, elapsed: float) -> list[str]:
+    """The end of ``kubeturn run``: each Turn, then the Run's phase, output and message."""
+    records = [r.model_dump(mode="json") for r in core.history]
+    state = core.config.leaf if core.config else "-"
+    lines = ["", *history_table(records)] if records else ["", "no Turns"]
+    lines.append("")
+    lines.append(f"run {core.run.name}: {core.phase.value} in state {state} after {duration(elapsed)}")
+    if core.message:
+        lines.append(f"message: {core.message}")
+    if core.config is not None and core.config.output is not None:
+        lines.append(f"output: {_compact(core.config.output)}")
+    return lines
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _number(turn: str) -> int:
+    digits = turn.lstrip("t")
+    return int(digits) if digits.isdigit() else 0
+
+
+class LiveView:
+    """Writes the live table to ``stream``: redrawn in place on a terminal, one line per
+    change otherwise."""
+
+    def __init__(self, stream: TextIO, *, tty: bool) -> None:
+        self._stream = stream
+        self._tty = tty
+        self._drawn = 0
+        """Lines of the table on the terminal now (to redraw over them)."""
+        self._shown: dict[str, tuple[str, ...]] = {}
+        self._run_shown: tuple[str, str] | None = None
+        self._header_shown = False
+
+    def say(self, line: str) -> None:
+        """A line above the table (a notice), kept when the table is redrawn."""
+        self._clear()
+        self._stream.write(line + "\n")
+        self._stream.flush()
+
+    def update(self, core: RunCore, tool_calls: Mapping[str, int], now: float) -> None:
+        current = rows(core, tool_calls)
+        run = (core.config.leaf if core.config else "-", core.phase.value)
+        if self._tty:
+            self._redraw(core, current, run, now)
+            return
+        if run != self._run_shown:
+            self._run_shown = run
+            self._stream.write(f"run {core.run.name}: state {run[0]}, phase {run[1]}\n")
+        for row in current:
+            if self._shown.get(row.turn) == row.key:
+                continue
+            self._shown[row.turn] = row.key
+            if not self._header_shown:
+                self._header_shown = True
+                self._stream.write(_fixed(LIVE_COLUMNS) + "\n")
+            self._stream.write(_fixed(row.cells(now)) + "\n")
+        self._stream.flush()
+
+    def finish(self) -> None:
+        """Leave what is drawn in place."""
+        self._drawn = 0
+
+    def _redraw(
+        self, core: RunCore, current: list[Row], run: tuple[str, str], now: float
+    ) -> None:
+        width = shutil.get_terminal_size((120, 24)).columns
+        started = min((row.started for row in current), default=now)
+        head = f"run {core.run.name} · state {run[0]} · {run[1]} · {duration(now - started)}"
+        table = align(LIVE_COLUMNS, [row.cells(now) for row in current[-TTY_ROWS:]])
+        lines = [head, *table] if current else [head]
+        self._clear()
+        self._stream.write("".join(line[:width] + "\n" for line in lines))
+        self._stream.flush()
+        self._drawn = len(lines)
+
+    def _clear(self) -> None:
+        if self._tty and self._drawn:
+            # Up to the table's first line, then clear to the end of the screen.
+            self._stream.write(f"\x1b[{self._drawn}F\x1b[J")
+            self._drawn = 0
+
+
+def _fixed(cells: Sequence[str]) -> str:
+    """A row of the line-per-change output: fixed widths, since later rows are not known."""
+    widths = (5, 12, 24, 9, 9, 7, 5)
+    return "  ".join(
+        cell.ljust(width) for cell, width in zip(cells, widths, strict=True)
+    ).rstrip()

@@ -1,0 +1,301 @@
+"""Parts of the operator tier's scenarios: the operator in a thread of its own, a git origin,
+the scripted model, reads of the emulator's objects and of a Harness, and bounded waits.
+
+The operator runs as it does in its pod: ``kubeturn.k8s.operator.run`` with its own event
+loop, here in a thread. In-process in the test's loop it could not be stopped and started
+again: kopf takes every task created after it started (the emulator's watches, the
+kubelet, the scripted model's held answers) for its own, and cancels them when it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import json
+import socket
+import subprocess
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from kubeturn.k8s import operator
+from kubeturn.k8s.hub import OperatorSettings
+from tests.operator import emulator
+
+GROUP_VERSION = "kubeturn.dev/v1alpha1"
+RUNS = f"{GROUP_VERSION}/runs"
+WORKSPACES = f"{GROUP_VERSION}/workspaces"
+AGENTTURNS = f"{GROUP_VERSION}/agentturns"
+NAMESPACE = "default"
+WAIT_S = 20.0
+"""The default bound of a wait: far above what any step of these scenarios takes."""
+START_S = 15.0
+"""How long the operator may take to be ready, or to stop."""
+
+Body = dict[str, Any]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+# ----------------------------------------------------------------------------- waits
+
+
+async def eventually(
+    check: Callable[[], Any],
+    what: str,
+    *,
+    timeout: float = WAIT_S,
+    describe: Callable[[], str] | None = None,
+) -> Any:
+    """Wait until ``check()`` (which may be async) is truthy and return it; fail saying
+    ``what`` (and ``describe()``, the state of things) when ``timeout`` runs out."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                result = check()
+                if asyncio.iscoroutine(result):
+                    result = await result
+                if result:
+                    return result
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        said = f"; {describe()}" if describe is not None else ""
+        raise AssertionError(f"waited {timeout:g} s for {what}{said}") from None
+
+
+# ----------------------------------------------------------------------------- the operator
+
+
+class OperatorThread:
+    """``operator.run`` in a thread with its own event loop, as in its own process."""
+
+    def __init__(self, settings: OperatorSettings, kubeconfig: Path) -> None:
+        self.settings = settings
+        self._kubeconfig = kubeconfig
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self.error: BaseException | None = None
+
+    def _main(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            self._started.set()
+            await operator.run(self.settings, kubeconfig=str(self._kubeconfig), stop=self._stop)
+
+        try:
+            asyncio.run(main())
+        except BaseException as error:  # reported by stop(), and by ready() while starting
+            self.error = error
+        finally:
+            self._started.set()
+
+    async def start(self) -> None:
+        """Start it and wait until ``/readyz`` says its handlers run."""
+        self._thread = threading.Thread(target=self._main, name="kubeturn-operator")
+        self._thread.start()
+        await asyncio.to_thread(self._started.wait, START_S)
+        url = f"http://{self.settings.api_host}:{self.settings.health_port}/readyz"
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def ready() -> bool:
+                if self.error is not None:
+                    raise AssertionError("the operator failed to start") from self.error
+                try:
+                    async with session.get(url) as answer:
+                        return answer.status == 200
+                except aiohttp.ClientError:
+                    return False
+
+            await eventually(ready, "the operator's /readyz", timeout=START_S)
+
+    async def stop(self) -> None:
+        """Set its stop event and wait for ``run`` to return; raise what it raised."""
+        assert self._thread is not None, "the operator was not started"
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # its loop ended already
+                self._loop.call_soon_threadsafe(self._stop.set)
+        await asyncio.to_thread(self._thread.join, START_S)
+        if self._thread.is_alive():
+            raise AssertionError(f"the operator did not stop within {START_S:g} s")
+        if self.error is not None:
+            raise AssertionError("the operator failed") from self.error
+
+
+def settings(*, providers_yaml: str) -> OperatorSettings:
+    """The operator's settings for one test: loopback, free ports, namespace default."""
+    api_port = free_port()
+    return OperatorSettings(
+        namespaces=(NAMESPACE,),
+        harness_image="kubeturn-harness:test",
+        orchestrator_url=f"http://127.0.0.1:{api_port}",
+        providers_yaml=providers_yaml,
+        api_host="127.0.0.1",
+        api_port=api_port,
+        health_port=free_port(),
+        metrics_port=free_port(),
+    )
+
+
+# ----------------------------------------------------------------------------- git
+
+
+def make_origin(root: Path) -> str:
+    """A bare git repository with one commit on ``main``; its ``file://`` URL."""
+    seed, bare = root / "seed", root / "origin.git"
+    root.mkdir(parents=True, exist_ok=True)
+    identity = ["-c", "user.name=kubeturn tests", "-c", "user.email=tests@kubeturn.invalid"]
+
+    def git(*args: str, cwd: Path = root) -> None:
+        subprocess.run(["git", *identity, *args], cwd=cwd, check=True, capture_output=True)
+
+    git("init", "--quiet", "--initial-branch=main", str(seed))
+    (seed / "README.md").write_text("# demo\n")
+    git("add", "README.md", cwd=seed)
+    git("commit", "--quiet", "-m", "first", cwd=seed)
+    git("clone", "--quiet", "--bare", str(seed), str(bare))
+    return f"file://{bare}"
+
+
+# ----------------------------------------------------------------------------- the emulator
+
+
+def read(k8s: emulator.KubernetesApi, resource: str, name: str) -> Body | None:
+    return k8s.read_object(resource, NAMESPACE, name)
+
+
+def status(k8s: emulator.KubernetesApi, resource: str, name: str) -> Body:
+    return dict((read(k8s, resource, name) or {}).get("status") or {})
+
+
+def names(k8s: emulator.KubernetesApi, resource: str) -> list[str]:
+    """The names of the live objects of ``resource`` in the namespace, sorted."""
+    found = [key[2] for key in list(k8s.objects) if key[0] == resource and key[1] == NAMESPACE]
+    return sorted(name for name in found if read(k8s, resource, name) is not None)
+
+
+def events(k8s: emulator.KubernetesApi, reason: str) -> list[Body]:
+    """The Events with ``reason``, in creation order."""
+    found = [
+        body
+        for key in list(k8s.objects)
+        if key[0] == "v1/events" and (body := read(k8s, "v1/events", key[2])) is not None
+    ]
+    found = [e for e in found if e.get("reason") == reason]
+    return sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+
+def harness_token(k8s: emulator.KubernetesApi, workspace: str) -> str:
+    """The token a Workspace's Harness accepts, from the Workspace's token Secret."""
+    secret = read(k8s, "v1/secrets", f"{workspace}-kubeturn-tokens")
+    assert secret is not None, f"no token Secret for Workspace {workspace}"
+    if "harness-token" in (secret.get("stringData") or {}):
+        return str(secret["stringData"]["harness-token"])
+    return base64.b64decode(secret["data"]["harness-token"]).decode()
+
+
+class AgentTurnWatch:
+    """Every AgentTurn version the API served on a watch, in order (a background reader)."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+        self.events: list[Body] = []
+        self._task: asyncio.Task[None] | None = None
+        self._opened = asyncio.Event()
+
+    async def open(self) -> None:
+        self._task = asyncio.create_task(self._read(), name="agentturn watch")
+        await eventually(self._opened.is_set, "the AgentTurn watch to open", timeout=5)
+
+    async def _read(self) -> None:
+        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/agentturns?watch=true"
+        async with self._session.get(path, timeout=aiohttp.ClientTimeout()) as response:
+            assert response.status == 200
+            self._opened.set()
+            async for line in response.content:
+                if line.strip():
+                    self.events.append(json.loads(line))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def of(self, name: str) -> list[tuple[str, Body]]:
+        """(event type, object) of one AgentTurn, in order."""
+        return [
+            (e["type"], e["object"])
+            for e in self.events
+            if e["object"].get("metadata", {}).get("name") == name
+        ]
+
+    def deleted(self) -> list[str]:
+        return [e["object"]["metadata"]["name"] for e in self.events if e["type"] == "DELETED"]
+
+
+# ----------------------------------------------------------------------------- the Harness
+
+
+@dataclasses.dataclass
+class HarnessReader:
+    """Reads a sandbox's Harness over its wire, with the Workspace's token."""
+
+    url: str
+    token: str
+    session: aiohttp.ClientSession
+
+    def _agent(self, agent: str, instance_id: str) -> str:
+        return f"{self.url}/agents/{quote(agent, safe='')}/{quote(instance_id, safe='')}"
+
+    async def history(self, agent: str, instance_id: str) -> Body:
+        """The conversation's history view: messages, settlements, submissions."""
+        headers = {"Authorization": f"Bearer {self.token}"}
+        url = self._agent(agent, instance_id) + "?view=history"
+        async with self.session.get(url, headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+            return dict(await answer.json())
+
+    async def events(self, agent: str, instance_id: str) -> list[Body]:
+        """The conversation's whole stream of events."""
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with self.session.get(self._agent(agent, instance_id) + "?offset=0", headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+            return list(await answer.json())
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+def call(name: str, **arguments: Any) -> Body:
+    return {"name": name, "arguments": arguments}
+
+
+def script(conversations: dict[str, list[Body]]) -> str:
+    """A scripted model's script: first-user-message match → steps."""
+    return json.dumps(
+        {"conversations": [{"match": m, "steps": s} for m, s in conversations.items()]}
+    )
+
+
+async def model_requests(session: aiohttp.ClientSession, base: str, match: str | None = None) -> list[Body]:
+    """The scripted model's request records, of the conversation ``match`` or all."""
+    async with session.get(f"{base}/_requests") as answer:
+        records = list(await answer.json())
+    return [r for r in records if match is None or r["conversation"] == match]
+
+
+Check = Callable[[], Awaitable[bool]]

@@ -1,0 +1,336 @@
+"""The real operator (kopf, in a thread of its own) against the API emulator, with the
+kubelet running each sandbox Pod as a real Harness process and the scripted model.
+
+Cases:
+- ``examples/task-with-review.yaml`` applied with kubectl runs to ``Succeeded``: coder →
+  reviewer rejects → coder fixes on the same conversation → reviewer approves → a signal
+  ``approve`` appended to ``spec.signals`` passes ``humanReview``; every AgentTurn
+  disappears only after its ``status.settlement`` was written (``ended``, cause
+  ``pick``); ``Run.status.turns`` holds each Turn once, ``turnCount`` is 4; one
+  ``TurnSettled`` Event per Turn; ``kubectl get agentturns`` shows the CRD's printer
+  columns while a Turn runs;
+- ``kubectl delete agentturn`` on a live Turn whose model request is held: the sweep
+  names no cause, so the Harness settles it ``aborted`` with no message, as does the
+  AgentTurn's last ``status.settlement``; the held request is cut and no other is made;
+  the Machine gets ``agent.fault`` (reason ``deleted``), unhandled, so the Run fails
+  naming the Turn;
+- the operator stopped mid-Turn and a new one started against the same API and
+  Harness: the Run resumes and succeeds, with one admission per Turn at the Harness and
+  one record per Turn in ``Run.status.turns``;
+- an invalid Run (a transition's target names no state) gets ``Ready=False``,
+  ``Invalid``, with the manifest path; a fixed spec (a new generation) runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from kubeturn_harness.scripted import parse_script, serve
+from tests import tools
+from tests.operator import emulator
+from tests.operator import kubelet as kubelet_
+from tests.operator.operator_support import (
+    AGENTTURNS,
+    RUNS,
+    WORKSPACES,
+    AgentTurnWatch,
+    HarnessReader,
+    OperatorThread,
+    call,
+    eventually,
+    events,
+    harness_token,
+    make_origin,
+    model_requests,
+    names,
+    read,
+    script,
+    settings,
+    status,
+)
+
+ROOT = Path(__file__).parents[2]
+EXAMPLES = ROOT / "examples"
+CRDS = ROOT / "crds"
+
+
+@pytest.fixture
+def printer_columns() -> Mapping[str, Sequence[emulator.Column]]:
+    """The CRDs' own printer columns: what ``kubectl get`` shows in a cluster."""
+    columns = {}
+    for path in sorted(CRDS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        (version,) = crd["spec"]["versions"]
+        columns[crd["spec"]["names"]["kind"]] = tuple(
+            (column["name"], column["jsonPath"])
+            for column in version.get("additionalPrinterColumns", [])
+        )
+    return columns
+
+
+# ----------------------------------------------------------------------------- the world
+
+
+@dataclass
+class Cluster:
+    """One test's world: the API, kubectl, the kubelet, the scripted model, the operator."""
+
+    k8s: emulator.KubernetesApi
+    kubectl: tools.Kubectl
+    kubelet: kubelet_.Kubelet
+    session: aiohttp.ClientSession
+    model: str
+    """The scripted model's base URL (its control routes live there)."""
+    origin: str
+    """The ``file://`` URL of a bare git repository with a ``main`` branch."""
+    operator: OperatorThread
+    watch: AgentTurnWatch
+    operators: list[OperatorThread] = field(default_factory=list)
+
+    async def apply(self, manifest: str) -> None:
+        await self.kubectl("apply", "--validate=false", "-f", "-", stdin=manifest)
+
+    def run(self, name: str) -> dict[str, Any]:
+        return status(self.k8s, RUNS, name)
+
+    def describe(self, run: str) -> Callable[[], str]:
+        def said() -> str:
+            current = self.run(run)
+            current.pop("snapshot", None)
+            return (
+                f"Run status {json.dumps(current)}; AgentTurns {names(self.k8s, AGENTTURNS)}; "
+                f"kubelet errors {self.kubelet.errors}"
+            )
+
+        return said
+
+    async def run_phase(self, run: str, phase: str, timeout: float = 20) -> dict[str, Any]:
+        await eventually(
+            lambda: self.run(run).get("phase") == phase,
+            f"Run {run} to be {phase}",
+            timeout=timeout,
+            describe=self.describe(run),
+        )
+        return self.run(run)
+
+    async def requests(self, match: str | None = None) -> list[dict[str, Any]]:
+        return await model_requests(self.session, self.model, match)
+
+    async def release(self, match: str) -> int:
+        async with self.session.post(f"{self.model}/_release", json={"match": match}) as answer:
+            return int((await answer.json())["released"])
+
+    async def held(self, match: str, count: int = 1) -> None:
+        async def enough() -> bool:
+            return len([r for r in await self.requests(match) if r["held"]]) >= count
+
+        await eventually(enough, f"{count} held model request(s) of {match!r}")
+
+    async def harness(self, workspace: str) -> HarnessReader:
+        """The Workspace's Harness, once its sandbox runs."""
+        sandbox = await self.kubelet.running(f"{workspace}-kubeturn-sandbox")
+        return HarnessReader(sandbox.url, harness_token(self.k8s, workspace), self.session)
+
+    async def restart_operator(self) -> None:
+        await self.operator.stop()
+        self.operator = OperatorThread(self.operator.settings, self.kubectl.kubeconfig)
+        self.operators.append(self.operator)
+        await self.operator.start()
+
+
+StartCluster = Callable[[str], Awaitable[Cluster]]
+
+
+@pytest.fixture
+async def cluster(
+    k8s: emulator.KubernetesApi,
+    kubectl: tools.Kubectl,
+    kubeconfig: Path,
+    kubelet: kubelet_.Kubelet,
+    tmp_path: Path,
+) -> AsyncIterator[StartCluster]:
+    """Start the world with a scripted model answering from ``script`` (JSON text)."""
+    origin = make_origin(tmp_path / "git")
+    connector = aiohttp.TCPConnector(force_close=True)
+    session = aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=30)
+    )
+    api = aiohttp.ClientSession(str(k8s.url), connector=aiohttp.TCPConnector(force_close=True))
+    started: list[Cluster] = []
+    cleanups: list[Callable[[], Awaitable[Any]]] = []
+
+    async def start(text: str) -> Cluster:
+        runner, url = await serve(parse_script(text))
+        cleanups.append(runner.cleanup)
+        providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+        operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
+        watch = AgentTurnWatch(api)
+        await watch.open()
+        cleanups.append(watch.close)
+        await operator.start()
+        world = Cluster(
+            k8s=k8s,
+            kubectl=kubectl,
+            kubelet=kubelet,
+            session=session,
+            model=url.removesuffix("/v1"),
+            origin=origin,
+            operator=operator,
+            watch=watch,
+            operators=[operator],
+        )
+        started.append(world)
+        return world
+
+    yield start
+    for world in started:
+        await world.operator.stop()
+    for cleanup in reversed(cleanups):
+        await cleanup()
+    await api.close()
+    await session.close()
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"{old!r} is not in the manifest exactly once"
+    return text.replace(old, new)
+
+
+def task_with_review(origin: str) -> str:
+    """``examples/task-with-review.yaml`` cloning ``origin``, its Agents on the scripted model."""
+    text = (EXAMPLES / "task-with-review.yaml").read_text()
+    text = replace_once(text, "url: https://example.invalid/repo.git", f"url: {origin}")
+    text = replace_once(text, "    coder:\n", "    coder:\n      model: scripted/any\n")
+    return replace_once(text, "    reviewer:\n", "    reviewer:\n      model: scripted/any\n")
+
+
+# ----------------------------------------------------------------------------- task-with-review
+
+RUN = "task-with-review"
+WORKSPACE = f"{RUN}-workspace"
+CODER_IID = f"default.{RUN}/root/coder"
+CODER = "Add a --verbose flag"
+FIRST_REVIEW = "The author says: first attempt"
+SECOND_REVIEW = "The author says: added tests"
+
+
+def task_with_review_script(*, hold_first: bool) -> str:
+    return script(
+        {
+            CODER: [
+                {
+                    "text": "Adding the flag.",
+                    "hold": hold_first,
+                    "toolCalls": [call("write", path="cli.py", content="")],
+                },
+                {"toolCalls": [call("submit", summary="first attempt")]},
+                {
+                    "text": "Adding tests.",
+                    "toolCalls": [call("write", path="test_cli.py", content="")],
+                },
+                {"toolCalls": [call("submit", summary="added tests")]},
+            ],
+            FIRST_REVIEW: [
+                {"toolCalls": [call("read", path="cli.py")]},
+                {"toolCalls": [call("review_verdict", verdict="reject", notes="add tests")]},
+            ],
+            SECOND_REVIEW: [{"toolCalls": [call("review_verdict", verdict="approve")]}],
+        }
+    )
+
+
+def table(text: str) -> list[list[str]]:
+    """kubectl's table as rows of cells, cut where the header's columns start (an empty
+    cell is ``""``)."""
+    header, *rows = text.splitlines()
+    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    return [[line[a:b].strip() for a, b in bounds] for line in (header, *rows)]
+
+
+async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None:
+    world = await cluster(task_with_review_script(hold_first=True))
+    await world.apply(task_with_review(world.origin))
+
+    # While the coder's first Turn runs (its model request held), kubectl shows it.
+    await world.held(CODER)
+    first = f"{RUN}-t1"
+    await eventually(
+        lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
+        f"AgentTurn {first} to be Running",
+    )
+    shown = table((await world.kubectl("get", "agentturns")).stdout)
+    assert shown[0] == ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE"]
+    assert [row[:6] for row in shown[1:]] == [
+        [first, RUN, "coder", "implementing", "Running", ""]
+    ]
+    assert await world.release(CODER) == 1
+
+    await eventually(
+        lambda: world.run(RUN).get("state") == "humanReview" and world.run(RUN)["turnCount"] == 4,
+        "the Run to wait at humanReview with 4 Turns recorded",
+        describe=world.describe(RUN),
+    )
+    # Recorded in the Run before its finalizer goes: the last AgentTurn goes next.
+    await eventually(lambda: names(world.k8s, AGENTTURNS) == [], "every AgentTurn to go")
+    signal = {"spec": {"signals": [{"id": "approve-1", "event": "approve"}]}}
+    await world.kubectl("patch", "run", RUN, "--type=merge", "-p", json.dumps(signal))
+    done = await world.run_phase(RUN, "Succeeded")
+
+    assert done["output"] == {"rounds": 1, "summary": "added tests"}
+    assert done["turnCount"] == 4
+    assert done["processedSignals"] == ["approve-1"]
+    turns = done["turns"]
+    assert [(t["agent"], t["state"], t["outcome"], t["cause"]) for t in turns] == [
+        ("coder", "implementing", "ended", "pick"),
+        ("reviewer", "reviewing", "ended", "pick"),
+        ("coder", "fixing", "ended", "pick"),
+        ("reviewer", "reviewing", "ended", "pick"),
+    ]
+    turn_names = [f"{RUN}-{t['name']}" for t in turns]
+    assert len(set(turn_names)) == 4
+    ready = {c["type"]: c for c in done["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"]) == ("True", "Finished")
+
+    # Each AgentTurn went only after its settlement was written: the last version
+    # served before DELETED, and the DELETED one, carry it.
+    assert sorted(world.watch.deleted()) == sorted(turn_names)
+    for name in turn_names:
+        seen = world.watch.of(name)
+        assert [kind for kind, _ in seen][-1] == "DELETED", name
+        before, gone = seen[-2][1], seen[-1][1]
+        for version in (before, gone):
+            settlement = version["status"]["settlement"]
+            assert (settlement["outcome"], settlement["cause"]) == ("ended", "pick"), name
+            assert version["status"]["phase"] == "Settled"
+        assert before["metadata"]["deletionTimestamp"]
+        assert before["status"]["exit"]["cause"] == "pick"
+
+    settled = events(world.k8s, "TurnSettled")
+    assert sorted(e["involvedObject"]["name"] for e in settled) == sorted(turn_names)
+    assert all("ended (cause pick)" in e["message"] for e in settled)
+
+    # At the Harness: the coder's two Turns on one conversation, each ended by its pick.
+    harness = await world.harness(WORKSPACE)
+    coder = await harness.history("coder", CODER_IID)
+    assert [s["outcome"] for s in coder["settlements"]] == ["ended", "ended"]
+    assert [s["submissionId"] for s in coder["settlements"]] == [
+        turns[0]["submissions"][0]["id"],
+        turns[2]["submissions"][0]["id"],
+    ]
+    assert len(await world.requests()) == 7
+    sandbox = await world.kubelet.running(f"{WORKSPACE}-kubeturn-sandbox")
+    worktree = sandbox.work_root / "target" / f"kubeturn-{RUN}"
+    assert sorted(p.name for p in worktree.iterdir() if p.name != ".git") == [
+        "README.md",
+        "cli.py",
+        "test_cli.py",
+    ]
