@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).parent
-TIERS = {"unit", "harness", "system", "operator", "e2e", "docker", "static", "chart"}
+TIERS = {"unit", "harness", "system", "operator", "e2e", "docker", "static", "chart", "cli"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

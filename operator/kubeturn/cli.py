@@ -1,7 +1,13 @@
 """The ``kubeturn`` command. The only place that reads the operator's environment.
 
 ``kubeturn operator`` runs the operator; ``kubeturn validate FILE...`` checks manifests
-with the same checks the operator runs, and prints every problem with its path.
+with the same checks the operator runs, and prints every problem with its path;
+``kubeturn run FILE`` runs a Run on this machine (``kubeturn.local``); ``send``,
+``cancel``, ``turns`` and ``status`` work on a local Run, or with ``--kube`` on a Run in a
+cluster (``kubeturn.k8s.control``, imported only then: a local run needs no cluster).
+
+Every failure a person can fix is one line on stderr, ``kubeturn: what is wrong, where,
+what to do``, and exit status 1; never a traceback.
 """
 
 from __future__ import annotations
@@ -11,12 +17,24 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from kubeturn.errors import DefinitionErrors
+import yaml
+
+from kubeturn.errors import CommandError, DefinitionErrors
+from kubeturn.local import control as local
+from kubeturn.local import view
+from kubeturn.local.workdir import DEFAULT_ROOT
 from kubeturn.machine.load import load_run_yaml
+
+log = logging.getLogger(__name__)
+
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,7 +82,95 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check Run manifests; exit 1 on any problem")
     validate.add_argument("files", nargs="+", type=Path)
+
+    run = commands.add_parser(
+        "run",
+        help="run a Run on this machine, to its end",
+        description=(
+            "Run a Run manifest on this machine: clone its repo slots into a workdir, start "
+            "a Harness (and the scripted model) on 127.0.0.1, drive the Run to its end with "
+            "a live table of its Turns, and print a summary. Exit status: 0 Succeeded, "
+            "1 Failed or Cancelled (or an error), 130 after Ctrl-C, which cancels the Run "
+            "and settles every Turn first."
+        ),
+    )
+    run.add_argument("file", nargs="?", type=Path, help="the Run manifest (optional with --resume)")
+    run.add_argument(
+        "--workdir",
+        type=Path,
+        help=f"where the clones, worktrees and state go (default: {DEFAULT_ROOT}/<run name>); "
+        "a new run needs it empty or absent",
+    )
+    run.add_argument(
+        "--model",
+        metavar="scripted:SCRIPT",
+        help="run every Agent on the scripted model, answering from SCRIPT (offline); the "
+        "default, when no providers are given, is the script beside FILE (x.yaml → "
+        "x.script.yaml), as every example has",
+    )
+    run.add_argument(
+        "--providers",
+        type=Path,
+        help="the model providers file (YAML: name → {type: openai, baseUrl, apiKeyEnv}); "
+        "env KUBETURN_PROVIDERS",
+    )
+    run.add_argument(
+        "--resume",
+        metavar="NAME",
+        help="continue the interrupted run NAME from its snapshot in the workdir",
+    )
+    run.add_argument(
+        "--repo",
+        action="append",
+        default=[],
+        metavar="SLOT=URL|PATH",
+        help="clone this repository for a repo slot instead of the manifest's url "
+        "(repeatable); a relative path is read from the current directory",
+    )
+    run.add_argument(
+        "--api-port", type=int, default=0, help="port of the Orchestrator API (0: a free one)"
+    )
+    run.add_argument(
+        "--harness-port", type=int, default=0, help="port of the Harness (0: a free one)"
+    )
+
+    send = commands.add_parser("send", help="send an outside event (a signal) to a Run")
+    send.add_argument("name", help="the Run's name")
+    send.add_argument("event", help="the event, e.g. approve")
+    send.add_argument("--data", default="{}", help="the event's payload: a JSON object")
+    send.add_argument("--id", help="the signal's id, unique in the Run (default: a new one)")
+    _target(send)
+
+    cancel = commands.add_parser("cancel", help="cancel a Run (it sends CANCEL once)")
+    cancel.add_argument("name", help="the Run's name")
+    _target(cancel)
+
+    turns = commands.add_parser("turns", help="print a Run's settled Turns")
+    turns.add_argument("name", help="the Run's name")
+    turns.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    _target(turns)
+
+    status = commands.add_parser("status", help="print a Run's phase, state and Turn count")
+    status.add_argument("name", help="the Run's name")
+    status.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    _target(status)
     return parser
+
+
+def _target(command: argparse.ArgumentParser) -> None:
+    """Where the Run is: a local workdir, or (``--kube``) a cluster."""
+    command.add_argument(
+        "--workdir",
+        type=Path,
+        help=f"the local run's workdir (default: {DEFAULT_ROOT}/<name>)",
+    )
+    command.add_argument("--kube", action="store_true", help="the Run is on a cluster")
+    command.add_argument(
+        "-n",
+        "--namespace",
+        help="with --kube: the Run's namespace (default: the kubeconfig context's)",
+    )
+    command.add_argument("--kubeconfig", help="with --kube: the kubeconfig (default: KUBECONFIG)")
 
 
 def validate(files: Sequence[Path]) -> int:
@@ -76,12 +182,130 @@ def validate(files: Sequence[Path]) -> int:
             print(f"{path}: cannot read it: {error.strerror}", file=sys.stderr)
             failed = True
         except DefinitionErrors as errors:
-            for problem in errors.errors:
-                print(f"{path}: {problem}", file=sys.stderr)
+            for line in problems(errors, str(path)):
+                print(line, file=sys.stderr)
             failed = True
         else:
             print(f"{path}: valid")
     return 1 if failed else 0
+
+
+def problems(errors: DefinitionErrors, source: str) -> list[str]:
+    """A manifest's problems, one line each, each naming the file and the manifest path."""
+    return [
+        str(problem) if problem.path.startswith(source) else f"{source}: {problem}"
+        for problem in errors.errors
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    from kubeturn.local.runner import LocalRun, Options
+
+    overrides: dict[str, str] = {}
+    for item in args.repo:
+        slot, sep, url = item.partition("=")
+        if not sep or not slot or not url:
+            raise CommandError(f"--repo {item!r} is not SLOT=URL|PATH, e.g. --repo target=.")
+        overrides[slot] = url
+    options = Options(
+        manifest=args.file,
+        workdir=args.workdir,
+        model=args.model,
+        providers=args.providers,
+        resume=args.resume,
+        repos=overrides,
+        api_port=args.api_port,
+        harness_port=args.harness_port,
+    )
+    runner = LocalRun(options, sys.stdout, tty=sys.stdout.isatty())
+    try:
+        return asyncio.run(runner.run())
+    except DefinitionErrors as errors:
+        source = str(args.file) if args.file is not None else f"the run {args.resume}"
+        for line in problems(errors, source):
+            print(line, file=sys.stderr)
+        return EXIT_FAILED
+
+
+def send(args: argparse.Namespace) -> int:
+    try:
+        data = json.loads(args.data)
+    except ValueError as error:
+        raise CommandError(
+            f'--data is not JSON ({error}); give an object, e.g. \'{{"notes": "ok"}}\''
+        ) from error
+    if not isinstance(data, dict):
+        raise CommandError('--data must be a JSON object, e.g. \'{"notes": "ok"}\'')
+    signal_id = args.id or f"{args.event[:48]}-{secrets.token_hex(4)}"
+    if args.kube:
+        asyncio.run(_on_cluster(args, lambda cluster: cluster.send(args.event, data, signal_id)))
+        print(f"sent {args.event} to Run {args.name} (signal {signal_id})")
+        return 0
+    sent = local.send(args.name, args.event, data, signal_id, args.workdir)
+    if sent.delivered_now:
+        print(f"sent {args.event} to run {args.name} (signal {signal_id})")
+    else:
+        print(
+            f"queued {args.event} for run {args.name} (signal {signal_id}); no kubeturn run "
+            f"drives it now: `kubeturn run --resume {args.name}` delivers it"
+        )
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    if args.kube:
+        asyncio.run(_on_cluster(args, lambda cluster: cluster.cancel()))
+        print(f"cancel requested for Run {args.name}")
+        return 0
+    if local.cancel(args.name, args.workdir):
+        print(f"cancel requested for run {args.name}")
+    else:
+        print(
+            f"cancel requested for run {args.name}; no kubeturn run drives it now: "
+            f"`kubeturn run --resume {args.name}` cancels it"
+        )
+    return 0
+
+
+def turns(args: argparse.Namespace) -> int:
+    status = _status(args)
+    records = list(status.get("turns") or [])
+    if args.output == "json":
+        print(json.dumps(records, indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(records, sort_keys=False), end="")
+    elif records:
+        print("\n".join(view.history_table(records)))
+    else:
+        print(f"run {args.name} has no settled Turns yet")
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    found = {k: v for k, v in _status(args).items() if k != "snapshot"}
+    if args.output == "json":
+        print(json.dumps(found, indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(found, sort_keys=False), end="")
+    else:
+        print("\n".join(view.status_lines(args.name, found)))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> dict[str, Any]:
+    if args.kube:
+        return dict(asyncio.run(_on_cluster(args, lambda cluster: cluster.status())))
+    return local.status(args.name, args.workdir)
+
+
+async def _on_cluster(args: argparse.Namespace, act: Any) -> Any:
+    from kubeturn.k8s.control import Cluster
+
+    cluster = Cluster(args.name, args.namespace, args.kubeconfig)
+    try:
+        return await act(cluster)
+    finally:
+        cluster.close()
 
 
 def operator(args: argparse.Namespace) -> int:
@@ -136,10 +360,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+COMMANDS = {"run": run, "send": send, "cancel": cancel, "turns": turns, "status": status}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "validate":
         return validate(args.files)
+    if args.command in COMMANDS:
+        return _person(args)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -147,3 +376,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonFormatter())
     return operator(args)
+
+
+def _person(args: argparse.Namespace) -> int:
+    """A command a person runs at a terminal: failures are one line, never a traceback."""
+    if not getattr(args, "kube", False) and (
+        getattr(args, "namespace", None) or getattr(args, "kubeconfig", None)
+    ):
+        print("kubeturn: --namespace and --kubeconfig go with --kube", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        return int(COMMANDS[args.command](args))
+    except CommandError as error:
+        print(f"kubeturn: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as error:
+        if logging.getLogger().handlers:  # the run's log file; never a traceback on stderr
+            log.exception("kubeturn %s failed", args.command)
+        print(
+            f"kubeturn: {args.command} failed unexpectedly: {type(error).__name__}: {error} "
+            "(a bug: please report it, with the workdir's .kubeturn/logs/kubeturn.log)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED

@@ -172,7 +172,12 @@ class Kubelet:
 
     async def _run(self) -> None:
         while True:
-            pods = await self._get(f"/api/v1/pods?labelSelector={SELECTOR}")
+            try:
+                pods = await self._get(f"/api/v1/pods?labelSelector={SELECTOR}")
+            except (PodFailed, aiohttp.ClientError) as failure:
+                self.errors.append(f"listing the Pods: {failure}")
+                await asyncio.sleep(POLL_S)
+                continue
             seen = set()
             for pod in pods["items"]:
                 meta = pod["metadata"]
@@ -198,9 +203,21 @@ class Kubelet:
             await asyncio.sleep(POLL_S)
 
     async def _start(self, pod: Body) -> Sandbox:
+        """Run the Pod; what it made is removed again if it cannot run."""
+        scratch: list[Path] = []
+        started: list[Sandbox] = []
+        try:
+            return await self._run_pod(pod, scratch, started)
+        except BaseException:
+            for sandbox in started:
+                await sandbox.stop()
+            for path in scratch:
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+
+    async def _run_pod(self, pod: Body, scratch: list[Path], started: list[Sandbox]) -> Sandbox:
         meta, spec = pod["metadata"], pod["spec"]
         namespace = meta["namespace"]
-        scratch: list[Path] = []
         volumes = {
             volume["name"]: await self._volume(namespace, volume, scratch)
             for volume in spec.get("volumes", [])
@@ -208,8 +225,12 @@ class Kubelet:
         for init in spec.get("initContainers", []):
             mounts = _mounts(init, volumes)
             env = await self._env(namespace, init, mounts, ip="")
-            argv = [_rewrite(arg, mounts) for arg in [*init.get("command", []), *init.get("args", [])]]
-            await _run_to_end(argv or list(HARNESS_ENTRYPOINT), env, f"init container {init['name']}")
+            argv = [
+                _rewrite(arg, mounts) for arg in [*init.get("command", []), *init.get("args", [])]
+            ]
+            await _run_to_end(
+                argv or list(HARNESS_ENTRYPOINT), env, f"init container {init['name']}"
+            )
         for volume in spec.get("volumes", []):
             if "persistentVolumeClaim" in volume:
                 await asyncio.to_thread(_give_to_nobody, volumes[volume["name"]])
@@ -239,6 +260,7 @@ class Kubelet:
                 process=process,
                 scratch=scratch,
             )
+            started.append(sandbox)
             await self._patch_status(pod, ip)
             return sandbox
         raise PodFailed("no loopback address 127.0.0.2-254 is free for the Harness")
@@ -315,7 +337,9 @@ class Kubelet:
                 )
                 values = _values(await self._object(plural, namespace, key_ref["name"]))
                 if key_ref["key"] not in values:
-                    raise PodFailed(f"env {name}: {plural} {key_ref['name']} has no {key_ref['key']}")
+                    raise PodFailed(
+                        f"env {name}: {plural} {key_ref['name']} has no {key_ref['key']}"
+                    )
                 env[name] = values[key_ref["key"]]
             elif ref.get("fieldRef", {}).get("fieldPath") == "status.podIP":
                 env[name] = ip
@@ -417,7 +441,10 @@ async def _spawn(
     """Start a Harness; return it once it listens, or None when its address was taken."""
     with log.open("ab") as stderr:
         process = await asyncio.create_subprocess_exec(
-            *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            *argv,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
         )
     assert process.stdout is not None

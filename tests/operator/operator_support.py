@@ -17,7 +17,7 @@ import json
 import socket
 import subprocess
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -104,7 +104,8 @@ class OperatorThread:
 
     async def start(self) -> None:
         """Start it and wait until ``/readyz`` says its handlers run."""
-        self._thread = threading.Thread(target=self._main, name="kubeturn-operator")
+        # A daemon thread: an operator that does not stop fails its test, not the session.
+        self._thread = threading.Thread(target=self._main, name="kubeturn-operator", daemon=True)
         self._thread.start()
         await asyncio.to_thread(self._started.wait, START_S)
         url = f"http://{self.settings.api_host}:{self.settings.health_port}/readyz"
@@ -272,7 +273,9 @@ class HarnessReader:
     async def events(self, agent: str, instance_id: str) -> list[Body]:
         """The conversation's whole stream of events."""
         headers = {"Authorization": f"Bearer {self.token}"}
-        async with self.session.get(self._agent(agent, instance_id) + "?offset=0", headers=headers) as answer:
+        async with self.session.get(
+            self._agent(agent, instance_id) + "?offset=0", headers=headers
+        ) as answer:
             assert answer.status == 200, await answer.text()
             return list(await answer.json())
 
@@ -291,11 +294,10 @@ def script(conversations: dict[str, list[Body]]) -> str:
     )
 
 
-async def model_requests(session: aiohttp.ClientSession, base: str, match: str | None = None) -> list[Body]:
+async def model_requests(
+    session: aiohttp.ClientSession, base: str, match: str | None = None
+) -> list[Body]:
     """The scripted model's request records, of the conversation ``match`` or all."""
     async with session.get(f"{base}/_requests") as answer:
         records = list(await answer.json())
     return [r for r in records if match is None or r["conversation"] == match]
-
-
-Check = Callable[[], Awaitable[bool]]

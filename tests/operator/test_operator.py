@@ -18,12 +18,19 @@ Cases:
   Harness: the Run resumes and succeeds, with one admission per Turn at the Harness and
   one record per Turn in ``Run.status.turns``;
 - an invalid Run (a transition's target names no state) gets ``Ready=False``,
-  ``Invalid``, with the manifest path; a fixed spec (a new generation) runs.
+  ``Invalid``, with the manifest path; a fixed spec (a new generation) runs;
+- an AgentTurn deleted right after an operator restart, while the new operator cannot
+  reach the Harness yet (its process frozen): the finalizer waits, and sweeps the Turn
+  once the Harness answers (the held request cut, ``aborted``), never leaving it running;
+  the resumed Run's Machine gets ``agent.fault`` (``deleted``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +52,8 @@ from tests.operator.operator_support import (
     HarnessReader,
     OperatorThread,
     call,
-    eventually,
     events,
+    eventually,
     harness_token,
     make_origin,
     model_requests,
@@ -95,8 +102,10 @@ class Cluster:
     watch: AgentTurnWatch
     operators: list[OperatorThread] = field(default_factory=list)
 
-    async def apply(self, manifest: str) -> None:
-        await self.kubectl("apply", "--validate=false", "-f", "-", stdin=manifest)
+    async def apply(self, manifest: dict[str, Any]) -> None:
+        """``kubectl apply`` the manifest (as YAML: a ``True`` key is written ``true``)."""
+        text = yaml.safe_dump(manifest)
+        await self.kubectl("apply", "--validate=false", "-f", "-", stdin=text)
 
     def run(self, name: str) -> dict[str, Any]:
         return status(self.k8s, RUNS, name)
@@ -134,6 +143,15 @@ class Cluster:
 
         await eventually(enough, f"{count} held model request(s) of {match!r}")
 
+    async def cut(self, match: str) -> None:
+        """Wait until the one model request of ``match`` was cut by its client."""
+
+        async def cut() -> bool:
+            (request,) = await self.requests(match)
+            return bool(request["disconnected"] and request["closedAt"] is not None)
+
+        await eventually(cut, f"the held model request of {match!r} to be cut")
+
     async def harness(self, workspace: str) -> HarnessReader:
         """The Workspace's Harness, once its sandbox runs."""
         sandbox = await self.kubelet.running(f"{workspace}-kubeturn-sandbox")
@@ -156,13 +174,13 @@ async def cluster(
     kubeconfig: Path,
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> AsyncIterator[StartCluster]:
-    """Start the world with a scripted model answering from ``script`` (JSON text)."""
+    """Start the world with a scripted model answering from ``script`` (JSON text); the
+    test fails if the operator or a Harness logged an error."""
     origin = make_origin(tmp_path / "git")
     connector = aiohttp.TCPConnector(force_close=True)
-    session = aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=30)
-    )
+    session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30))
     api = aiohttp.ClientSession(str(k8s.url), connector=aiohttp.TCPConnector(force_close=True))
     started: list[Cluster] = []
     cleanups: list[Callable[[], Awaitable[Any]]] = []
@@ -191,25 +209,37 @@ async def cluster(
         return world
 
     yield start
-    for world in started:
-        await world.operator.stop()
-    for cleanup in reversed(cleanups):
-        await cleanup()
-    await api.close()
-    await session.close()
+    try:
+        for world in started:
+            await world.operator.stop()
+    finally:
+        for cleanup in reversed(cleanups):
+            await cleanup()
+        await api.close()
+        await session.close()
+    # Nothing failed on the way: no handler, actor or effect logged an error, and no
+    # Harness did.
+    failures = [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.get_records("call")
+        if r.levelno >= logging.ERROR and r.name.startswith(("kopf", "kubeturn"))
+    ]
+    for sandbox in kubelet.started:
+        said = sandbox.log.read_text()
+        failures += [f"{sandbox.name}: {line}" for line in said.splitlines() if " ERROR " in line]
+    if failures:
+        pytest.fail("errors were logged:\n" + "\n".join(failures))
 
 
-def replace_once(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"{old!r} is not in the manifest exactly once"
-    return text.replace(old, new)
-
-
-def task_with_review(origin: str) -> str:
-    """``examples/task-with-review.yaml`` cloning ``origin``, its Agents on the scripted model."""
-    text = (EXAMPLES / "task-with-review.yaml").read_text()
-    text = replace_once(text, "url: https://example.invalid/repo.git", f"url: {origin}")
-    text = replace_once(text, "    coder:\n", "    coder:\n      model: scripted/any\n")
-    return replace_once(text, "    reviewer:\n", "    reviewer:\n      model: scripted/any\n")
+def task_with_review(origin: str) -> dict[str, Any]:
+    """``examples/task-with-review.yaml`` cloning ``origin``, its Agents on the scripted
+    model. PyYAML reads a bare ``on`` key as ``True``, as kubectl does: a state's events
+    are under ``state[True]``."""
+    manifest = yaml.safe_load((EXAMPLES / "task-with-review.yaml").read_text())
+    manifest["spec"]["workspace"]["template"]["repos"]["target"]["url"] = origin
+    for agent in manifest["spec"]["agents"].values():
+        agent["model"] = "scripted/any"
+    return dict(manifest)
 
 
 # ----------------------------------------------------------------------------- task-with-review
@@ -220,6 +250,7 @@ CODER_IID = f"default.{RUN}/root/coder"
 CODER = "Add a --verbose flag"
 FIRST_REVIEW = "The author says: first attempt"
 SECOND_REVIEW = "The author says: added tests"
+SCRIPTED = (CODER, FIRST_REVIEW, SECOND_REVIEW)
 
 
 def task_with_review_script(*, hold_first: bool) -> str:
@@ -269,9 +300,7 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     )
     shown = table((await world.kubectl("get", "agentturns")).stdout)
     assert shown[0] == ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE"]
-    assert [row[:6] for row in shown[1:]] == [
-        [first, RUN, "coder", "implementing", "Running", ""]
-    ]
+    assert [row[:6] for row in shown[1:]] == [[first, RUN, "coder", "implementing", "Running", ""]]
     assert await world.release(CODER) == 1
 
     await eventually(
@@ -288,6 +317,7 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     assert done["output"] == {"rounds": 1, "summary": "added tests"}
     assert done["turnCount"] == 4
     assert done["processedSignals"] == ["approve-1"]
+    assert done["observedGeneration"] == 2  # the signal's generation, acted on
     turns = done["turns"]
     assert [(t["agent"], t["state"], t["outcome"], t["cause"]) for t in turns] == [
         ("coder", "implementing", "ended", "pick"),
@@ -326,6 +356,9 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
         turns[0]["submissions"][0]["id"],
         turns[2]["submissions"][0]["id"],
     ]
+    # Model requests, exactly what the script needs: none after a Turn-ending pick.
+    steps = {match: [r["step"] for r in await world.requests(match)] for match in SCRIPTED}
+    assert steps == {CODER: [0, 1, 2, 3], FIRST_REVIEW: [0, 1], SECOND_REVIEW: [0]}
     assert len(await world.requests()) == 7
     sandbox = await world.kubelet.running(f"{WORKSPACE}-kubeturn-sandbox")
     worktree = sandbox.work_root / "target" / f"kubeturn-{RUN}"
@@ -334,3 +367,196 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
         "cli.py",
         "test_cli.py",
     ]
+
+
+# ----------------------------------------------------------------------------- kubectl delete
+
+
+async def test_deleting_a_live_agentturn_sweeps_it_with_no_cause_and_fails_the_run(
+    cluster: StartCluster,
+) -> None:
+    world = await cluster(task_with_review_script(hold_first=True))
+    await world.apply(task_with_review(world.origin))
+    await world.held(CODER)
+    first = f"{RUN}-t1"
+    await eventually(
+        lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
+        f"AgentTurn {first} to be Running",
+    )
+
+    await world.kubectl("delete", "agentturn", first, "--wait=false")
+    failed = await world.run_phase(RUN, "Failed")
+    await eventually(lambda: first in world.watch.deleted(), f"AgentTurn {first} to go")
+
+    # The sweep named no cause: the Harness settled the Submission aborted, no message.
+    harness = await world.harness(WORKSPACE)
+    coder = await harness.history("coder", CODER_IID)
+    (settlement,) = coder["settlements"]
+    assert (settlement["outcome"], settlement.get("message")) == ("aborted", None)
+    kind, last = world.watch.of(first)[-1]
+    assert kind == "DELETED"
+    # A merge patch drops a null: no cause, no message.
+    assert last["status"]["settlement"]["outcome"] == "aborted"
+    assert "cause" not in last["status"]["settlement"]
+    assert "message" not in last["status"]["settlement"]
+    assert "exit" not in last["status"]  # the Run did not end it: a person did
+
+    # The held model request was cut, and no other was made for the conversation.
+    await world.cut(CODER)
+
+    # The Machine got agent.fault (deleted); implementing does not handle it.
+    assert failed["message"] == (
+        "the invoke of state 'implementing' failed and no onError handles it: "
+        "the AgentTurn of Turn t1 was deleted"
+    )
+    (settled,) = events(world.k8s, "TurnSettled")
+    assert (settled["involvedObject"]["name"], settled["message"]) == (
+        first,
+        "coder in implementing: aborted",
+    )
+    await eventually(
+        lambda: world.run(RUN).get("turnCount") == 1,
+        "the deleted Turn's record",
+        describe=world.describe(RUN),
+    )
+    (turn,) = world.run(RUN)["turns"]
+    assert (turn["name"], turn["agent"], turn["outcome"], turn["cause"]) == (
+        "t1",
+        "coder",
+        "aborted",
+        None,
+    )
+    assert [s["id"] for s in turn["submissions"]] == [settlement["submissionId"]]
+    assert len(await world.requests(CODER)) == 1
+
+
+# ----------------------------------------------------------------------------- restart
+
+
+async def test_an_operator_restarted_mid_turn_resumes_the_run(cluster: StartCluster) -> None:
+    world = await cluster(task_with_review_script(hold_first=True))
+    await world.apply(task_with_review(world.origin))
+    await world.held(CODER)
+    first = f"{RUN}-t1"
+    await eventually(
+        lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
+        f"AgentTurn {first} to be Running",
+    )
+
+    await world.restart_operator()
+    assert await world.release(CODER) == 1
+    await eventually(
+        lambda: world.run(RUN).get("state") == "humanReview" and world.run(RUN)["turnCount"] == 4,
+        "the Run to wait at humanReview with 4 Turns recorded",
+        describe=world.describe(RUN),
+    )
+    signal = {"spec": {"signals": [{"id": "approve-1", "event": "approve"}]}}
+    await world.kubectl("patch", "run", RUN, "--type=merge", "-p", json.dumps(signal))
+    done = await world.run_phase(RUN, "Succeeded")
+
+    turns = done["turns"]
+    assert [(t["agent"], t["state"], t["outcome"], t["cause"]) for t in turns] == [
+        ("coder", "implementing", "ended", "pick"),
+        ("reviewer", "reviewing", "ended", "pick"),
+        ("coder", "fixing", "ended", "pick"),
+        ("reviewer", "reviewing", "ended", "pick"),
+    ]
+    assert len({t["name"] for t in turns}) == done["turnCount"] == 4
+
+    # One admission per Turn at the Harness: the resumed operator admitted nothing again.
+    harness = await world.harness(WORKSPACE)
+    coder = await harness.events("coder", CODER_IID)
+    admitted = [e["data"] for e in coder if e["type"] == "submission-admitted"]
+    assert [a["request"]["key"] for a in admitted] == [
+        f"{turns[0]['name']}.1",
+        f"{turns[2]['name']}.1",
+    ]
+    assert [a["submissionId"] for a in admitted] == [
+        turns[0]["submissions"][0]["id"],
+        turns[2]["submissions"][0]["id"],
+    ]
+    for review in (turns[1], turns[3]):
+        history = await harness.history("reviewer", review["instanceId"])
+        assert [s["submissionId"] for s in history["submissions"]] == [
+            review["submissions"][0]["id"]
+        ]
+    assert len(await world.requests()) == 7
+    assert len(world.kubelet.started) == 1  # the sandbox ran on, untouched
+
+
+# ----------------------------------------------------------------------------- invalid
+
+
+async def test_an_invalid_run_says_where_and_a_fixed_spec_runs(cluster: StartCluster) -> None:
+    world = await cluster(task_with_review_script(hold_first=True))
+    typo = task_with_review(world.origin)
+    typo["spec"]["machine"]["states"]["reviewing"][True]["review_verdict"][0]["target"] = (
+        "humanReveiw"
+    )
+    await world.apply(typo)
+
+    def ready() -> dict[str, Any]:
+        found = [c for c in world.run(RUN).get("conditions", []) if c["type"] == "Ready"]
+        return found[0] if found else {}
+
+    await eventually(lambda: ready().get("reason") == "Invalid", "Ready=False, Invalid")
+    condition = ready()
+    assert condition["status"] == "False"
+    assert condition["message"] == (
+        "spec.machine.states.reviewing.on.review_verdict[0].target: "
+        "no state 'humanReveiw' (did you mean 'humanReview'?)"
+    )
+    assert condition["observedGeneration"] == 1
+    assert world.run(RUN).get("phase") is None
+    assert names(world.k8s, WORKSPACES) == []
+    assert names(world.k8s, AGENTTURNS) == []
+
+    await world.apply(task_with_review(world.origin))
+    assert (read(world.k8s, RUNS, RUN) or {})["metadata"]["generation"] == 2
+    await world.held(CODER)
+    running = await world.run_phase(RUN, "Running")
+    assert running["state"] == "implementing"
+    assert running["observedGeneration"] == 2
+    assert ready()["status"] == "True"
+    assert names(world.k8s, AGENTTURNS) == [f"{RUN}-t1"]
+
+
+async def test_a_turn_deleted_before_a_new_operator_knows_its_harness_is_still_swept(
+    cluster: StartCluster,
+) -> None:
+    world = await cluster(task_with_review_script(hold_first=True))
+    await world.apply(task_with_review(world.origin))
+    await world.held(CODER)
+    first = f"{RUN}-t1"
+    await eventually(
+        lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
+        f"AgentTurn {first} to be Running",
+    )
+    sandbox = await world.kubelet.running(f"{WORKSPACE}-kubeturn-sandbox")
+
+    # The new operator cannot reach the Harness (frozen) when the AgentTurn is deleted.
+    sandbox.process.send_signal(signal.SIGSTOP)
+    try:
+        await world.restart_operator()
+        await world.kubectl("delete", "agentturn", first, "--wait=false")
+        await asyncio.sleep(1.5)
+        waiting = read(world.k8s, AGENTTURNS, first)
+        assert waiting is not None, "the AgentTurn went without its sweep"
+        assert waiting["metadata"]["deletionTimestamp"]
+        assert "settlement" not in waiting.get("status", {})
+        (request,) = await world.requests(CODER)
+        assert request["closedAt"] is None  # still running on the Harness
+    finally:
+        sandbox.process.send_signal(signal.SIGCONT)
+
+    await eventually(lambda: first in world.watch.deleted(), f"AgentTurn {first} to go")
+    (_, last) = world.watch.of(first)[-1]
+    assert last["status"]["settlement"]["outcome"] == "aborted"
+    assert "message" not in last["status"]["settlement"]
+    harness = await world.harness(WORKSPACE)
+    (settlement,) = (await harness.history("coder", CODER_IID))["settlements"]
+    assert (settlement["outcome"], settlement.get("message")) == ("aborted", None)
+    await world.cut(CODER)
+    failed = await world.run_phase(RUN, "Failed")
+    # The resumed Run's Machine heard of the deletion before the sweep's settlement.
+    assert str(failed["message"]).endswith("the AgentTurn of Turn t1 was deleted")

@@ -543,7 +543,10 @@ def test_examples_validate_against_their_models() -> None:
 
 
 def example_run() -> Node:
-    [run] = [manifest for _, manifest in example_manifests() if manifest["kind"] == "Run"][:1]
+    """``examples/task-with-review.yaml``: the commented example, with bare ``on`` keys."""
+    [run] = [
+        manifest for name, manifest in example_manifests() if name == "task-with-review.yaml#0"
+    ]
     return run
 
 

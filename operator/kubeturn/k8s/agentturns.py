@@ -6,10 +6,13 @@ deleted the AgentTurn; a user's ``kubectl delete`` wrote none, so its sweep has 
 and the Run's Machine hears it as the Agent's fault (``deleted``). The settlement goes
 into ``status.settlement`` and a ``TurnSettled`` Event before the finalizer is removed;
 the Run records the Turn in ``Run.status.turns`` (exactly once, through its core).
+A sweep is never sent nowhere: while the Workspace exists and this operator does not
+know its Harness yet (it just started), the finalizer waits for it (bounded).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from datetime import UTC, datetime
@@ -17,14 +20,21 @@ from typing import Any
 
 import kopf
 
-from kubeturn.k8s import events, metrics
+from kubeturn.k8s import conditions, events, metrics
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import AGENTTURNS, NotFound
+from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
+from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import Outcome
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
+HARNESS_WAIT_S = 120.0
+"""How long a sweep waits for its Workspace's Harness (and a person's deletion for its
+Run's actor) to be known: far above a sandbox Pod's start, a Workspace's probe (2 s) and
+a Run's resumption, and bounded, so a Workspace that never comes back cannot hold its
+Run's deletion for ever (the AgentTurn then goes unswept, saying so)."""
+HARNESS_POLL_S = 0.5
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
@@ -45,9 +55,14 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         running = [s for s in status.get("submissions", []) if not s.get("outcome")]
         if not exit_ and running:
             submission = running[-1]["id"]
-        swept_at = _now()
         workspace = (spec.get("workspaceRef") or {}).get("name", "")
-        harness = hub.harnesses.get((namespace, workspace))
+        harness = await _harness(hub, namespace, workspace)
+        if not exit_:
+            # A person deleted it: the Machine hears so before the sweep, whose
+            # settlement the Run's follower reads too and would take for the Agent's
+            # own failure.
+            await _deleted_by_user(hub, namespace, spec, submission)
+        swept_at = _now()
         settled: list[Settled] = []
         if harness is not None:
             effect = Sweep(
@@ -64,7 +79,11 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         named = mine.get(submission or "")
         open_ = {e.get("id") for e in status.get("submissions", []) if not e.get("outcome")}
         unnamed = [s for s in settled if s.submission in open_]
-        if named is not None:
+        message: str | None
+        if harness is None:
+            outcome = Outcome.ABORTED
+            message = f"the Harness of Workspace {workspace!r} was not reached: nothing was swept"
+        elif named is not None:
             outcome, message = named.outcome, named.message
         elif submission is None and unnamed:
             # None was named (the next one was being admitted at the exit): the Turn
@@ -99,18 +118,46 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         if named is None and submission is not None:
             reported.append(Settled(submission, outcome, message=message))
         hub.swept((namespace, name), reported)
-        if not exit_:
-            await _deleted_by_user(hub, namespace, spec, submission)
+
+
+async def _harness(hub: Hub, namespace: str, workspace: str) -> HarnessClient | None:
+    """The Workspace's Harness client, waiting (bounded) while the Workspace exists but
+    this operator does not know its Harness yet (it just started, or the pod is
+    starting): a sweep sent nowhere would leave the Turn running on the Harness."""
+    deadline = time.monotonic() + HARNESS_WAIT_S
+    while (harness := hub.harnesses.get((namespace, workspace))) is None:
+        if not workspace or time.monotonic() > deadline:
+            return None
+        found = await hub.kube.get(WORKSPACES, namespace, workspace)
+        if found is None or found["metadata"].get("deletionTimestamp"):
+            return None
+        await asyncio.sleep(HARNESS_POLL_S)
+    return harness
 
 
 async def _deleted_by_user(
     hub: Hub, namespace: str, spec: kopf.Spec, submission: str | None
 ) -> None:
-    """A Turn deleted by a person: its Run's Machine gets the Agent's fault, reason deleted."""
-    run = (spec.get("runRef") or {}).get("name")
-    actor = hub.registry.actors.get(f"{namespace}/{run}")
-    if actor is None:
-        return
+    """A Turn deleted by a person: its Run's Machine gets the Agent's fault, reason deleted.
+
+    Waits (bounded) for the Run's actor while the Run is being resumed (this operator
+    just started); a Run being deleted, finished or invalid has no Machine to tell.
+    """
+    run = str((spec.get("runRef") or {}).get("name"))
+    deadline = time.monotonic() + HARNESS_WAIT_S
+    while (actor := hub.registry.actors.get(f"{namespace}/{run}")) is None:
+        found = await hub.kube.get(RUNS, namespace, run)
+        status = (found or {}).get("status") or {}
+        ready = [c for c in status.get("conditions", []) if c.get("type") == conditions.READY]
+        if (
+            found is None
+            or found["metadata"].get("deletionTimestamp")
+            or status.get("phase") in ("Succeeded", "Failed", "Cancelled")
+            or (ready and ready[0].get("reason") == conditions.INVALID)
+            or time.monotonic() > deadline
+        ):
+            return
+        await asyncio.sleep(HARNESS_POLL_S)
     await actor.turn_deleted(spec["turn"], submission)
 
 

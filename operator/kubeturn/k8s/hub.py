@@ -3,12 +3,17 @@ Orchestrator API's registry, each Workspace's Harness client, and the sweeps in 
 
 The Run actors, the Orchestrator API and the AgentTurn finalizers meet here: a Run
 actor deletes an AgentTurn to sweep it and waits for the finalizer to report what the
-sweep settled. Only ``kubeturn.k8s`` uses it; it imports no kopf.
+sweep settled. After a start, it also knows which unfinished Runs are not resumed yet:
+until they are, the Orchestrator API cannot tell a Turn that is over from a Turn of one
+of them. Only ``kubeturn.k8s`` uses it; it imports no kopf.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kubeturn.k8s.kube import Kube
@@ -60,6 +65,33 @@ class Hub:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Fire-and-forget work (Events), kept referenced until done."""
     _swept: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    _resuming: set[str] = field(default_factory=set)
+    _resume_by: float = 0.0
+    _resumed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def expect(self, runs: Iterable[str], grace_s: float) -> None:
+        """The Runs (``namespace/name``) to resume before the Orchestrator API may say
+        that a Turn it does not know is over; after ``grace_s`` it says so anyway."""
+        self._resuming = set(runs)
+        self._resume_by = time.monotonic() + grace_s
+        if not self._resuming:
+            self._resumed.set()
+
+    def resumed(self, run: str) -> None:
+        """The Run's actor is registered (or the Run has none to register)."""
+        self._resuming.discard(run)
+        if not self._resuming:
+            self._resumed.set()
+
+    def resuming(self) -> bool:
+        return not self._resumed.is_set() and time.monotonic() < self._resume_by
+
+    async def wait_resumed(self, seconds: float) -> None:
+        """Until every expected Run is resumed, ``seconds`` pass, or the grace ends."""
+        left = min(seconds, self._resume_by - time.monotonic())
+        if left > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._resumed.wait(), left)
 
     def swept(self, key: tuple[str, str], settled: list[Settled]) -> None:
         self.sweeps[key] = settled

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -109,8 +110,9 @@ class Kube:
             raise
 
     async def list(
-        self, kind: Kind, namespace: str, *, labels: dict[str, str] | None = None
+        self, kind: Kind, namespace: str | None, *, labels: dict[str, str] | None = None
     ) -> list[dict[str, Any]]:
+        """The objects in ``namespace`` (every namespace for None) with ``labels``."""
         query = []
         if labels:
             query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items())))
@@ -147,14 +149,17 @@ class Kube:
             raise
 
     async def json_patch(
-        self, kind: Kind, namespace: str, name: str, operations: list[dict[str, Any]]
+        self, kind: Kind, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
         """Apply a JSON patch (RFC 6902): list appends (``/spec/signals/-``) and ``test``
         preconditions, which a merge patch cannot express."""
         try:
             return dict(
                 await self._call(
-                    "PATCH", kind.path(namespace, name), operations, content_type=JSON_PATCH
+                    "PATCH",
+                    kind.path(namespace, name),
+                    [dict(operation) for operation in operations],
+                    content_type=JSON_PATCH,
                 )
             )
         except ApiException as error:

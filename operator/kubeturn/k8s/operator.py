@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.k8s import agentturns, runs, workspaces
 from kubeturn.k8s.hub import Hub, OperatorSettings
-from kubeturn.k8s.kube import Kube
+from kubeturn.k8s.kube import RUNS, Kube
 from kubeturn.orchestrator import api
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,60 @@ def health_app(ready: asyncio.Event) -> web.Application:
     return app
 
 
+RESUME_GRACE_S = 120.0
+"""How long after a start the Orchestrator API may hold back what it cannot attribute
+while the Runs it found unfinished resume: far above a Workspace's probe (2 s) and a
+Run's load, and bounded, so a Run that cannot resume (its Workspace is gone) does not
+hold it back for ever."""
+RESUME_WAIT_S = 20.0
+"""How long one Harness request that names an unknown Turn or token is parked while the
+Runs resume, before it is answered 503 (a surface read retries; a pick is lost)."""
+FINISHED = ("Succeeded", "Failed", "Cancelled")
+
+
+async def unfinished_runs(hub: Hub, namespaces: tuple[str, ...]) -> set[str]:
+    """The Runs (``namespace/name``) whose Machine may hold live Turns."""
+    found = []
+    for namespace in namespaces or (None,):
+        found += await hub.kube.list(RUNS, namespace)
+    return {
+        f"{run['metadata']['namespace']}/{run['metadata']['name']}"
+        for run in found
+        if (run.get("status") or {}).get("phase") not in FINISHED
+        and not run["metadata"].get("deletionTimestamp")
+    }
+
+
+def resume_gate(hub: Hub) -> Any:
+    """An Orchestrator API middleware for the time after a start: a Harness request whose
+    token or Turn is unknown may be for a Run not resumed yet, so it waits for the Runs,
+    and is answered 503 (retry) rather than 401 or 404 ("the Turn is over", which would
+    end a live Turn) while they still resume."""
+
+    def attributable(request: web.Request) -> bool:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or hub.registry.workspace_of(token) is None:
+            return False
+        return hub.registry.owner(request.match_info["iid"]) is not None
+
+    @web.middleware
+    async def gate(request: web.Request, handler: api.Handler) -> web.StreamResponse:
+        if "iid" not in request.match_info or not hub.resuming():
+            return await handler(request)
+        if not attributable(request):
+            await hub.wait_resumed(RESUME_WAIT_S)
+        response = await handler(request)
+        if response.status in (401, 404) and hub.resuming() and not attributable(request):
+            return web.json_response(
+                {"error": "unavailable", "message": "the Orchestrator is resuming its Runs"},
+                status=503,
+                headers={"Retry-After": "1"},
+            )
+        return response
+
+    return gate
+
+
 def metrics_app() -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(
@@ -115,6 +169,30 @@ def metrics_app() -> web.Application:
     return app
 
 
+SHUTDOWN_S = 1.0
+"""How long a stopping server lets a request in flight finish: a Harness's delivery poll
+parks for up to 25 s and is retried, so it is cut rather than waited for."""
+
+
+class Servers:
+    """The operator's HTTP servers (Orchestrator API, health, metrics)."""
+
+    def __init__(self) -> None:
+        self._runners: list[web.AppRunner] = []
+
+    async def start(self, app: web.Application, host: str, port: int) -> None:
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_S)
+        await runner.setup()
+        self._runners.append(runner)
+        await web.TCPSite(runner, host, port).start()
+
+    async def close(self) -> None:
+        """Stop serving and close every connection; a second call does nothing."""
+        runners, self._runners = self._runners, []
+        for runner in runners:
+            await runner.cleanup()
+
+
 async def run(
     settings: OperatorSettings,
     *,
@@ -122,24 +200,31 @@ async def run(
     peering: str | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Run the operator until ``stop`` is set (or the process is signalled)."""
+    """Run the operator until ``stop`` is set (or the process is signalled).
+
+    The servers and the Harness clients close in kopf's cleanup, once every daemon (every
+    Run actor) stopped: kopf then waits (5 s) for every task begun after it started, and
+    the servers' tasks for the Harnesses' idle connections would be among them.
+    """
     client = kube_client(kubeconfig)
     hub = Hub(Kube(client), settings)
     registry = build(hub, client)
+    servers = Servers()
+
+    @kopf.on.cleanup(registry=registry)
+    async def close(**_: Any) -> None:
+        await servers.close()
+        await hub.close()
+
     ready = asyncio.Event()
-    servers = [
-        (api.make_app(hub.registry), settings.api_port),
-        (health_app(ready), settings.health_port),
-        (metrics_app(), settings.metrics_port),
-    ]
-    runners = []
-    for app, port in servers:
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, settings.api_host, port).start()
-        runners.append(runner)
-    log.info("Orchestrator API on %s:%d", settings.api_host, settings.api_port)
     try:
+        hub.expect(await unfinished_runs(hub, settings.namespaces), RESUME_GRACE_S)
+        orchestrator = api.make_app(hub.registry)
+        orchestrator.middlewares.insert(0, resume_gate(hub))
+        await servers.start(orchestrator, settings.api_host, settings.api_port)
+        await servers.start(health_app(ready), settings.api_host, settings.health_port)
+        await servers.start(metrics_app(), settings.api_host, settings.metrics_port)
+        log.info("Orchestrator API on %s:%d", settings.api_host, settings.api_port)
         await kopf.operator(
             registry=registry,
             clusterwide=not settings.namespaces,
@@ -150,6 +235,6 @@ async def run(
             stop_flag=stop,
         )
     finally:
-        for runner in runners:
-            await runner.cleanup()
+        await servers.close()
         await hub.close()
+        client.close()

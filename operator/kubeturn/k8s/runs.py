@@ -43,11 +43,17 @@ class StatusStore:
     """Writes the core's snapshot and what kubectl shows into ``Run.status``."""
 
     def __init__(
-        self, hub: Hub, namespace: str, name: str, core: RunCore, generation: int | None
+        self,
+        hub: Hub,
+        namespace: str,
+        name: str,
+        core: RunCore,
+        generation: Callable[[], int | None],
     ) -> None:
         self._hub, self._namespace, self._name = hub, namespace, name
         self._core = core
         self._generation = generation
+        """The Run's generation now: a signal or a cancel is a new one, acted on here."""
 
     async def save(self, snapshot: dict[str, Any]) -> None:
         core = self._core
@@ -58,7 +64,7 @@ class StatusStore:
             not finished or core.phase.value == "Succeeded",
             conditions.FINISHED if finished else conditions.RUNNING,
             core.message or f"the Run is {core.phase.value}",
-            self._generation,
+            self._generation(),
         )
         status = {
             "phase": core.phase.value,
@@ -71,7 +77,7 @@ class StatusStore:
             "processedSignals": list(core.signals),
             "cancelProcessed": core.cancelled,
             "conditions": ready,
-            "observedGeneration": self._generation,
+            "observedGeneration": self._generation(),
         }
         await self._hub.kube.patch(
             RUNS, self._namespace, self._name, {"status": status}, status=True
@@ -109,7 +115,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             "kind": body["kind"],
             "metadata": dict(body["metadata"]),
         }
-        store = StatusStore(hub, namespace, name, core, body["metadata"].get("generation"))
+        store = StatusStore(hub, namespace, name, core, lambda: body["metadata"].get("generation"))
         actor = RunActor(
             core,
             turns=ClusterTurns(hub, plain, loaded, workspace),
@@ -123,6 +129,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         hub.registry.workspaces[key] = f"{namespace}/{workspace}"
         try:
             await actor.start()
+            hub.resumed(key)
             while not stopped:
                 for signal in list(spec.get("signals") or []):
                     await actor.signal(
@@ -148,9 +155,13 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
 
 
 async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> LoadedRun | None:
-    """The loaded Run; an invalid one is reported and waited on until it changes."""
-    meta = body["metadata"]
+    """The loaded Run; an invalid one is reported and waited on until it changes.
+
+    ``body`` is kopf's live view: ``body["metadata"]`` is read again each time, since a
+    dict taken from it once would never see a new generation.
+    """
     while not stopped:
+        meta = body["metadata"]
         generation = meta.get("generation")
         document = {
             "apiVersion": body["apiVersion"],
@@ -172,7 +183,8 @@ async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> Loade
                 {"status": {"conditions": invalid, "observedGeneration": generation}},
                 status=True,
             )
-            while not stopped and meta.get("generation") == generation:
+            hub.resumed(f"{meta['namespace']}/{meta['name']}")  # no Turn of it runs
+            while not stopped and body["metadata"].get("generation") == generation:
                 await stopped.wait(SPEC_POLL_S)
     return None
 

@@ -141,7 +141,8 @@ class ClusterTurns:
     async def sweep(self, effect: Sweep) -> list[Settled]:
         name = self._name(effect.turn)
         key = (self._namespace, name)
-        if await self._hub.kube.get(AGENTTURNS, self._namespace, name) is None:
+        current = await self._hub.kube.get(AGENTTURNS, self._namespace, name)
+        if current is None:
             # Gone already: its finalizer swept it, and the Run did not hear the answer
             # (a restart). A repeated sweep settles nothing again; its answer is read back.
             result = self._hub.sweep_done(key)
@@ -156,8 +157,9 @@ class ClusterTurns:
                 return None  # swept already (deleted by a person): its record stands
             return {"exit": exit_, "phase": _phase(status, "Settling")}
 
-        await self._update(name, exited)
-        await self._hub.kube.delete(AGENTTURNS, self._namespace, name)
+        if not current["metadata"].get("deletionTimestamp"):  # else a person deleted it
+            await self._update(name, exited)
+            await self._hub.kube.delete(AGENTTURNS, self._namespace, name)
         result = await self._hub.sweep_result(key, self._hub.settings.sweep_wait_s)
         return result or []
 

@@ -67,7 +67,7 @@ async def start(
     followed by ``hint``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     launcher = [sys.executable, "-m", "kubeturn.local.launch", str(os.getpid()), "--"]
-    with open(log, "ab") as sink:
+    with _appending(log) as sink:
         process = await asyncio.create_subprocess_exec(
             *launcher,
             *command,
@@ -87,7 +87,7 @@ async def start(
                     await process.wait()
                     raise CommandError(
                         f"the {name} did not start: {last_line(log) or 'it said nothing'} "
-                        f"(exit status {process.returncode}; its log: {log}){hint}"
+                        f"(exit status {process.returncode}){hint}"
                     )
                 found = listening.search(line)
                 if found:
@@ -96,8 +96,7 @@ async def start(
     except TimeoutError:
         await child.stop()
         raise CommandError(
-            f"the {name} did not say where it listens within {START_TIMEOUT_S:g} s; "
-            f"its log: {log}"
+            f"the {name} did not say where it listens within {START_TIMEOUT_S:g} s; its log: {log}"
         ) from None
     except BaseException:
         await child.stop()
@@ -109,11 +108,15 @@ async def start(
 async def _drain(stream: asyncio.StreamReader, log: Path) -> None:
     """Keep reading what the child prints after its first line, into its log, so a full
     pipe never blocks it."""
-    handle: IO[bytes]
-    with open(log, "ab") as handle:
+    with _appending(log) as handle:
         while line := await stream.readline():
             handle.write(line)
             handle.flush()
+
+
+def _appending(log: Path) -> IO[bytes]:
+    """A log file to append to (opened at once: a local file, not worth a thread)."""
+    return open(log, "ab")  # the caller's ``with`` closes it
 
 
 def last_line(log: Path) -> str:

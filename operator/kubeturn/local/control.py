@@ -41,9 +41,7 @@ def status(name: str, workdir: Path | None) -> dict[str, Any]:
     return files.read_status() or {"phase": "Pending"}
 
 
-def send(
-    name: str, event: str, data: dict[str, Any], signal_id: str, workdir: Path | None
-) -> Sent:
+def send(name: str, event: str, data: dict[str, Any], signal_id: str, workdir: Path | None) -> Sent:
     files = files_of(name, workdir)
     _check_open(name, files)
     files.append_signal({"id": signal_id, "event": event, "data": data})

@@ -30,7 +30,7 @@ def main(argv: Sequence[str]) -> int:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:
         return 1  # the parent died before the request took effect
-    os.execvp(command[0], command)
+    return os.execvp(command[0], command)
 
 
 if __name__ == "__main__":

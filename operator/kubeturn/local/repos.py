@@ -53,9 +53,7 @@ def resolve(url: str, base: Path) -> str:
     return str((base / Path(url).expanduser()).resolve())
 
 
-def slots(
-    repos: dict[str, Repo], overrides: dict[str, str], base: Path
-) -> dict[str, Slot]:
+def slots(repos: dict[str, Repo], overrides: dict[str, str], base: Path) -> dict[str, Slot]:
     """The slots to clone: the manifest's, with ``--repo`` overrides applied; a slot an
     override names and the manifest does not is added (a Run with no Workspace of its own)."""
     found: dict[str, Slot] = {}

@@ -38,7 +38,7 @@ from typing import Any, TextIO
 import yaml
 from aiohttp import web
 
-from kubeturn.errors import CommandError, DefinitionErrors
+from kubeturn.errors import CommandError
 from kubeturn.local import children, repos
 from kubeturn.local.turns import WatchedHarness
 from kubeturn.local.view import LiveView, summary
@@ -49,6 +49,7 @@ from kubeturn.local.workdir import (
     Workdir,
     branch_of,
     default_workdir,
+    status_of,
 )
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api
@@ -58,6 +59,7 @@ from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.errors import ConfigError
 from kubeturn_harness.providers import Providers
+from kubeturn_harness.scripted import ScriptError, load_script
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ SETTLE_S = 20.0
 """How long kubeturn waits, once the Run ended or was cancelled, for the sweeps of its
 last Turns to come back: the Harness settles a sweep at once (ADR 0002), so this only
 bounds a Harness that stopped answering."""
+FINISHED = (RunPhase.SUCCEEDED.value, RunPhase.FAILED.value, RunPhase.CANCELLED.value)
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 HARNESS_LISTENING = re.compile(r"harness listening on (http://\S+)")
@@ -113,6 +116,7 @@ class _Started:
     api_runner: web.AppRunner | None = None
     client: HarnessClient | None = None
     watched: WatchedHarness | None = None
+    store: FileStore | None = None
     actor: RunActor | None = None
     worktrees: dict[str, str] = field(default_factory=dict)
 
@@ -165,6 +169,13 @@ class LocalRun:
 
     async def _run(self) -> int:
         workdir, files, loaded, fresh, saved = self._locate()
+        ended = files.read_status() if not fresh else None
+        if ended is not None and ended.get("phase") in FINISHED and not ended.get("liveTurns"):
+            # Nothing to continue: say how it ended, as the run that ended it did.
+            self.out.write(f"kubeturn: the run {loaded.name} has ended\n")
+            for line in summary(loaded.name, ended, None):
+                self.out.write(line + "\n")
+            return 0 if ended["phase"] == RunPhase.SUCCEEDED.value else 1
         existed = workdir.root.exists()
         with files.locked():
             started = _Started(workdir, files, loaded, fresh)
@@ -217,27 +228,7 @@ class LocalRun:
             started.files,
             started.loaded,
         )
-        # The flags of this command win; a resumed run without any keeps its first ones.
-        model: str | None = options.model
-        providers_file = (
-            (options.base / options.providers).resolve() if options.providers else None
-        )
-        if model is None and providers_file is None:
-            model = saved.get("model")
-            providers_file = Path(saved["providers"]) if saved.get("providers") else None
-        if model is None and providers_file is None and os.environ.get("KUBETURN_PROVIDERS"):
-            providers_file = Path(os.environ["KUBETURN_PROVIDERS"]).resolve()
-        script = _script(model, options.base) if model is not None else None
-        if script is None and providers_file is None:
-            raise CommandError(
-                "no model provider: pass --model scripted:SCRIPT to run offline on a scripted "
-                "model, or --providers FILE (YAML: name → {type: openai, baseUrl, apiKeyEnv})"
-            )
-        default_model = SCRIPTED_MODEL if script else os.environ.get("KUBETURN_DEFAULT_MODEL")
-        if script is None:
-            assert providers_file is not None
-            _check_models(loaded, providers_file, default_model)
-
+        script, providers_file, default_model = _models_for(loaded, options, saved)
         slots = _slots(loaded, saved.get("repos") or options.repos, options.base)
         files.directory.mkdir(parents=True, exist_ok=True)
         workdir.logs.mkdir(parents=True, exist_ok=True)
@@ -257,6 +248,11 @@ class LocalRun:
                 + "\n"
             )
         self.out.write(f"kubeturn: run {loaded.name} in {workdir.root}\n")
+        if script is not None and options.model is None and started.fresh:
+            self.out.write(
+                f"kubeturn: no model providers given: every Agent answers from the scripted "
+                f"model's script {script} (pass --providers FILE for real models)\n"
+            )
         self.out.flush()
         for slot in slots.values():
             if not (workdir.clone(slot.name) / ".git").exists():
@@ -349,11 +345,12 @@ class LocalRun:
                     f"the snapshot {files.snapshot} cannot be restored ({error}); the run "
                     "cannot be resumed: start it afresh in another --workdir"
                 ) from error
+            started.store = FileStore(files, core)
             started.actor = RunActor(
                 core,
                 turns=started.watched,
                 execs=started.watched,
-                store=FileStore(files, core),
+                store=started.store,
                 clock=time.time,
                 on_change=lambda _: self._changed.set(),
             )
@@ -367,6 +364,8 @@ class LocalRun:
     async def _take_down(self, started: _Started) -> None:
         if started.actor is not None:
             await started.actor.close()
+        if started.store is not None:
+            await started.store.close()
         if started.watched is not None:
             await started.watched.close()
         if started.client is not None:
@@ -381,7 +380,8 @@ class LocalRun:
 
     async def _drive(self, started: _Started) -> int:
         actor, files, loaded = started.actor, started.files, started.loaded
-        assert actor is not None and started.watched is not None
+        assert actor is not None
+        assert started.watched is not None
         watched = started.watched
         core = actor.core
         self._driving = True
@@ -402,8 +402,10 @@ class LocalRun:
         last_draw = 0.0
         while True:
             for sent in inbox.signals():
-                await actor.signal(sent["event"], dict(sent.get("data") or {}), signal_id=sent["id"])
-            if inbox.cancelled():
+                await actor.signal(
+                    sent["event"], dict(sent.get("data") or {}), signal_id=sent["id"]
+                )
+            if not core.cancelled and inbox.cancelled():
                 await actor.cancel()
             notices = [*watched.refusals, *inbox.problems]
             for notice in notices[said:]:
@@ -417,7 +419,7 @@ class LocalRun:
             if actor.finished.is_set() or self._interrupted.is_set() or self._terminated.is_set():
                 break
             await _first(
-                self._changed, self._interrupted, self._terminated, actor.finished, timeout=POLL_S
+                self._changed, self._interrupted, self._terminated, actor.finished, within=POLL_S
             )
 
         if self._terminated.is_set() and not self._interrupted.is_set():
@@ -433,7 +435,8 @@ class LocalRun:
             await actor.cancel()
         await self._settle(actor, watched)
         self.view.finish()
-        for line in summary(core, time.time() - self._started_since(core)):
+        elapsed = time.time() - self._started_since(core)
+        for line in summary(loaded.name, status_of(core, {}), elapsed):
             self.out.write(line + "\n")
         self.out.flush()
         if self._interrupted.is_set():
@@ -447,7 +450,7 @@ class LocalRun:
         while core.turns and time.monotonic() < deadline and not self._forced.is_set():
             self._changed.clear()
             self.view.update(core, watched.tool_calls, time.time())
-            await _first(self._changed, self._forced, timeout=POLL_S)
+            await _first(self._changed, self._forced, within=POLL_S)
         self.view.update(core, watched.tool_calls, time.time())
         for turn in core.turns.values():
             self.view.say(
@@ -473,6 +476,46 @@ def _read(path: Path) -> str:
         ) from error
 
 
+def _models_for(
+    loaded: LoadedRun, options: Options, saved: dict[str, Any]
+) -> tuple[Path | None, Path | None, str | None]:
+    """The scripted model's script, or the providers file, and the default model.
+
+    The flags of this command win; a resumed run given neither keeps its first ones; a
+    new run given neither reads ``KUBETURN_PROVIDERS``, and without it uses the script
+    beside the manifest (``<name>.script.yaml``, as every example has), if there is one.
+    """
+    model: str | None = options.model
+    providers = (options.base / options.providers).resolve() if options.providers else None
+    if model is None and providers is None:
+        model = saved.get("model")
+        providers = Path(saved["providers"]) if saved.get("providers") else None
+    if model is None and providers is None and os.environ.get("KUBETURN_PROVIDERS"):
+        providers = Path(os.environ["KUBETURN_PROVIDERS"]).resolve()
+    beside = script_beside(options.manifest) if options.resume is None else None
+    if model is None and providers is None and beside is not None:
+        model = f"{SCRIPTED}:{beside}"
+    script = _script(model, options.base) if model is not None else None
+    if script is not None:
+        return script, None, SCRIPTED_MODEL
+    if providers is None:
+        raise CommandError(
+            "no model provider: pass --model scripted:SCRIPT to run offline on a scripted "
+            "model, or --providers FILE (YAML: name → {type: openai, baseUrl, apiKeyEnv})"
+        )
+    default_model = os.environ.get("KUBETURN_DEFAULT_MODEL")
+    _check_models(loaded, providers, default_model)
+    return None, providers, default_model
+
+
+def script_beside(manifest: Path | None) -> Path | None:
+    """``x.script.yaml`` beside the manifest ``x.yaml``, when there is one."""
+    if manifest is None:
+        return None
+    beside = manifest.with_name(f"{manifest.name.rsplit('.', 1)[0]}.script.yaml")
+    return beside if beside.is_file() else None
+
+
 def _script(model: str, base: Path) -> Path:
     kind, colon, where = model.partition(":")
     if kind != SCRIPTED or not colon or not where:
@@ -483,6 +526,13 @@ def _script(model: str, base: Path) -> Path:
     script = (base / where).resolve()
     if not script.is_file():
         raise CommandError(f"cannot read the scripted model's script {where}: no such file")
+    try:
+        load_script(script)
+    except ScriptError as error:
+        head, _, problems = str(error).partition("\n")
+        said = "; ".join(line.strip() for line in problems.splitlines() if line.strip())
+        message = f"{head.rstrip(':')}: {said}" if said else head
+        raise CommandError(f"{message} (docs/scripted-model.md gives the format)") from error
     return script
 
 
@@ -619,19 +669,14 @@ def _empty(root: Path, *, remove: bool) -> None:
             root.rmdir()
 
 
-async def _first(*events: asyncio.Event, timeout: float) -> None:
-    """Wait until any of ``events`` is set, or ``timeout`` passes."""
+async def _first(*events: asyncio.Event, within: float) -> None:
+    """Wait until any of ``events`` is set, or ``within`` seconds pass."""
     if any(event.is_set() for event in events):
         return
     waits = [asyncio.create_task(event.wait()) for event in events]
     try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for wait in waits:
             wait.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
-
-
-def manifest_errors(errors: DefinitionErrors, source: str) -> list[str]:
-    """A manifest's problems, one line each, as ``kubeturn validate`` prints them."""
-    return [f"{source}: {problem}" for problem in errors.errors]

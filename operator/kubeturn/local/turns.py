@@ -52,8 +52,7 @@ class WatchedHarness:
         except AdmitFailed as failed:
             said = _one_line(str(failed))
             self.refusals.append(
-                f"the Harness refused Turn {effect.turn} ({effect.agent} in {effect.state}): "
-                f"{said}"
+                f"the Harness refused Turn {effect.turn} ({effect.agent} in {effect.state}): {said}"
             )
             self._on_change()
             raise

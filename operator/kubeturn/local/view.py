@@ -143,10 +143,14 @@ def turn_message(record: Mapping[str, Any]) -> str:
 
 
 def history_table(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Settled Turns (``Run.status.turns`` records) as a table; each has the same fields on
-    a cluster and in a local Run's ``snapshot.json``."""
+    """Settled Turns (``Run.status.turns`` records) as a table, in the order they started;
+    a record has the same fields on a cluster and in a local Run's ``snapshot.json``."""
     lines = []
-    for record in records:
+    ordered = sorted(
+        records,
+        key=lambda r: (float(r.get("startedAt", 0)), _number(str(r.get("name", "")))),
+    )
+    for record in ordered:
         message = " ".join(turn_message(record).split())
         if len(message) > MESSAGE_WIDTH:
             message = message[: MESSAGE_WIDTH - 1] + "…"
@@ -182,18 +186,26 @@ def status_lines(name: str, status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def summary(core: RunCore, elapsed: float) -> list[str]:
-    """The end of ``kubeturn run``: each Turn, then the Run's phase, output and message."""
-    records = [r.model_dump(mode="json") for r in core.history]
-    state = core.config.leaf if core.config else "-"
+def summary(name: str, status: Mapping[str, Any], elapsed: float | None) -> list[str]:
+    """The end of ``kubeturn run``: each Turn (outcome, cause, tokens, duration), then the
+    Run's phase, message and output, from a status shaped like ``Run.status``."""
+    records = list(status.get("turns") or [])
     lines = ["", *history_table(records)] if records else ["", "no Turns"]
     lines.append("")
-    lines.append(f"run {core.run.name}: {core.phase.value} in state {state} after {duration(elapsed)}")
-    if core.message:
-        lines.append(f"message: {core.message}")
-    if core.config is not None and core.config.output is not None:
-        lines.append(f"output: {_compact(core.config.output)}")
+    state = status.get("state") or "-"
+    where = f" in state {state}" if state != "-" else ""
+    after = f" after {duration(elapsed)}" if elapsed is not None else ""
+    lines.append(f"run {name}: {status.get('phase') or 'Pending'}{where}{after}")
+    if status.get("message"):
+        lines.append(f"message: {status['message']}")
+    if status.get("output") is not None:
+        lines.append(f"output: {_compact(status['output'])}")
     return lines
+
+
+def _leaf(core: RunCore) -> str:
+    """The active state; ``-`` before the start and after the end (every state exited)."""
+    return core.config.leaf if core.config is not None and core.config.leaf else "-"
 
 
 def _compact(value: Any) -> str:
@@ -226,7 +238,7 @@ class LiveView:
 
     def update(self, core: RunCore, tool_calls: Mapping[str, int], now: float) -> None:
         current = rows(core, tool_calls)
-        run = (core.config.leaf if core.config else "-", core.phase.value)
+        run = (_leaf(core), core.phase.value)
         if self._tty:
             self._redraw(core, current, run, now)
             return
@@ -247,9 +259,7 @@ class LiveView:
         """Leave what is drawn in place."""
         self._drawn = 0
 
-    def _redraw(
-        self, core: RunCore, current: list[Row], run: tuple[str, str], now: float
-    ) -> None:
+    def _redraw(self, core: RunCore, current: list[Row], run: tuple[str, str], now: float) -> None:
         width = shutil.get_terminal_size((120, 24)).columns
         started = min((row.started for row in current), default=now)
         head = f"run {core.run.name} · state {run[0]} · {run[1]} · {duration(now - started)}"
@@ -270,6 +280,4 @@ class LiveView:
 def _fixed(cells: Sequence[str]) -> str:
     """A row of the line-per-change output: fixed widths, since later rows are not known."""
     widths = (5, 12, 24, 9, 9, 7, 5)
-    return "  ".join(
-        cell.ljust(width) for cell, width in zip(cells, widths, strict=True)
-    ).rstrip()
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()

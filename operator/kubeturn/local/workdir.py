@@ -30,8 +30,10 @@ import contextlib
 import fcntl
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,12 +201,17 @@ class RunFiles:
 
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text``: a reader, or a crash, sees the old file or the new."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with open(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)
@@ -214,15 +221,31 @@ def write_atomic(path: Path, text: str) -> None:
 
 class FileStore:
     """The local ``SnapshotStore``: the core's snapshot, with what ``kubeturn status`` and
-    ``kubeturn turns`` show, in ``snapshot.json`` (shaped like ``Run.status``)."""
+    ``kubeturn turns`` show, in ``snapshot.json`` (shaped like ``Run.status``).
+
+    Writes run in one worker thread, in the order they were asked for, and a write once
+    asked for is finished even when the actor that asked is stopped while it waits
+    (``close`` waits for them): the last state decided is the last state written.
+    """
 
     def __init__(self, files: RunFiles, core: RunCore) -> None:
         self._files = files
         self._core = core
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
+        self._pending: set[asyncio.Future[None]] = set()
 
     async def save(self, snapshot: dict[str, Any]) -> None:
         text = json.dumps(status_of(self._core, snapshot), indent=1, sort_keys=True) + "\n"
-        await asyncio.to_thread(write_atomic, self._files.snapshot, text)
+        loop = asyncio.get_running_loop()
+        written = loop.run_in_executor(self._writer, write_atomic, self._files.snapshot, text)
+        self._pending.add(written)
+        written.add_done_callback(self._pending.discard)
+        await asyncio.shield(written)
+
+    async def close(self) -> None:
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        self._writer.shutdown(wait=True)
 
 
 def status_of(core: RunCore, snapshot: dict[str, Any]) -> dict[str, Any]:
