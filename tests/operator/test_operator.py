@@ -22,7 +22,12 @@ Cases:
 - an AgentTurn deleted right after an operator restart, while the new operator cannot
   reach the Harness yet (its process frozen): the finalizer waits, and sweeps the Turn
   once the Harness answers (the held request cut, ``aborted``), never leaving it running;
-  the resumed Run's Machine gets ``agent.fault`` (``deleted``).
+  the resumed Run's Machine gets ``agent.fault`` (``deleted``);
+- ``kubectl delete run`` mid-Turn: the Run goes only after its live AgentTurn was swept
+  (``aborted``, the held request cut).
+
+Limits of the emulator (no garbage collection, no admission) are the emulator's; the
+kubelet's are in :mod:`tests.operator.kubelet`.
 """
 
 from __future__ import annotations
@@ -560,3 +565,28 @@ async def test_a_turn_deleted_before_a_new_operator_knows_its_harness_is_still_s
     failed = await world.run_phase(RUN, "Failed")
     # The resumed Run's Machine heard of the deletion before the sweep's settlement.
     assert str(failed["message"]).endswith("the AgentTurn of Turn t1 was deleted")
+
+
+# ----------------------------------------------------------------------------- Run deletion
+
+
+async def test_deleting_a_run_sweeps_its_live_turn_before_it_goes(cluster: StartCluster) -> None:
+    world = await cluster(task_with_review_script(hold_first=True))
+    await world.apply(task_with_review(world.origin))
+    await world.held(CODER)
+    first = f"{RUN}-t1"
+    await eventually(
+        lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
+        f"AgentTurn {first} to be Running",
+    )
+
+    await world.kubectl("delete", "run", RUN, "--wait=false")
+    await eventually(lambda: read(world.k8s, RUNS, RUN) is None, f"Run {RUN} to go")
+
+    assert first in world.watch.deleted()
+    (_, last) = world.watch.of(first)[-1]
+    assert last["status"]["settlement"]["outcome"] == "aborted"
+    harness = await world.harness(WORKSPACE)
+    (settlement,) = (await harness.history("coder", CODER_IID))["settlements"]
+    assert (settlement["outcome"], settlement.get("message")) == ("aborted", None)
+    await world.cut(CODER)

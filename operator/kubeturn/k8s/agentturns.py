@@ -145,20 +145,24 @@ async def _deleted_by_user(
     """
     run = str((spec.get("runRef") or {}).get("name"))
     deadline = time.monotonic() + HARNESS_WAIT_S
-    while (actor := hub.registry.actors.get(f"{namespace}/{run}")) is None:
+    while True:
         found = await hub.kube.get(RUNS, namespace, run)
         status = (found or {}).get("status") or {}
         ready = [c for c in status.get("conditions", []) if c.get("type") == conditions.READY]
         if (
             found is None
-            or found["metadata"].get("deletionTimestamp")
+            or found["metadata"].get("deletionTimestamp")  # its Turns go with it
             or status.get("phase") in ("Succeeded", "Failed", "Cancelled")
             or (ready and ready[0].get("reason") == conditions.INVALID)
-            or time.monotonic() > deadline
         ):
             return
+        actor = hub.registry.actors.get(f"{namespace}/{run}")
+        if actor is not None:
+            await actor.turn_deleted(spec["turn"], submission)
+            return
+        if time.monotonic() > deadline:
+            return
         await asyncio.sleep(HARNESS_POLL_S)
-    await actor.turn_deleted(spec["turn"], submission)
 
 
 def _now() -> str:

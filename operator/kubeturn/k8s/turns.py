@@ -157,7 +157,9 @@ class ClusterTurns:
                 return None  # swept already (deleted by a person): its record stands
             return {"exit": exit_, "phase": _phase(status, "Settling")}
 
-        if not current["metadata"].get("deletionTimestamp"):  # else a person deleted it
+        # One being deleted already (by a person, with its Run, or by this sweep before a
+        # restart) has its finalizer at work: it reports to ``sweep_result``.
+        if not current["metadata"].get("deletionTimestamp"):
             await self._update(name, exited)
             await self._hub.kube.delete(AGENTTURNS, self._namespace, name)
         result = await self._hub.sweep_result(key, self._hub.settings.sweep_wait_s)
