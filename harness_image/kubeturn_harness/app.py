@@ -13,10 +13,11 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from kubeturn_harness import openapi
 from kubeturn_harness.errors import WireError
@@ -43,6 +44,7 @@ PAGE = 1000
 """Events per stream read: a client behind reads on from ``stream-next-offset``."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Body = TypeVar("Body", bound=BaseModel)
 
 
 def error(
@@ -83,6 +85,14 @@ async def answer_errors(request: web.Request, handler: Handler) -> web.StreamRes
         return error(500, "the Harness failed to answer; see its log", kind="internal")
 
 
+async def _body(request: web.Request, model: type[Body]) -> Body:
+    """The request's JSON body as ``model``; a WireError naming the first bad field."""
+    try:
+        return model.model_validate_json(await request.read())
+    except ValidationError as invalid:
+        raise _wire_error(invalid) from invalid
+
+
 def _wire_error(invalid: ValidationError) -> WireError:
     """The first problem of a body, naming its field."""
     first = invalid.errors()[0]
@@ -102,11 +112,7 @@ def _agent(request: web.Request) -> tuple[str, str]:
 
 async def admit(request: web.Request) -> web.Response:
     name, instance_id = _agent(request)
-    raw = await request.read()
-    try:
-        body = AdmitRequest.model_validate_json(raw)
-    except ValidationError as invalid:
-        raise _wire_error(invalid) from invalid
+    body = await _body(request, AdmitRequest)
     sid, offset = request.app[HARNESS].admit(name, instance_id, body)
     stream = f"{request.path}?offset={offset}"
     return web.json_response(
@@ -157,20 +163,12 @@ async def abort(request: web.Request) -> web.Response:
 
 
 async def run_exec(request: web.Request) -> web.Response:
-    try:
-        body = ExecRequest.model_validate_json(await request.read())
-    except ValidationError as invalid:
-        raise _wire_error(invalid) from invalid
-    result = await request.app[HARNESS].exec(body)
+    result = await request.app[HARNESS].exec(await _body(request, ExecRequest))
     return web.json_response(result.model_dump())
 
 
 async def worktrees(request: web.Request) -> web.Response:
-    try:
-        body = WorktreesRequest.model_validate_json(await request.read())
-    except ValidationError as invalid:
-        raise _wire_error(invalid) from invalid
-    made = await request.app[HARNESS].worktrees(body)
+    made = await request.app[HARNESS].worktrees(await _body(request, WorktreesRequest))
     return web.json_response(made.model_dump())
 
 

@@ -322,9 +322,7 @@ class LocalRun:
                 ),
             )
             started.client = HarnessClient(started.harness.url, harness_token)
-            started.watched = WatchedHarness(
-                started.client, started.harness.url, harness_token, self._changed.set
-            )
+            started.watched = WatchedHarness(started.client, self._changed.set)
             try:
                 started.worktrees = await started.client.worktrees(
                     loaded.name, branch_of(loaded.name), sorted(slots)

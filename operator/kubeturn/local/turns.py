@@ -1,11 +1,11 @@
 """The local Run's TurnPort and ExecPort: the Harness client, with what the live table
 shows besides the core's own state.
 
-Every port call goes to ``HarnessClient`` unchanged. Beside it, each conversation a Turn
-is admitted to is followed on the Harness's stream (long-polls, like the client's own
-settlement follower) to count the tool calls of each Submission, and a refused admission
-is kept to be said to the person at the terminal: an unknown provider is a 400 naming
-``model``, and the Machine hears it only as the Agent's fault.
+Every port call goes to ``HarnessClient`` unchanged. Beside it, each conversation a
+Turn is admitted to is followed on the Harness's stream (``HarnessClient.follow``) to
+count the tool calls of each Submission, and a refused admission is kept to be said to
+the person at the terminal: an unknown provider is a 400 naming ``model``, and the
+Machine hears it only as the Agent's fault.
 """
 
 from __future__ import annotations
@@ -15,27 +15,19 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
-from urllib.parse import quote
-
-import aiohttp
-from pydantic import ValidationError
 
 from kubeturn.orchestrator.actor import AdmitFailed, Settled
 from kubeturn.orchestrator.core import ExecResult
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
-from kubeturn.orchestrator.harness_client import POLL_TIMEOUT_S, RETRY_S, HarnessClient
+from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import EventType, Message, StreamEvent
 
 log = logging.getLogger(__name__)
 
 
 class WatchedHarness:
-    def __init__(
-        self, client: HarnessClient, base_url: str, token: str, on_change: Callable[[], None]
-    ) -> None:
+    def __init__(self, client: HarnessClient, on_change: Callable[[], None]) -> None:
         self._client = client
-        self._base = base_url.rstrip("/")
-        self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
         self._on_change = on_change
         self._followers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.tool_calls: dict[str, int] = {}
@@ -77,22 +69,8 @@ class WatchedHarness:
             )
 
     async def _follow(self, agent: str, instance_id: str) -> None:
-        url = f"{self._base}/agents/{quote(agent, safe='')}/{quote(instance_id, safe='')}"
-        offset = 0
-        timeout = aiohttp.ClientTimeout(total=POLL_TIMEOUT_S)
-        while True:
-            try:
-                async with self._session.get(
-                    url, params={"offset": str(offset), "live": "long-poll"}, timeout=timeout
-                ) as response:
-                    if response.status == 200:
-                        self._count([StreamEvent.model_validate(e) for e in await response.json()])
-                    if response.status in (200, 204):
-                        offset = int(response.headers.get("stream-next-offset", offset))
-                        continue
-            except (aiohttp.ClientError, TimeoutError, ValidationError, ValueError) as error:
-                log.debug("following the tool calls of %s: %s", instance_id, error)
-            await asyncio.sleep(RETRY_S)
+        async for event in self._client.follow(agent, instance_id):
+            self._count([event])
 
     def _count(self, events: list[StreamEvent]) -> None:
         changed = False
@@ -113,7 +91,6 @@ class WatchedHarness:
         for task in self._followers.values():
             task.cancel()
         await asyncio.gather(*self._followers.values(), return_exceptions=True)
-        await self._session.close()
 
 
 def _one_line(text: str) -> str:

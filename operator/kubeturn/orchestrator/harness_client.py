@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from urllib.parse import quote
 
 import aiohttp
@@ -77,9 +78,11 @@ class HarnessClient:
         except aiohttp.ClientError as error:
             raise AdmitFailed(f"the Harness could not be reached: {error}") from error
 
-    async def settlement(self, effect: Admit, submission: str) -> Settled:
+    async def follow(self, agent: str, instance_id: str) -> AsyncIterator[StreamEvent]:
+        """Every event of a conversation, from its start, as it happens (long-polls;
+        a failed read is retried, because reading is safe). Never ends by itself."""
         offset = 0
-        url = self._url(effect.agent, effect.instance_id)
+        url = self._url(agent, instance_id)
         timeout = aiohttp.ClientTimeout(total=POLL_TIMEOUT_S)
         while True:
             try:
@@ -88,19 +91,23 @@ class HarnessClient:
                 ) as response:
                     if response.status == 200:
                         for raw in await response.json():
-                            event = StreamEvent.model_validate(raw)
-                            if (
-                                event.type is EventType.SUBMISSION_SETTLED
-                                and event.data.get("submissionId") == submission
-                            ):
-                                return _settled(Settlement.model_validate(event.data))
+                            yield StreamEvent.model_validate(raw)
                     if response.status in (200, 204):
                         offset = int(response.headers.get("stream-next-offset", offset))
                         continue
-                    log.warning("following %s: HTTP %d", effect.instance_id, response.status)
-            except (aiohttp.ClientError, TimeoutError, ValidationError) as error:
-                log.debug("following %s: %s", effect.instance_id, error)
+                    log.warning("following %s: HTTP %d", instance_id, response.status)
+            except (aiohttp.ClientError, TimeoutError, ValidationError, ValueError) as error:
+                log.debug("following %s: %s", instance_id, error)
             await asyncio.sleep(RETRY_S)
+
+    async def settlement(self, effect: Admit, submission: str) -> Settled:
+        async for event in self.follow(effect.agent, effect.instance_id):
+            if (
+                event.type is EventType.SUBMISSION_SETTLED
+                and event.data.get("submissionId") == submission
+            ):
+                return _settled(Settlement.model_validate(event.data))
+        raise AssertionError("a conversation's stream never ends")
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
         body: dict[str, str] = {}
