@@ -483,7 +483,7 @@ main() {
   states=$(run_field '{.status.turns[*].state}')
   signals=$(run_field '{.status.processedSignals[*]}')
   # Each Turn ended by its own pick: the sweep named the running Submission, and the
-  # Harness settled it `ended` (seed 000's table), across real pods and Services.
+  # Harness settled it `ended` (the outcome table of docs/turn-semantics.md), across real pods and Services.
   expect "Turn outcomes" "$outcomes" "ended ended ended ended"
   expect "Turn causes" "$causes" "pick pick pick pick"
   expect "Turn states" "$states" "implementing reviewing fixing reviewing"

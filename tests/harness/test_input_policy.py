@@ -1,4 +1,4 @@
-"""Input policy of a Submission admitted while another runs (rule 11; seed 004 is the authority).
+"""Input policy of a Submission admitted while another runs (rule 11; docs/turn-semantics.md §6).
 
 Cases:
 - ``queue`` (the default) waits: the running Submission is not cut, and the queued one

@@ -1,4 +1,4 @@
-"""Receipts and picks (rule 6), one named test each (seed 000 is the authority).
+"""Receipts and picks (rule 6), one named test each (docs/turn-semantics.md §3).
 
 Cases:
 - a pick is POSTed to ``{orchestrator}/agents/{iid}/events`` as ``{type, ...payload}``

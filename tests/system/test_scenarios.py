@@ -1,15 +1,15 @@
 """Whole Runs through the Orchestrator core, its API, the real Harness and the scripted model.
 
-Each scenario asserts exact outcomes and counts (seed 000's style):
+Each scenario asserts exact outcomes and counts (docs/turn-semantics.md):
 
 - ``examples/task-with-review.yaml`` runs to Succeeded: coder → reviewer rejects →
   coder fixes on the same conversation → reviewer approves → the ``humanReview`` gate
   takes ``approve``; four Turns, each ``ended`` by its own pick, no model request after
   any Turn-ending pick;
-- ``handoff`` (seed 000): the pick that ends a Turn settles it ``ended`` whichever end
+- ``handoff``: the pick that ends a Turn settles it ``ended`` whichever end
   lands first (the sweep, or the Harness's own end), and the next ``continue`` Turn on
   the same conversation is not swept: one ``ended`` settlement while it runs;
-- ``interrupted`` (seed 000): a gate's outside answer ends a Turn whose model request is
+- ``interrupted``: a gate's outside answer ends a Turn whose model request is
   held: ``aborted`` through the sweep, no message, the held request cut;
 - a Turn timeout (``after``) ends a Turn mid-work: ``aborted``, no cause;
 - a pick routed to a ``failed`` final: ``ended``, the Run Failed;

@@ -1,4 +1,4 @@
-"""Racing orderings of one conversation (``kubeturn_harness.conversations``; seed 000, 004).
+"""Racing orderings of one conversation (``kubeturn_harness.conversations``; docs/turn-semantics.md §2, §5, §6).
 
 Everything of the Harness's own is real (Conversation, ConversationLog in a temporary
 directory, the tool loop, HarnessMetrics, SystemClock); only the external ports are

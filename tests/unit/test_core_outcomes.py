@@ -1,4 +1,4 @@
-"""Seed 000's outcome table, row by row, as kubeturn's core produces it (``RunCore``).
+"""The outcome table of docs/turn-semantics.md §2, row by row, as kubeturn's core produces it (``RunCore``).
 
 Each test drives the core by hand (no IO; ids from a counter; time as an argument),
 asserts the Sweep it decides (cause and the Submission it names), then plays the
@@ -124,7 +124,7 @@ def harness_settles(
     sweep: Sweep, running: str | None
 ) -> dict[str, tuple[Outcome, None, str | None]]:
     """What the Harness reports for ``sweep``: the running Submission settled by the
-    sweep's body alone (seed 000; ``kubeturn_harness.settlements``)."""
+    sweep's body alone (docs/turn-semantics.md §2; ``kubeturn_harness.settlements``)."""
     if running is None:
         return {}
     body = settlements.Sweep(sweep.cause, SubmissionId(sweep.submission or "") or None)
@@ -173,7 +173,7 @@ class TestTheTurnsOwnPickEndedIt:
         assert (record.startedAt, record.settledAt) == (0.0, 2.0)
 
     def test_a_timer_the_picks_route_armed_names_the_running_submission(self) -> None:
-        # Seed 000: Submission 1 picks, its route arms a timer, Submission 1 completes,
+        # Submission 1 picks, its route arms a timer, Submission 1 completes,
         # the nudge admits Submission 2, the timer leaves the state: Submission 2 ends.
         core, admits = started("timer_route", coder="s1")
         iid = admits["coder"].instance_id
@@ -253,7 +253,7 @@ class TestTheTurnsOwnPickEndedIt:
 
 
 class TestAnExitWhileTheNextAdmissionIsInFlight:
-    """Seed 000, the limits of the one judge: a Turn its own pick ends while its nudge is
+    """The limits of the one judge: a Turn its own pick ends while its nudge is
     being admitted names the Submission before it, which no longer runs, so the running
     Submission settles ``aborted`` ("conservative"); ADR 0015 takes the exit as the
     judgment only when "no nudge was out"."""

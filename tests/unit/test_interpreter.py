@@ -567,7 +567,7 @@ class TestCauses:
 
     def test_an_exec_error_nothing_handles_stops_everything_with_no_cause(self) -> None:
         # The exec the pick started carries the pick's cause, but a defect that no state
-        # catches is never the pick's (seed 000's table: aborted).
+        # catches is never the pick's (the outcome table: aborted).
         m = Machine("causes")
         m.send("run", cause=PICK)
         agent = m.invoke("ask")
