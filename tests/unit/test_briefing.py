@@ -1,4 +1,4 @@
-"""The Briefing, the turn block after the prompt (``kubeturn_harness.briefing``; docs/turn-semantics.md §4).
+"""The Briefing, the turn block after the prompt (``briefing``; docs/turn-semantics.md §4).
 
 Cases:
 - the cwd line, exactly; no cwd line for an Agent with no Working tools;

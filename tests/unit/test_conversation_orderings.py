@@ -1,4 +1,4 @@
-"""Racing orderings of one conversation (``kubeturn_harness.conversations``; docs/turn-semantics.md §2, §5, §6).
+"""Racing orderings of one conversation (``conversations``; docs/turn-semantics.md §2, §5).
 
 Everything of the Harness's own is real (Conversation, ConversationLog in a temporary
 directory, the tool loop, HarnessMetrics, SystemClock); only the external ports are

@@ -1,4 +1,4 @@
-"""The outcome table of docs/turn-semantics.md §2, row by row, as kubeturn's core produces it (``RunCore``).
+"""The outcome table (docs/turn-semantics.md §2), row by row, as ``RunCore`` makes it.
 
 Each test drives the core by hand (no IO; ids from a counter; time as an argument),
 asserts the Sweep it decides (cause and the Submission it names), then plays the

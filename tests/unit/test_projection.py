@@ -1,4 +1,4 @@
-"""Projection of the record into a new prompt (``kubeturn_harness.projection``; docs/turn-semantics.md §6).
+"""Projection of the record into a new prompt (``projection``; docs/turn-semantics.md §6).
 
 Cases:
 - an interrupted reply with each declared form: ``assistant-marked`` (the words and the

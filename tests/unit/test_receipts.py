@@ -1,4 +1,4 @@
-"""The prose a model reads for each pick (``kubeturn_harness.receipts``; docs/turn-semantics.md §3).
+"""The prose a model reads for each pick (``receipts``; docs/turn-semantics.md §3).
 
 Cases:
 - exact prose of every function: ``stale_pick``, ``turn_over``, ``undeliverable``,

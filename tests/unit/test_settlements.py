@@ -1,4 +1,4 @@
-"""How a sweep's body settles Submissions (``kubeturn_harness.settlements``; docs/turn-semantics.md §3).
+"""How a sweep's body settles Submissions (``settlements``; docs/turn-semantics.md §2).
 
 Cases:
 - ``Sweep.parse`` of every body shape: empty, whitespace only, invalid JSON, non-UTF-8

@@ -1,0 +1,327 @@
+"""Benchmark of the Kubernetes operator against the API emulator, at N concurrent Runs.
+
+For each N: the emulator on 127.0.0.1, the kubelet (each sandbox Pod a real Harness
+process), the scripted model and the operator (``operator.run`` in a thread of this
+process, as in the operator tier's tests). One Workspace, ``shared``, is named by every
+Run, so one Harness serves them all. N minimal Runs (one agent state whose Agent picks
+``done`` once → final) are created at once, all answered by one scripted conversation,
+and driven until every one is ``Succeeded``.
+
+Prints, per N:
+1. reconcile latency p50/p99: per Run, from its creation (the POST sent) to its first
+   AgentTurn's ADDED event on a watch, and to the Run's ``Succeeded`` (polled);
+2. sweep → settled p99, estimated from the operator's ``kubeturn_sweep_to_settled_seconds``
+   histogram buckets (an upper bound: the bucket's edge), and measured per AgentTurn on
+   the watch from its first version carrying ``deletionTimestamp`` to its DELETED event;
+3. the process's max RSS (``resource.getrusage``): the operator runs in-process, so it
+   includes the emulator, the kubelet and the scripted model (not the Harness process).
+
+Run: ``python bench/operator.py [--runs 50 200] [--json]``. Figures, not assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.operator import emulator  # noqa: E402
+from tests.operator import kubelet as kubelet_  # noqa: E402
+from tests.operator.operator_support import (  # noqa: E402
+    GROUP_VERSION,
+    NAMESPACE,
+    OperatorThread,
+    call,
+    make_origin,
+    script,
+    settings,
+)
+
+from kubeturn.k8s import metrics  # noqa: E402
+from kubeturn_harness.scripted import parse_script, serve  # noqa: E402
+
+PROMPT = "Say you are done, then call done."
+WORKSPACE = "shared"
+BOUND_S = 600.0
+"""How long all N Runs may take to succeed before the benchmark gives up."""
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def run_manifest(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "workspace": {"name": WORKSPACE},
+            "agents": {"worker": {"model": "scripted/any", "workspace": "read"}},
+            "machine": {
+                "initial": "working",
+                "states": {
+                    "working": {
+                        "invoke": {"agent": {"slot": "worker", "prompt": PROMPT}},
+                        "on": {"done": {"target": "finished", "description": "Done."}},
+                    },
+                    "finished": {"type": "final"},
+                },
+            },
+        },
+    }
+
+
+def workspace_manifest(origin: str) -> dict[str, Any]:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Workspace",
+        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
+        "spec": {"repos": {"target": {"url": origin, "ref": "main"}}},
+    }
+
+
+def sweep_histogram() -> tuple[list[tuple[float, float]], float]:
+    """The cumulative buckets (upper edge, count) and the count of the sweep histogram."""
+    buckets: list[tuple[float, float]] = []
+    count = 0.0
+    for family in metrics.SWEEP_SECONDS.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                buckets.append((float(sample.labels["le"]), sample.value))
+            elif sample.name.endswith("_count"):
+                count = sample.value
+    return buckets, count
+
+
+def histogram_quantile(
+    before: list[tuple[float, float]], after: list[tuple[float, float]], q: float
+) -> tuple[float, int]:
+    """The upper edge of the bucket holding the q-quantile of the observations made between
+    ``before`` and ``after``, and their number."""
+    earlier = dict(before)
+    deltas = [(edge, value - earlier.get(edge, 0.0)) for edge, value in after]
+    total = deltas[-1][1] if deltas else 0.0
+    if total <= 0:
+        return float("nan"), 0
+    for edge, cumulative in deltas:
+        if cumulative >= q * total:
+            return edge, int(total)
+    return float("inf"), int(total)
+
+
+class Watch:
+    """AgentTurn events with the monotonic time each arrived (a background reader)."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+        self.first_added: dict[str, float] = {}
+        """Run name → when its first AgentTurn was ADDED."""
+        self.deleting: dict[str, float] = {}
+        """AgentTurn name → when a version with deletionTimestamp was first seen."""
+        self.deleted: dict[str, float] = {}
+        self._opened = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        self._task = asyncio.create_task(self._read())
+        await asyncio.wait_for(self._opened.wait(), 5)
+
+    async def _read(self) -> None:
+        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/agentturns?watch=true"
+        async with self._session.get(path, timeout=aiohttp.ClientTimeout()) as response:
+            self._opened.set()
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                now = time.monotonic()
+                event = json.loads(line)
+                body = event["object"]
+                name = body["metadata"]["name"]
+                run = ((body.get("spec") or {}).get("runRef") or {}).get("name", "")
+                if event["type"] == "ADDED":
+                    self.first_added.setdefault(run, now)
+                if body["metadata"].get("deletionTimestamp"):
+                    self.deleting.setdefault(name, now)
+                if event["type"] == "DELETED":
+                    self.deleted.setdefault(name, now)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+async def one_size(n: int, root: Path) -> dict[str, Any]:
+    """Run N Runs to Succeeded in a fresh world; the figures."""
+    origin = make_origin(root / "git")
+    logs = root / "harness-logs"
+    logs.mkdir(parents=True)
+    async with contextlib.AsyncExitStack() as stack:
+        k8s = await stack.enter_async_context(emulator.serve(emulator.KubernetesApi()))
+        kubeconfig = root / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "e", "cluster": {"server": str(k8s.url).rstrip("/")}}],
+                    "users": [{"name": "u", "user": {}}],
+                    "contexts": [
+                        {
+                            "name": "e",
+                            "context": {"cluster": "e", "user": "u", "namespace": NAMESPACE},
+                        }
+                    ],
+                    "current-context": "e",
+                }
+            )
+        )
+        kubelet = await stack.enter_async_context(kubelet_.running(str(k8s.url), logs))
+        runner, url = await serve(parse_script(script({PROMPT: [{"toolCalls": [call("done")]}]})))
+        stack.push_async_callback(runner.cleanup)
+        api = aiohttp.ClientSession(
+            str(k8s.url), connector=aiohttp.TCPConnector(force_close=True, limit=0)
+        )
+        stack.push_async_callback(api.close)
+        watch = Watch(api)
+        await watch.open()
+        stack.push_async_callback(watch.close)
+        providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+        operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
+        await operator.start()
+        stack.push_async_callback(operator.stop)
+
+        k8s.create_object(f"{GROUP_VERSION}/workspaces", workspace_manifest(origin))
+        await kubelet.running(f"{WORKSPACE}-kubeturn-sandbox", timeout=60)
+        before, _ = sweep_histogram()
+
+        names = [f"bench-{i:04d}" for i in range(n)]
+        created: dict[str, float] = {}
+        runs_path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs"
+
+        async def create(name: str) -> None:
+            created[name] = time.monotonic()
+            async with api.post(runs_path, json=run_manifest(name)) as answer:
+                assert answer.status in (200, 201), await answer.text()
+
+        started = time.monotonic()
+        await asyncio.gather(*(create(name) for name in names))
+        succeeded: dict[str, float] = {}
+        failed: dict[str, str] = {}
+        deadline = started + BOUND_S
+        while len(succeeded) + len(failed) < n and time.monotonic() < deadline:
+            now = time.monotonic()
+            for name in names:
+                if name in succeeded or name in failed:
+                    continue
+                body = k8s.read_object(f"{GROUP_VERSION}/runs", NAMESPACE, name) or {}
+                phase = (body.get("status") or {}).get("phase")
+                if phase == "Succeeded":
+                    succeeded[name] = now
+                elif phase == "Failed":
+                    failed[name] = str(body["status"].get("message"))
+            await asyncio.sleep(0.02)
+        wall = time.monotonic() - started
+        # Every AgentTurn goes after its Run's record: wait (bounded) for them to go.
+        turns_deadline = time.monotonic() + 30
+        while len(watch.deleted) < len(watch.deleting) or len(watch.deleted) < len(succeeded):
+            if time.monotonic() > turns_deadline:
+                break
+            await asyncio.sleep(0.05)
+        after, _ = sweep_histogram()
+
+    first_turn = [watch.first_added[r] - created[r] for r in names if r in watch.first_added]
+    to_succeeded = [succeeded[r] - created[r] for r in succeeded]
+    sweeps = [watch.deleted[t] - watch.deleting[t] for t in watch.deleted if t in watch.deleting]
+    hist_p99, hist_n = histogram_quantile(before, after, 0.99)
+
+    def ms(samples: list[float]) -> dict[str, Any]:
+        return {
+            "p50": percentile(samples, 0.5) * 1000,
+            "p99": percentile(samples, 0.99) * 1000,
+            "n": len(samples),
+        }
+
+    return {
+        "runs": n,
+        "succeeded": len(succeeded),
+        "failed": len(failed),
+        "failures": sorted(set(failed.values()))[:3],
+        "wall_s": wall,
+        "create_to_first_agentturn_ms": ms(first_turn),
+        "create_to_succeeded_ms": ms(to_succeeded),
+        "sweep_to_settled_histogram_p99_ms_upper": hist_p99 * 1000,
+        "sweep_to_settled_histogram_n": hist_n,
+        "deletion_to_deleted_ms": ms(sweeps),
+        "harnesses_started": len(kubelet.started),
+        "kubelet_errors": [str(e) for e in kubelet.errors][:3],
+    }
+
+
+def max_rss_mib() -> float:
+    # ru_maxrss is KiB on Linux, bytes on macOS.
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, nargs="+", default=[50])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = []
+    for n in args.runs:
+        with tempfile.TemporaryDirectory(prefix="kubeturn-bench-") as scratch:
+            results.append(asyncio.run(one_size(n, Path(scratch))))
+            results[-1]["max_rss_mib_so_far"] = max_rss_mib()
+    figures = {
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
+        "rss_note": "operator in-process: max RSS of this whole process",
+        "sizes": results,
+    }
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}")
+    for r in results:
+        print(
+            f"N={r['runs']}: {r['succeeded']} Succeeded, {r['failed']} Failed "
+            f"in {r['wall_s']:.1f} s; Harness processes {r['harnesses_started']}"
+        )
+        for label, key in (
+            ("create → first AgentTurn", "create_to_first_agentturn_ms"),
+            ("create → Succeeded", "create_to_succeeded_ms"),
+            ("deletionTimestamp → DELETED", "deletion_to_deleted_ms"),
+        ):
+            f = r[key]
+            print(f"  {label:<28} p50 {f['p50']:9.1f} ms   p99 {f['p99']:9.1f} ms   (n={f['n']})")
+        print(
+            f"  sweep → settled p99 (histogram, bucket edge) "
+            f"≤ {r['sweep_to_settled_histogram_p99_ms_upper']:.0f} ms "
+            f"(n={r['sweep_to_settled_histogram_n']})"
+        )
+        print(f"  max RSS of this process (operator in-process): {r['max_rss_mib_so_far']:.0f} MiB")
+        if r["failures"] or r["kubelet_errors"]:
+            print(f"  failures: {r['failures']}  kubelet errors: {r['kubelet_errors']}")
+
+
+if __name__ == "__main__":
+    main()
