@@ -7,8 +7,9 @@ request log, reactions (``api["patch", kmock.resource(...)] << 503`` still overr
 answer, and a write so overridden is not stored), discovery and object store
 (``api.objects[resource, namespace, name]``, every version kept), and replaces KMock's
 object handling, which kopf, kubectl and the official client cannot use as it is (it
-sets no resourceVersion, answers 200 to a create, ignores selectors, ...). The rules themselves are pure functions in
-:mod:`tests.operator.apimachinery`; this module applies them to stored objects:
+sets no resourceVersion, answers 200 to a create, ignores selectors...). The rules
+themselves are pure functions in :mod:`tests.operator.apimachinery`; this module
+applies them to stored objects:
 
 - paths ``/api/v1/namespaces[/NAME[/status]]``; core groupVersion ``v1`` in discovery;
 - metadata: ``uid``, ``creationTimestamp``, a ``resourceVersion`` rising across all
