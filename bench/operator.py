@@ -16,7 +16,9 @@ Prints, per N:
 3. the process's max RSS (``resource.getrusage``): the operator runs in-process, so it
    includes the emulator, the kubelet and the scripted model (not the Harness process).
 
-Run: ``python bench/operator.py [--runs 50 200] [--json]``. Figures, not assertions.
+Run: ``python bench/operator.py [--runs 50 200] [--json]`` (default ``--runs 50``, about two
+minutes on 2 cores, most of it the AgentTurns' finalizers draining after the last Run
+succeeds). Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -73,7 +75,13 @@ def run_manifest(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "workspace": {"name": WORKSPACE},
-            "agents": {"worker": {"model": "scripted/any", "workspace": "read"}},
+            "agents": {
+                "worker": {
+                    "model": "scripted/any",
+                    "instructions": "Do what you are asked.",
+                    "workspace": "read",
+                }
+            },
             "machine": {
                 "initial": "working",
                 "states": {
@@ -238,14 +246,28 @@ async def one_size(n: int, root: Path) -> dict[str, Any]:
                     succeeded[name] = now
                 elif phase == "Failed":
                     failed[name] = str(body["status"].get("message"))
+                else:
+                    for condition in (body.get("status") or {}).get("conditions", []):
+                        if condition.get("reason") == "Invalid":
+                            failed[name] = str(condition.get("message"))
             await asyncio.sleep(0.02)
         wall = time.monotonic() - started
-        # Every AgentTurn goes after its Run's record: wait (bounded) for them to go.
-        turns_deadline = time.monotonic() + 30
-        while len(watch.deleted) < len(watch.deleting) or len(watch.deleted) < len(succeeded):
-            if time.monotonic() > turns_deadline:
-                break
-            await asyncio.sleep(0.05)
+        # Every AgentTurn goes after its Run's record: wait (bounded) for them all to go.
+        turns = f"{GROUP_VERSION}/agentturns"
+
+        def live_turns() -> int:
+            keys = [key for key in list(k8s.objects) if key[1] == NAMESPACE]
+            return sum(
+                1
+                for key in keys
+                if key[0] == turns and k8s.read_object(turns, NAMESPACE, key[2]) is not None
+            )
+
+        turns_deadline = time.monotonic() + 90
+        while live_turns() and time.monotonic() < turns_deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # the watch's last events
+        left = live_turns()
         after, _ = sweep_histogram()
 
     first_turn = [watch.first_added[r] - created[r] for r in names if r in watch.first_added]
@@ -271,6 +293,7 @@ async def one_size(n: int, root: Path) -> dict[str, Any]:
         "sweep_to_settled_histogram_p99_ms_upper": hist_p99 * 1000,
         "sweep_to_settled_histogram_n": hist_n,
         "deletion_to_deleted_ms": ms(sweeps),
+        "agentturns_left": left,
         "harnesses_started": len(kubelet.started),
         "kubelet_errors": [str(e) for e in kubelet.errors][:3],
     }
@@ -304,7 +327,8 @@ def main() -> None:
     for r in results:
         print(
             f"N={r['runs']}: {r['succeeded']} Succeeded, {r['failed']} Failed "
-            f"in {r['wall_s']:.1f} s; Harness processes {r['harnesses_started']}"
+            f"in {r['wall_s']:.1f} s; Harness processes {r['harnesses_started']}; "
+            f"AgentTurns left {r['agentturns_left']}"
         )
         for label, key in (
             ("create → first AgentTurn", "create_to_first_agentturn_ms"),
