@@ -292,17 +292,23 @@ def table(text: str) -> list[list[str]]:
     return [[line[a:b].strip() for a, b in bounds] for line in (header, *rows)]
 
 
-async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None:
+async def coder_running(cluster: StartCluster) -> tuple[Cluster, str]:
+    """Apply the example Run and wait until its coder's first Turn runs, its model
+    request held; answer the world and that AgentTurn's name."""
     world = await cluster(task_with_review_script(hold_first=True))
     await world.apply(task_with_review(world.origin))
-
-    # While the coder's first Turn runs (its model request held), kubectl shows it.
     await world.held(CODER)
     first = f"{RUN}-t1"
     await eventually(
         lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
         f"AgentTurn {first} to be Running",
     )
+    return world, first
+
+
+async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None:
+    # While the coder's first Turn runs (its model request held), kubectl shows it.
+    world, first = await coder_running(cluster)
     shown = table((await world.kubectl("get", "agentturns")).stdout)
     assert shown[0] == ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE"]
     assert [row[:6] for row in shown[1:]] == [[first, RUN, "coder", "implementing", "Running", ""]]
@@ -380,14 +386,7 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
 async def test_deleting_a_live_agentturn_sweeps_it_with_no_cause_and_fails_the_run(
     cluster: StartCluster,
 ) -> None:
-    world = await cluster(task_with_review_script(hold_first=True))
-    await world.apply(task_with_review(world.origin))
-    await world.held(CODER)
-    first = f"{RUN}-t1"
-    await eventually(
-        lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
-        f"AgentTurn {first} to be Running",
-    )
+    world, first = await coder_running(cluster)
 
     await world.kubectl("delete", "agentturn", first, "--wait=false")
     failed = await world.run_phase(RUN, "Failed")
@@ -439,14 +438,7 @@ async def test_deleting_a_live_agentturn_sweeps_it_with_no_cause_and_fails_the_r
 
 
 async def test_an_operator_restarted_mid_turn_resumes_the_run(cluster: StartCluster) -> None:
-    world = await cluster(task_with_review_script(hold_first=True))
-    await world.apply(task_with_review(world.origin))
-    await world.held(CODER)
-    first = f"{RUN}-t1"
-    await eventually(
-        lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
-        f"AgentTurn {first} to be Running",
-    )
+    world, _ = await coder_running(cluster)
 
     await world.restart_operator()
     assert await world.release(CODER) == 1
@@ -529,14 +521,7 @@ async def test_an_invalid_run_says_where_and_a_fixed_spec_runs(cluster: StartClu
 async def test_a_turn_deleted_before_a_new_operator_knows_its_harness_is_still_swept(
     cluster: StartCluster,
 ) -> None:
-    world = await cluster(task_with_review_script(hold_first=True))
-    await world.apply(task_with_review(world.origin))
-    await world.held(CODER)
-    first = f"{RUN}-t1"
-    await eventually(
-        lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
-        f"AgentTurn {first} to be Running",
-    )
+    world, first = await coder_running(cluster)
     sandbox = await world.kubelet.running(f"{WORKSPACE}-kubeturn-sandbox")
 
     # The new operator cannot reach the Harness (frozen) when the AgentTurn is deleted.
@@ -571,14 +556,7 @@ async def test_a_turn_deleted_before_a_new_operator_knows_its_harness_is_still_s
 
 
 async def test_deleting_a_run_sweeps_its_live_turn_before_it_goes(cluster: StartCluster) -> None:
-    world = await cluster(task_with_review_script(hold_first=True))
-    await world.apply(task_with_review(world.origin))
-    await world.held(CODER)
-    first = f"{RUN}-t1"
-    await eventually(
-        lambda: status(world.k8s, AGENTTURNS, first).get("phase") == "Running",
-        f"AgentTurn {first} to be Running",
-    )
+    world, first = await coder_running(cluster)
 
     await world.kubectl("delete", "run", RUN, "--wait=false")
     await eventually(lambda: read(world.k8s, RUNS, RUN) is None, f"Run {RUN} to go")
