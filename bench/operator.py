@@ -1,9 +1,9 @@
 """Benchmark of the Kubernetes operator against the API emulator, at N concurrent Runs.
 
 For each N: the emulator on 127.0.0.1, the kubelet (each sandbox Pod a real Harness
-process), the scripted model and the operator (``operator.run`` in a thread of this
-process, as in the operator tier's tests). One Workspace, ``shared``, is named by every
-Run, so one Harness serves them all. N minimal Runs (one agent state whose Agent picks
+process) and the scripted model in this process, and the operator in its own process
+(``operator.run``, as ``kubeturn operator`` runs it). One Workspace, ``shared``, is named
+by every Run, so one Harness serves them all. N minimal Runs (one agent state whose Agent picks
 ``done`` once → final) are created at once, all answered by one scripted conversation,
 and driven until every one is ``Succeeded``.
 
@@ -11,14 +11,14 @@ Prints, per N:
 1. reconcile latency p50/p99: per Run, from its creation (the POST sent) to its first
    AgentTurn's ADDED event on a watch, and to the Run's ``Succeeded`` (polled);
 2. sweep → settled p99, estimated from the operator's ``kubeturn_sweep_to_settled_seconds``
-   histogram buckets (an upper bound: the bucket's edge), and measured per AgentTurn on
-   the watch from its first version carrying ``deletionTimestamp`` to its DELETED event;
-3. the process's max RSS (``resource.getrusage``): the operator runs in-process, so it
-   includes the emulator, the kubelet and the scripted model (not the Harness process).
+   histogram buckets (read from its ``/metrics``; an upper bound: the bucket's edge), and
+   measured per AgentTurn on the watch from its first version carrying
+   ``deletionTimestamp`` to its DELETED event;
+3. the operator process's peak RSS (``VmHWM`` in ``/proc/<pid>/status``) and CPU seconds.
 
-Run: ``python bench/operator.py [--runs 50 200] [--json]`` (default ``--runs 50``, about two
-minutes on 2 cores, most of it the AgentTurns' finalizers draining after the last Run
-succeeds). Figures, not assertions.
+Run: ``python bench/operator.py [--runs 50 200] [--json]`` (default ``--runs 50``).
+``--profile DIR`` records the operator with py-spy (when installed) into DIR.
+Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -26,10 +26,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import platform
 import resource
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,19 +46,19 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from tests.operator import emulator  # noqa: E402
 from tests.operator import kubelet as kubelet_  # noqa: E402
 from tests.operator.operator_support import (  # noqa: E402
     GROUP_VERSION,
     NAMESPACE,
-    OperatorThread,
     call,
     make_origin,
     script,
     settings,
 )
 
-from kubeturn.k8s import metrics  # noqa: E402
+from kubeturn.k8s.hub import OperatorSettings  # noqa: E402
 from kubeturn_harness.scripted import parse_script, serve  # noqa: E402
 
 PROMPT = "Say you are done, then call done."
@@ -105,11 +109,79 @@ def workspace_manifest(origin: str) -> dict[str, Any]:
     }
 
 
-def sweep_histogram() -> tuple[list[tuple[float, float]], float]:
-    """The cumulative buckets (upper edge, count) and the count of the sweep histogram."""
+OPERATOR_MAIN = """
+import asyncio, json, logging, sys
+from kubeturn.k8s import operator
+from kubeturn.k8s.hub import OperatorSettings
+logging.basicConfig(level=logging.WARNING)
+fields = json.loads(sys.argv[1])
+fields["namespaces"] = tuple(fields["namespaces"])
+fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
+asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
+"""
+"""The operator's entry point as ``kubeturn operator`` has it, with the test's settings
+(loopback ports the CLI does not expose)."""
+
+
+class OperatorProcess:
+    """The operator in a process of its own: its RSS and CPU are its own."""
+
+    def __init__(self, settings: OperatorSettings, kubeconfig: Path, logs: Path) -> None:
+        self.settings = settings
+        self._kubeconfig = kubeconfig
+        self._log = logs.open("wb")
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        fields = dataclasses.asdict(self.settings)
+        self.process = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-c", OPERATOR_MAIN, json.dumps(fields), str(self._kubeconfig)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+        url = f"http://127.0.0.1:{self.settings.health_port}/readyz"
+        async with aiohttp.ClientSession() as session:
+            for _ in range(300):
+                if self.process.returncode is not None:
+                    raise RuntimeError(f"the operator exited with {self.process.returncode}")
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(url) as answer:
+                        if answer.status == 200:
+                            return
+                await asyncio.sleep(0.1)
+        raise RuntimeError("the operator did not become ready within 30 s")
+
+    def usage(self) -> tuple[float, float]:
+        """(peak RSS in MiB, CPU seconds) of the operator process so far."""
+        assert self.process is not None
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return int(hwm.split()[1]) / 1024, (int(fields[11]) + int(fields[12])) / ticks
+
+    async def stop(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.process.wait(), 60)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+        self._log.close()
+
+
+async def sweep_histogram(metrics_url: str) -> tuple[list[tuple[float, float]], float]:
+    """The cumulative buckets (upper edge, count) and the count of the operator's sweep
+    histogram, read from its ``/metrics``."""
+    async with aiohttp.ClientSession() as session, session.get(metrics_url) as answer:
+        text = await answer.text()
     buckets: list[tuple[float, float]] = []
     count = 0.0
-    for family in metrics.SWEEP_SECONDS.collect():
+    for family in text_string_to_metric_families(text):
+        if family.name != "kubeturn_sweep_to_settled_seconds":
+            continue
         for sample in family.samples:
             if sample.name.endswith("_bucket"):
                 buckets.append((float(sample.labels["le"]), sample.value))
@@ -177,7 +249,17 @@ class Watch:
                 await self._task
 
 
-async def one_size(n: int, root: Path) -> dict[str, Any]:
+async def workspace_ready(k8s: emulator.KubernetesApi) -> None:
+    """Until the operator has seen the Workspace's Harness answer (Runs then start at once)."""
+    for _ in range(600):
+        body = k8s.read_object(f"{GROUP_VERSION}/workspaces", NAMESPACE, WORKSPACE) or {}
+        if (body.get("status") or {}).get("phase") == "Ready":
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"Workspace {WORKSPACE} was not Ready within 60 s")
+
+
+async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
     """Run N Runs to Succeeded in a fresh world; the figures."""
     origin = make_origin(root / "git")
     logs = root / "harness-logs"
@@ -213,13 +295,19 @@ async def one_size(n: int, root: Path) -> dict[str, Any]:
         await watch.open()
         stack.push_async_callback(watch.close)
         providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-        operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
+        operator = OperatorProcess(settings(providers_yaml=providers), kubeconfig, root / "op.log")
         await operator.start()
         stack.push_async_callback(operator.stop)
+        metrics_url = f"http://127.0.0.1:{operator.settings.metrics_port}/metrics"
 
         k8s.create_object(f"{GROUP_VERSION}/workspaces", workspace_manifest(origin))
         await kubelet.running(f"{WORKSPACE}-kubeturn-sandbox", timeout=60)
-        before, _ = sweep_histogram()
+        await workspace_ready(k8s)
+        before, _ = await sweep_histogram(metrics_url)
+        _, cpu_before = operator.usage()
+        own_before = time.process_time()
+        children_before = _children_cpu()
+        spy = _profiler(operator, profile, n)
 
         names = [f"bench-{i:04d}" for i in range(n)]
         created: dict[str, float] = {}
@@ -268,7 +356,12 @@ async def one_size(n: int, root: Path) -> dict[str, Any]:
             await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)  # the watch's last events
         left = live_turns()
-        after, _ = sweep_histogram()
+        after, _ = await sweep_histogram(metrics_url)
+        rss, cpu_after = operator.usage()
+        own_cpu = time.process_time() - own_before
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            await asyncio.to_thread(spy.wait, 60)
 
     first_turn = [watch.first_added[r] - created[r] for r in names if r in watch.first_added]
     to_succeeded = [succeeded[r] - created[r] for r in succeeded]
@@ -294,30 +387,62 @@ async def one_size(n: int, root: Path) -> dict[str, Any]:
         "sweep_to_settled_histogram_n": hist_n,
         "deletion_to_deleted_ms": ms(sweeps),
         "agentturns_left": left,
+        "operator_peak_rss_mib": rss,
+        "operator_cpu_s": cpu_after - cpu_before,
+        "emulator_side_cpu_s": own_cpu,
+        "harness_side_cpu_s": _children_cpu() - children_before - cpu_after,
         "harnesses_started": len(kubelet.started),
         "kubelet_errors": [str(e) for e in kubelet.errors][:3],
     }
 
 
-def max_rss_mib() -> float:
-    # ru_maxrss is KiB on Linux, bytes on macOS.
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+def _children_cpu() -> float:
+    """CPU seconds of this process's ended children (the operator, the Harness, git)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _profiler(
+    operator: OperatorProcess, into: Path | None, n: int
+) -> subprocess.Popen[bytes] | None:
+    """py-spy recording the operator from now until it is sent SIGINT (when asked)."""
+    if into is None:
+        return None
+    spy = shutil.which("py-spy")
+    if spy is None:
+        print("--profile: py-spy is not installed (pip install py-spy); not profiling")
+        return None
+    assert operator.process is not None
+    into.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(operator.process.pid),
+            "--format",
+            "speedscope",
+            "--output",
+            str(into / f"operator-{n}.json"),
+            "--idle",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[50])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", type=Path, help="record the operator with py-spy into DIR")
     args = parser.parse_args()
     results = []
     for n in args.runs:
         with tempfile.TemporaryDirectory(prefix="kubeturn-bench-") as scratch:
-            results.append(asyncio.run(one_size(n, Path(scratch))))
-            results[-1]["max_rss_mib_so_far"] = max_rss_mib()
+            results.append(asyncio.run(one_size(n, Path(scratch), args.profile)))
     figures = {
         "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
-        "rss_note": "operator in-process: max RSS of this whole process",
         "sizes": results,
     }
     if args.json:
@@ -342,7 +467,11 @@ def main() -> None:
             f"≤ {r['sweep_to_settled_histogram_p99_ms_upper']:.0f} ms "
             f"(n={r['sweep_to_settled_histogram_n']})"
         )
-        print(f"  max RSS of this process (operator in-process): {r['max_rss_mib_so_far']:.0f} MiB")
+        print(
+            f"  operator process: peak RSS {r['operator_peak_rss_mib']:.0f} MiB, "
+            f"CPU {r['operator_cpu_s']:.1f} s; the rest: emulator, kubelet and model "
+            f"{r['emulator_side_cpu_s']:.1f} s, Harness and git {r['harness_side_cpu_s']:.1f} s"
+        )
         if r["failures"] or r["kubelet_errors"]:
             print(f"  failures: {r['failures']}  kubelet errors: {r['kubelet_errors']}")
 

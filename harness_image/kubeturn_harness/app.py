@@ -172,6 +172,11 @@ async def worktrees(request: web.Request) -> web.Response:
     return web.json_response(made.model_dump())
 
 
+async def repos(request: web.Request) -> web.Response:
+    listing = await request.app[HARNESS].repos()
+    return web.json_response(listing.model_dump())
+
+
 async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -212,6 +217,7 @@ def make_app(harness: Harness) -> web.Application:
     app.router.add_post("/agents/{name}/{id}/abort", abort)
     app.router.add_post("/exec", run_exec)
     app.router.add_post("/worktrees", worktrees)
+    app.router.add_get("/repos", repos)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

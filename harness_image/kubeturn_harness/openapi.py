@@ -15,7 +15,10 @@ from kubeturn_harness.wire import (
     AdmitResponse,
     ErrorBody,
     History,
+    ReposResponse,
     StreamEvent,
+    WorktreesRequest,
+    WorktreesResponse,
 )
 
 REF = "#/components/schemas/{model}"
@@ -58,6 +61,9 @@ def document() -> dict[str, Any]:
         AbortResponse,
         History,
         StreamEvent,
+        WorktreesRequest,
+        WorktreesResponse,
+        ReposResponse,
         ErrorBody,
     ]
     _, schemas = models_json_schema([(model, "validation") for model in models], ref_template=REF)
@@ -125,6 +131,28 @@ def document() -> dict[str, Any]:
                     "requestBody": {"required": False, **_json(AbortRequest, "The cause.")},
                     "responses": {"200": _json(AbortResponse, "What it settled."), **_errors(401)},
                 },
+            },
+            "/worktrees": {
+                "post": {
+                    "summary": "Make (or find) a Run's worktree of each repo slot; idempotent.",
+                    "requestBody": {
+                        "required": True,
+                        **_json(WorktreesRequest, "The Run, its branch, the slots."),
+                    },
+                    "responses": {
+                        "200": _json(WorktreesResponse, "Each slot's worktree and branch."),
+                        **_errors(400, 401, 409),
+                    },
+                }
+            },
+            "/repos": {
+                "get": {
+                    "summary": "The Workspace's clones: each repo slot's path and commit.",
+                    "responses": {
+                        "200": _json(ReposResponse, "Repo slot → clone."),
+                        **_errors(401),
+                    },
+                }
             },
             "/healthz": {
                 "get": {

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import shlex
+import stat
 import uuid
 from pathlib import Path
 
 from kubeturn_harness.clock import Clock
+from kubeturn_harness.clones import Clones
 from kubeturn_harness.conversations import Conversation
 from kubeturn_harness.errors import WireError
 from kubeturn_harness.metrics import HarnessMetrics
@@ -29,8 +29,8 @@ from kubeturn_harness.wire import (
     AdmitRequest,
     ExecRequest,
     ExecResponse,
+    ReposResponse,
     SubmissionId,
-    Worktree,
     WorktreesRequest,
     WorktreesResponse,
 )
@@ -38,9 +38,9 @@ from kubeturn_harness.wire import (
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-GIT_TIMEOUT_S = 120.0
-"""A worktree of a large repo takes seconds; two minutes bounds a stuck filesystem."""
+PRIVATE = stat.S_IRWXU
+"""The data dir's mode (0700): when the Harness runs as root and its tools as another
+user, they cannot list or read the conversation logs (ADR 0008)."""
 
 
 class Harness:
@@ -81,9 +81,14 @@ class Harness:
             default_model=settings.default_model,
         )
         self._conversations: dict[Key, Conversation] = {}
+        self.clones = Clones(settings.work_root, self._tool_context)
 
     async def start(self) -> None:
         self.store.check_writable()
+        try:
+            self.store.root.chmod(PRIVATE)
+        except OSError as failure:
+            log.warning("could not make the data dir private: %s", failure)
         for conversation_log in self.store.existing():
             conversation = self._conversation_for(
                 conversation_log.name, conversation_log.instance_id
@@ -131,31 +136,11 @@ class Harness:
 
     async def worktrees(self, request: WorktreesRequest) -> WorktreesResponse:
         """Make (or find) a Run's worktree of each repo slot; idempotent."""
-        root = self.settings.work_root
-        made: dict[str, Worktree] = {}
-        for slot in request.slots:
-            if not NAME.match(slot):
-                raise WireError(f"repo slot {slot!r} is not a slot name", field="slots")
-            clone = root / ".repos" / slot
-            path = root / slot / request.branch.replace("/", "-")
-            if not (clone / ".git").exists() and not (clone / "HEAD").exists():
-                raise WireError(
-                    f"no clone of repo slot {slot!r} at {clone}", field="slots", status=409
-                )
-            if not path.exists():
-                command = (
-                    f"git worktree add -B {shlex.quote(request.branch)} "
-                    f"{shlex.quote(str(path))} HEAD"
-                )
-                result = await run_command(command, self._tool_context(clone), GIT_TIMEOUT_S)
-                if result.exit_code != 0:
-                    raise WireError(
-                        f"git could not make the worktree of {slot!r}: {result.output[-1000:]}",
-                        field="slots",
-                        status=409,
-                    )
-            made[slot] = Worktree(path=str(path), branch=request.branch)
-        return WorktreesResponse(worktrees=made)
+        return await self.clones.worktrees(request)
+
+    async def repos(self) -> ReposResponse:
+        """The Workspace's clones, with the commit each has checked out."""
+        return await self.clones.listing()
 
     def _tool_context(self, cwd: Path, seconds: float = 0.0) -> ToolContext:
         limits = self._env.limits

@@ -236,6 +236,19 @@ class WorktreesResponse(_Body):
     worktrees: dict[str, Worktree] = Field(description="Repo slot → worktree.")
 
 
+class Clone(_Body):
+    path: str = Field(description="The clone's absolute path.")
+    commit: str | None = Field(
+        default=None, description="The commit it has checked out; null when git cannot say."
+    )
+
+
+class ReposResponse(_Body):
+    """``GET /repos``: the Workspace's clones, one per repo slot."""
+
+    repos: dict[str, Clone] = Field(description="Repo slot → clone.")
+
+
 # --------------------------------------------------------------------------- records
 
 

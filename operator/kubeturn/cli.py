@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import secrets
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +64,36 @@ def _parser() -> argparse.ArgumentParser:
     )
     operator.add_argument("--api-port", type=int, default=int(env("KUBETURN_API_PORT", "8081")))
     operator.add_argument(
-        "--peering", default=env("KUBETURN_PEERING"), help="kopf peering name; none runs standalone"
+        "--lease",
+        default=env("KUBETURN_LEASE") or None,
+        metavar="NAME",
+        help="elect one active replica by this coordination.k8s.io Lease in the operator's "
+        "namespace (env KUBETURN_LEASE); none: no election, this replica is active at once "
+        "(run only one)",
+    )
+    operator.add_argument(
+        "--lease-duration",
+        type=int,
+        default=env("KUBETURN_LEASE_DURATION"),
+        metavar="SECONDS",
+        help="a standby takes the Lease this long after it last saw it renewed "
+        "(env KUBETURN_LEASE_DURATION; default 15)",
+    )
+    operator.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=env("KUBETURN_RENEW_DEADLINE"),
+        metavar="SECONDS",
+        help="the leader stops when it could not renew the Lease for this long "
+        "(env KUBETURN_RENEW_DEADLINE; default 10)",
+    )
+    operator.add_argument(
+        "--retry-period",
+        type=float,
+        default=env("KUBETURN_RETRY_PERIOD"),
+        metavar="SECONDS",
+        help="how often a standby tries to take the Lease and the leader renews it "
+        "(env KUBETURN_RETRY_PERIOD; default 2)",
     )
     operator.add_argument(
         "--operator-labels",
@@ -73,7 +103,12 @@ def _parser() -> argparse.ArgumentParser:
         ),
         help="k=v,k=v: the operator pods' labels, which sandbox NetworkPolicies admit",
     )
-    operator.add_argument("--operator-namespace", default=env("KUBETURN_OPERATOR_NAMESPACE"))
+    operator.add_argument(
+        "--operator-namespace",
+        default=env("KUBETURN_OPERATOR_NAMESPACE"),
+        help="the operator's namespace: its pods' NetworkPolicy peer, and where its Lease is "
+        "(env KUBETURN_OPERATOR_NAMESPACE)",
+    )
     operator.add_argument(
         "--log-format", choices=["text", "json"], default=env("KUBETURN_LOG_FORMAT", "text")
     )
@@ -82,6 +117,12 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check Run manifests; exit 1 on any problem")
     validate.add_argument("files", nargs="+", type=Path)
+    validate.add_argument(
+        "--cluster",
+        action="store_true",
+        help="check as the operator does: a Run that invokes an Agent or a command must "
+        "name spec.workspace (the local runner gives such a Run its workdir)",
+    )
 
     run = commands.add_parser(
         "run",
@@ -173,11 +214,11 @@ def _target(command: argparse.ArgumentParser) -> None:
     command.add_argument("--kubeconfig", help="with --kube: the kubeconfig (default: KUBECONFIG)")
 
 
-def validate(files: Sequence[Path]) -> int:
+def validate(files: Sequence[Path], *, cluster: bool = False) -> int:
     failed = False
     for path in files:
         try:
-            load_run_yaml(path.read_text(encoding="utf-8"), str(path))
+            load_run_yaml(path.read_text(encoding="utf-8"), str(path), workspace_required=cluster)
         except OSError as error:
             print(f"{path}: cannot read it: {error.strerror}", file=sys.stderr)
             failed = True
@@ -309,6 +350,7 @@ async def _on_cluster(args: argparse.Namespace, act: Any) -> Any:
 
 
 def operator(args: argparse.Namespace) -> int:
+    from kubeturn.k8s import leader
     from kubeturn.k8s import operator as running
     from kubeturn.k8s.hub import OperatorSettings
 
@@ -331,7 +373,35 @@ def operator(args: argparse.Namespace) -> int:
         operator_labels=tuple(_labels(args.operator_labels)),
         operator_namespace=args.operator_namespace,
     )
-    asyncio.run(running.run(settings, kubeconfig=args.kubeconfig, peering=args.peering))
+    election = None
+    if args.lease is not None:
+        if not args.operator_namespace:
+            print(
+                "kubeturn: --lease needs the operator's namespace, where the Lease is: "
+                "pass --operator-namespace (or set KUBETURN_OPERATOR_NAMESPACE)",
+                file=sys.stderr,
+            )
+            return 2
+        timings = {
+            "lease_duration_s": args.lease_duration,
+            "renew_deadline_s": args.renew_deadline,
+            "retry_period_s": args.retry_period,
+        }
+        try:
+            election = leader.Election(
+                namespace=args.operator_namespace,
+                name=args.lease,
+                # The pod's name (the chart sets POD_NAME); a pod's hostname is its name too.
+                identity=leader.identity(os.environ.get("POD_NAME") or socket.gethostname()),
+                **{key: value for key, value in timings.items() if value is not None},
+            )
+        except ValueError as error:
+            print(f"kubeturn: {error}", file=sys.stderr)
+            return 2
+    try:
+        asyncio.run(running.run(settings, kubeconfig=args.kubeconfig, election=election))
+    except leader.LeadershipLost:
+        return EXIT_FAILED  # logged by the operator; the pod restarts as a standby
     return 0
 
 
@@ -366,7 +436,7 @@ COMMANDS = {"run": run, "send": send, "cancel": cancel, "turns": turns, "status"
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "validate":
-        return validate(args.files)
+        return validate(args.files, cluster=args.cluster)
     if args.command in COMMANDS:
         return _person(args)
     logging.basicConfig(

@@ -6,7 +6,8 @@
     ├── DefinitionError    one problem of a manifest: its path, and what to do about it
     ├── DefinitionErrors   every problem of one manifest at once: the Run cannot start
     ├── ExpressionError    a CEL expression failed at run time: its source and the cause
-    └── CommandError       a ``kubeturn`` command cannot do what it was asked: one line
+    ├── CommandError       a ``kubeturn`` command cannot do what it was asked: one line
+    └── LeadershipLost     (``kubeturn.k8s.leader``) the operator lost its Lease: it exits
 
 A definition error is the user's to fix; the operator shows it as a status condition
 and never retries the manifest as it stands. An expression error happens while a Run

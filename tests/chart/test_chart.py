@@ -4,34 +4,37 @@ operator's deployment needs. Offline: helm and kubectl come from a PyPI wheel
 
 Two renderings are checked throughout: the defaults (every namespace watched) and
 tests/chart/values-custom.yaml (two watched namespaces, providers with an API key Secret,
-a ServiceMonitor, a tighter NetworkPolicy).
+two replicas and a Lease of their own, a ServiceMonitor, a tighter NetworkPolicy).
 
 Cases:
 - ``helm lint --strict`` passes for both value sets.
 - The rendered objects pass kubernetes-validate's strict schemas of Kubernetes 1.28 (the
-  chart's oldest) and 1.35; the only kinds skipped are named: ServiceMonitor,
-  KopfPeering, ClusterKopfPeering (no bundled schema). A kind outside that list without
-  a schema fails.
-- The chart's CRDs validate as CustomResourceDefinitions; the kubeturn CRDs equal the
-  generated ones in crds/ byte for byte, and the chart's crds/ holds nothing else but
-  the kopf peering CRDs.
+  chart's oldest) and 1.35; the only kind skipped is named: ServiceMonitor (no bundled
+  schema). A kind outside that list without a schema fails.
+- The chart's CRDs validate as CustomResourceDefinitions and equal the generated ones in
+  crds/ byte for byte; the chart's crds/ holds nothing else.
 - yamllint finds nothing in the rendered output.
-- RBAC: defaults give one ClusterRole (+ binding) with the operator's rules and
-  ClusterKopfPeering access, and no Role; listed namespaces give a Role and RoleBinding
-  in each (KopfPeering access) and a ClusterRole that only reads CRDs; every binding
-  names the operator's ServiceAccount; no wildcard, no pods/exec, pods/log or services.
+- RBAC: defaults give one ClusterRole (+ binding) with the operator's rules; listed
+  namespaces give a Role and RoleBinding in each and a ClusterRole that only reads CRDs;
+  both give a Role (+ binding) in the release's namespace that creates Leases and gets
+  and updates the operator's Lease only; every binding names the operator's
+  ServiceAccount; no wildcard, no pods/exec, pods/log or services.
 - The Deployment: non-root 10001, read-only root filesystem, no capabilities, seccomp
   RuntimeDefault, no privilege escalation; probes on /healthz and /readyz; the three
-  ports; the environment contract (KUBETURN_*) including the Orchestrator URL, which
-  names the Orchestrator Service; resources and scheduling from values.
+  ports; one replica replaced by a RollingUpdate that stops every old pod at once (a new
+  pod is never ready while an old one leads); the environment contract (KUBETURN_*,
+  POD_NAME) including the Orchestrator URL, which names the Orchestrator Service, and
+  the Lease; replicas, resources and scheduling from values.
 - The NetworkPolicy admits only sandbox pods (the labels the operator gives them) to the
   Orchestrator port, from the watched namespaces when they are listed.
 - The providers ConfigMap is accepted by the Harness's own providers model and holds no
   apiKeySecret; the NOTES say how a Workspace gets the key.
-- Peering objects: one ClusterKopfPeering, or a KopfPeering per watched namespace, named
-  as KUBETURN_PEERING says. The ServiceMonitor only when asked for.
-- values.yaml: every key has a comment; values.schema.json rejects an unknown top-level
-  key, an unknown log format and an apiKeySecret without apiKeyEnv.
+- Leader election: the Lease KUBETURN_LEASE names is the one the Role lets the operator
+  update; no kopf peering object or rule is left; Recreate renders without
+  rollingUpdate. The ServiceMonitor only when asked for.
+- values.yaml: every key has a comment; the chart refuses an unknown top-level key, an
+  unknown log format, an apiKeySecret without apiKeyEnv, a fractional lease duration and
+  a renew deadline not below the lease duration.
 """
 
 from __future__ import annotations
@@ -59,15 +62,11 @@ WATCHED = ["team-a", "team-b"]
 KUBERNETES_VERSIONS = ["1.28", "1.35"]
 """The chart's oldest supported release (Chart.yaml kubeVersion) and kubectl's."""
 
-NO_SCHEMA = {
-    ("monitoring.coreos.com/v1", "ServiceMonitor"),
-    ("kopf.dev/v1", "KopfPeering"),
-    ("kopf.dev/v1", "ClusterKopfPeering"),
-}
+NO_SCHEMA = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 """Custom resources kubernetes-validate has no schema for; skipped, and only these."""
 
-KOPF_CRDS = "kopf-peering.yaml"
-"""The chart's one CRD file that is not generated into crds/."""
+LEADER_ROLE = f"{FULLNAME}-leader-election"
+"""The Role (and RoleBinding) for the operator's Lease, in the release's namespace."""
 
 HELM_SECONDS = 60.0
 """helm lint or template takes ~0.1 s; a minute means something hangs."""
@@ -203,7 +202,6 @@ def test_rendered_objects_pass_kubernetes_validate_strict(
     rendering: str, request: pytest.FixtureRequest
 ) -> None:
     objects: list[Object] = request.getfixturevalue(rendering)
-    assert {(o["apiVersion"], o["kind"]) for o in objects} & NO_SCHEMA, "nothing skipped?"
     problems = _validate(objects)
     assert not problems, "\n".join(problems)
 
@@ -225,12 +223,9 @@ def test_chart_crds_are_valid_and_match_the_generated_crds() -> None:
     assert generated.is_dir(), f"{generated} is missing: generate the CRDs first"
     expected = {path.name: path.read_bytes() for path in generated.glob("*.yaml")}
     assert expected, f"no CRDs in {generated}"
-    copied = {
-        path.name: path.read_bytes() for path in chart_crds.glob("*.yaml") if path.name != KOPF_CRDS
-    }
+    copied = {path.name: path.read_bytes() for path in chart_crds.iterdir()}
     assert copied == expected, f"charts/kubeturn/crds/ differs from crds/; run: {regenerate}"
-    kinds = {o["spec"]["names"]["kind"] for o in objects if o["spec"]["group"] == "kubeturn.dev"}
-    assert kinds == {"Run", "Workspace", "AgentTurn"}
+    assert {o["spec"]["names"]["kind"] for o in objects} == {"Run", "Workspace", "AgentTurn"}
 
 
 # --------------------------------------------------------------------------- RBAC
@@ -279,11 +274,16 @@ def _bound_to_operator(binding: Object, custom: bool) -> None:
     ]
 
 
+def _namespace_roles(objects: list[Object], kind: str) -> list[Object]:
+    """The Roles (or RoleBindings) for watched namespaces: all but the Lease's."""
+    return [o for o in _of_kind(objects, kind) if o["metadata"]["name"] != LEADER_ROLE]
+
+
 def test_rbac_is_one_cluster_role_when_every_namespace_is_watched(
     default_objects: list[Object],
 ) -> None:
-    assert not _of_kind(default_objects, "Role")
-    assert not _of_kind(default_objects, "RoleBinding")
+    assert not _namespace_roles(default_objects, "Role")
+    assert not _namespace_roles(default_objects, "RoleBinding")
     role = _one(default_objects, "ClusterRole")
     _assert_least_privilege(role)
     _namespaced_rules_hold(role)
@@ -293,8 +293,6 @@ def test_rbac_is_one_cluster_role_when_every_namespace_is_watched(
         "list",
         "watch",
     }
-    assert granted[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
-    assert ("kopf.dev", "kopfpeerings") not in granted
     binding = _one(default_objects, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     _bound_to_operator(binding, custom=False)
@@ -305,14 +303,12 @@ def test_rbac_is_one_cluster_role_when_every_namespace_is_watched(
 def test_rbac_is_a_role_per_watched_namespace_when_namespaces_are_listed(
     custom_objects: list[Object],
 ) -> None:
-    roles = _of_kind(custom_objects, "Role")
+    roles = _namespace_roles(custom_objects, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == WATCHED
     for role in roles:
         _assert_least_privilege(role)
         _namespaced_rules_hold(role)
-        granted = {(g, r): v for g, r, v in _rules(role)}
-        assert granted[("kopf.dev", "kopfpeerings")] == {"get", "list", "watch", "patch"}
-    bindings = _of_kind(custom_objects, "RoleBinding")
+    bindings = _namespace_roles(custom_objects, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in bindings) == WATCHED
     for binding in bindings:
         assert binding["roleRef"] == {
@@ -329,6 +325,34 @@ def test_rbac_is_a_role_per_watched_namespace_when_namespaces_are_listed(
     binding = _one(custom_objects, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
     _bound_to_operator(binding, custom=True)
+
+
+@pytest.mark.parametrize("rendering", ["default_objects", "custom_objects"])
+def test_rbac_lets_the_operator_keep_its_lease_in_its_own_namespace(
+    rendering: str, request: pytest.FixtureRequest
+) -> None:
+    objects: list[Object] = request.getfixturevalue(rendering)
+    lease = _env(objects)["KUBETURN_LEASE"]
+    role = _one(objects, "Role", LEADER_ROLE)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    _assert_least_privilege(role)
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = _one(objects, "RoleBinding", LEADER_ROLE)
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": LEADER_ROLE,
+    }
+    _bound_to_operator(binding, custom="custom" in rendering)
 
 
 # --------------------------------------------------------------------------- Deployment
@@ -361,7 +385,10 @@ def test_deployment_probes_ports_and_strategy(default_objects: list[Object]) -> 
     deployment = _one(default_objects, "Deployment", FULLNAME)
     assert deployment["metadata"]["namespace"] == NAMESPACE
     assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": "100%", "maxUnavailable": "100%"},
+    }
     container = _container(default_objects)
     assert container["image"] == "ghcr.io/kubeturn/operator:0.1.0"  # appVersion
     assert container["args"] == ["operator"]
@@ -390,7 +417,11 @@ def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
         "KUBETURN_HARNESS_IMAGE": "ghcr.io/kubeturn/harness:0.1.0",
         "KUBETURN_ORCHESTRATOR_URL": f"http://{FULLNAME}-orchestrator.{NAMESPACE}.svc:8081",
         "KUBETURN_PROVIDERS": "/etc/kubeturn/providers.yaml",
-        "KUBETURN_PEERING": "kubeturn",
+        "KUBETURN_LEASE": FULLNAME,
+        "KUBETURN_LEASE_DURATION": "15",
+        "KUBETURN_RENEW_DEADLINE": "10",
+        "KUBETURN_RETRY_PERIOD": "2",
+        "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
         "KUBETURN_LOG_FORMAT": "json",
         "KUBETURN_OPERATOR_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
         "KUBETURN_OPERATOR_LABELS": (
@@ -419,8 +450,14 @@ def test_deployment_takes_values(custom_objects: list[Object]) -> None:
     env = _env(custom_objects)
     assert env["KUBETURN_NAMESPACES"] == "team-a,team-b"
     assert env["KUBETURN_HARNESS_IMAGE"] == "registry.example.com/kubeturn/harness:0.1.0-rc1"
-    assert env["KUBETURN_PEERING"] == "kubeturn-prod"
     assert env["KUBETURN_LOG_FORMAT"] == "text"
+    assert (
+        env["KUBETURN_LEASE"],
+        env["KUBETURN_LEASE_DURATION"],
+        env["KUBETURN_RENEW_DEADLINE"],
+        env["KUBETURN_RETRY_PERIOD"],
+    ) == ("kubeturn-prod", "30", "20", "4")
+    assert _one(custom_objects, "Deployment", FULLNAME)["spec"]["replicas"] == 2
     container = _container(custom_objects)
     assert container["image"] == "registry.example.com/kubeturn/operator:0.1.0-rc1"
     assert container["imagePullPolicy"] == "Always"
@@ -533,20 +570,26 @@ def test_notes_tell_how_a_workspace_gets_the_api_key(helm: str) -> None:
     assert f"http://{FULLNAME}-orchestrator.{NAMESPACE}.svc:8081" in notes
 
 
-# --------------------------------------------------------------------------- peering
+# --------------------------------------------------------------------------- election
 
 
-def test_peering_objects(default_objects: list[Object], custom_objects: list[Object]) -> None:
-    (cluster,) = _of_kind(default_objects, "ClusterKopfPeering")
-    assert cluster["metadata"]["name"] == _env(default_objects)["KUBETURN_PEERING"]
-    assert not _of_kind(default_objects, "KopfPeering")
-    assert not _of_kind(custom_objects, "ClusterKopfPeering")
-    peerings = _of_kind(custom_objects, "KopfPeering")
-    assert sorted(p["metadata"]["namespace"] for p in peerings) == WATCHED
-    assert {p["metadata"]["name"] for p in peerings} == {"kubeturn-prod"}
-    crds = list(yaml.safe_load_all((CHART / "crds" / KOPF_CRDS).read_text()))
-    scopes = {c["spec"]["names"]["kind"]: c["spec"]["scope"] for c in crds if c}
-    assert scopes == {"ClusterKopfPeering": "Cluster", "KopfPeering": "Namespaced"}
+def test_no_kopf_peering_is_left(
+    default_text: str, custom_text: str, default_objects: list[Object]
+) -> None:
+    for text in [default_text, custom_text]:
+        assert "kopf.dev" not in text
+        assert "PEERING" not in text
+    assert not list((CHART / "templates").glob("peering*"))
+    # The env the operator reads the Lease's namespace from is the pod's own namespace.
+    env = _env(default_objects)
+    assert env["KUBETURN_OPERATOR_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+def test_recreate_renders_without_rolling_update(helm: str) -> None:
+    text = _helm(helm, *_template_args(None), "--set", "strategy.type=Recreate").stdout
+    objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    assert _one(objects, "Deployment", FULLNAME)["spec"]["strategy"] == {"type": "Recreate"}
+    assert not _validate([_one(objects, "Deployment", FULLNAME)])
 
 
 # --------------------------------------------------------------------------- values
@@ -577,8 +620,24 @@ def test_every_values_key_has_a_comment() -> None:
             "providers.p.apiKeySecret.key=k",
             "apiKeyEnv",
         ),
+        ("leaderElection.leaseDurationSeconds=1.5", "leaseDurationSeconds"),
+        (
+            "leaderElection.renewDeadlineSeconds=15",
+            "renewDeadlineSeconds must be below leaseDurationSeconds",
+        ),
+        (
+            "leaderElection.retryPeriodSeconds=9",
+            "above 1.2 × retryPeriodSeconds",
+        ),
     ],
-    ids=["unknown-key", "log-format", "secret-without-env"],
+    ids=[
+        "unknown-key",
+        "log-format",
+        "secret-without-env",
+        "fractional-lease",
+        "renew-deadline-above-lease",
+        "retry-period-too-long",
+    ],
 )
 def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:
     result = _helm(helm, *_template_args(None), "--set", setting, check=False)

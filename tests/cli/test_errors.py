@@ -4,7 +4,7 @@ path, and otherwise one line on stderr (what, where, what to do), never a traceb
 Cases:
 - ``kubeturn validate`` on broken manifests prints every problem of each, with the file
   and the manifest path (or the YAML line and column), says which files are valid, and
-  exits 1;
+  exits 1; ``--cluster`` also refuses a Run that invokes without ``spec.workspace``;
 - ``kubeturn run`` refuses with one line, exit 1, and leaves no workdir behind for: a
   missing manifest, malformed YAML, a manifest with problems (one line per problem), a
   repo that cannot be cloned, a model provider missing from the providers file, no model
@@ -86,6 +86,20 @@ def test_validate_prints_every_problem_with_its_path(tmp_path: Path) -> None:
         "broken.yaml: spec.machine.states.orphan: no transition leads to the state 'orphan': "
         "target it from another state, or remove it",
     ]
+
+
+def test_validate_cluster_asks_for_a_workspace_where_the_local_runner_does_not(
+    tmp_path: Path,
+) -> None:
+    text = HELLO.read_text()
+    start = text.index("  workspace:\n")
+    (tmp_path / "bare.yaml").write_text(text[:start] + text[text.index("  agents:\n") :])
+
+    assert kubeturn("validate", "bare.yaml", cwd=tmp_path).returncode == 0
+    result = kubeturn("validate", "--cluster", "bare.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("bare.yaml: spec.workspace: missing, and the state ")
 
 
 def test_run_refuses_a_manifest_with_one_line_per_problem(tmp_path: Path) -> None:
@@ -211,7 +225,7 @@ def test_a_dirty_workdir_is_refused(project: Path) -> None:
         ended.stdout.splitlines()[2],
         ended.stdout.splitlines()[3],
         "",
-        "run hello: Succeeded",
+        "run hello: Succeeded in state finished",
         'output: "greeted"',
     ]
     assert ended.stdout.splitlines()[3].split()[:5] == [

@@ -48,7 +48,9 @@ def test_hello_ends_its_one_turn_with_its_pick(project: Path) -> None:
         f"script {EXAMPLES / 'hello.script.yaml'} (pass --providers FILE for real models)"
     ) in result.stdout.splitlines()
     assert summary_rows(result.stdout) == [("t1", "greeter", "greeting", "ended", "pick")]
-    assert last_line(result.stdout, "run hello: ").startswith("run hello: Succeeded after ")
+    assert last_line(result.stdout, "run hello: ").startswith(
+        "run hello: Succeeded in state finished after "
+    )
     assert 'output: "greeted"' in result.stdout
     live = result.stdout.splitlines()
     assert "run hello: state greeting, phase Running" in live
@@ -67,7 +69,7 @@ def test_hello_ends_its_one_turn_with_its_pick(project: Path) -> None:
     assert shown.stdout.splitlines()[:4] == [
         "run: hello",
         "phase: Succeeded",
-        "state: -",
+        "state: finished",
         "turns: 1",
     ]
     turns = kubeturn("turns", "hello", "-o", "json", cwd=project)
@@ -103,7 +105,9 @@ def test_timeout_aborts_the_turn_mid_work(project: Path) -> None:
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr == ""
     assert summary_rows(result.stdout) == [("t1", "investigator", "investigating", "aborted", "-")]
-    assert last_line(result.stdout, "run timeout: ").startswith("run timeout: Failed after ")
+    assert last_line(result.stdout, "run timeout: ").startswith(
+        "run timeout: Failed in state timedOut after "
+    )
     assert "message: reached the failed final 'timedOut'" in result.stdout
     workdir = project / ".kubeturn-work" / "timeout"
     (record,) = status(workdir, "timeout")["turns"]
@@ -131,9 +135,9 @@ def test_task_with_review_waits_at_the_gate_until_a_signal_moves_it(
     assert (code, errors) == (0, ""), output
     assert summary_rows(output) == [
         ("t1", "coder", "implementing", "ended", "pick"),
-        ("t3", "reviewer", "reviewing", "ended", "pick"),
-        ("t5", "coder", "fixing", "ended", "pick"),
-        ("t7", "reviewer", "reviewing", "ended", "pick"),
+        ("t2", "reviewer", "reviewing", "ended", "pick"),
+        ("t3", "coder", "fixing", "ended", "pick"),
+        ("t4", "reviewer", "reviewing", "ended", "pick"),
     ]
     assert 'output: {"rounds": 1, "summary": "added tests"}' in output
     final = status(project / ".kubeturn-work" / "task-with-review", "task-with-review")

@@ -142,7 +142,7 @@ conversations:
         ("t1", "coder", "pairing", "aborted", "-"),
         ("t2", "reviewer", "pairing.watching", "aborted", "-"),
     ]
-    assert "run pair: Cancelled after " in output
+    assert "run pair: Cancelled in state pairing.watching after " in output
     workdir = project / ".kubeturn-work" / "pair"
     final = status(workdir, "pair")
     assert (final["phase"], final["liveTurns"], final["turnCount"]) == ("Cancelled", 0, 2)

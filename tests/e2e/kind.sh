@@ -17,7 +17,8 @@
 #      and a git server (see below), each behind a Service;
 #   4. `helm install`s charts/kubeturn into kubeturn-system, watching kubeturn-e2e, with
 #      the local images (imagePullPolicy Never) and one provider, `scripted`, pointing at
-#      the scripted model's Service;
+#      the scripted model's Service, and checks that the operator pod holds the chart's
+#      Lease (leader election under the chart's real RBAC);
 #   5. applies examples/task-with-review.yaml with its repo URL and its Agents' models
 #      rewritten to the in-cluster ones; the scripted model plays the script of
 #      tests/system/test_scenarios.py (TASK_WITH_REVIEW): coder submits, reviewer rejects,
@@ -371,6 +372,8 @@ diagnostics() {
   kc -n "$NAMESPACE" get events --sort-by=.lastTimestamp
   section "events in $OPERATOR_NAMESPACE"
   kc -n "$OPERATOR_NAMESPACE" get events --sort-by=.lastTimestamp
+  section "the operator's Lease"
+  kc -n "$OPERATOR_NAMESPACE" get leases -o yaml
   section "operator pods"
   kc -n "$OPERATOR_NAMESPACE" describe pods -l "app.kubernetes.io/instance=$RELEASE"
   section "operator logs"
@@ -461,6 +464,20 @@ main() {
     --create-namespace --values "$WORK/values.yaml" --wait --timeout 5m
   kc -n "$NAMESPACE" rollout status deployment/scripted-model --timeout=180s
   kc -n "$NAMESPACE" rollout status deployment/git-server --timeout=180s
+
+  # The operator pod turns Ready once it leads (helm's --wait need not wait for it: the
+  # chart's maxUnavailable is 100%); the Lease (named as the release, its full name)
+  # then holds its name, followed by the per-process suffix.
+  kc -n "$OPERATOR_NAMESPACE" wait --for=condition=Ready pod \
+    -l "app.kubernetes.io/instance=$RELEASE,app.kubernetes.io/component=operator" --timeout=180s
+  local holder leader
+  holder=$(kc -n "$OPERATOR_NAMESPACE" get lease "$RELEASE" -o 'jsonpath={.spec.holderIdentity}')
+  leader=$(kc -n "$OPERATOR_NAMESPACE" get pods \
+    -l "app.kubernetes.io/instance=$RELEASE,app.kubernetes.io/component=operator" \
+    -o 'jsonpath={.items[?(@.status.containerStatuses[0].ready==true)].metadata.name}')
+  [[ -n $leader && $holder == "${leader}_"* ]] ||
+    fail "the Lease $RELEASE is held by '$holder', not by the ready operator pod '$leader'"
+  printf '    ok: the operator pod %s holds the Lease %s\n' "$leader" "$RELEASE"
 
   say "applying run/$RUN"
   kc -n "$NAMESPACE" apply -f "$WORK/run.json"

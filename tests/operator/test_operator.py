@@ -6,7 +6,9 @@ Cases:
   reviewer rejects → coder fixes on the same conversation → reviewer approves → a signal
   ``approve`` appended to ``spec.signals`` passes ``humanReview``; every AgentTurn
   disappears only after its ``status.settlement`` was written (``ended``, cause
-  ``pick``); ``Run.status.turns`` holds each Turn once, ``turnCount`` is 4; one
+  ``pick``); the AgentTurns are ``-t1``..``-t4`` in order, each labelled with its Turn
+  number; ``Run.status.state`` is the final state ``done``;
+  ``Run.status.turns`` holds each Turn once, ``turnCount`` is 4; one
   ``TurnSettled`` Event per Turn; ``kubectl get agentturns`` shows the CRD's printer
   columns while a Turn runs;
 - ``kubectl delete agentturn`` on a live Turn whose model request is held: the sweep
@@ -19,6 +21,10 @@ Cases:
   one record per Turn in ``Run.status.turns``;
 - an invalid Run (a transition's target names no state) gets ``Ready=False``,
   ``Invalid``, with the manifest path; a fixed spec (a new generation) runs;
+- a Run whose states invoke an Agent and name no ``spec.workspace`` gets ``Ready=False``,
+  ``Invalid``, naming ``spec.workspace`` and the states; with a Workspace added (a new
+  generation) it runs: its two Turns on one continued conversation, created back to
+  back, are admitted in order, the second after the first settled at the Harness;
 - an AgentTurn deleted right after an operator restart, while the new operator cannot
   reach the Harness yet (its process frozen): the finalizer waits, and sweeps the Turn
   once the Harness answers (the held request cut, ``aborted``), never leaving it running;
@@ -337,7 +343,8 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
         ("reviewer", "reviewing", "ended", "pick"),
     ]
     turn_names = [f"{RUN}-{t['name']}" for t in turns]
-    assert len(set(turn_names)) == 4
+    assert turn_names == [f"{RUN}-t{n}" for n in range(1, 5)]
+    assert done["state"] == "done"
     ready = {c["type"]: c for c in done["conditions"]}["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "Finished")
 
@@ -354,6 +361,7 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
             assert version["status"]["phase"] == "Settled"
         assert before["metadata"]["deletionTimestamp"]
         assert before["status"]["exit"]["cause"] == "pick"
+        assert before["metadata"]["labels"]["kubeturn.dev/turn-seq"] == name.rpartition("-t")[2]
 
     settled = events(world.k8s, "TurnSettled")
     assert sorted(e["involvedObject"]["name"] for e in settled) == sorted(turn_names)
@@ -516,6 +524,93 @@ async def test_an_invalid_run_says_where_and_a_fixed_spec_runs(cluster: StartClu
     assert running["observedGeneration"] == 2
     assert ready()["status"] == "True"
     assert names(world.k8s, AGENTTURNS) == [f"{RUN}-t1"]
+
+
+HANDOVER = "handover"
+HANDOVER_IID = f"default.{HANDOVER}/root/coder"
+IMPLEMENT = "Implement the handover"
+
+
+def handover(workspace: dict[str, Any] | None) -> dict[str, Any]:
+    """Two states that continue one coder conversation, the first's pick entering the
+    second: its Turns are swept and admitted back to back."""
+
+    def continued(prompt: str, then: str) -> dict[str, Any]:
+        agent = {"slot": "coder", "prompt": prompt, "continue": True}
+        return {
+            "invoke": {"agent": agent},
+            "on": {"submit": {"target": then, "description": "Done."}},
+        }
+
+    spec: dict[str, Any] = {
+        "agents": {"coder": {"model": "scripted/any", "instructions": "Code."}},
+        "machine": {
+            "initial": "implementing",
+            "states": {
+                "implementing": continued(IMPLEMENT, "fixing"),
+                "fixing": continued("Fix the handover", "done"),
+                "done": {"type": "final"},
+            },
+        },
+    }
+    if workspace is not None:
+        spec["workspace"] = workspace
+    return {
+        "apiVersion": "kubeturn.dev/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": HANDOVER, "namespace": "default"},
+        "spec": spec,
+    }
+
+
+async def test_a_run_that_invokes_needs_a_workspace_and_then_runs_its_turns_in_order(
+    cluster: StartCluster,
+) -> None:
+    submit = {"toolCalls": [call("submit")]}
+    world = await cluster(script({IMPLEMENT: [submit, submit]}))
+    await world.apply(handover(None))
+
+    def ready() -> dict[str, Any]:
+        found = [c for c in world.run(HANDOVER).get("conditions", []) if c["type"] == "Ready"]
+        return found[0] if found else {}
+
+    await eventually(lambda: ready().get("reason") == "Invalid", "Ready=False, Invalid")
+    assert ready()["status"] == "False"
+    message = ready()["message"]
+    assert message.startswith("spec.workspace: missing, and the state ")
+    for state in ("implementing", "fixing"):  # in the order the API server keeps
+        assert f"the state {state!r} invokes the Agent 'coder'" in message
+    assert names(world.k8s, AGENTTURNS) == []
+
+    await world.apply(handover({"template": {"repos": {"target": {"url": world.origin}}}}))
+    await world.run_phase(HANDOVER, "Succeeded")
+    await eventually(
+        lambda: world.run(HANDOVER).get("turnCount") == 2,
+        "the last Turn's record",
+        describe=world.describe(HANDOVER),
+    )
+    done = world.run(HANDOVER)
+    assert (done["state"], done["observedGeneration"]) == ("done", 2)
+    assert [(t["name"], t["state"], t["outcome"]) for t in done["turns"]] == [
+        ("t1", "implementing", "ended"),
+        ("t2", "fixing", "ended"),
+    ]
+    # The ordered abort: the first Turn settled at the Harness before the second was
+    # admitted on the conversation.
+    harness = await world.harness(f"{HANDOVER}-workspace")
+    kinds = {"submission-admitted": "admitted", "submission-settled": "settled"}
+    order = [
+        (kinds[e["type"]], e["data"]["submissionId"])
+        for e in await harness.events("coder", HANDOVER_IID)
+        if e["type"] in kinds
+    ]
+    first, second = (t["submissions"][0]["id"] for t in done["turns"])
+    assert order == [
+        ("admitted", first),
+        ("settled", first),
+        ("admitted", second),
+        ("settled", second),
+    ]
 
 
 async def test_a_turn_deleted_before_a_new_operator_knows_its_harness_is_still_swept(

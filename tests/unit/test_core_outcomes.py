@@ -160,7 +160,7 @@ class TestTheTurnsOwnPickEndedIt:
         core, _ = started("handoff", coder="s1")
         answer, effects = core.pick(HANDOFF_IID, "submit", {"summary": "did it"}, 1.0)
         assert answer == Receipt(
-            delivered=True, event="submit", turnComplete=True, deliveryId="d2-n2"
+            delivered=True, event="submit", turnComplete=True, deliveryId="d1-n2"
         )
         assert effects.items == [
             Sweep("t1", "coder", HANDOFF_IID, "pick", "s1"),
@@ -178,7 +178,7 @@ class TestTheTurnsOwnPickEndedIt:
         core, admits = started("timer_route", coder="s1")
         iid = admits["coder"].instance_id
         answer, effects = core.pick(iid, "ship", {}, 1.0)
-        assert answer == Receipt(delivered=True, event="ship", deliveryId="d2-n2", allowed=["note"])
+        assert answer == Receipt(delivered=True, event="ship", deliveryId="d1-n2", allowed=["note"])
         assert effects.items == []
         nudged = core.settled("t1", "s1", Outcome.COMPLETED, 2.0)
         nudge = only(nudged, Admit)
@@ -202,25 +202,25 @@ class TestTheTurnsOwnPickEndedIt:
         core, admits = started("exec_pick", coder="s1")
         iid = admits["coder"].instance_id
         answer, effects = core.pick(iid, "test", {}, 1.0)
-        assert answer == Receipt(delivered=True, event="test", deliveryId="d2-n2", outstanding=True)
+        assert answer == Receipt(delivered=True, event="test", deliveryId="d1-n2", outstanding=True)
         assert effects.items == [StartExec("work.testing#3", "make test", "/work", 300.0)]
-        assert core.delivery("d2-n2") is None
+        assert core.delivery("d1-n2") is None
         effects = core.exec_done("work.testing#3", ExecResult(0, "4 passed"), 5.0)
         output = {"exitCode": 0, "output": "4 passed", "timedOut": False}
         answered = Receipt(
             delivered=True,
             event="test",
-            deliveryId="d2-n2",
+            deliveryId="d1-n2",
             turnComplete=True,
             answer=output,
             stopped=False,
         )
         assert effects.items == [
-            Answer("d2-n2", answered),
+            Answer("d1-n2", answered),
             Sweep("t1", "coder", iid, "pick", "s1"),
             Finished("Succeeded", None, None),
         ]
-        assert core.delivery("d2-n2") == answered
+        assert core.delivery("d1-n2") == answered
         assert settle_sweep(core, only(effects, Sweep), "s1", 6.0).outcome is Outcome.ENDED
 
     def test_a_nested_agents_pick_is_the_cause_for_both_agents(self) -> None:
@@ -279,7 +279,7 @@ class TestSomethingElseEndedIt:
         assert answer == Receipt(
             delivered=True,
             event="note",
-            deliveryId="d2-n2",
+            deliveryId="d1-n2",
             allowed=["submit", "note", "giveUp", "check"],
         )
         assert effects.items == []
@@ -335,11 +335,11 @@ class TestSomethingElseEndedIt:
         core.pick(iid, "test", {}, 1.0)
         effects = core.fire_due(1800.0)
         stopped = Receipt(
-            delivered=True, event="test", deliveryId="d2-n2", turnComplete=True, stopped=True
+            delivered=True, event="test", deliveryId="d1-n2", turnComplete=True, stopped=True
         )
         assert effects.items == [
             StopExec("work.testing#3"),
-            Answer("d2-n2", stopped),
+            Answer("d1-n2", stopped),
             Sweep("t1", "coder", iid, None, "s1"),
             Finished("Failed", None, "reached the failed final 'timedOut'"),
         ]
@@ -451,7 +451,7 @@ class TestQueuedBehindASweptSubmission:
         assert isinstance(sweep, Sweep)
         assert isinstance(admit, Admit)
         assert (sweep.instance_id, sweep.cause, sweep.submission) == (iid, "pick", "s1")
-        assert (admit.turn, admit.instance_id, admit.continue_) == ("t3", iid, True)
+        assert (admit.turn, admit.instance_id, admit.continue_) == ("t2", iid, True)
 
 
 class TestTheRunReturnedWithTheTurnOpen:

@@ -30,8 +30,12 @@ Cases:
   being swept and the next admitted re-issues exactly that sweep and that admission,
   and records nothing twice; a restore after the record re-sweeps nothing; a Turn swept
   while its admission was out is never admitted again after a restore; the example
-  manifest's golden history, with and without a restart after every input; a restore
-  while a command runs starts it again, with the command it started with.
+  manifest's golden history (Turns ``t1``..``t4`` in order: picks do not take Turn
+  numbers), with and without a restart after every input; a restore while a command
+  runs starts it again, with the command it started with; a snapshot with the one
+  counter Turns and deliveries once shared goes on past it (no Turn name twice);
+- the Run's state to show: none before the start, the active leaf, and once it ended
+  the final state (or where CANCEL found it), also after a restore.
 """
 
 from __future__ import annotations
@@ -238,7 +242,7 @@ class TestPicks:
         assert answer == Receipt(
             delivered=True,
             event="lint",
-            deliveryId="d2-n2",
+            deliveryId="d1-n2",
             allowed=["test", "lint", "run", "note"],
             straightBack=True,
         )
@@ -252,18 +256,18 @@ class TestPicks:
         core, admits = started("exec_pick", coder="s1")
         iid = admits["coder"].instance_id
         core.pick(iid, "test", {}, 1.0)
-        assert core.delivery("d2-n2") is None
+        assert core.delivery("d1-n2") is None
         effects = core.exec_done("work.testing#3", ExecResult(1, "1 failed"), 2.0)
         answered = Receipt(
             delivered=True,
             event="test",
-            deliveryId="d2-n2",
+            deliveryId="d1-n2",
             answer={"exitCode": 1, "output": "1 failed", "timedOut": False},
             allowed=["test", "lint", "run", "note"],
         )
-        assert effects.items == [Answer("d2-n2", answered)]
-        assert core.delivery("d2-n2") == answered
-        assert core.delivery("d2-n2") == answered
+        assert effects.items == [Answer("d1-n2", answered)]
+        assert core.delivery("d1-n2") == answered
+        assert core.delivery("d1-n2") == answered
         assert core.delivery("d9-nowhere") == Gone()
         surface = core.surface(iid)
         assert surface is not None
@@ -389,7 +393,7 @@ class TestHistory:
         settle_sweep(later, only(effects, Sweep), "s2", 5.0)
         assert [(r.name, r.outcome) for r in later.history] == [
             ("t1", Outcome.ENDED),
-            ("t3", Outcome.ENDED),
+            ("t2", Outcome.ENDED),
         ]
         assert later.recorded == 2
         assert later.phase is RunPhase.SUCCEEDED
@@ -404,6 +408,20 @@ class TestHistory:
         assert record_of(core, "t1").outcome is Outcome.ABORTED
         assert restored(core).resume().items == []
 
+    def test_a_snapshot_with_one_shared_counter_goes_on_past_it(self) -> None:
+        core, _ = started("continued", coder="s1")
+        data = core.snapshot()
+        assert (data["turnSeq"], data["deliverySeq"]) == (1, 0)
+        # As written when Turns and picks took numbers from one counter: t1, then d2, ...
+        del data["turnSeq"], data["deliverySeq"]
+        data["seq"] = 7
+        again = new_core("continued", snapshot=data)
+        answer, effects = again.pick(CONTINUED_IID, "submit", {}, 1.0)
+        assert isinstance(answer, Receipt)
+        assert answer.deliveryId == "d8-n1"
+        assert only(effects, Admit).turn == "t8"
+        assert (again.turn_seq, again.delivery_seq) == (8, 8)
+
     def test_a_restore_while_a_command_runs_starts_it_again(self) -> None:
         core, admits = started("exec_pick", coder="s1")
         _, effects = core.pick(admits["coder"].instance_id, "test", {}, 1.0)
@@ -416,6 +434,29 @@ class TestHistory:
         start = only(effects, StartExec)
         assert start == StartExec("work.running#3", "make unit", "/work", 600.0)
         assert restored(core).resume().items == [start]
+
+
+class TestRunState:
+    def test_none_before_the_start_then_the_active_leaf(self) -> None:
+        core = new_core("continued")
+        assert core.state is None
+        core.start(0.0)
+        assert core.state == "implementing"
+
+    def test_an_ended_run_shows_its_final_state_also_after_a_restore(self) -> None:
+        core, _ = started("continued", coder="s1")
+        core.pick(CONTINUED_IID, "submit", {}, 1.0)
+        core.admitted("t2", "s2", 1.5)
+        core.pick(CONTINUED_IID, "submit", {}, 2.0)
+        assert core.phase is RunPhase.SUCCEEDED
+        assert core.config is not None
+        assert (core.config.leaf, core.state) == ("", "done")
+        assert restored(core).state == "done"
+
+    def test_a_cancelled_run_shows_where_the_cancel_found_it(self) -> None:
+        core, _ = started("continued", coder="s1")
+        core.cancel(1.0)
+        assert (core.phase, core.state) == (RunPhase.CANCELLED, "implementing")
 
 
 class TestGoldenHistory:
@@ -481,9 +522,9 @@ class TestGoldenHistory:
         core = self.drive(restart=False)
         assert [(r.name, r.agent, r.state, r.outcome, r.cause) for r in core.history] == [
             ("t1", "coder", "implementing", Outcome.ENDED, "pick"),
-            ("t3", "reviewer", "reviewing", Outcome.ENDED, "pick"),
-            ("t5", "coder", "fixing", Outcome.ENDED, "pick"),
-            ("t7", "reviewer", "reviewing", Outcome.ENDED, "pick"),
+            ("t2", "reviewer", "reviewing", Outcome.ENDED, "pick"),
+            ("t3", "coder", "fixing", Outcome.ENDED, "pick"),
+            ("t4", "reviewer", "reviewing", Outcome.ENDED, "pick"),
         ]
         fixing = core.history[2]
         assert [(s.id, s.outcome) for s in fixing.submissions] == [

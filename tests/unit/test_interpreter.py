@@ -23,7 +23,9 @@ Cases, a class per fixture, each asserting the exact ``entered``/``exited`` orde
   naming the state;
 - finals: a compound's final child raises its onDone with the output; a top-level
   final ends the Run done with its output; ``outcome: failed`` fails it, top-level and
-  nested; a finished Run takes no event;
+  nested; a finished Run takes no event; every end keeps the leaf it ended in
+  (``ended_in``: the final, where CANCEL, a fault or an unhandled error found it) while
+  its leaf is the root;
 - cancel: an unhandled CANCEL cancels the Run, stopping every invoke and cancelling
   every timer, innermost first; a handled CANCEL is an ordinary event;
 - faults: an expression error fails the Run with ``fault`` set and every stop without a
@@ -36,7 +38,8 @@ Cases, a class per fixture, each asserting the exact ``entered``/``exited`` orde
   does not; the events offered, inner ones first;
 - passing through: an invoke entered and left in one step is in both ``started`` and
   ``stopped``, and not in the configuration;
-- snapshot: ``restore(snapshot(config))`` through JSON gives the configuration back.
+- snapshot: ``restore(snapshot(config))`` through JSON gives the configuration back,
+  an ended one too; a snapshot written before ``endedIn`` restores with none.
 """
 
 from __future__ import annotations
@@ -393,7 +396,7 @@ class TestExecs:
             "the invoke of state 'quietly' failed and no onError handles it: boom"
         )
         assert moved(step) == (("quietly",), ())
-        assert m.leaf == ROOT
+        assert (m.leaf, m.config.ended_in) == (ROOT, "quietly")
 
 
 class TestPassingThrough:
@@ -456,7 +459,7 @@ class TestFinals:
         assert m.config.status is Status.DONE
         assert m.config.output == {"n": 2, "result": 20}
         assert m.config.message is None
-        assert m.leaf == ROOT
+        assert (m.leaf, m.config.ended_in) == (ROOT, "done")
 
     def test_a_failed_final_fails_the_run(self) -> None:
         m = Machine("finals")
@@ -465,6 +468,7 @@ class TestFinals:
         assert m.config.status is Status.FAILED
         assert m.config.message == "reached the failed final 'failed'"
         assert m.config.output is None
+        assert (m.leaf, m.config.ended_in) == (ROOT, "failed")
 
     def test_a_nested_failed_final_fails_the_run_before_any_on_done(self) -> None:
         m = Machine("finals")
@@ -474,6 +478,7 @@ class TestFinals:
         assert m.config.status is Status.FAILED
         assert m.config.output == "nope"
         assert m.config.message == "reached the failed final 'job.jobFailed'"
+        assert m.config.ended_in == "job.jobFailed"
 
     def test_a_finished_run_takes_no_event(self) -> None:
         m = Machine("finals")
@@ -499,6 +504,7 @@ class TestCancel:
         assert m.config.status is Status.CANCELLED
         assert m.config.message == "cancelled"
         assert (m.config.timers, m.config.invokes, m.leaf) == ((), (), ROOT)
+        assert m.config.ended_in == "outer.inner"
 
     def test_a_handled_cancel_is_an_ordinary_event(self) -> None:
         m = Machine("cancel")
@@ -522,6 +528,7 @@ class TestFaults:
         assert moved(step) == (("work.busy", "work"), ())
         assert step.stopped == (Stopped(exec_, NO_CAUSE), Stopped(agent, NO_CAUSE))
         assert (m.config.timers, m.config.invokes, m.leaf) == ((), (), ROOT)
+        assert m.config.ended_in == "work.busy"
 
     def test_stops_made_before_the_error_in_the_same_step_lose_their_cause(self) -> None:
         m = Machine("faults")
@@ -629,3 +636,13 @@ class TestSnapshot:
         m.config = it.with_context(m.config, {"deep": {"list": [1, 2.5, None, "x"]}})
         data = json.loads(json.dumps(it.snapshot(m.config)))
         assert it.restore(data) == m.config
+
+    def test_an_ended_configuration_restores_with_the_leaf_it_ended_in(self) -> None:
+        m = Machine("finals")
+        m.send("finish")
+        m.send("end")
+        data = json.loads(json.dumps(it.snapshot(m.config)))
+        assert it.restore(data) == m.config
+        assert it.restore(data).ended_in == "done"
+        del data["endedIn"]
+        assert it.restore(data).ended_in is None

@@ -23,6 +23,12 @@ Cases:
   command templates, with their paths;
 - invokes: unknown slot, both or neither of agent/exec, onDone on an agent, exec's
   onDone/onError events and timeout; durations; reserved event names; state names;
+- the Workspace a cluster needs (``workspace_required``): a Run with no
+  ``spec.workspace`` whose states invoke Agents and commands gets one problem at
+  ``spec.workspace`` naming each state and what it runs (verbatim), reported with the
+  manifest's other problems; the same Run loads without the option (the local runner),
+  and with the option once it names a Workspace or describes one; a Run that invokes
+  nothing needs none;
 - all at once: five different problems give five errors, one per line; shape problems
   are reported alone; YAML syntax errors name the source, line and column.
 """
@@ -31,7 +37,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -614,6 +620,50 @@ class TestInvokes:
         assert state.invoke.agent == model.AgentCall(
             "coder", CelTemplate("p"), None, True, "openai/o3", "low"
         )
+
+
+class TestWorkspaceRequired:
+    STATES: ClassVar[dict[str, Any]] = {
+        "a": {"invoke": agent(), "on": {"go": TO_B}},
+        "b": {"invoke": {"exec": {"command": "make"}, "onDone": "c"}},
+        "c": DONE,
+    }
+
+    def test_invokes_without_a_workspace_are_one_problem_naming_each(self) -> None:
+        with pytest.raises(DefinitionErrors) as caught:
+            load_run(manifest(self.STATES), workspace_required=True)
+        [error] = caught.value.errors
+        assert error.path == "spec.workspace"
+        assert str(error) == (
+            "spec.workspace: missing, and the state 'a' invokes the Agent 'coder'; the state "
+            "'b' runs a command (exec): on a cluster Agents and commands run in a Workspace's "
+            "sandbox. Name one (`workspace: {name: <workspace>}`) or describe one the Run "
+            "owns (`workspace: {template: {repos: ...}}`)"
+        )
+
+    def test_it_is_reported_with_the_other_problems(self) -> None:
+        states = {**self.STATES, "a": {"invoke": agent("codr"), "on": {"go": TO_B}}}
+        with pytest.raises(DefinitionErrors) as caught:
+            load_run(manifest(states), workspace_required=True)
+        assert [error.path for error in caught.value.errors] == [
+            "spec.machine.states.a.invoke.agent.slot",
+            "spec.workspace",
+        ]
+
+    def test_without_the_option_the_run_loads(self) -> None:
+        assert load_run(manifest(self.STATES)).spec.workspace is None
+
+    @pytest.mark.parametrize(
+        "workspace", [{"name": "shared"}, {"template": {"repos": {"target": {"url": "u"}}}}]
+    )
+    def test_a_named_or_described_workspace_satisfies_it(self, workspace: Any) -> None:
+        document = manifest(self.STATES)
+        document["spec"]["workspace"] = workspace
+        assert load_run(document, workspace_required=True).spec.workspace is not None
+
+    def test_a_run_that_invokes_nothing_needs_none(self) -> None:
+        document = manifest({"a": {"on": {"go": "b"}}, "b": DONE})
+        assert load_run(document, workspace_required=True).spec.workspace is None
 
 
 # --------------------------------------------------------------------------- timers, events

@@ -70,6 +70,11 @@ app.kubernetes.io/part-of: kubeturn
 {{- printf "%s:%s" .image.repository (default .chart.AppVersion .image.tag) }}
 {{- end }}
 
+{{/* The Lease the operator pods elect their leader by (in the release's namespace). */}}
+{{- define "kubeturn.leaseName" -}}
+{{- default (include "kubeturn.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
 {{/* Where Harness pods reach the Orchestrator API. */}}
 {{- define "kubeturn.orchestratorUrl" -}}
 {{- printf "http://%s-orchestrator.%s.svc:8081" (include "kubeturn.fullname" .) .Release.Namespace }}

@@ -99,7 +99,9 @@ class RunSpec(Spec):
 
     workspace: WorkspaceRef | None = Field(
         default=None,
-        description="Where the Agents work. Absent: no Workspace; Agents work in /work.",
+        description="Where the Agents work and commands run. Required on a cluster when a "
+        "state invokes an Agent or a command; the local runner gives a Run without one its "
+        "workdir.",
     )
     agents: dict[str, AgentSlot] = Field(
         description="Agent slots by name; a state's invoke.agent.slot names one."

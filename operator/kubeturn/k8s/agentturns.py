@@ -7,7 +7,9 @@ and the Run's Machine hears it as the Agent's fault (``deleted``). The settlemen
 into ``status.settlement`` and a ``TurnSettled`` Event before the finalizer is removed;
 the Run records the Turn in ``Run.status.turns`` (exactly once, through its core).
 A sweep is never sent nowhere: while the Workspace exists and this operator does not
-know its Harness yet (it just started), the finalizer waits for it (bounded).
+know its Harness (it just started, or the sandbox Pod is being made again), the finalizer
+waits for it, and a sweep that did not reach the Harness is sent again to the one known
+then (a sweep is safe to repeat), within one bound (``harnesses.WAIT_S``).
 """
 
 from __future__ import annotations
@@ -20,21 +22,15 @@ from typing import Any
 
 import kopf
 
-from kubeturn.k8s import conditions, events, metrics
+from kubeturn.k8s import conditions, events, harnesses, metrics
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
+from kubeturn.k8s.kube import AGENTTURNS, RUNS, NotFound
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
-from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn.orchestrator.harness_client import HarnessRefused, HarnessUnreachable
 from kubeturn_harness.wire import Outcome
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
-HARNESS_WAIT_S = 120.0
-"""How long a sweep waits for its Workspace's Harness (and a person's deletion for its
-Run's actor) to be known: far above a sandbox Pod's start, a Workspace's probe (2 s) and
-a Run's resumption, and bounded, so a Workspace that never comes back cannot hold its
-Run's deletion for ever (the AgentTurn then goes unswept, saying so)."""
-HARNESS_POLL_S = 0.5
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
@@ -56,31 +52,30 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         if not exit_ and running:
             submission = running[-1]["id"]
         workspace = (spec.get("workspaceRef") or {}).get("name", "")
-        harness = await _harness(hub, namespace, workspace)
         if not exit_:
             # A person deleted it: the Machine hears so before the sweep, whose
             # settlement the Run's follower reads too and would take for the Agent's
             # own failure.
             await _deleted_by_user(hub, namespace, spec, submission)
+        effect = Sweep(
+            turn=spec["turn"],
+            agent=spec["agent"]["slot"],
+            instance_id=spec["instanceId"],
+            cause=cause,
+            submission=submission,
+        )
         swept_at = _now()
-        settled: list[Settled] = []
-        if harness is not None:
-            effect = Sweep(
-                turn=spec["turn"],
-                agent=spec["agent"]["slot"],
-                instance_id=spec["instanceId"],
-                cause=cause,
-                submission=submission,
-            )
-            started = time.monotonic()
-            settled = await harness.sweep(effect)
+        started = time.monotonic()
+        reached = await _send(hub, namespace, workspace, effect, logger)
+        if reached is not None:
             metrics.SWEEP_SECONDS.observe(time.monotonic() - started)
+        settled = reached or []
         mine = {s.submission: s for s in settled}
         named = mine.get(submission or "")
         open_ = {e.get("id") for e in status.get("submissions", []) if not e.get("outcome")}
         unnamed = [s for s in settled if s.submission in open_]
         message: str | None
-        if harness is None:
+        if reached is None:
             outcome = Outcome.ABORTED
             message = f"the Harness of Workspace {workspace!r} was not reached: nothing was swept"
         elif named is not None:
@@ -120,19 +115,34 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         hub.swept((namespace, name), reported)
 
 
-async def _harness(hub: Hub, namespace: str, workspace: str) -> HarnessClient | None:
-    """The Workspace's Harness client, waiting (bounded) while the Workspace exists but
-    this operator does not know its Harness yet (it just started, or the pod is
-    starting): a sweep sent nowhere would leave the Turn running on the Harness."""
-    deadline = time.monotonic() + HARNESS_WAIT_S
-    while (harness := hub.harnesses.get((namespace, workspace))) is None:
-        if not workspace or time.monotonic() > deadline:
-            return None
-        found = await hub.kube.get(WORKSPACES, namespace, workspace)
-        if found is None or found["metadata"].get("deletionTimestamp"):
-            return None
-        await asyncio.sleep(HARNESS_POLL_S)
-    return harness
+async def _send(
+    hub: Hub, namespace: str, workspace: str, effect: Sweep, logger: kopf.Logger
+) -> list[Settled] | None:
+    """Sweep at the Workspace's Harness: what the sweep settled, or None when no Harness
+    was reached within ``harnesses.WAIT_S`` (or the Workspace is gone).
+
+    The client is asked for afresh after every failure to reach it: the sandbox Pod may
+    be being made again (ADR 0024), and its new Harness, which found the conversation on
+    the volume, answers the repeated sweep. A sweep sent nowhere would leave the Turn
+    running on the Harness.
+    """
+    deadline = time.monotonic() + harnesses.WAIT_S
+    tries = 0
+    while (harness := await harnesses.wait(hub, namespace, workspace, deadline)) is not None:
+        try:
+            return await harness.send_sweep(effect)
+        except HarnessRefused as refused:
+            logger.warning(f"sweeping {effect.instance_id}: {refused}")
+            return []
+        except HarnessUnreachable as unreached:
+            # Said once (an Event), not at every try.
+            said = logger.info if tries == 0 else logger.debug
+            said(f"sweeping {effect.instance_id}: {unreached}; trying again")
+            tries += 1
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(harnesses.POLL_S)
+    return None
 
 
 async def _deleted_by_user(
@@ -144,7 +154,7 @@ async def _deleted_by_user(
     just started); a Run being deleted, finished or invalid has no Machine to tell.
     """
     run = str((spec.get("runRef") or {}).get("name"))
-    deadline = time.monotonic() + HARNESS_WAIT_S
+    deadline = time.monotonic() + harnesses.WAIT_S
     while True:
         found = await hub.kube.get(RUNS, namespace, run)
         status = (found or {}).get("status") or {}
@@ -162,7 +172,7 @@ async def _deleted_by_user(
             return
         if time.monotonic() > deadline:
             return
-        await asyncio.sleep(HARNESS_POLL_S)
+        await asyncio.sleep(harnesses.POLL_S)
 
 
 def _now() -> str:

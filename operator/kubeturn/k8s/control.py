@@ -42,6 +42,7 @@ class Cluster:
         self.kube = Kube(client)
 
     def close(self) -> None:
+        self.kube.close()
         self._client.close()  # type: ignore[no-untyped-call]
 
     @property

@@ -1,15 +1,17 @@
 """A small async facade over the official ``kubernetes`` client: get, list, create, patch,
-delete any kind by its REST path, with merge patches.
+replace, delete any kind by its REST path, with merge patches.
 
-The official client is synchronous; each call runs in a worker thread so the operator's
-event loop never blocks. API errors are translated here, once: 404 → ``None`` or
-``NotFound``, 409 on create → the existing object (creates are idempotent). Patches are
-merge patches, or JSON patches where a list is appended to.
+The official client is synchronous; each call runs in a worker thread of the facade's own
+pool (``API_THREADS``) so the operator's event loop never blocks. API errors are
+translated here, once: 404 → ``None`` or ``NotFound``, 409 on create → the existing object
+(creates are idempotent). Patches are merge patches, or JSON patches where a list is
+appended to.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +51,7 @@ CONFIGMAPS = Kind("", "v1", "configmaps")
 CLAIMS = Kind("", "v1", "persistentvolumeclaims")
 NETWORK_POLICIES = Kind("networking.k8s.io", "v1", "networkpolicies")
 EVENTS = Kind("", "v1", "events")
+LEASES = Kind("coordination.k8s.io", "v1", "leases")
 
 KINDS = {
     ("kubeturn.dev/v1alpha1", "Run"): RUNS,
@@ -60,6 +63,7 @@ KINDS = {
     ("v1", "PersistentVolumeClaim"): CLAIMS,
     ("networking.k8s.io/v1", "NetworkPolicy"): NETWORK_POLICIES,
     ("v1", "Event"): EVENTS,
+    ("coordination.k8s.io/v1", "Lease"): LEASES,
 }
 
 
@@ -71,9 +75,27 @@ class Conflict(Exception):
     """The object changed since the version a write was made against (HTTP 409)."""
 
 
+API_THREADS = 16
+"""Concurrent API calls: asyncio's default pool has min(32, cores + 4) threads (6 on a
+2-core node), which left tens of Runs' status writes and AgentTurn reads queued behind one
+another; 16 keeps a burst of Runs moving without hammering the API server (client-go's
+default QPS is 5 with a burst of 10; the official client's pool must be as large,
+``pool_size``)."""
+
+
+def pool_size(configuration: kubernetes.client.Configuration) -> None:
+    """Let the official client keep as many connections as the facade has threads."""
+    configuration.connection_pool_maxsize = API_THREADS
+
+
 class Kube:
     def __init__(self, client: kubernetes.client.ApiClient) -> None:
         self._client = client
+        self._pool = concurrent.futures.ThreadPoolExecutor(API_THREADS, "kubeturn-api")
+
+    def close(self) -> None:
+        """Let the worker threads go once the calls in flight are done."""
+        self._pool.shutdown(wait=False)
 
     async def _call(
         self,
@@ -99,7 +121,7 @@ class Kube:
                 raise ApiException(http_resp=response)
             return json.loads(response.data) if response.data else {}
 
-        return await asyncio.to_thread(call)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -146,6 +168,20 @@ class Kube:
                 raise NotFound(f"{kind.plural}/{name} is gone") from error
             if error.status == 409:
                 raise Conflict(f"{kind.plural}/{name} changed meanwhile") from error
+            raise
+
+    async def replace(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Write the whole object (PUT) over the version its ``metadata.resourceVersion``
+        names: ``Conflict`` when it changed since, as optimistic concurrency needs."""
+        kind = KINDS[(body["apiVersion"], body["kind"])]
+        meta = body["metadata"]
+        try:
+            return dict(await self._call("PUT", kind.path(meta["namespace"], meta["name"]), body))
+        except ApiException as error:
+            if error.status == 404:
+                raise NotFound(f"{kind.plural}/{meta['name']} is gone") from error
+            if error.status == 409:
+                raise Conflict(f"{kind.plural}/{meta['name']} changed meanwhile") from error
             raise
 
     async def json_patch(

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.api.workspace import WorkspaceSpec
+from kubeturn.orchestrator import ids
 from kubeturn.orchestrator.effects import Admit
 
 GROUP_VERSION = "kubeturn.dev/v1alpha1"
@@ -22,7 +23,14 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "kubeturn"}
 SANDBOX = "sandbox"
 HARNESS_PORT = 8080
 WORK_ROOT = "/work"
-DATA_DIR = "/var/lib/kubeturn/data"
+HARNESS_HOME = "/var/lib/kubeturn"
+DATA_DIR = f"{HARNESS_HOME}/data"
+"""The Harness's conversation logs: a directory it makes (and keeps 0700) in its home."""
+WORK_SUBPATH = "work"
+"""The volume's directory mounted at ``WORK_ROOT``: clones and worktrees, the Agents' tree."""
+HARNESS_SUBPATH = "harness"
+"""The volume's directory mounted at ``HARNESS_HOME``: beside ``work``, never under it, so
+no path under ``WORK_ROOT`` reaches the conversation logs (ADR 0025)."""
 PROVIDERS_PATH = "/etc/kubeturn/providers.yaml"
 TOOL_UID = 10001
 """The sandbox's user (the Harness image's); the pod runs non-root, tools as the same uid."""
@@ -60,6 +68,24 @@ def workspace_labels(workspace: str) -> dict[str, str]:
         "app.kubernetes.io/component": SANDBOX,
         "kubeturn.dev/workspace": workspace,
     }
+
+
+def sandbox_name(workspace: str) -> str:
+    """The name of a Workspace's sandbox Pod (a new Pod made again takes it too)."""
+    return f"{workspace}-kubeturn-sandbox"
+
+
+def owned_workspace_name(run: str) -> str:
+    """The name of the Workspace a Run makes from its ``spec.workspace.template``."""
+    return f"{run}-workspace"
+
+
+def workspace_of(run: Mapping[str, Any]) -> str | None:
+    """The Workspace a Run works in: the one it names, or the one its template makes."""
+    ref = (run.get("spec") or {}).get("workspace")
+    if not ref:
+        return None
+    return str(ref["name"]) if ref.get("name") else owned_workspace_name(run["metadata"]["name"])
 
 
 def token_secret(
@@ -113,7 +139,15 @@ def sandbox_pod(
     image: str,
     orchestrator_url: str,
 ) -> Object:
-    """The sandbox: an init container clones each repo slot; the Harness serves Turns."""
+    """The sandbox: an init container clones each repo slot; the Harness serves Turns.
+
+    One volume (the Workspace's claim) holds both what outlives a Pod: the clones and
+    worktrees (``work``) and the Harness's conversation logs (``harness``), so a Pod the
+    operator makes again finds both. ``restartPolicy: Always``: the kubelet restarts a
+    container that exits, with its own back-off, inside the same Pod; the Pod itself ends
+    (``Failed``) only when it is evicted or its node goes, and then the operator makes a
+    new one (``kubeturn.k8s.sandboxes``).
+    """
     meta = workspace["metadata"]
     name = meta["name"]
     tokens = f"{name}-kubeturn-tokens"
@@ -123,7 +157,7 @@ def sandbox_pod(
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    mounts = [{"name": "work", "mountPath": WORK_ROOT}]
+    work = {"name": "workspace", "mountPath": WORK_ROOT, "subPath": WORK_SUBPATH}
     clones = [
         {
             "name": f"clone-{slot}".lower().replace("_", "-").replace(".", "-")[:63],
@@ -134,7 +168,7 @@ def sandbox_pod(
                 {"name": "REPO_REF", "value": repo.ref},
                 {"name": "HOME", "value": "/tmp"},
             ],
-            "volumeMounts": mounts,
+            "volumeMounts": [work],
             "securityContext": security,
         }
         for slot, repo in spec.repos.items()
@@ -169,8 +203,8 @@ def sandbox_pod(
         ],
         "envFrom": list(spec.envFrom),
         "volumeMounts": [
-            *mounts,
-            {"name": "data", "mountPath": "/var/lib/kubeturn"},
+            work,
+            {"name": "workspace", "mountPath": HARNESS_HOME, "subPath": HARNESS_SUBPATH},
             {"name": "providers", "mountPath": "/etc/kubeturn", "readOnly": True},
         ],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": HARNESS_PORT}},
@@ -182,7 +216,7 @@ def sandbox_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(
-            f"{name}-kubeturn-sandbox", meta["namespace"], workspace, **workspace_labels(name)
+            sandbox_name(name), meta["namespace"], workspace, **workspace_labels(name)
         ),
         "spec": {
             "automountServiceAccountToken": False,
@@ -196,8 +230,10 @@ def sandbox_pod(
             "initContainers": clones,
             "containers": [harness],
             "volumes": [
-                {"name": "work", "persistentVolumeClaim": {"claimName": f"{name}-kubeturn-work"}},
-                {"name": "data", "emptyDir": {}},
+                {
+                    "name": "workspace",
+                    "persistentVolumeClaim": {"claimName": f"{name}-kubeturn-work"},
+                },
                 {"name": "providers", "configMap": {"name": f"{name}-kubeturn-providers"}},
             ],
             "restartPolicy": "Always",
@@ -261,9 +297,29 @@ def turn_name(run: str, turn: str) -> str:
     return _DNS.sub("-", f"{run}-{turn}".lower()).strip("-")[:253]
 
 
+INSTANCE_LABEL = "kubeturn.dev/instance"
+"""The conversation an AgentTurn's Submissions land on (``instance_label``)."""
+TURN_SEQ_LABEL = "kubeturn.dev/turn-seq"
+"""The Turn's number in its Run (``t<n>``): orders the Turns of one conversation, which
+``creationTimestamp`` (whole seconds) cannot (ADR 0021)."""
+
+
 def instance_label(instance_id: str) -> str:
     """Instance IDs hold '/' and '.': a label value gets their hash."""
     return hashlib.sha256(instance_id.encode()).hexdigest()[:63]
+
+
+def turn_seq(agent_turn: Mapping[str, Any]) -> int | None:
+    """The Turn number an AgentTurn carries: its label, else its ``spec.turn`` (an AgentTurn
+    made before the label); None when neither reads as one."""
+    value = ((agent_turn.get("metadata") or {}).get("labels") or {}).get(TURN_SEQ_LABEL)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    turn = (agent_turn.get("spec") or {}).get("turn")
+    try:
+        return ids.turn_seq(turn) if isinstance(turn, str) else None
+    except ValueError:
+        return None
 
 
 def agent_turn(
@@ -303,7 +359,8 @@ def agent_turn(
         **{
             "kubeturn.dev/run": meta["name"],
             "kubeturn.dev/agent": effect.agent,
-            "kubeturn.dev/instance": instance_label(effect.instance_id),
+            INSTANCE_LABEL: instance_label(effect.instance_id),
+            TURN_SEQ_LABEL: str(ids.turn_seq(effect.turn)),
         },
     )
     metadata["finalizers"] = [SWEEP_FINALIZER]

@@ -1,13 +1,19 @@
 """The operator process: kopf's handlers, the Orchestrator API, one active replica.
 
-kopf peering keeps one replica active at a time; the Orchestrator API runs in the same
-process, because the Harnesses' picks must reach the process that holds the Run actors.
+One replica leads at a time, by a Lease (``leader``): only the leader runs kopf's handlers
+and serves the Orchestrator API, in one process, because the Harnesses' picks must reach
+the process that holds the Run actors. ``/readyz`` is ready on the leader alone, so the
+Orchestrator Service routes Harness calls to it; standbys answer ``/healthz`` and metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
+import threading
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import kopf
@@ -17,9 +23,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
-from kubeturn.k8s import agentturns, runs, workspaces
+from kubeturn.k8s import agentturns, leader, runs, workspaces
 from kubeturn.k8s.hub import Hub, OperatorSettings
-from kubeturn.k8s.kube import RUNS, Kube
+from kubeturn.k8s.kube import RUNS, Kube, pool_size
 from kubeturn.orchestrator import api
 
 log = logging.getLogger(__name__)
@@ -27,15 +33,22 @@ log = logging.getLogger(__name__)
 
 def kube_client(kubeconfig: str | None) -> kubernetes.client.ApiClient:
     """The official client: in-cluster when running in a pod, else from a kubeconfig."""
-    if kubeconfig is None:
-        try:
-            kubernetes.config.load_incluster_config()
-            return kubernetes.client.ApiClient()
-        except kubernetes.config.ConfigException:
-            pass
     configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    if kubeconfig is not None or not _in_cluster(configuration):
+        kubernetes.config.load_kube_config(
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    pool_size(configuration)
     return kubernetes.client.ApiClient(configuration)
+
+
+def _in_cluster(configuration: kubernetes.client.Configuration) -> bool:
+    """Load the pod's service account (token, CA) if this runs in a pod."""
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes.config.ConfigException:
+        return False
+    return True
 
 
 def connection_info(client: kubernetes.client.ApiClient) -> kopf.ConnectionInfo:
@@ -87,13 +100,17 @@ def build(hub: Hub, client: kubernetes.client.ApiClient) -> kopf.OperatorRegistr
     return registry
 
 
-def health_app(ready: asyncio.Event) -> web.Application:
-    """``/healthz``: the event loop answers; ``/readyz``: kopf's handlers are running."""
+def health_app(ready: asyncio.Event, leading: Callable[[], bool]) -> web.Application:
+    """``/healthz``: the event loop answers (on standbys too). ``/readyz``: this replica
+    leads and kopf's handlers run; else 503, ``standby`` or ``starting``, so that the
+    Orchestrator Service sends Harness calls only to the process holding the Run actors."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def readyz(_: web.Request) -> web.Response:
+        if not leading():
+            return web.json_response({"status": "standby"}, status=503)
         if not ready.is_set():
             return web.json_response({"status": "starting"}, status=503)
         return web.json_response({"status": "ready"})
@@ -193,48 +210,125 @@ class Servers:
             await runner.cleanup()
 
 
+def stop_on_signals() -> asyncio.Event:
+    """A stop event that SIGTERM and SIGINT set (in the main thread), so that a standby
+    stops at once and a leader releases its Lease; while kopf runs, its own handlers take
+    these signals over and stop it the same way."""
+    stop = asyncio.Event()
+    if threading.current_thread() is threading.main_thread():
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+async def unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Await ``work`` unless ``stop`` is set first (``work`` is then cancelled): whether it
+    finished with ``stop`` still clear."""
+    task = asyncio.create_task(work)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in (task, stopped):
+            waiting.cancel()
+        await asyncio.gather(task, stopped, return_exceptions=True)
+    if stop.is_set() or task.cancelled():
+        return False
+    task.result()
+    return True
+
+
+async def keep_leading(
+    elector: leader.LeaderElector, stop: asyncio.Event, lost: list[leader.LeadershipLost]
+) -> None:
+    """Renew the Lease while kopf runs; once it is lost, note why and stop kopf."""
+    try:
+        await elector.keep()
+    except leader.LeadershipLost as error:
+        log.error("%s: stopping, to restart as a standby", error)
+        lost.append(error)
+        stop.set()
+
+
 async def run(
     settings: OperatorSettings,
     *,
     kubeconfig: str | None = None,
-    peering: str | None = None,
+    election: leader.Election | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run the operator until ``stop`` is set (or the process is signalled).
 
+    Health and metrics answer at once. With an ``election`` the replica is a standby
+    until it holds the Lease; then it serves the Orchestrator API and runs kopf
+    (standalone), renewing the Lease meanwhile. A graceful stop releases the Lease after
+    kopf stopped, so a standby takes over at once; a lost Lease stops kopf and raises
+    ``leader.LeadershipLost`` (the process exits, and restarts as a standby): never two
+    active replicas. Without an ``election`` this replica leads at once: one replica only.
+
     The servers and the Harness clients close in kopf's cleanup, once every daemon (every
     Run actor) stopped: kopf then waits (5 s) for every task begun after it started, and
-    the servers' tasks for the Harnesses' idle connections would be among them.
+    the servers' tasks for the Harnesses' idle connections would be among them. The
+    Lease's renewal begins before kopf, so kopf leaves it alone.
     """
     client = kube_client(kubeconfig)
-    hub = Hub(Kube(client), settings)
+    kube = Kube(client)
+    hub = Hub(kube, settings)
     registry = build(hub, client)
     servers = Servers()
+    stop = stop if stop is not None else stop_on_signals()
+    elector = leader.LeaderElector(kube, election) if election is not None else None
+    lost: list[leader.LeadershipLost] = []
 
     @kopf.on.cleanup(registry=registry)
     async def close(**_: Any) -> None:
         await servers.close()
         await hub.close()
 
+    def leading() -> bool:
+        return elector is None or elector.leading
+
     ready = asyncio.Event()
+    keeper: asyncio.Task[None] | None = None
     try:
+        await servers.start(health_app(ready, leading), settings.api_host, settings.health_port)
+        await servers.start(metrics_app(), settings.api_host, settings.metrics_port)
+        if elector is None:
+            log.info("no leader election: this replica is active (run only one)")
+        else:
+            log.info(
+                "standby until this replica (%s) holds the Lease %s/%s",
+                elector.election.identity,
+                elector.election.namespace,
+                elector.election.name,
+            )
+            if not await unless_stopped(elector.acquire(), stop):
+                return
+            keeper = asyncio.create_task(keep_leading(elector, stop, lost), name="leader lease")
         hub.expect(await unfinished_runs(hub, settings.namespaces), RESUME_GRACE_S)
         orchestrator = api.make_app(hub.registry)
         orchestrator.middlewares.insert(0, resume_gate(hub))
         await servers.start(orchestrator, settings.api_host, settings.api_port)
-        await servers.start(health_app(ready), settings.api_host, settings.health_port)
-        await servers.start(metrics_app(), settings.api_host, settings.metrics_port)
         log.info("Orchestrator API on %s:%d", settings.api_host, settings.api_port)
         await kopf.operator(
             registry=registry,
             clusterwide=not settings.namespaces,
             namespaces=list(settings.namespaces),
-            standalone=peering is None,
-            peering_name=peering,
+            standalone=True,
             ready_flag=ready,
             stop_flag=stop,
         )
     finally:
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        if elector is not None:
+            await elector.release()
         await servers.close()
         await hub.close()
+        kube.close()
         client.close()
+    if lost:
+        raise lost[0]

@@ -1,17 +1,21 @@
 """The Run controller: one actor per Run, its state durable in ``Run.status``.
 
 A kopf daemon per Run loads the manifest (an invalid one gets ``Ready=False, Invalid``
-with every problem and its path, and waits for a new generation — never a crash loop),
-finds or makes its Workspace, asks the Harness for the Run's worktrees, and drives the
-Orchestrator core. The snapshot is written to ``Run.status`` before any effect is
-applied; ``spec.signals`` are sent once each (their ids live in the snapshot) and
-``spec.cancel`` once. Deleting a Run deletes its live AgentTurns, whose finalizers
-sweep them, before the Run goes.
+with every problem and its path, and waits for a new generation — never a crash loop;
+here a Run that invokes an Agent or a command must name ``spec.workspace``, since nothing
+else could run them),
+finds or makes its Workspace, asks the Harness for the Run's worktrees (ones it cannot
+make give ``Ready=False, WorktreesFailed`` with its words, and are asked for again after
+a back-off), and drives the Orchestrator core. The snapshot is written to ``Run.status``
+before any effect is applied; ``spec.signals`` are sent once each (their ids live in the
+snapshot) and ``spec.cancel`` once. Deleting a Run deletes its live AgentTurns, whose
+finalizers sweep them, before the Run goes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -21,20 +25,31 @@ from typing import Any
 import kopf
 
 from kubeturn.errors import DefinitionErrors
-from kubeturn.k8s import conditions, events, metrics, objects
+from kubeturn.k8s import conditions, events, harnesses, metrics, objects, workspaces
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES
+from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
 from kubeturn.k8s.turns import ClusterTurns
 from kubeturn.machine.load import LoadedRun, load_run
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import ExecResult, RunCore
 from kubeturn.orchestrator.effects import StartExec
 from kubeturn.orchestrator.frames import WorkspaceView
+from kubeturn.orchestrator.harness_client import HarnessRefused, HarnessUnreachable
 from kubeturn.orchestrator.turns import TurnRecord
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 SPEC_POLL_S = 0.5
 """How often the daemon reads new signals or a cancel from the live spec."""
+DRIVE_BACKOFF_S = 10.0
+"""How soon kopf runs a Run's daemon again after it failed unexpectedly (the API server
+refused a write, a bug): kopf's default is 60 s. The daemon resumes from ``Run.status``,
+so a run again costs one load and one Workspace lookup."""
+WORKTREES_RETRY_S = 2.0
+"""The first pause before asking a Harness again for worktrees it could not make; each
+next one doubles, up to ``WORKTREES_RETRY_MAX_S`` (2, 4, 8, 16, 32, 60, 60, … s)."""
+WORKTREES_RETRY_MAX_S = 60.0
+"""The longest pause between two asks: what was fixed (a clone, the volume) is picked up
+within a minute, at one request a minute to a Harness that keeps refusing."""
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +83,7 @@ class StatusStore:
         )
         status = {
             "phase": core.phase.value,
-            "state": core.config.leaf if core.config else None,
+            "state": core.state,
             "turnCount": core.recorded,
             "turns": [r.model_dump(mode="json") for r in core.history],
             "output": core.config.output if core.config else None,
@@ -85,7 +100,14 @@ class StatusStore:
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
-    @kopf.daemon(GROUP, VERSION, "runs", cancellation_timeout=10, registry=registry)
+    @kopf.daemon(
+        GROUP,
+        VERSION,
+        "runs",
+        cancellation_timeout=10,
+        backoff=DRIVE_BACKOFF_S,
+        registry=registry,
+    )
     @metrics.counting_errors("runs")
     async def drive(
         body: kopf.Body,
@@ -170,7 +192,7 @@ async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> Loade
             "spec": dict(body["spec"]),
         }
         try:
-            return load_run(document)
+            return load_run(document, workspace_required=True)
         except DefinitionErrors as errors:
             current = (body.get("status") or {}).get("conditions", [])
             invalid = conditions.put(
@@ -200,7 +222,7 @@ async def _workspace(
     name = ref.name
     if name is None:
         assert ref.template is not None
-        name = f"{meta['name']}-workspace"
+        name = objects.owned_workspace_name(meta["name"])
         owned = {
             "apiVersion": objects.GROUP_VERSION,
             "kind": "Workspace",
@@ -216,15 +238,44 @@ async def _workspace(
     await _note(
         hub, body, conditions.WAITING_FOR_WORKSPACE, f"waiting for Workspace {name} to be Ready"
     )
-    while not stopped and (namespace, name) not in hub.harnesses:
-        await stopped.wait(1.0)
-    if stopped:
+    branch = f"kubeturn/{meta['name']}"
+    made = None
+    pause = WORKTREES_RETRY_S
+    while not stopped and made is None:
+        harness = hub.harnesses.get((namespace, name))
+        if harness is None:
+            await stopped.wait(1.0)
+            continue
+        workspace = await hub.kube.get(WORKSPACES, namespace, name)
+        slots = sorted(((workspace or {}).get("spec") or {}).get("repos", {}))
+        try:
+            made = await harness.worktrees(meta["name"], branch, slots)
+        except HarnessUnreachable as error:
+            # The sandbox Pod is being made again (its client may be closed already):
+            # the Workspace will know the new Harness.
+            said = f"waiting for Workspace {name}: its Harness did not answer ({error})"
+            await _note(hub, body, conditions.WAITING_FOR_WORKSPACE, said)
+            await stopped.wait(1.0)
+        except HarnessRefused as refused:
+            said = (
+                f"the Harness of Workspace {name} could not make the Run's worktrees: "
+                f"{refused.said} (asking again in {pause:g} s)"
+            )
+            await _note(hub, body, conditions.WORKTREES_FAILED, said)
+            await stopped.wait(pause)
+            pause = min(2 * pause, WORKTREES_RETRY_MAX_S)
+    if made is None:
         return name, None
-    workspace = await hub.kube.get(WORKSPACES, namespace, name)
-    slots = sorted(((workspace or {}).get("spec") or {}).get("repos", {}))
-    made = await hub.harnesses[(namespace, name)].worktrees(
-        meta["name"], f"kubeturn/{meta['name']}", slots
-    )
+    if (body.get("status") or {}).get("phase") not in workspaces.FINISHED:
+        worktrees = {slot: {"path": path, "branch": branch} for slot, path in made.items()}
+        with contextlib.suppress(NotFound):
+            await hub.kube.patch(
+                WORKSPACES,
+                namespace,
+                name,
+                {"status": {"worktrees": {meta["name"]: worktrees}}},
+                status=True,
+            )
     return name, WorkspaceView(made)
 
 
@@ -263,13 +314,37 @@ def _recorded(hub: Hub, run: dict[str, Any]) -> Callable[[TurnRecord], None]:
 
 
 class _Execs:
-    """``exec`` invokes, run by the Workspace's Harness."""
+    """``exec`` invokes, run by the Workspace's Harness.
+
+    While the Workspace exists but its Harness is not known (its sandbox Pod is being
+    made again), an exec waits for it, up to ``harnesses.WAIT_S``; one whose request
+    reached no Harness (no connection was made) is sent again to the one known then. One
+    that may have reached a Harness is never sent again: a command may not be safe to
+    run twice, so its failure is the exec's error.
+    """
 
     def __init__(self, hub: Hub, namespace: str, workspace: str | None) -> None:
-        self._hub, self._key = hub, (namespace, workspace or "")
+        self._hub, self._namespace, self._workspace = hub, namespace, workspace
 
     async def run(self, effect: StartExec) -> ExecResult:
-        harness = self._hub.harnesses.get(self._key)
-        if harness is None:
+        if not self._workspace:
             return ExecResult(None, "", error="the Run has no Workspace to run commands in")
-        return await harness.run(effect)
+        deadline = time.monotonic() + harnesses.WAIT_S
+        while True:
+            harness = await harnesses.wait(self._hub, self._namespace, self._workspace, deadline)
+            if harness is None:
+                return ExecResult(
+                    None,
+                    "",
+                    error=f"the Harness of Workspace {self._workspace} is not known: the "
+                    f"Workspace is gone, or its sandbox was not Ready within "
+                    f"{harnesses.WAIT_S:g} s",
+                )
+            try:
+                return await harness.send_exec(effect)
+            except HarnessRefused as refused:
+                return ExecResult(None, "", error=str(refused))
+            except HarnessUnreachable as unreached:
+                if unreached.sent or time.monotonic() > deadline:
+                    return ExecResult(None, "", error=str(unreached))
+            await asyncio.sleep(harnesses.POLL_S)

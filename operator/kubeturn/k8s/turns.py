@@ -2,11 +2,18 @@
 
 Admitting creates the AgentTurn (owned by its Run, with the sweep finalizer), waits for
 the Workspace and for every earlier AgentTurn of the same conversation to be gone (the
-ordered abort), then admits to the Workspace's Harness. Its answer goes back to the Run
+ordered abort; "earlier" is a lower Turn number, since an Instance ID belongs to one
+Run), then admits to the Workspace's Harness. Its answer goes back to the Run
 at once: a Harness runs a Submission as soon as it admits it, and a quick pick must find
 the Submission known. The AgentTurn's status hears of it from the settlement follower,
 which records it and then how it settled. Sweeping writes ``status.exit`` (the cause) and
 deletes the AgentTurn; its finalizer sends the sweep and reports what it settled.
+
+The Harness's client is asked for after every wait and every failure to reach it, never
+kept across them: the sandbox Pod may be made again meanwhile (ADR 0024), its old client
+closed. An admission that did not reach the Harness is sent again (its key admits it
+once); the follower reads on from its offset at the new Harness, which recovered the
+conversation's log and settled what the old one left running.
 
 Status writes are made against the version read (a conflict reads again), and never
 move a Turn back: once its state exited it stays ``Settling``, once its finalizer wrote
@@ -16,24 +23,30 @@ the settlement it stays ``Settled``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kubeturn.k8s import objects
+from kubeturn.k8s import harnesses, objects
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, Conflict, NotFound
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import StatePath
+from kubeturn.orchestrator import harness_client, ids
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Admit, Sweep
-from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn.orchestrator.harness_client import HarnessClient, HarnessUnreachable
 
 POLL_S = 0.2
-"""How often an admission re-checks the Workspace and the conversation's earlier Turns."""
+"""How often an admission re-checks the Workspace and the conversation's earlier Turns:
+a sweep takes a Harness round trip or more, so five looks a second wait little longer
+than it does, at one list each."""
 
 Status = dict[str, Any]
+
+log = logging.getLogger(__name__)
 
 
 class ClusterTurns:
@@ -54,6 +67,8 @@ class ClusterTurns:
         return objects.turn_name(self._run["metadata"]["name"], turn)
 
     async def _harness(self) -> HarnessClient:
+        """The Harness serving the Workspace now, waiting while none is known (the
+        sandbox is starting, or being made again)."""
         key = (self._namespace, self._workspace or "")
         while key not in self._hub.harnesses:
             await asyncio.sleep(POLL_S)
@@ -65,25 +80,34 @@ class ClusterTurns:
             for m in self._loaded.menu(StatePath(effect.state))
         ]
         body = objects.agent_turn(self._run, effect, workspace=self._workspace, menu=menu)
-        name = body["metadata"]["name"]
         await self._hub.kube.create(body)
-        harness = await self._harness()
-        await self._earlier_gone(effect.instance_id, name)
+        await self._earlier_gone(effect)
         # Nothing between the Harness's answer and the Run's record of it (see above).
-        return await harness.admit(effect, key)
+        return await self._admit(effect, key)
 
-    async def _earlier_gone(self, instance_id: str, name: str) -> None:
-        label = {"kubeturn.dev/instance": objects.instance_label(instance_id)}
+    async def _admit(self, effect: Admit, key: str) -> str:
+        """Admit at the Harness serving now. One that was not reached is asked again,
+        with the client known then, for up to ``harnesses.WAIT_S``: the key admits the
+        Submission once, whether or not an earlier try reached the Harness."""
+        deadline: float | None = None
         while True:
-            others = [
-                o
-                for o in await self._hub.kube.list(AGENTTURNS, self._namespace, labels=label)
-                if o["metadata"]["name"] != name
-                and o["metadata"]["creationTimestamp"]
-                <= _created(await self._hub.kube.get(AGENTTURNS, self._namespace, name))
-            ]
-            if not others:
-                return
+            harness = await self._harness()
+            try:
+                return await harness.admit(effect, key)
+            except HarnessUnreachable as unreached:
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + harnesses.WAIT_S
+                if now > deadline:
+                    raise
+                log.debug("admitting %s: %s; trying again", key, unreached)
+            await asyncio.sleep(POLL_S)
+
+    async def _earlier_gone(self, effect: Admit) -> None:
+        """Wait until no earlier Turn of the conversation has an AgentTurn: its sweep is
+        done before this admission (docs/turn-semantics.md §5). One list per look."""
+        label = {objects.INSTANCE_LABEL: objects.instance_label(effect.instance_id)}
+        seq = ids.turn_seq(effect.turn)
+        while earlier(await self._hub.kube.list(AGENTTURNS, self._namespace, labels=label), seq):
             await asyncio.sleep(POLL_S)
 
     async def _update(self, name: str, change: Callable[[Status], Status | None]) -> None:
@@ -123,8 +147,7 @@ class ClusterTurns:
             return {"phase": _phase(status, "Running"), "submissions": entries}
 
         await self._update(name, running)
-        harness = await self._harness()
-        settled = await harness.settlement(effect, submission)
+        settled = await harness_client.settlement(self._harness, effect, submission)
 
         def done(status: Status) -> Status:
             entries = []
@@ -176,8 +199,16 @@ def _phase(status: Status, wanted: str) -> str:
     return wanted
 
 
-def _created(body: dict[str, Any] | None) -> str:
-    return str(((body or {}).get("metadata") or {}).get("creationTimestamp", "9999"))
+def earlier(agent_turns: list[dict[str, Any]], seq: int) -> list[str]:
+    """The names of the AgentTurns of Turns before Turn ``seq`` (of one conversation, so
+    of one Run). One that carries no Turn number (made by an older operator) counts as
+    earlier: waiting for it is safe, admitting past its sweep is not."""
+    found = []
+    for body in agent_turns:
+        number = objects.turn_seq(body)
+        if number is None or number < seq:
+            found.append(body["metadata"]["name"])
+    return found
 
 
 def _now() -> str:

@@ -1,44 +1,89 @@
-"""The Workspace controller: tokens, providers, volume, sandbox Pod and NetworkPolicy, and
-``Ready`` once the Harness answers ``/readyz``.
+"""The Workspace controller: tokens, providers, volume, sandbox Pod and NetworkPolicy; a
+daemon per Workspace that keeps the sandbox running and says how it is.
 
 Each Workspace gets two tokens, kept in its Secret: the one its Harness accepts (the
 pod sees only its SHA-256) and the one its Harness presents to the Orchestrator API,
 which accepts it only for Turns admitted to this Workspace.
+
+The daemon makes the sandbox Pod again when it was deleted or ended (``sandboxes``
+decides, with a bounded back-off), gives ``hub.harnesses`` a new client when the Pod or
+its address changes (closing the old one), and writes what kubectl shows: the phase,
+the endpoint, ``Ready`` and why, the clones the Harness reports (``repos``,
+``repoCount``). It drops the ``worktrees`` entries of Runs that finished or are gone
+(the Run controller writes them). Its Pod's events and Runs that finish wake it; it
+looks again every few seconds regardless. It never deletes the volume or the tokens.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import logging
 import secrets
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import kopf
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
-from kubeturn.api.status import WorkspacePhase
+from kubeturn.api.status import RunPhase, WorkspacePhase
 from kubeturn.api.workspace import WorkspaceSpec
-from kubeturn.k8s import conditions, metrics, objects
+from kubeturn.k8s import conditions, metrics, objects, sandboxes
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import PODS, SECRETS, WORKSPACES
+from kubeturn.k8s.kube import PODS, RUNS, SECRETS, WORKSPACES
 from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn_harness.wire import ReposResponse
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
-READY_PROBE_S = 2.0
-"""How often a Workspace that is not Ready yet is checked: pods start in seconds."""
+PROBE_S = 2.0
+"""How often a Workspace that is not Ready is looked at: pods start in seconds."""
+READY_PROBE_S = 20.0
+"""How often a Ready one is: its Pod's events wake it at once; this catches a Harness
+that stopped answering in a Pod that still runs."""
+ANSWERS = "the Harness answers /readyz"
+HARNESS_TIMEOUT_S = 5.0
+"""One readiness or repos request to the Harness; it answers in milliseconds."""
+FINISHED = frozenset(p.value for p in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED))
+"""Phases of a Run that works no more: its worktrees' entry in the status goes."""
+SANDBOX_LABELS = {
+    "app.kubernetes.io/component": objects.SANDBOX,
+    **objects.MANAGED_BY,
+}
+"""The labels of every sandbox Pod: the operator watches only those Pods."""
 
 log = logging.getLogger(__name__)
 
+Key = tuple[str, str]
+
+
+@dataclass
+class Sandbox:
+    """What a Workspace's daemon keeps between its looks, and across its own restarts."""
+
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    memory: sandboxes.Recreation = field(default_factory=sandboxes.Recreation)
+    harness: tuple[str | None, str] | None = None
+    """(Pod uid, endpoint) of the Harness that ``hub.harnesses`` has a client of."""
+    written: tuple[Any, ...] | None = None
+    """The status last written, so an unchanged one is not written again."""
+
 
 async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> None:
-    """Create what the Workspace needs; creation is idempotent, tokens are made once."""
+    """Create what the Workspace lacks; creation is idempotent, tokens are made once (two
+    makers at once both end up with the Secret that was stored)."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    existing = await hub.kube.get(SECRETS, namespace, f"{name}-kubeturn-tokens")
-    if existing is None:
+    stored = await hub.kube.get(SECRETS, namespace, f"{name}-kubeturn-tokens")
+    if stored is None:
         harness_token, orchestrator_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        await hub.kube.create(objects.token_secret(body, harness_token, orchestrator_token))
-    else:
-        harness_token, orchestrator_token = _tokens(existing)
+        stored = await hub.kube.create(
+            objects.token_secret(body, harness_token, orchestrator_token)
+        )
+    _, orchestrator_token = _tokens(stored)
     hub.registry.add_token(f"{namespace}/{name}", orchestrator_token)
     for child in (
         objects.providers_config_map(body, hub.settings.providers_yaml),
@@ -57,8 +102,6 @@ async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -
 
 
 def _tokens(secret: dict[str, Any]) -> tuple[str, str]:
-    import base64
-
     data = secret.get("data") or {}
     plain = secret.get("stringData") or {}
 
@@ -70,49 +113,199 @@ def _tokens(secret: dict[str, Any]) -> tuple[str, str]:
     return read("harness-token"), read("orchestrator-token")
 
 
-async def probe(hub: Hub, body: dict[str, Any]) -> tuple[WorkspacePhase, str | None, str]:
-    """The Workspace's phase from its pod and its Harness: (phase, endpoint, why)."""
-    meta = body["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    pod = await hub.kube.get(PODS, namespace, f"{name}-kubeturn-sandbox")
-    if pod is None:
-        return WorkspacePhase.PENDING, None, "the sandbox pod does not exist yet"
-    status = pod.get("status") or {}
-    if status.get("phase") == "Failed":
-        return WorkspacePhase.FAILED, None, f"the sandbox pod failed: {status.get('message', '')}"
-    ip = status.get("podIP")
-    if status.get("phase") != "Running" or not ip:
-        return WorkspacePhase.PENDING, None, f"the sandbox pod is {status.get('phase', 'Pending')}"
-    endpoint = f"http://{ip}:{objects.HARNESS_PORT}"
+@dataclass(frozen=True)
+class Answer:
+    """How the Harness answered: ready or not (and why), its token, its clones."""
+
+    ready: bool
+    said: str
+    token: str = ""
+    repos: ReposResponse | None = None
+
+
+async def ask_harness(hub: Hub, namespace: str, name: str, endpoint: str) -> Answer:
+    """``/readyz``, then ``/repos`` once ready (a Harness without it reports no clones)."""
     secret = await hub.kube.get(SECRETS, namespace, f"{name}-kubeturn-tokens")
     if secret is None:
-        return WorkspacePhase.PENDING, None, "the token Secret is missing"
-    harness_token, _ = _tokens(secret)
+        return Answer(False, "the token Secret is missing")
+    token, _ = _tokens(secret)
+    timeout = aiohttp.ClientTimeout(total=HARNESS_TIMEOUT_S)
+    headers = {"Authorization": f"Bearer {token}"}
     try:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(
-                f"{endpoint}/readyz",
-                headers={"Authorization": f"Bearer {harness_token}"},
-                timeout=aiohttp.ClientTimeout(total=5),
-            ) as response,
-        ):
-            if response.status != 200:
-                return (
-                    WorkspacePhase.PENDING,
-                    None,
-                    f"the Harness is not ready (HTTP {response.status})",
-                )
+        async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
+            async with session.get(f"{endpoint}/readyz") as response:
+                if response.status != 200:
+                    return Answer(False, f"the Harness is not ready (HTTP {response.status})")
+            async with session.get(f"{endpoint}/repos") as response:
+                raw = await response.read()
+                if response.status != 200:
+                    return Answer(True, ANSWERS, token)
     except (aiohttp.ClientError, TimeoutError) as error:
-        return WorkspacePhase.PENDING, None, f"the Harness does not answer yet: {error}"
-    key = (namespace, name)
-    if key not in hub.harnesses:
-        hub.harnesses[key] = HarnessClient(endpoint, harness_token)
-    return WorkspacePhase.READY, endpoint, "the Harness answers /readyz"
+        return Answer(False, f"the Harness does not answer yet: {error or type(error).__name__}")
+    try:
+        repos = ReposResponse.model_validate_json(raw)
+    except ValidationError:
+        log.warning(
+            "Workspace %s/%s: the Harness's /repos answer is not a listing", namespace, name
+        )
+        repos = None
+    return Answer(True, ANSWERS, token, repos)
+
+
+async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
+    """One look at the Workspace: act on its Pod, write its status; the seconds until the
+    next look."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    pod = sandboxes.read_pod(await hub.kube.get(PODS, namespace, objects.sandbox_name(name)))
+    now = time.monotonic()
+    memory = sandbox.memory
+    plan = sandboxes.plan(pod, memory, now=now, deleting=bool(meta.get("deletionTimestamp")))
+    phase, reason, message = plan.phase, plan.reason, plan.message
+    endpoint = f"http://{pod.ip}:{objects.HARNESS_PORT}" if pod.ip else None
+    await _forget_harness(hub, (namespace, name), sandbox, keep=(pod.uid, endpoint or ""))
+    repos = None
+    if plan.action is sandboxes.Action.DELETE:
+        await hub.kube.delete(PODS, namespace, objects.sandbox_name(name))
+    elif plan.action is sandboxes.Action.CREATE:
+        memory.making(now)
+        try:
+            await ensure_children(hub, body, WorkspaceSpec.model_validate(body["spec"]))
+        except ApiException as refused:
+            said = f"the API refused the sandbox: HTTP {refused.status} {refused.reason}"
+            memory.refused(said)
+            phase, reason, message = WorkspacePhase.FAILED, conditions.FAILED, said
+    elif plan.action is sandboxes.Action.PROBE and endpoint is not None:
+        answer = await ask_harness(hub, namespace, name, endpoint)
+        if answer.ready:
+            memory.ready(now)
+            phase, reason, message = WorkspacePhase.READY, conditions.HARNESS_READY, answer.said
+            if (namespace, name) not in hub.harnesses:
+                hub.harnesses[(namespace, name)] = HarnessClient(endpoint, answer.token)
+                sandbox.harness = (pod.uid, endpoint)
+            repos = answer.repos
+        else:
+            message = "; ".join(part for part in (message, answer.said) if part)
+    if phase is not WorkspacePhase.READY:
+        memory.not_ready()
+        endpoint = None
+    await _write(hub, body, sandbox, phase, endpoint, reason, message, repos)
+    await _drop_finished_worktrees(hub, body)
+    if phase is WorkspacePhase.READY:
+        return READY_PROBE_S
+    return plan.wait_s if plan.wait_s is not None else PROBE_S
+
+
+async def _forget_harness(
+    hub: Hub, key: Key, sandbox: Sandbox, *, keep: tuple[str | None, str]
+) -> None:
+    """Close the client of a Harness other than the Pod's now (a new Pod, a new address,
+    or no running Pod): callers that look the client up get the new one, or wait."""
+    client = hub.harnesses.get(key)
+    if client is None or sandbox.harness == keep:
+        return
+    hub.harnesses.pop(key, None)
+    sandbox.harness = None
+    log.info("Workspace %s/%s: its sandbox Pod changed; closing the old Harness client", *key)
+    await client.close()
+
+
+async def _write(
+    hub: Hub,
+    body: dict[str, Any],
+    sandbox: Sandbox,
+    phase: WorkspacePhase,
+    endpoint: str | None,
+    reason: str,
+    message: str,
+    repos: ReposResponse | None,
+) -> None:
+    """Patch the status when what it says changed; ``repos`` None keeps the last ones."""
+    meta = body["metadata"]
+    reported = (
+        None if repos is None else {s: c.model_dump() for s, c in sorted(repos.repos.items())}
+    )
+    said = (phase, endpoint, reason, message, reported)
+    if said == sandbox.written:
+        return
+    current = (body.get("status") or {}).get("conditions", [])
+    ready = conditions.put(
+        current,
+        conditions.READY,
+        phase is WorkspacePhase.READY,
+        reason,
+        message,
+        meta.get("generation"),
+    )
+    patch: dict[str, Any] = {
+        "phase": phase.value,
+        "endpoint": endpoint,
+        "podName": objects.sandbox_name(meta["name"]),
+        "conditions": ready,
+        "observedGeneration": meta.get("generation"),
+    }
+    if reported is not None:
+        # A merge patch merges maps: a slot that went is written null to remove it.
+        gone = set((body.get("status") or {}).get("repos") or {}) - set(reported)
+        patch["repos"] = {**dict.fromkeys(gone), **reported}
+        patch["repoCount"] = len(reported)
+    await hub.kube.patch(
+        WORKSPACES, meta["namespace"], meta["name"], {"status": patch}, status=True
+    )
+    sandbox.written = said
+
+
+async def _drop_finished_worktrees(hub: Hub, body: dict[str, Any]) -> None:
+    """Remove ``status.worktrees`` entries of Runs that finished, are being deleted, or
+    are gone. The worktrees stay on the volume; only the report of them goes."""
+    listed = (body.get("status") or {}).get("worktrees") or {}
+    if not listed:
+        return
+    meta = body["metadata"]
+    runs = {run["metadata"]["name"]: run for run in await hub.kube.list(RUNS, meta["namespace"])}
+    over = [name for name in listed if name not in runs or _finished(runs[name])]
+    if over:
+        await hub.kube.patch(
+            WORKSPACES,
+            meta["namespace"],
+            meta["name"],
+            {"status": {"worktrees": dict.fromkeys(over)}},
+            status=True,
+        )
+
+
+def _finished(run: dict[str, Any]) -> bool:
+    return bool(run["metadata"].get("deletionTimestamp")) or (
+        (run.get("status") or {}).get("phase") in FINISHED
+    )
+
+
+async def _pause(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:
+    """Until ``seconds`` pass, the daemon is to stop, or something wakes it."""
+    waits = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait(seconds))]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+    wake.clear()
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     """Register the Workspace handlers with kopf."""
+    kept: dict[Key, Sandbox] = {}
+
+    def wake(namespace: str | None, workspace: str | None) -> None:
+        sandbox = kept.get((namespace or "", workspace or ""))
+        if sandbox is not None:
+            sandbox.wake.set()
+
+    @kopf.on.startup(registry=registry)
+    async def watch_only_sandboxes(settings: kopf.OperatorSettings, **_: Any) -> None:
+        """Watch the sandbox Pods alone (a server-side selector), not every Pod."""
+        selector = ",".join(f"{k}={v}" for k, v in SANDBOX_LABELS.items())
+        settings.watching.label_selectors["v1", "pods"] = selector
 
     @kopf.on.resume(GROUP, VERSION, "workspaces", registry=registry)
     @kopf.on.create(GROUP, VERSION, "workspaces", registry=registry)
@@ -123,48 +316,34 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
 
     @kopf.daemon(GROUP, VERSION, "workspaces", cancellation_timeout=5, registry=registry)
     @metrics.counting_errors("workspaces")
-    async def watch_ready(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        last: tuple[WorkspacePhase, str | None] | None = None
-        while not stopped:
-            plain = _plain(body)
-            phase, endpoint, why = await probe(hub, plain)
-            if (phase, endpoint) != last:
-                await _write(hub, plain, phase, endpoint, why)
-                last = (phase, endpoint)
-            await stopped.wait(
-                READY_PROBE_S if phase is not WorkspacePhase.READY else 10 * READY_PROBE_S
-            )
+    async def keep_sandbox(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        key = (str(body["metadata"]["namespace"]), str(body["metadata"]["name"]))
+        sandbox = kept.setdefault(key, Sandbox())
+        try:
+            while not stopped:
+                seconds = await reconcile(hub, _plain(body), sandbox)
+                await _pause(stopped, sandbox.wake, seconds)
+        finally:
+            reason = stopped.reason or kopf.DaemonStoppingReason(0)
+            if kopf.DaemonStoppingReason.RESOURCE_DELETED in reason:
+                kept.pop(key, None)
+                client = hub.harnesses.pop(key, None)
+                if client is not None:
+                    await client.close()
 
+    @kopf.on.event("v1", "pods", labels=SANDBOX_LABELS, registry=registry)
+    async def sandbox_changed(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+        wake(namespace, labels.get("kubeturn.dev/workspace"))
 
-async def _write(
-    hub: Hub, body: dict[str, Any], phase: WorkspacePhase, endpoint: str | None, why: str
-) -> None:
-    meta = body["metadata"]
-    current = (body.get("status") or {}).get("conditions", [])
-    ready = conditions.put(
-        current,
-        conditions.READY,
-        phase is WorkspacePhase.READY,
-        conditions.HARNESS_READY
-        if phase is WorkspacePhase.READY
-        else conditions.STARTING
-        if phase is WorkspacePhase.PENDING
-        else conditions.FAILED,
-        why,
-        meta.get("generation"),
-    )
-    spec = body.get("spec") or {}
-    patch = {
-        "phase": phase.value,
-        "endpoint": endpoint,
-        "podName": f"{meta['name']}-kubeturn-sandbox",
-        "repoCount": len(spec.get("repos") or {}),
-        "conditions": ready,
-        "observedGeneration": meta.get("generation"),
-    }
-    await hub.kube.patch(
-        WORKSPACES, meta["namespace"], meta["name"], {"status": patch}, status=True
-    )
+    @kopf.on.event(GROUP, VERSION, "runs", registry=registry)
+    async def run_changed(
+        event: kopf.RawEvent, body: kopf.Body, namespace: str | None, **_: Any
+    ) -> None:
+        """A Run that finished or went: its Workspace drops its worktrees' entry."""
+        plain = _plain(body)
+        if event.get("type") == "DELETED" or _finished(plain):
+            with contextlib.suppress(KeyError, TypeError):
+                wake(namespace, objects.workspace_of(plain))
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

@@ -203,9 +203,9 @@ def summary(name: str, status: Mapping[str, Any], elapsed: float | None) -> list
     return lines
 
 
-def _leaf(core: RunCore) -> str:
-    """The active state; ``-`` before the start and after the end (every state exited)."""
-    return core.config.leaf if core.config is not None and core.config.leaf else "-"
+def _state(core: RunCore) -> str:
+    """The active state, or the one the Run ended in; ``-`` before the start."""
+    return core.state or "-"
 
 
 def _compact(value: Any) -> str:
@@ -238,7 +238,7 @@ class LiveView:
 
     def update(self, core: RunCore, tool_calls: Mapping[str, int], now: float) -> None:
         current = rows(core, tool_calls)
-        run = (_leaf(core), core.phase.value)
+        run = (_state(core), core.phase.value)
         if self._tty:
             self._redraw(core, current, run, now)
             return

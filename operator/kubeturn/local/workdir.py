@@ -252,7 +252,7 @@ def status_of(core: RunCore, snapshot: dict[str, Any]) -> dict[str, Any]:
     """What the operator writes in ``Run.status``, for a local Run."""
     return {
         "phase": core.phase.value,
-        "state": core.config.leaf if core.config else None,
+        "state": core.state,
         "turnCount": core.recorded,
         "liveTurns": len(core.turns),
         "turns": [r.model_dump(mode="json") for r in core.history],

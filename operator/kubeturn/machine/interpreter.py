@@ -18,6 +18,9 @@ Semantics (ADR 0010 records them):
   transitions run until none is enabled, at most ``MAX_MICROSTEPS`` per macrostep.
 - An expression that fails faults the Run: every state is exited with no cause. So
   does an invoke's error that nothing handles (a defect no state catches).
+- A Run that ends (a top-level final, CANCEL, a fault) exits every state, so its leaf is
+  the root; ``ended_in`` keeps the leaf that was active when it ended, for display
+  (ADR 0022).
 - An invoke's result whose invocation no longer runs is stale and dropped, as is the
   event of a cancelled timer.
 
@@ -103,6 +106,9 @@ class Config:
     output: Any = None
     message: str | None = None
     seq: int = 0
+    ended_in: StatePath | None = None
+    """The leaf that was active when the Run ended (its final state, or where CANCEL or a
+    fault found it); None while it runs. The leaf itself is the root by then."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +176,7 @@ class _Macro:
     status: Status = Status.RUNNING
     output: Any = None
     message: str | None = None
+    ended_in: StatePath | None = None
     exited: list[StatePath] = field(default_factory=list)
     entered: list[StatePath] = field(default_factory=list)
     started: list[InvokeEntry] = field(default_factory=list)
@@ -188,6 +195,7 @@ class _Macro:
             output=self.output,
             message=self.message,
             seq=self.seq,
+            ended_in=self.ended_in,
         )
 
     def result(self, event: Event, *, taken: bool, fault: str | None = None) -> Step:
@@ -330,6 +338,7 @@ def _macro(chart: Chart, config: Config, scope: Scope, now: float, cause: Cause)
         status=config.status,
         output=config.output,
         message=config.message,
+        ended_in=config.ended_in,
     )
 
 
@@ -506,6 +515,7 @@ def _reach_final(macro: _Macro, final: State) -> None:
 
 def _end(macro: _Macro, status: Status, *, output: Any = None, message: str | None = None) -> None:
     """The Run is over: every state is exited, every invoke stopped, every timer cancelled."""
+    macro.ended_in = macro.leaf
     _exit_below(macro, ROOT)
     macro.status = status
     macro.output = output
@@ -581,6 +591,7 @@ def snapshot(config: Config) -> dict[str, Any]:
         "output": config.output,
         "message": config.message,
         "seq": config.seq,
+        "endedIn": config.ended_in,
     }
 
 
@@ -608,6 +619,7 @@ def restore(data: Mapping[str, Any]) -> Config:
         output=data.get("output"),
         message=data.get("message"),
         seq=int(data["seq"]),
+        ended_in=StatePath(data["endedIn"]) if data.get("endedIn") is not None else None,
     )
 
 

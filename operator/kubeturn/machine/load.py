@@ -4,8 +4,9 @@ every problem at once.
 ``load_run`` is the one way from a manifest to a runnable machine. Shape problems
 (pydantic) are reported first, since nothing else can be checked without a shape;
 then the machine is compiled and every whole-manifest check runs (targets, kinds,
-reachability, Menus, expressions, durations), each problem collected with its manifest
-path into one ``DefinitionErrors``. No IO: ``load_run_yaml`` parses text it is given.
+reachability, Menus, expressions, durations, and on request the Workspace that Agents
+and commands need), each problem collected with its manifest path into one
+``DefinitionErrors``. No IO: ``load_run_yaml`` parses text it is given.
 """
 
 from __future__ import annotations
@@ -52,8 +53,14 @@ class LoadedRun:
             raise KeyError(f"the state {state!r} invokes no Agent, so it has no Menu") from None
 
 
-def load_run(document: Mapping[str, Any]) -> LoadedRun:
-    """The checked, compiled Run of ``document``; ``DefinitionErrors`` listing every problem."""
+def load_run(document: Mapping[str, Any], *, workspace_required: bool = False) -> LoadedRun:
+    """The checked, compiled Run of ``document``; ``DefinitionErrors`` listing every problem.
+
+    ``workspace_required``: a Run that invokes an Agent or a command must name
+    ``spec.workspace``. The operator asks for it, since on a cluster they run only in a
+    Workspace's sandbox; the local runner does not, since it lends such a Run its workdir
+    (ADR 0023).
+    """
     run = validate_run(document)
     compiled = compile_machine(run.spec.machine, run.spec.agents)
     problems = list(compiled.problems)
@@ -67,6 +74,8 @@ def load_run(document: Mapping[str, Any]) -> LoadedRun:
         )
         for path in reachability.unreachable(compiled.chart, assumed=compiled.explained)
     )
+    if workspace_required and run.spec.workspace is None:
+        problems.extend(_without_workspace(compiled.chart))
     if problems:
         raise DefinitionErrors(problems)
     return LoadedRun(
@@ -79,7 +88,32 @@ def load_run(document: Mapping[str, Any]) -> LoadedRun:
     )
 
 
-def load_run_yaml(text: str, source: str = "<manifest>") -> LoadedRun:
+def _without_workspace(chart: model.Chart) -> list[DefinitionError]:
+    """The problem of a Run with no Workspace whose states invoke something (none if none
+    does: a Machine of timers and signals alone runs anywhere)."""
+    needs = []
+    for path, state in chart.states.items():
+        if state.invoke is None:
+            continue
+        if state.invoke.agent is not None:
+            needs.append(f"the state {path!r} invokes the Agent {state.invoke.agent.slot!r}")
+        else:
+            needs.append(f"the state {path!r} runs a command (exec)")
+    if not needs:
+        return []
+    return [
+        DefinitionError(
+            "spec.workspace",
+            f"missing, and {'; '.join(needs)}: on a cluster Agents and commands run in a "
+            "Workspace's sandbox. Name one (`workspace: {name: <workspace>}`) or describe "
+            "one the Run owns (`workspace: {template: {repos: ...}}`)",
+        )
+    ]
+
+
+def load_run_yaml(
+    text: str, source: str = "<manifest>", *, workspace_required: bool = False
+) -> LoadedRun:
     """``load_run`` of one YAML document; ``source`` (a file name) names it in YAML errors."""
     try:
         document = yaml.safe_load(text)
@@ -90,4 +124,4 @@ def load_run_yaml(text: str, source: str = "<manifest>") -> LoadedRun:
         raise DefinitionErrors(
             [DefinitionError(f"{source}{at}", f"not valid YAML: {problem}")]
         ) from error
-    return load_run(document)
+    return load_run(document, workspace_required=workspace_required)

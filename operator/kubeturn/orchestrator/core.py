@@ -153,7 +153,10 @@ class RunCore:
         self.signals: list[str] = []
         """Ids of the outside signals already sent: each is sent exactly once."""
         self.cancelled = False
-        self.seq = 0
+        self.turn_seq = 0
+        """Turns started over the Run's life: the n-th is ``t<n>`` (``ids.turn``)."""
+        self.delivery_seq = 0
+        """Picks delivered over the Run's life: the n-th delivery id starts ``d<n>-``."""
         if snapshot is not None:
             self._restore(snapshot)
 
@@ -245,8 +248,8 @@ class RunCore:
         if problem is not None:
             where = "/".join(str(p) for p in problem.absolute_path) or "the payload"
             return Invalid(f"{where}: {problem.message}"), effects
-        self.seq += 1
-        delivery = Delivery(id=f"d{self.seq}-{self._new_id()}", turn=turn.id, event=event)
+        self.delivery_seq += 1
+        delivery = Delivery(id=f"d{self.delivery_seq}-{self._new_id()}", turn=turn.id, event=event)
         self.deliveries[delivery.id] = delivery
         cause = frozenset({turn.id, *self._enclosing_outstanding(turn)})
         leaf_before = self.config.leaf
@@ -377,6 +380,14 @@ class RunCore:
     def live_turns(self) -> list[Turn]:
         return list(self._live.values())
 
+    @property
+    def state(self) -> str | None:
+        """The state to show for the Run: its active leaf, or, once it ended, the leaf it
+        ended in (an ended Machine has exited every state); None before it starts."""
+        if self.config is None:
+            return None
+        return self.config.ended_in or self.config.leaf or None
+
     def resume(self) -> Effects:
         """After a restore: what was under way must be under way again."""
         effects = Effects()
@@ -458,8 +469,8 @@ class RunCore:
         slot = self.run.agents[call.slot]
         where = _invoke_path(entry.state) + ".agent"
         activation = interpreter.activation(self.config, event, self._scope)
-        self.seq += 1
-        turn_id = f"t{self.seq}"
+        self.turn_seq += 1
+        turn_id = ids.turn(self.turn_seq)
         epoch = self.epochs.get(call.slot, 0)
         if call.continue_:
             iid = ids.structural(self.run.namespace, self.run.name, call.slot, epoch)
@@ -865,7 +876,8 @@ class RunCore:
                 for e in self.execs.values()
             ],
             "cancelled": self.cancelled,
-            "seq": self.seq,
+            "turnSeq": self.turn_seq,
+            "deliverySeq": self.delivery_seq,
         }
 
     def _restore(self, data: Mapping[str, Any]) -> None:
@@ -889,7 +901,12 @@ class RunCore:
             for e in data["execs"]
         }
         self.cancelled = bool(data["cancelled"])
-        self.seq = int(data["seq"])
+        # A snapshot written before Turns and deliveries were numbered apart holds one
+        # shared ``seq``: both counters go on from it, so no Turn name is used twice
+        # (ADR 0021).
+        shared = int(data.get("seq", 0))
+        self.turn_seq = int(data.get("turnSeq", shared))
+        self.delivery_seq = int(data.get("deliverySeq", shared))
 
 
 def _submission(turn: Turn | None, submission: str | None) -> SubmissionEntry | None:

@@ -1,26 +1,46 @@
-"""The Orchestrator's client of a Harness: admit, follow, sweep (a ``TurnPort`` over HTTP).
+"""The Orchestrator's client of a Harness: admit, follow, sweep, exec, worktrees (a
+``TurnPort`` and an ``ExecPort`` over HTTP).
 
-Admissions carry an idempotency key, so re-sending one after a restart admits nothing
-twice. Settlements are followed on the conversation's stream with long-polls; a
-transport failure is retried, because reading is safe. The sweep answers only after
-the Harness recorded what it settled, so its settlements are read back at once.
+Admissions carry an idempotency key, so re-sending one (after a restart, or after a
+failure that hid the answer) admits nothing twice. Settlements are followed on the
+conversation's stream with long-polls from an offset; a failed read is retried, because
+reading is safe, with the client a ``CurrentHarness`` gives then: a sandbox Pod made
+again runs a new Harness, reached by a new client, whose log (on the Workspace's volume)
+has the same offsets (ADR 0024, 0025). The sweep answers only after the Harness
+recorded what it settled, so its settlements are read back at once.
+
+aiohttp's failures become this module's errors in one place (``HarnessClient._call``),
+pydantic's in another (``_decoded``)::
+
+    AdmitFailed                 (kubeturn.orchestrator.actor) the Harness refused, or
+    │                           was not reached: an admission failed
+    └── HarnessError            a call to a Harness failed; the message says how
+        ├── HarnessUnreachable  no answer: no connection, a cut one, a timeout, a closed
+        │                       client; ``sent`` says whether the request may have
+        │                       reached the Harness
+        └── HarnessRefused      an answer, with an error status or not of the wire
+
+It does no retrying of its own but the stream's; callers decide what is safe to repeat.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from kubeturn.orchestrator.actor import AdmitFailed, Settled
 from kubeturn.orchestrator.core import ExecResult
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn_harness.wire import (
     AdmitResponse,
+    ErrorBody,
     EventType,
     ExecResponse,
     History,
@@ -32,11 +52,71 @@ from kubeturn_harness.wire import (
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
-"""Pause before reading a stream again after a transport failure."""
+"""Pause before reading a stream again after a failed read."""
 POLL_TIMEOUT_S = 35.0
 """Above the Harness's 25 s long-poll park."""
+CALL_TIMEOUT_S = 300.0
+"""Any other call (aiohttp's own default): worktrees of large repos may queue behind
+other Runs' at one clone, and every other call answers in milliseconds."""
+CONNECT_TIMEOUT_S = 5.0
+"""How long a connection may take: a Harness in the cluster's network accepts in
+milliseconds, and the address of a Pod that is gone may never answer, while a follower
+should turn to the Harness of the Pod made in its place."""
 EXEC_GRACE_S = 30.0
 """How much longer than its own time limit an exec may take to answer."""
+SAID_LIMIT = 500
+"""Characters of a refusal's body kept in its message."""
+
+T = TypeVar("T")
+
+
+class HarnessError(AdmitFailed):
+    """A call to a Harness failed; the message says which call and how."""
+
+
+class HarnessUnreachable(HarnessError):
+    """No answer came: the connection failed or was cut, the call timed out, or this
+    client was closed (the Workspace's sandbox Pod changed, ADR 0024)."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+        """Whether the request may have reached the Harness: False only when no
+        connection was made (refused, timed out, or the client was closed first)."""
+
+
+class HarnessRefused(HarnessError):
+    """The Harness answered, with an error status or with a body not of its wire."""
+
+    def __init__(self, message: str, *, status: int, said: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.said = said
+        """What the Harness said: its error body's message, or the start of its body."""
+
+
+NOT_SENT: tuple[type[Exception], ...] = (
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+)
+"""aiohttp's failures to connect: nothing of the request left this process."""
+NO_ANSWER: tuple[type[Exception], ...] = (aiohttp.ClientError, TimeoutError)
+"""Every failure aiohttp raises for a request before its answer was read whole."""
+
+CurrentHarness = Callable[[], Awaitable["HarnessClient"]]
+"""Gives the client of the Harness serving now (it may wait for one): a follower asks
+again after every failed read, since the one it had may have been replaced."""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+def _call_timeout(total: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=total, sock_connect=CONNECT_TIMEOUT_S)
 
 
 class HarnessClient:
@@ -52,6 +132,38 @@ class HarnessClient:
             [self._base, "agents", quote(agent, safe=""), quote(instance_id, safe=""), *rest]
         )
 
+    async def _call(
+        self,
+        method: str,
+        url: str,
+        what: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
+        seconds: float = CALL_TIMEOUT_S,
+    ) -> _Answer:
+        """One request and its whole answer: where aiohttp's failures become
+        ``HarnessUnreachable`` (``what`` names the call in the message)."""
+        if self._session.closed:
+            raise HarnessUnreachable(
+                f"the Harness could not be reached for {what}: its client was closed "
+                "(the Workspace's sandbox Pod changed)",
+                sent=False,
+            )
+        try:
+            async with self._session.request(
+                method, url, json=json, params=params, timeout=_call_timeout(seconds)
+            ) as response:
+                return _Answer(response.status, response.headers, await response.read())
+        except NO_ANSWER as error:
+            why = str(error) or type(error).__name__
+            raise HarnessUnreachable(
+                f"the Harness could not be reached for {what}: {why}",
+                sent=not isinstance(error, NOT_SENT),
+            ) from error
+
+    # ------------------------------------------------------------------ TurnPort
+
     async def admit(self, effect: Admit, key: str) -> str:
         body = {
             "prompt": effect.prompt,
@@ -64,104 +176,183 @@ class HarnessClient:
             "key": key,
         }
         body = {k: v for k, v in body.items() if v is not None}
-        try:
-            async with self._session.post(
-                self._url(effect.agent, effect.instance_id), json=body
-            ) as response:
-                raw = await response.read()
-                if response.status != 200:
-                    said = raw.decode(errors="replace")[:500]
-                    raise AdmitFailed(
-                        f"the Harness refused the admission (HTTP {response.status}): {said}"
-                    )
-                return AdmitResponse.model_validate_json(raw).submissionId
-        except aiohttp.ClientError as error:
-            raise AdmitFailed(f"the Harness could not be reached: {error}") from error
+        what = "the admission"
+        answer = await self._call(
+            "POST", self._url(effect.agent, effect.instance_id), what, json=body
+        )
+        if answer.status != 200:
+            raise _refused(what, answer)
+        return _decoded(_ADMITTED, answer, what).submissionId
 
-    async def follow(self, agent: str, instance_id: str) -> AsyncIterator[StreamEvent]:
-        """Every event of a conversation, from its start, as it happens (long-polls;
-        a failed read is retried, because reading is safe). Never ends by itself."""
-        offset = 0
-        url = self._url(agent, instance_id)
-        timeout = aiohttp.ClientTimeout(total=POLL_TIMEOUT_S)
-        while True:
-            try:
-                async with self._session.get(
-                    url, params={"offset": str(offset), "live": "long-poll"}, timeout=timeout
-                ) as response:
-                    if response.status == 200:
-                        for raw in await response.json():
-                            yield StreamEvent.model_validate(raw)
-                    if response.status in (200, 204):
-                        offset = int(response.headers.get("stream-next-offset", offset))
-                        continue
-                    log.warning("following %s: HTTP %d", instance_id, response.status)
-            except (aiohttp.ClientError, TimeoutError, ValidationError, ValueError) as error:
-                log.debug("following %s: %s", instance_id, error)
-            await asyncio.sleep(RETRY_S)
+    def follow(self, agent: str, instance_id: str) -> AsyncIterator[StreamEvent]:
+        """Every event of a conversation, from its start, as it happens, at this client's
+        Harness (see ``follow``). Never ends by itself."""
+        return follow(self._itself, agent, instance_id)
 
     async def settlement(self, effect: Admit, submission: str) -> Settled:
-        async for event in self.follow(effect.agent, effect.instance_id):
-            if (
-                event.type is EventType.SUBMISSION_SETTLED
-                and event.data.get("submissionId") == submission
-            ):
-                return _settled(Settlement.model_validate(event.data))
-        raise AssertionError("a conversation's stream never ends")
+        """How the Submission settled, at this client's Harness (see ``settlement``)."""
+        return await settlement(self._itself, effect, submission)
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
+        """Send the sweep; answer the settlements it caused. A sweep that failed settled
+        nothing the Run hears of (its record says none came back): it is logged."""
+        try:
+            return await self.send_sweep(effect)
+        except HarnessError as error:
+            log.warning("sweeping %s failed: %s", effect.instance_id, error)
+            return []
+
+    # ------------------------------------------------------------------ ExecPort
+
+    async def run(self, effect: StartExec) -> ExecResult:
+        """An ``exec`` invoke, run in the Workspace by its Harness; a failed call is the
+        result's error."""
+        try:
+            return await self.send_exec(effect)
+        except HarnessError as error:
+            return ExecResult(None, "", error=str(error))
+
+    # ------------------------------------------------------------------ raising calls
+
+    async def read(
+        self, agent: str, instance_id: str, offset: int
+    ) -> tuple[list[StreamEvent], int]:
+        """One long-poll read of a conversation's stream from ``offset``: its events
+        (none when nothing came while the Harness parked the read) and the offset to read
+        on from."""
+        what = "the stream"
+        answer = await self._call(
+            "GET",
+            self._url(agent, instance_id),
+            what,
+            params={"offset": str(offset), "live": "long-poll"},
+            seconds=POLL_TIMEOUT_S,
+        )
+        if answer.status not in (200, 204):
+            raise _refused(what, answer)
+        events = _decoded(_EVENTS, answer, what) if answer.status == 200 else []
+        try:
+            return events, int(answer.headers.get("stream-next-offset", offset))
+        except ValueError as error:
+            raise HarnessRefused(
+                f"the Harness answered {what} with a stream-next-offset that is no number",
+                status=answer.status,
+                said=str(answer.headers.get("stream-next-offset")),
+            ) from error
+
+    async def send_sweep(self, effect: Sweep) -> list[Settled]:
+        """Send the sweep and read back every settlement of the conversation (a repeated
+        sweep settles nothing again, so it may be sent again)."""
         body: dict[str, str] = {}
         if effect.cause is not None:
             body["cause"] = effect.cause
         if effect.submission is not None:
             body["submissionId"] = effect.submission
         url = self._url(effect.agent, effect.instance_id)
-        try:
-            async with self._session.post(url + "/abort", json=body) as response:
-                response.raise_for_status()
-            async with self._session.get(url, params={"view": "history"}) as response:
-                if response.status == 404:
-                    return []
-                response.raise_for_status()
-                history = History.model_validate_json(await response.read())
-        except (aiohttp.ClientError, ValidationError) as error:
-            log.warning("sweeping %s failed: %s", effect.instance_id, error)
+        answer = await self._call("POST", url + "/abort", "the sweep", json=body)
+        if answer.status != 200:
+            raise _refused("the sweep", answer)
+        what = "the history"
+        answer = await self._call("GET", url, what, params={"view": "history"})
+        if answer.status == 404:
             return []
-        return [_settled(s) for s in history.settlements]
+        if answer.status != 200:
+            raise _refused(what, answer)
+        return [_settled(s) for s in _decoded(_HISTORY, answer, what).settlements]
 
-    async def run(self, effect: StartExec) -> ExecResult:
-        """An ``exec`` invoke, run in the Workspace by its Harness (an ``ExecPort``)."""
+    async def send_exec(self, effect: StartExec) -> ExecResult:
+        """Run an ``exec`` invoke's command (not safe to repeat unless it was not sent)."""
         body = {"command": effect.command, "cwd": effect.cwd, "timeoutSeconds": effect.timeout_s}
-        timeout = aiohttp.ClientTimeout(total=effect.timeout_s + EXEC_GRACE_S)
-        try:
-            async with self._session.post(
-                f"{self._base}/exec", json=body, timeout=timeout
-            ) as response:
-                raw = await response.read()
-                if response.status != 200:
-                    said = raw.decode(errors="replace")[:500]
-                    return ExecResult(
-                        None,
-                        "",
-                        error=f"the Harness refused the exec (HTTP {response.status}): {said}",
-                    )
-                answer = ExecResponse.model_validate_json(raw)
-        except (aiohttp.ClientError, TimeoutError, ValidationError) as error:
-            return ExecResult(
-                None, "", error=f"the exec could not be run: {error or type(error).__name__}"
-            )
-        return ExecResult(answer.exitCode, answer.output, timed_out=answer.timedOut)
+        what = "the exec"
+        answer = await self._call(
+            "POST", f"{self._base}/exec", what, json=body, seconds=effect.timeout_s + EXEC_GRACE_S
+        )
+        if answer.status != 200:
+            raise _refused(what, answer)
+        ran = _decoded(_EXECUTED, answer, what)
+        return ExecResult(ran.exitCode, ran.output, timed_out=ran.timedOut)
 
     async def worktrees(self, run: str, branch: str, slots: list[str]) -> dict[str, str]:
         """The Run's worktree of each repo slot (made if missing): slot → path."""
         body = {"run": run, "branch": branch, "slots": slots}
-        async with self._session.post(f"{self._base}/worktrees", json=body) as response:
-            raw = await response.read()
-            if response.status != 200:
-                said = raw.decode(errors="replace")[:500]
-                raise AdmitFailed(f"the Harness could not make the worktrees: {said}")
-            made = WorktreesResponse.model_validate_json(raw)
+        what = "the worktrees"
+        answer = await self._call("POST", f"{self._base}/worktrees", what, json=body)
+        if answer.status != 200:
+            raise _refused(what, answer)
+        made = _decoded(_WORKTREES, answer, what)
         return {slot: tree.path for slot, tree in made.worktrees.items()}
+
+    async def _itself(self) -> HarnessClient:
+        return self
+
+
+async def follow(
+    current: CurrentHarness, agent: str, instance_id: str
+) -> AsyncIterator[StreamEvent]:
+    """Every event of a conversation, from its start, as it happens (long-polls). A
+    failed read is retried from the same offset with the client ``current`` gives then.
+    Never ends by itself."""
+    offset = 0
+    client = await current()
+    while True:
+        try:
+            events, offset = await client.read(agent, instance_id, offset)
+        except HarnessUnreachable as error:
+            log.debug("following %s from %d: %s", instance_id, offset, error)
+        except HarnessRefused as error:
+            log.warning("following %s from %d: %s", instance_id, offset, error)
+        else:
+            for event in events:
+                yield event
+            continue
+        await asyncio.sleep(RETRY_S)
+        client = await current()
+
+
+async def settlement(current: CurrentHarness, effect: Admit, submission: str) -> Settled:
+    """How the Submission settled, read from its conversation's stream (``follow``)."""
+    async for event in follow(current, effect.agent, effect.instance_id):
+        if (
+            event.type is EventType.SUBMISSION_SETTLED
+            and event.data.get("submissionId") == submission
+        ):
+            return _settled(Settlement.model_validate(event.data))
+    raise AssertionError("a conversation's stream never ends")
+
+
+_ADMITTED = TypeAdapter(AdmitResponse)
+_EVENTS = TypeAdapter(list[StreamEvent])
+_HISTORY = TypeAdapter(History)
+_EXECUTED = TypeAdapter(ExecResponse)
+_WORKTREES = TypeAdapter(WorktreesResponse)
+
+
+def _decoded(shape: TypeAdapter[T], answer: _Answer, what: str) -> T:
+    """The answer's body as ``shape``: where pydantic's failures become
+    ``HarnessRefused``."""
+    try:
+        return shape.validate_json(answer.body)
+    except ValidationError as error:
+        raise HarnessRefused(
+            f"the Harness answered {what} with a body not of its wire: {error}",
+            status=answer.status,
+            said=answer.body.decode(errors="replace")[:SAID_LIMIT],
+        ) from error
+
+
+def _refused(what: str, answer: _Answer) -> HarnessRefused:
+    """An error answer: the message keeps the start of its body, ``said`` the Harness's
+    own words (its error body's message) when it has them."""
+    raw = answer.body.decode(errors="replace")[:SAID_LIMIT]
+    try:
+        said = ErrorBody.model_validate_json(answer.body).message
+    except ValidationError:
+        said = raw
+    return HarnessRefused(
+        f"the Harness refused {what} (HTTP {answer.status}): {raw}",
+        status=answer.status,
+        said=said,
+    )
 
 
 def _settled(settlement: Settlement) -> Settled:

@@ -1,9 +1,12 @@
-"""Instance IDs: the address of an Agent's conversation on its Harness.
+"""Instance IDs, the address of an Agent's conversation on its Harness, and Turn ids.
 
 ``continue: true`` gives the structural id ``<namespace>.<run>/root/<agent>`` (plus
 ``/<epoch>`` once a fault has burnt the conversation): every state that continues the
 slot lands on one conversation. Otherwise each Turn gets a fresh id. ``root`` names the
 Run's one Machine instance, so nested Machines can later add their own path segments.
+
+A Turn's id is ``t<n>`` for the Run's n-th Turn: its AgentTurn is ``<run>-t<n>``, and
+``n`` orders the Turns of one conversation (their aborts before later admissions).
 """
 
 from __future__ import annotations
@@ -21,3 +24,15 @@ def structural(namespace: str, run: str, agent: str, epoch: int) -> str:
 
 def fresh(namespace: str, run: str, agent: str, suffix: str) -> str:
     return f"{namespace}.{run}/root/{agent}/t-{suffix}"
+
+
+def turn(seq: int) -> str:
+    """The id of the Run's ``seq``-th Turn."""
+    return f"t{seq}"
+
+
+def turn_seq(turn_id: str) -> int:
+    """The number of a Turn id made by ``turn``; ``ValueError`` for any other text."""
+    if not turn_id.startswith("t"):
+        raise ValueError(f"not a Turn id: {turn_id!r}")
+    return int(turn_id[1:])

@@ -1,0 +1,40 @@
+"""Where the operator's controllers find a Workspace's Harness client: ``hub.harnesses``,
+waited on while the Workspace's sandbox is being made (again).
+
+The Workspace controller puts a client there once its Harness is Ready, and replaces it
+(closing the old one) when the sandbox Pod changes (ADR 0024). So a caller asks here for
+the client after every wait and after every failure to reach it, and never keeps one
+across them. This module only reads the hub and the Workspace: it never makes or closes
+a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kubeturn.k8s.hub import Hub
+from kubeturn.k8s.kube import WORKSPACES
+from kubeturn.orchestrator.harness_client import HarnessClient
+
+WAIT_S = 120.0
+"""How long a sweep or an exec waits for its Workspace's Harness (and a person's
+deletion of a Turn for its Run's actor): far above a sandbox Pod's start, a Workspace's
+probe (2 s), a Run's resumption and the first Pod made again (at once, ADR 0024), and
+bounded, so a Workspace whose sandbox never comes back holds no deletion for ever."""
+POLL_S = 0.5
+"""How often a wait looks again: a Harness becomes known within a Workspace probe (2 s)."""
+
+
+async def wait(hub: Hub, namespace: str, workspace: str, deadline: float) -> HarnessClient | None:
+    """The Workspace's Harness client. While the Workspace exists (and is not being
+    deleted) and its Harness is not known, wait, up to ``deadline`` (``time.monotonic``).
+    None when there is no Workspace, it is gone or going, or the deadline passed."""
+    while (harness := hub.harnesses.get((namespace, workspace))) is None:
+        if not workspace or time.monotonic() > deadline:
+            return None
+        found = await hub.kube.get(WORKSPACES, namespace, workspace)
+        if found is None or found["metadata"].get("deletionTimestamp"):
+            return None
+        await asyncio.sleep(POLL_S)
+    return harness

@@ -1,0 +1,122 @@
+"""``POST /worktrees`` for many Runs at once, against the real Harness and real git.
+
+Cases:
+- 30 Runs ask for their worktree of one clone at the same moment: every answer is 200
+  with the Run's own path and branch, every worktree is checked out on its branch, and
+  git lists each one once (git's worktree metadata is not safe for concurrent adds in
+  one repository, so the Harness makes them one at a time per clone);
+- the same Run asking 10 times at once gets one worktree, the same answer each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.support import StartWorld, World, script
+
+RUNS = 30
+"""Enough at once to have git's worktree adds overlap on two cores, every time."""
+SLOT = "target"
+TEXT_ONLY = script("unused", {"text": "unused"})
+
+
+def make_clone(clone: Path) -> None:
+    """A git repository with one commit, owned by the tools' user (as a Pod's volume is)."""
+    clone.mkdir(parents=True)
+    git = ["git", "-c", "user.name=kubeturn", "-c", "user.email=k@example.invalid"]
+    subprocess.run([*git, "init", "-q", str(clone)], check=True)
+    (clone / "README.md").write_text("# demo\n")
+    subprocess.run([*git, "-C", str(clone), "add", "README.md"], check=True)
+    subprocess.run([*git, "-C", str(clone), "commit", "-q", "-m", "one"], check=True)
+    subprocess.run(["chown", "-R", "65534:65534", str(clone.parents[1])], check=True)
+
+
+def git_lines(repository: Path, *args: str) -> list[str]:
+    # The clone belongs to the tools' user: git refuses another owner's repository
+    # unless told it is safe.
+    answer = subprocess.run(
+        ["git", "-c", f"safe.directory={repository}", "-C", str(repository), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return answer.stdout.splitlines()
+
+
+@pytest.fixture
+def work_root() -> Iterator[Path]:
+    """A work root the tools' user can reach (pytest's own temp dirs are private to root),
+    holding one clone."""
+    root = Path(tempfile.mkdtemp(prefix="kubeturn-work-"))
+    root.chmod(0o777)
+    make_clone(root / ".repos" / SLOT)
+    yield root
+    shutil.rmtree(root)
+
+
+async def ask(w: World, run: str) -> tuple[int, Any]:
+    body = {"run": run, "branch": f"kubeturn/{run}", "slots": [SLOT]}
+    async with w.harness.session.post(
+        f"{w.harness.url}/worktrees", json=body, headers=w.harness.headers()
+    ) as response:
+        return response.status, await response.json()
+
+
+async def test_worktrees_asked_for_at_once_by_many_runs_are_all_made(
+    world: StartWorld, work_root: Path
+) -> None:
+    w = await world(TEXT_ONLY, orchestrated=False, work_root=work_root)
+    runs = [f"run-{n:02d}" for n in range(RUNS)]
+
+    answers = await asyncio.gather(*(ask(w, run) for run in runs))
+
+    assert answers == [
+        (
+            200,
+            {
+                "worktrees": {
+                    SLOT: {
+                        "path": str(work_root / SLOT / f"kubeturn-{run}"),
+                        "branch": f"kubeturn/{run}",
+                    }
+                }
+            },
+        )
+        for run in runs
+    ]
+    for run in runs:
+        tree = work_root / SLOT / f"kubeturn-{run}"
+        assert (tree / "README.md").read_text() == "# demo\n"
+        assert git_lines(tree, "branch", "--show-current") == [f"kubeturn/{run}"]
+    listed = git_lines(work_root / ".repos" / SLOT, "worktree", "list", "--porcelain")
+    trees = sorted(
+        line.removeprefix("worktree ") for line in listed if line.startswith("worktree ")
+    )
+    assert trees == sorted(
+        [str(work_root / ".repos" / SLOT)] + [str(work_root / SLOT / f"kubeturn-{r}") for r in runs]
+    )
+
+
+async def test_one_run_asking_many_times_at_once_gets_one_worktree(
+    world: StartWorld, work_root: Path
+) -> None:
+    w = await world(TEXT_ONLY, orchestrated=False, work_root=work_root)
+
+    answers = await asyncio.gather(*(ask(w, "review-1") for _ in range(10)))
+
+    path = str(work_root / SLOT / "kubeturn-review-1")
+    expected = {"worktrees": {SLOT: {"path": path, "branch": "kubeturn/review-1"}}}
+    assert answers == [(200, expected)] * 10
+    listed = git_lines(work_root / ".repos" / SLOT, "worktree", "list", "--porcelain")
+    assert [line for line in listed if line.startswith("worktree ")] == [
+        f"worktree {work_root / '.repos' / SLOT}",
+        f"worktree {path}",
+    ]

@@ -1,0 +1,395 @@
+"""Runs live through their sandbox Pod's replacement: the real operator (kopf, in a thread
+of its own) against the API emulator, the kubelet running each sandbox Pod as a real
+Harness process, the scripted model holding the model requests a test needs held.
+
+Cases:
+- a Turn running (its model request held) when its sandbox Pod is deleted: the new
+  Pod's Harness finds the conversation on the volume and settles the Submission
+  ``failed``/``harness_restarted``; the operator's follower reads that at the new
+  Harness, the Machine gets the Agent's fault and its ``onError`` moves the Run on to a
+  new Turn on a new conversation (the faulted one's epoch bumped), which ends by its
+  pick; ``Run.status.turns`` records each Turn once: the cut one ``aborted`` (ADR 0015:
+  no Submission ran when its state exited), its Submission ``failed`` with the
+  Harness's words; the cut Turn's AgentTurn says the same; one admission of it reached
+  a Harness; no effect, handler or Harness logged an error;
+- an ``exec`` started while the sandbox Pod is being made again (the kubelet holding the
+  new Pod back) waits for the new Harness and runs there: the Run's ``onDone`` gets the
+  command's output;
+- worktrees the Harness cannot make (git fails: a file where the slot's worktrees go)
+  give the Run ``Ready=False``, ``WorktreesFailed``, with git's words; once the file is
+  gone the Run is asked for again, gets its worktree and runs to ``Succeeded``.
+
+The Workspace is a named one. The emulator's limits are the emulator's; the kubelet's
+are in :mod:`tests.operator.kubelet`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from kubeturn_harness.scripted import parse_script, serve
+from tests.operator import emulator
+from tests.operator import kubelet as kubelet_
+from tests.operator.operator_support import (
+    AGENTTURNS,
+    GROUP_VERSION,
+    NAMESPACE,
+    RUNS,
+    WORKSPACES,
+    AgentTurnWatch,
+    HarnessReader,
+    OperatorThread,
+    call,
+    events,
+    eventually,
+    harness_token,
+    make_origin,
+    model_requests,
+    script,
+    settings,
+    status,
+)
+
+WORKSPACE = "replaceable"
+POD = f"{WORKSPACE}-kubeturn-sandbox"
+LONG = "Do the long task"
+AGAIN = "Try the task again"
+RESTARTED = "the Harness restarted while this Submission ran"
+SCRIPT = script(
+    {
+        LONG: [{"text": "Working on it.", "hold": True}],
+        AGAIN: [{"toolCalls": [call("finish")]}],
+    }
+)
+"""The first Turn's model request is held until its Harness goes; the second picks."""
+
+Body = dict[str, Any]
+
+
+def workspace(origin: str) -> Body:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Workspace",
+        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
+        "spec": {"repos": {"target": {"url": origin}}},
+    }
+
+
+def run(name: str, machine: Body, *, agents: bool = True) -> Body:
+    spec: Body = {"workspace": {"name": WORKSPACE}, "machine": machine, "agents": {}}
+    if agents:
+        spec["agents"] = {
+            "coder": {"model": "scripted/any", "instructions": "Work.", "workspace": "write"}
+        }
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    }
+
+
+def coder(prompt: str) -> Body:
+    return {"agent": {"slot": "coder", "prompt": prompt, "continue": True}}
+
+
+FINISH = {"finish": {"target": "done", "description": "The task is done."}}
+
+
+@dataclass
+class World:
+    k8s: emulator.KubernetesApi
+    api: aiohttp.ClientSession
+    """The emulator, over HTTP with no idle connection kept (see ``k8s_client``)."""
+    session: aiohttp.ClientSession
+    kubelet: kubelet_.Kubelet
+    origin: str
+    model: str
+    """The scripted model's base URL (its control routes live there)."""
+    watch: AgentTurnWatch
+
+    async def create(self, body: Body) -> None:
+        plural = body["kind"].lower() + "s"
+        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/{plural}"
+        async with self.api.post(path, json=body) as answer:
+            assert answer.status == 201, await answer.text()
+
+    async def signal(self, run_name: str, event: str) -> None:
+        patch = {"spec": {"signals": [{"id": f"{event}-1", "event": event}]}}
+        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{run_name}"
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.api.patch(path, data=json.dumps(patch), headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+
+    async def delete_pod(self) -> None:
+        async with self.api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{POD}") as answer:
+            assert answer.status == 200, await answer.text()
+
+    def run(self, name: str) -> Body:
+        return status(self.k8s, RUNS, name)
+
+    def workspace(self) -> Body:
+        return status(self.k8s, WORKSPACES, WORKSPACE)
+
+    def ready(self, name: str) -> Body:
+        found = [c for c in self.run(name).get("conditions", []) if c["type"] == "Ready"]
+        return found[0] if found else {}
+
+    def describe(self, name: str) -> Callable[[], str]:
+        def said() -> str:
+            current = self.run(name)
+            current.pop("snapshot", None)
+            return f"Run {json.dumps(current)}; Workspace {json.dumps(self.workspace())}"
+
+        return said
+
+    async def until(self, name: str, check: Callable[[], Any], what: str) -> Any:
+        return await eventually(check, what, describe=self.describe(name))
+
+    async def harness(self) -> HarnessReader:
+        sandbox = await self.kubelet.running(POD)
+        return HarnessReader(sandbox.url, harness_token(self.k8s, WORKSPACE), self.session)
+
+
+@pytest.fixture
+async def world(
+    k8s: emulator.KubernetesApi,
+    k8s_client: aiohttp.ClientSession,
+    kubeconfig: Path,
+    kubelet: kubelet_.Kubelet,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> AsyncIterator[World]:
+    """The operator on the scripted model, the Workspace Ready; the test fails if the
+    operator or a Harness logged an error."""
+    runner, url = await serve(parse_script(SCRIPT))
+    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+    operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+    watch = AgentTurnWatch(k8s_client)
+    made = World(
+        k8s,
+        k8s_client,
+        session,
+        kubelet,
+        make_origin(tmp_path / "git"),
+        url.removesuffix("/v1"),
+        watch,
+    )
+    started = False
+    try:
+        await watch.open()
+        started = True  # from here on it has a thread to stop, even if it fails to start
+        await operator.start()
+        await made.create(workspace(made.origin))
+        await eventually(
+            lambda: made.workspace().get("phase") == "Ready",
+            "the Workspace Ready",
+            describe=lambda: json.dumps(made.workspace()),
+        )
+        yield made
+    finally:
+        try:
+            if started:
+                await operator.stop()
+        finally:
+            await watch.close()
+            await session.close()
+            await runner.cleanup()
+    failures = [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.get_records("call")
+        if r.levelno >= logging.ERROR and r.name.startswith(("kopf", "kubeturn"))
+    ]
+    for sandbox in kubelet.started:
+        said = sandbox.log.read_text()
+        failures += [f"{sandbox.name}: {line}" for line in said.splitlines() if " ERROR " in line]
+    if failures:
+        pytest.fail("errors were logged:\n" + "\n".join(failures))
+
+
+# ----------------------------------------------------------------------------- a Turn cut
+
+
+async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_moves_on(
+    world: World,
+) -> None:
+    name = "cut"
+    first_iid = f"{NAMESPACE}.{name}/root/coder"
+    machine = {
+        "initial": "working",
+        "context": {"why": ""},
+        "states": {
+            "working": {
+                "invoke": {
+                    **coder(LONG),
+                    "onError": {"target": "again", "assign": {"context.why": "event.message"}},
+                },
+                "on": FINISH,
+            },
+            "again": {"invoke": coder(AGAIN), "on": FINISH},
+            "done": {"type": "final", "output": "context.why"},
+        },
+    }
+    await world.create(run(name, machine))
+
+    async def held() -> bool:
+        return any(r["held"] for r in await model_requests(world.session, world.model, LONG))
+
+    await world.until(name, held, "the first Turn's model request held")
+    await world.until(
+        name,
+        lambda: status(world.k8s, AGENTTURNS, f"{name}-t1").get("phase") == "Running",
+        "the first AgentTurn Running",
+    )
+    old = await world.harness()
+
+    await world.delete_pod()
+    await world.until(
+        name,
+        lambda: world.run(name).get("phase") == "Succeeded" and world.run(name)["turnCount"] == 2,
+        "the Run to succeed with both Turns recorded",
+    )
+
+    # The new Harness settled the cut Submission from the log on the volume.
+    new = await world.harness()
+    assert new.url != old.url
+    assert [s.url for s in world.kubelet.started] == [old.url, new.url]
+    history = await new.history("coder", first_iid)
+    (settlement,) = history["settlements"]
+    assert (settlement["outcome"], settlement["error"]) == (
+        "failed",
+        {"type": "harness_restarted", "message": RESTARTED},
+    )
+    cut = settlement["submissionId"]
+    admitted = [
+        e for e in await new.events("coder", first_iid) if e["type"] == "submission-admitted"
+    ]
+    assert [(e["data"]["submissionId"], e["data"]["request"]["key"]) for e in admitted] == [
+        (cut, "t1.1")
+    ]
+
+    # The Machine heard the Agent's fault (the Harness's words) and moved on.
+    done = world.run(name)
+    assert (done["state"], done["output"]) == ("done", RESTARTED)
+    turns = done["turns"]
+    assert [(t["name"], t["state"], t["outcome"], t["cause"]) for t in turns] == [
+        ("t1", "working", "aborted", None),
+        ("t2", "again", "ended", "pick"),
+    ]
+    assert [(s["id"], s["outcome"], s["message"]) for s in turns[0]["submissions"]] == [
+        (cut, "failed", RESTARTED)
+    ]
+    assert [t["instanceId"] for t in turns] == [first_iid, f"{first_iid}/1"]
+    again = await new.history("coder", f"{first_iid}/1")
+    assert [s["outcome"] for s in again["settlements"]] == ["ended"]
+
+    # The cut Turn's AgentTurn recorded its Submission's settlement, then its own.
+    await world.until(name, lambda: f"{name}-t1" in world.watch.deleted(), "t1's AgentTurn gone")
+    kind, last = world.watch.of(f"{name}-t1")[-1]
+    assert kind == "DELETED"
+    assert [(s["id"], s["outcome"]) for s in last["status"]["submissions"]] == [(cut, "failed")]
+    assert last["status"]["settlement"]["outcome"] == "aborted"
+    settled = [
+        e for e in events(world.k8s, "TurnSettled") if e["involvedObject"]["name"] == f"{name}-t1"
+    ]
+    assert [e["message"] for e in settled] == ["coder in working: aborted"]
+
+
+# ----------------------------------------------------------------------------- an exec
+
+
+async def test_an_exec_started_while_the_pod_is_made_again_runs_at_the_new_harness(
+    world: World,
+) -> None:
+    name = "checker"
+    machine = {
+        "initial": "waiting",
+        "context": {"out": "", "why": ""},
+        "states": {
+            "waiting": {"on": {"check": "checking"}},
+            "checking": {
+                "invoke": {
+                    "exec": {"command": "echo checked"},
+                    "onDone": {"target": "done", "assign": {"context.out": "event.output.output"}},
+                    "onError": {"target": "broken", "assign": {"context.why": "event.message"}},
+                }
+            },
+            "done": {"type": "final", "output": "context.out"},
+            "broken": {"type": "final", "outcome": "failed", "output": "context.why"},
+        },
+    }
+    await world.create(run(name, machine, agents=False))
+    await world.until(name, lambda: world.run(name).get("state") == "waiting", "the Run waiting")
+    old = await world.harness()
+
+    world.kubelet.held = True
+    await world.delete_pod()
+    await world.until(
+        name, lambda: world.workspace().get("phase") == "Pending", "the Workspace Pending"
+    )
+    await world.signal(name, "check")
+    await world.until(name, lambda: world.run(name).get("state") == "checking", "the exec to start")
+    world.kubelet.held = False
+
+    await world.until(name, lambda: world.run(name).get("phase") == "Succeeded", "the Run done")
+    assert world.run(name)["output"] == "checked"  # the exec result's output, stripped
+    new = await world.harness()
+    assert [s.url for s in world.kubelet.started] == [old.url, new.url]
+
+
+# ----------------------------------------------------------------------------- worktrees
+
+
+async def test_worktrees_the_harness_cannot_make_are_said_and_asked_for_again(
+    world: World,
+) -> None:
+    name = "blocked"
+    sandbox = await world.kubelet.running(POD)
+    blocker = sandbox.work_root / "target"
+    blocker.write_text("not a directory\n")
+    await world.create(
+        run(
+            name,
+            {
+                "initial": "working",
+                "states": {
+                    "working": {"invoke": coder(AGAIN), "on": FINISH},
+                    "done": {"type": "final"},
+                },
+            },
+        )
+    )
+
+    failing = await world.until(
+        name,
+        lambda: world.ready(name).get("reason") == "WorktreesFailed" and world.ready(name),
+        "Ready=False, WorktreesFailed",
+    )
+    assert failing["status"] == "False"
+    message = failing["message"]
+    assert message.startswith(
+        f"the Harness of Workspace {WORKSPACE} could not make the Run's worktrees: "
+        "git could not make the worktree of 'target': "
+    )
+    assert message.endswith("(asking again in 2 s)")
+    assert world.run(name).get("phase") is None  # its Machine has not started
+
+    blocker.unlink()
+    await world.until(
+        name,
+        lambda: world.run(name).get("phase") == "Succeeded" and world.run(name)["turnCount"] == 1,
+        "the Run to succeed, its Turn recorded",
+    )
+    done = world.run(name)
+    assert [(t["state"], t["outcome"]) for t in done["turns"]] == [("working", "ended")]
+    assert (world.ready(name)["status"], world.ready(name)["reason"]) == ("True", "Finished")
+    assert (sandbox.work_root / "target" / f"kubeturn-{name}" / "README.md").is_file()

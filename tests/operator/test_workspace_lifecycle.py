@@ -1,0 +1,350 @@
+"""A Workspace outlives its sandbox Pod: the real operator (kopf, in a thread of its own)
+against the API emulator, the kubelet running each sandbox Pod as a real Harness process.
+
+Cases:
+- a Ready Workspace reports its clones from the Harness (``status.repos``: path and
+  commit; ``repoCount``) and a running Run's worktrees (``status.worktrees.<run>``: path
+  and branch); a Run that finishes, and one that is deleted, has its entry removed;
+- the sandbox Pod deleted while the Workspace is idle is made again: the Workspace goes
+  ``Pending`` (``Ready=False``, ``Recreating``) and then ``Ready`` at the new Pod's
+  endpoint; the conversation logged before is in the new Harness's history (its data
+  dir is on the Workspace's volume); a Turn admitted after that runs on the new Harness;
+- a sandbox Pod that ended ``Failed`` (evicted) is deleted and made again; until the new
+  one is Ready the condition keeps the eviction's message.
+
+Each scenario's Workspace is a named one that its Runs share. The emulator has no
+garbage collection and no admission; the kubelet's limits are in :mod:`kubelet`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from kubeturn_harness.scripted import parse_script, serve
+from tests.operator import emulator
+from tests.operator import kubelet as kubelet_
+from tests.operator.operator_support import (
+    GROUP_VERSION,
+    NAMESPACE,
+    RUNS,
+    WORKSPACES,
+    HarnessReader,
+    OperatorThread,
+    call,
+    eventually,
+    harness_token,
+    make_origin,
+    read,
+    script,
+    settings,
+    status,
+)
+
+WORKSPACE = "shared"
+POD = f"{WORKSPACE}-kubeturn-sandbox"
+FIRST, SECOND = "first", "second"
+PROMPTS = {FIRST: "Do the first task", SECOND: "Do the second task"}
+SCRIPT = script({prompt: [{"toolCalls": [call("finish")]}] for prompt in PROMPTS.values()})
+"""Each Run's coder picks ``finish`` at once."""
+
+Body = dict[str, Any]
+
+
+def workspace(origin: str) -> Body:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Workspace",
+        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
+        "spec": {"repos": {"target": {"url": origin}}},
+    }
+
+
+def run(name: str) -> Body:
+    """A Run in the shared Workspace: its coder picks ``finish``, then it waits for a
+    signal ``approve``."""
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "workspace": {"name": WORKSPACE},
+            "agents": {
+                "coder": {"model": "scripted/any", "instructions": "Work.", "workspace": "write"}
+            },
+            "machine": {
+                "initial": "working",
+                "states": {
+                    "working": {
+                        "invoke": {
+                            "agent": {"slot": "coder", "prompt": PROMPTS[name], "continue": True}
+                        },
+                        "on": {"finish": {"target": "waiting", "description": "Done."}},
+                    },
+                    "waiting": {"on": {"approve": "done"}},
+                    "done": {"type": "final"},
+                },
+            },
+        },
+    }
+
+
+def coder(name: str) -> str:
+    """The coder's Instance ID in Run ``name`` (a continued conversation's)."""
+    return f"{NAMESPACE}.{name}/root/coder"
+
+
+@dataclass
+class World:
+    k8s: emulator.KubernetesApi
+    api: aiohttp.ClientSession
+    """The emulator, over HTTP with no idle connection kept (see ``k8s_client``)."""
+    session: aiohttp.ClientSession
+    kubelet: kubelet_.Kubelet
+    origin: str
+    versions: list[Body] = field(default_factory=list)
+    """Every version of the Workspace the API served on a watch, in order."""
+
+    async def create(self, body: Body) -> None:
+        group = "api/v1" if body["apiVersion"] == "v1" else f"apis/{body['apiVersion']}"
+        plural = body["kind"].lower() + "s"
+        path = f"/{group}/namespaces/{NAMESPACE}/{plural}"
+        async with self.api.post(path, json=body) as answer:
+            assert answer.status == 201, await answer.text()
+
+    async def signal(self, run_name: str, event: str) -> None:
+        patch = {"spec": {"signals": [{"id": f"{event}-1", "event": event}]}}
+        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{run_name}"
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.api.patch(path, data=json.dumps(patch), headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+
+    async def delete(self, path: str) -> None:
+        async with self.api.delete(path) as answer:
+            assert answer.status == 200, await answer.text()
+
+    def status(self) -> Body:
+        return status(self.k8s, WORKSPACES, WORKSPACE)
+
+    def ready(self) -> Body:
+        found = [c for c in self.status().get("conditions", []) if c["type"] == "Ready"]
+        return found[0] if found else {}
+
+    async def until(self, check: Callable[[], Any], what: str) -> Any:
+        return await eventually(check, what, describe=lambda: json.dumps(self.status()))
+
+    async def waiting(self, name: str) -> None:
+        """Until Run ``name`` waits for ``approve``, its coder's Turn swept and recorded."""
+
+        def said() -> str:
+            current = status(self.k8s, RUNS, name)
+            current.pop("snapshot", None)
+            return f"Run {json.dumps(current)}; Workspace {json.dumps(self.status())}"
+
+        def recorded() -> bool:
+            current = status(self.k8s, RUNS, name)
+            return current.get("state") == "waiting" and current.get("turnCount") == 1
+
+        await eventually(recorded, f"Run {name} to wait, its Turn recorded", describe=said)
+
+    async def harness(self) -> HarnessReader:
+        sandbox = await self.kubelet.running(POD)
+        return HarnessReader(sandbox.url, harness_token(self.k8s, WORKSPACE), self.session)
+
+
+async def _watch(api: aiohttp.ClientSession, into: list[Body], opened: asyncio.Event) -> None:
+    path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/workspaces?watch=true"
+    async with api.get(path, timeout=aiohttp.ClientTimeout()) as response:
+        assert response.status == 200
+        opened.set()
+        async for line in response.content:
+            if line.strip():
+                into.append(json.loads(line)["object"])
+
+
+@pytest.fixture
+async def world(
+    k8s: emulator.KubernetesApi,
+    k8s_client: aiohttp.ClientSession,
+    kubeconfig: Path,
+    kubelet: kubelet_.Kubelet,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> AsyncIterator[World]:
+    """The operator on the scripted model, the shared Workspace Ready; the test fails if
+    the operator or a Harness logged an error."""
+    runner, url = await serve(parse_script(SCRIPT))
+    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+    operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+    made = World(k8s, k8s_client, session, kubelet, make_origin(tmp_path / "git"))
+    opened = asyncio.Event()
+    watch = asyncio.create_task(_watch(k8s_client, made.versions, opened))
+    started = False
+    try:
+        await eventually(opened.is_set, "the Workspace watch to open", timeout=5)
+        started = True  # from here on it has a thread to stop, even if it fails to start
+        await operator.start()
+        await made.create(workspace(made.origin))
+        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
+        yield made
+    finally:
+        try:
+            if started:
+                await operator.stop()
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+            await session.close()
+            await runner.cleanup()
+    failures = [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.get_records("call")
+        if r.levelno >= logging.ERROR and r.name.startswith(("kopf", "kubeturn"))
+    ]
+    for sandbox in kubelet.started:
+        said = sandbox.log.read_text()
+        failures += [f"{sandbox.name}: {line}" for line in said.splitlines() if " ERROR " in line]
+    if failures:
+        pytest.fail("errors were logged:\n" + "\n".join(failures))
+
+
+def head(origin: str) -> str:
+    bare = origin.removeprefix("file://")
+    answer = subprocess.run(
+        ["git", "-C", bare, "rev-parse", "main"], check=True, capture_output=True, text=True
+    )
+    return answer.stdout.strip()
+
+
+# ----------------------------------------------------------------------------- status
+
+
+async def test_the_workspace_reports_its_clones_and_each_running_runs_worktrees(
+    world: World,
+) -> None:
+    # Paths are the Harness's: the kubelet's directory stands for /work.
+    work = (await world.kubelet.running(POD)).work_root
+    ready = world.status()
+    assert ready["repos"] == {
+        "target": {"path": str(work / ".repos" / "target"), "commit": head(world.origin)}
+    }
+    assert ready["repoCount"] == 1
+    assert "worktrees" not in ready
+
+    for name in (FIRST, SECOND):
+        await world.create(run(name))
+        await world.waiting(name)
+    worktrees = await world.until(
+        lambda: len(world.status().get("worktrees") or {}) == 2 and world.status()["worktrees"],
+        "both Runs' worktrees",
+    )
+    assert worktrees == {
+        name: {
+            "target": {
+                "path": str(work / "target" / f"kubeturn-{name}"),
+                "branch": f"kubeturn/{name}",
+            }
+        }
+        for name in (FIRST, SECOND)
+    }
+    assert (work / "target" / f"kubeturn-{FIRST}" / "README.md").is_file()
+
+    # A Run that finishes, and one that is deleted, no longer has worktrees reported.
+    await world.signal(FIRST, "approve")
+    await world.until(
+        lambda: set(world.status().get("worktrees") or {}) == {SECOND}, f"{FIRST}'s entry to go"
+    )
+    assert status(world.k8s, RUNS, FIRST)["phase"] == "Succeeded"
+    await world.delete(f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{SECOND}")
+    await world.until(lambda: not world.status().get("worktrees"), f"{SECOND}'s entry to go")
+    assert read(world.k8s, RUNS, SECOND) is None
+    assert world.status()["phase"] == "Ready"
+
+
+# ----------------------------------------------------------------------------- recreation
+
+
+async def test_a_deleted_sandbox_pod_is_made_again_with_its_conversations(world: World) -> None:
+    await world.create(run(FIRST))
+    await world.waiting(FIRST)
+    before = await world.harness()
+    logged = await before.history("coder", coder(FIRST))
+    assert [s["outcome"] for s in logged["settlements"]] == ["ended"]
+    old = world.status()["endpoint"]
+    assert old == before.url
+    seen = len(world.versions)
+
+    await world.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{POD}")
+    await world.until(
+        lambda: world.status().get("phase") == "Ready" and world.status()["endpoint"] != old,
+        "the Workspace Ready at a new endpoint",
+    )
+    after = await world.harness()
+    assert [s.url for s in world.kubelet.started] == [old, after.url]
+    assert world.status()["endpoint"] == after.url
+    # On the way: Pending, not Ready, saying the sandbox is being made again.
+    between = [v["status"] for v in world.versions[seen:]]
+    pending = [s for s in between if s.get("phase") == "Pending"]
+    assert pending, f"the Workspace was never Pending: {between}"
+    (condition,) = [c for c in pending[0]["conditions"] if c["type"] == "Ready"]
+    assert (condition["status"], condition["reason"]) == ("False", "Recreating")
+    assert condition["message"].startswith("the sandbox Pod was deleted")
+    assert all(s.get("endpoint") is None for s in pending)
+
+    # The conversation logged before the Pod went is in the new Harness's history.
+    assert await after.history("coder", coder(FIRST)) == logged
+
+    # A Turn admitted now runs on the new Harness.
+    await world.create(run(SECOND))
+    await world.waiting(SECOND)
+    second = await after.history("coder", coder(SECOND))
+    assert [s["outcome"] for s in second["settlements"]] == ["ended"]
+    assert set(world.status()["worktrees"]) == {FIRST, SECOND}
+    await world.signal(FIRST, "approve")
+    await world.until(
+        lambda: status(world.k8s, RUNS, FIRST).get("phase") == "Succeeded", f"{FIRST} to end"
+    )
+
+
+async def test_an_evicted_sandbox_pod_is_made_again_keeping_why(world: World) -> None:
+    old = world.status()["endpoint"]
+    seen = len(world.versions)
+    evicted = {
+        "status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "The node was low on resource: ephemeral-storage.",
+        }
+    }
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{POD}/status"
+    headers = {"Content-Type": "application/merge-patch+json"}
+    async with world.api.patch(path, data=json.dumps(evicted), headers=headers) as answer:
+        assert answer.status == 200, await answer.text()
+
+    await world.until(
+        lambda: world.status().get("phase") == "Ready" and world.status()["endpoint"] != old,
+        "the Workspace Ready at a new endpoint",
+    )
+    assert len(world.kubelet.started) == 2
+    said = [
+        c["message"]
+        for v in world.versions[seen:]
+        for c in v["status"].get("conditions", [])
+        if c["type"] == "Ready" and c["reason"] == "Recreating"
+    ]
+    assert said, "the Workspace never said it was making the sandbox again"
+    why = "the sandbox Pod failed: Evicted: The node was low on resource: ephemeral-storage."
+    assert all(message.startswith(why) for message in said), said
+    assert world.ready()["reason"] == "HarnessReady"
