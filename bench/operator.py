@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -266,24 +265,7 @@ async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
     logs.mkdir(parents=True)
     async with contextlib.AsyncExitStack() as stack:
         k8s = await stack.enter_async_context(emulator.serve(emulator.KubernetesApi()))
-        kubeconfig = root / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "e", "cluster": {"server": str(k8s.url).rstrip("/")}}],
-                    "users": [{"name": "u", "user": {}}],
-                    "contexts": [
-                        {
-                            "name": "e",
-                            "context": {"cluster": "e", "user": "u", "namespace": NAMESPACE},
-                        }
-                    ],
-                    "current-context": "e",
-                }
-            )
-        )
+        kubeconfig = emulator.write_kubeconfig(root / "kubeconfig", str(k8s.url), NAMESPACE)
         kubelet = await stack.enter_async_context(kubelet_.running(str(k8s.url), logs))
         runner, url = await serve(parse_script(script({PROMPT: [{"toolCalls": [call("done")]}]})))
         stack.push_async_callback(runner.cleanup)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.cli.support import environment
 from tests.operator import emulator
@@ -35,24 +34,6 @@ NAMESPACES = "/api/v1/namespaces"
 async def cluster() -> AsyncIterator[emulator.KubernetesApi]:
     async with emulator.serve() as api:
         yield api
-
-
-def kubeconfig(path: Path, server: str, namespace: str = "team") -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [
-                    {"name": "c", "context": {"cluster": "c", "user": "u", "namespace": namespace}}
-                ],
-                "current-context": "c",
-            }
-        )
-    )
-    return path
 
 
 async def kubeturn(*args: str, config: Path) -> tuple[int, str, str]:
@@ -120,7 +101,7 @@ async def spec_of(api: emulator.KubernetesApi, name: str, namespace: str = "team
 async def test_send_appends_to_spec_signals(
     cluster: emulator.KubernetesApi, tmp_path: Path
 ) -> None:
-    config = kubeconfig(tmp_path / "kubeconfig", str(cluster.url).rstrip("/"))
+    config = emulator.write_kubeconfig(tmp_path / "kubeconfig", str(cluster.url), "team")
     await make_run(cluster, "review", status={"phase": "Running", "state": "humanReview"})
 
     code, out, err = await kubeturn(
@@ -144,7 +125,7 @@ async def test_send_appends_to_spec_signals(
 
 
 async def test_namespace_flag_and_cancel(cluster: emulator.KubernetesApi, tmp_path: Path) -> None:
-    config = kubeconfig(tmp_path / "kubeconfig", str(cluster.url).rstrip("/"))
+    config = emulator.write_kubeconfig(tmp_path / "kubeconfig", str(cluster.url), "team")
     await make_run(cluster, "job", namespace="other", status={"phase": "Running"})
 
     code, out, err = await kubeturn("cancel", "job", "-n", "other", config=config)
@@ -159,7 +140,7 @@ async def test_namespace_flag_and_cancel(cluster: emulator.KubernetesApi, tmp_pa
 async def test_status_and_turns_read_run_status(
     cluster: emulator.KubernetesApi, tmp_path: Path
 ) -> None:
-    config = kubeconfig(tmp_path / "kubeconfig", str(cluster.url).rstrip("/"))
+    config = emulator.write_kubeconfig(tmp_path / "kubeconfig", str(cluster.url), "team")
     record = {
         "name": "t1",
         "agent": "coder",
@@ -200,7 +181,7 @@ async def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    config = kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
+    config = emulator.write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}", "team")
     code, _, err = await kubeturn("status", "any", config=config)
     assert code == 1
     assert "Traceback" not in err

@@ -16,7 +16,6 @@ from pathlib import Path
 import aiohttp
 import kmock
 import pytest
-import yaml
 
 from tests import tools
 from tests.operator import emulator
@@ -59,22 +58,7 @@ async def k8s_client(k8s: emulator.KubernetesApi) -> AsyncIterator[aiohttp.Clien
 @pytest.fixture
 def kubeconfig(k8s: emulator.KubernetesApi, tmp_path: Path) -> Path:
     """A kubeconfig file whose current context is the emulator (plain HTTP, no user)."""
-    path = tmp_path / "kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "emulator", "cluster": {"server": str(k8s.url).rstrip("/")}}],
-        "users": [{"name": "tester", "user": {}}],
-        "contexts": [
-            {
-                "name": "emulator",
-                "context": {"cluster": "emulator", "user": "tester", "namespace": "default"},
-            }
-        ],
-        "current-context": "emulator",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return emulator.write_kubeconfig(tmp_path / "kubeconfig", str(k8s.url))
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,7 @@ import functools
 import gzip
 import importlib.resources
 import json
+import pathlib
 import secrets
 import string
 import uuid
@@ -62,6 +63,7 @@ from typing import Any
 import aiohttp.web
 import attrs
 import kmock
+import yaml
 from kmock._internal import dsl, rendering  # for the mirrored RawHandler methods
 
 from tests.operator import apimachinery
@@ -822,6 +824,22 @@ def _sees(view: dsl.View, request: kmock.Request) -> bool | None:
         elif type(node) is not dsl.Priority:
             return None
         node = node._source
+
+
+def write_kubeconfig(path: pathlib.Path, server: str, namespace: str = "default") -> pathlib.Path:
+    """A kubeconfig file at ``path`` whose current context is ``server`` (plain HTTP, no
+    user) and ``namespace``: what kubectl, kopf and the official client read."""
+    context = {"cluster": "emulator", "user": "tester", "namespace": namespace}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulator", "cluster": {"server": server.rstrip("/")}}],
+        "users": [{"name": "tester", "user": {}}],
+        "contexts": [{"name": "emulator", "context": context}],
+        "current-context": "emulator",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 @contextlib.asynccontextmanager

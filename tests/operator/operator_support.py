@@ -14,19 +14,22 @@ import base64
 import contextlib
 import dataclasses
 import json
+import logging
 import socket
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import pytest
 
 from kubeturn.k8s import operator
 from kubeturn.k8s.hub import OperatorSettings
 from tests.operator import emulator
+from tests.operator.kubelet import Sandbox
 
 GROUP_VERSION = "kubeturn.dev/v1alpha1"
 RUNS = f"{GROUP_VERSION}/runs"
@@ -281,6 +284,21 @@ class HarnessReader:
 
 
 # ----------------------------------------------------------------------------- the model
+
+
+def fail_on_logged_errors(caplog: pytest.LogCaptureFixture, sandboxes: Iterable[Sandbox]) -> None:
+    """Fail the test if the operator (kopf or kubeturn) or any Harness logged an error: a
+    scenario whose outcome is right may still have had a handler or an effect fail."""
+    failures = [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.get_records("call")
+        if r.levelno >= logging.ERROR and r.name.startswith(("kopf", "kubeturn"))
+    ]
+    for sandbox in sandboxes:
+        said = sandbox.log.read_text()
+        failures += [f"{sandbox.name}: {line}" for line in said.splitlines() if " ERROR " in line]
+    if failures:
+        pytest.fail("errors were logged:\n" + "\n".join(failures))
 
 
 def call(name: str, **arguments: Any) -> Body:

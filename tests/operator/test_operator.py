@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +64,7 @@ from tests.operator.operator_support import (
     call,
     events,
     eventually,
+    fail_on_logged_errors,
     harness_token,
     make_origin,
     model_requests,
@@ -230,16 +230,7 @@ async def cluster(
         await session.close()
     # Nothing failed on the way: no handler, actor or effect logged an error, and no
     # Harness did.
-    failures = [
-        f"{r.name}: {r.getMessage()}"
-        for r in caplog.get_records("call")
-        if r.levelno >= logging.ERROR and r.name.startswith(("kopf", "kubeturn"))
-    ]
-    for sandbox in kubelet.started:
-        said = sandbox.log.read_text()
-        failures += [f"{sandbox.name}: {line}" for line in said.splitlines() if " ERROR " in line]
-    if failures:
-        pytest.fail("errors were logged:\n" + "\n".join(failures))
+    fail_on_logged_errors(caplog, kubelet.started)
 
 
 def task_with_review(origin: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from tests.operator.operator_support import (
     OperatorThread,
     call,
     eventually,
+    fail_on_logged_errors,
     harness_token,
     make_origin,
     read,
@@ -208,16 +208,7 @@ async def world(
                 await watch
             await session.close()
             await runner.cleanup()
-    failures = [
-        f"{r.name}: {r.getMessage()}"
-        for r in caplog.get_records("call")
-        if r.levelno >= logging.ERROR and r.name.startswith(("kopf", "kubeturn"))
-    ]
-    for sandbox in kubelet.started:
-        said = sandbox.log.read_text()
-        failures += [f"{sandbox.name}: {line}" for line in said.splitlines() if " ERROR " in line]
-    if failures:
-        pytest.fail("errors were logged:\n" + "\n".join(failures))
+    fail_on_logged_errors(caplog, kubelet.started)
 
 
 def head(origin: str) -> str:
