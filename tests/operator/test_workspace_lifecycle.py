@@ -9,8 +9,10 @@ Cases:
   ``Pending`` (``Ready=False``, ``Recreating``) and then ``Ready`` at the new Pod's
   endpoint; the conversation logged before is in the new Harness's history (its data
   dir is on the Workspace's volume); a Turn admitted after that runs on the new Harness;
+  a ``SandboxRecreated`` Event on the Workspace says why;
 - a sandbox Pod that ended ``Failed`` (evicted) is deleted and made again; until the new
-  one is Ready the condition keeps the eviction's message.
+  one is Ready the condition keeps the eviction's message; a ``SandboxEnded`` Warning and
+  a ``SandboxRecreated`` Event say so.
 
 Each scenario's Workspace is a named one that its Runs share. The emulator has no
 garbage collection and no admission; the kubelet's limits are in :mod:`kubelet`.
@@ -41,6 +43,7 @@ from tests.operator.operator_support import (
     HarnessReader,
     OperatorThread,
     call,
+    events,
     eventually,
     fail_on_logged_errors,
     harness_token,
@@ -293,6 +296,9 @@ async def test_a_deleted_sandbox_pod_is_made_again_with_its_conversations(world:
     assert (condition["status"], condition["reason"]) == ("False", "Recreating")
     assert condition["message"].startswith("the sandbox Pod was deleted")
     assert all(s.get("endpoint") is None for s in pending)
+    (recreated,) = events(world.k8s, "SandboxRecreated")
+    assert recreated["involvedObject"]["kind"] == "Workspace"
+    assert recreated["message"].startswith("the sandbox Pod was deleted")
 
     # The conversation logged before the Pod went is in the new Harness's history.
     assert await after.history("coder", coder(FIRST)) == logged
@@ -339,3 +345,7 @@ async def test_an_evicted_sandbox_pod_is_made_again_keeping_why(world: World) ->
     why = "the sandbox Pod failed: Evicted: The node was low on resource: ephemeral-storage."
     assert all(message.startswith(why) for message in said), said
     assert world.ready()["reason"] == "HarnessReady"
+    (ended,) = events(world.k8s, "SandboxEnded")
+    assert (ended["type"], ended["message"]) == ("Warning", why)
+    (recreated,) = events(world.k8s, "SandboxRecreated")
+    assert recreated["message"].startswith(why)

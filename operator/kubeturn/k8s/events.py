@@ -1,5 +1,5 @@
-"""Kubernetes Events the operator posts: how each Turn ended, where ``kubectl describe``
-and ``kubectl get events`` show it."""
+"""Kubernetes Events the operator posts: how each Turn ended, and what happened to each
+Workspace's sandbox, where ``kubectl describe`` and ``kubectl get events`` show it."""
 
 from __future__ import annotations
 
@@ -14,9 +14,20 @@ TURN_SETTLED = "TurnSettled"
 """On an AgentTurn: its sweep came back; the message says the outcome and cause."""
 TURN_RECORDED = "TurnRecorded"
 """On a Run: a Turn was recorded in its history."""
+SANDBOX_ENDED = "SandboxEnded"
+"""On a Workspace (Warning): its sandbox Pod ended (evicted, its node shut down); it is
+deleted to be made again."""
+SANDBOX_RECREATED = "SandboxRecreated"
+"""On a Workspace: a new sandbox Pod is being made in place of one that went; the
+message says why the old one went."""
+SANDBOX_REFUSED = "SandboxRefused"
+"""On a Workspace (Warning): the API server refused the sandbox Pod (a quota, a policy)."""
+NORMAL, WARNING = "Normal", "Warning"
 
 
-async def post(kube: Kube, about: Mapping[str, Any], reason: str, message: str) -> None:
+async def post(
+    kube: Kube, about: Mapping[str, Any], reason: str, message: str, type_: str = NORMAL
+) -> None:
     meta = about["metadata"]
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     await kube.create(
@@ -36,7 +47,7 @@ async def post(kube: Kube, about: Mapping[str, Any], reason: str, message: str) 
             },
             "reason": reason,
             "message": message,
-            "type": "Normal",
+            "type": type_,
             "source": {"component": "kubeturn"},
             "firstTimestamp": now,
             "lastTimestamp": now,

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from kubeturn.api.status import RunPhase, WorkspacePhase
 from kubeturn.api.workspace import WorkspaceSpec
-from kubeturn.k8s import conditions, metrics, objects, sandboxes
+from kubeturn.k8s import conditions, events, metrics, objects, sandboxes
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import PODS, RUNS, SECRETS, WORKSPACES
 from kubeturn.orchestrator.harness_client import HarnessClient
@@ -167,14 +167,21 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     repos = None
     if plan.action is sandboxes.Action.DELETE:
         await hub.kube.delete(PODS, namespace, objects.sandbox_name(name))
+        await events.post(hub.kube, body, events.SANDBOX_ENDED, pod.said, events.WARNING)
     elif plan.action is sandboxes.Action.CREATE:
+        again, refused_before = memory.seen, memory.refusal
         memory.making(now)
         try:
             await ensure_children(hub, body, WorkspaceSpec.model_validate(body["spec"]))
         except ApiException as refused:
             said = f"the API refused the sandbox: HTTP {refused.status} {refused.reason}"
+            if said != refused_before:  # one Event per refusal, not one per try
+                await events.post(hub.kube, body, events.SANDBOX_REFUSED, said, events.WARNING)
             memory.refused(said)
             phase, reason, message = WorkspacePhase.FAILED, conditions.FAILED, said
+        else:
+            if again:
+                await events.post(hub.kube, body, events.SANDBOX_RECREATED, message)
     elif plan.action is sandboxes.Action.PROBE and endpoint is not None:
         answer = await ask_harness(hub, namespace, name, endpoint)
         if answer.ready:
