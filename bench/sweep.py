@@ -9,7 +9,7 @@ which adds one route to it, below); and in this process a stub Orchestrator API 
 serves one fixed surface (a Menu of ``review_verdict``) and answers every pick at once
 with a receipt that leaves the Turn open. Everything listens on 127.0.0.1. Turns run one
 at a time, each on a fresh instance id, the three kinds interleaved so drift (the
-Harness's growing conversation table and heap) lands on all of them alike; 10 Turns of
+Harness's conversation table and heap) lands on all of them alike; 10 Turns of
 each kind run first, not counted.
 
 What it measures, per kind of Turn:
@@ -29,6 +29,13 @@ What it measures, per kind of Turn:
    the next model request. It is split at the pick's arrival at the stub. **read round
    trip**: the same interval when step 1 calls the trivial Working tool ``read`` on a
    small file instead: the baseline.
+
+4. **the Harness's memory**, once the counted Turns are done: its RSS (``VmRSS`` in
+   ``/proc/<pid>/status``) and peak RSS (``VmHWM``), and the conversations it holds in
+   memory (its ``kubeturn_harness_conversations_in_memory`` gauge, when it exports one).
+   A long run (``--turns 1000``) serves thousands of conversations: these figures, with the
+   sweep's max, show whether the Harness's heap and its garbage collector's pauses grow
+   with them.
 
 Nothing polls while an interval is measured: this process learns that a model request
 was held or closed from one parked ``GET /_wait?index=N&state=held|closed`` that the
@@ -122,6 +129,9 @@ FIGURES: dict[str, tuple[str, float | None]] = {
 
 T = TypeVar("T")
 HARNESS_READY = "harness listening on"
+IN_MEMORY = "kubeturn_harness_conversations_in_memory"
+MIB = 1024
+"""``/proc/<pid>/status`` gives memory in kB."""
 MODEL_READY = "bench model listening on"
 
 
@@ -306,6 +316,16 @@ class World:
                     if event["type"] == "submission-settled" and data["submissionId"] == sid:
                         return dict(data)
 
+    async def conversations_in_memory(self) -> int | None:
+        """The Harness's gauge of conversations in memory; None when it has none."""
+        async with self.session.get(f"{self.harness_url}/metrics", headers=self.headers) as r:
+            r.raise_for_status()
+            text = await r.text()
+        for line in text.splitlines():
+            if line.startswith(f"{IN_MEMORY} "):
+                return int(float(line.split()[1]))
+        return None
+
     async def clear_model(self) -> None:
         async with self.session.delete(f"{self.model_url}/_requests") as response:
             response.raise_for_status()
@@ -463,7 +483,20 @@ def filesystem(path: Path) -> str:
     return kind
 
 
-def report(samples: Samples, host: dict[str, Any], turns: int, elapsed_s: float) -> dict[str, Any]:
+def memory_mib(pid: int) -> dict[str, float]:
+    """The process's RSS and peak RSS, in MiB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return {
+        "rss_mib": round(int(fields["VmRSS"].split()[0]) / MIB, 1),
+        "peak_rss_mib": round(int(fields["VmHWM"].split()[0]) / MIB, 1),
+    }
+
+
+def report(
+    samples: Samples, host: dict[str, Any], turns: int, elapsed_s: float, harness: dict[str, Any]
+) -> dict[str, Any]:
     latency = {key: summary_ms(values) for key, values in samples.seconds.items()}
     targets = {key: target for key, (_, target) in FIGURES.items() if target is not None}
     return {
@@ -479,6 +512,7 @@ def report(samples: Samples, host: dict[str, Any], turns: int, elapsed_s: float)
         ),
         "sweep_outcomes": samples.outcomes,
         "settlement_visible_after_200": samples.visible_after_200,
+        "harness": harness,
     }
 
 
@@ -507,6 +541,13 @@ def print_table(figures: dict[str, Any]) -> None:
         f"\npick / read round trip (p50): {figures['pick_over_read_p50']:.2f}x\n"
         f"sweeps settled: {outcomes}; settlement in the history right after the 200: "
         f"{figures['settlement_visible_after_200']}/{figures['turns_per_kind']}"
+    )
+    h = figures["harness"]
+    held = h["conversations_in_memory"]
+    print(
+        f"harness after the counted Turns: RSS {h['rss_mib']:.1f} MiB (peak "
+        f"{h['peak_rss_mib']:.1f} MiB); conversations in memory: "
+        f"{'not exported' if held is None else held} of {h['conversations_served']} served"
     )
 
 
@@ -558,7 +599,13 @@ async def bench(turns: int, keep: bool, parent: Path | None) -> tuple[dict[str, 
         samples = Samples()
         began = time.perf_counter()
         await run_turns(world, turns, samples, "turn")
-        figures = report(samples, host, turns, time.perf_counter() - began)
+        elapsed = time.perf_counter() - began
+        memory: dict[str, Any] = {
+            **memory_mib(harness.pid),
+            "conversations_in_memory": await world.conversations_in_memory(),
+            "conversations_served": (WARMUP + turns) * len(KINDS),
+        }
+        figures = report(samples, host, turns, elapsed, memory)
     finally:
         await session.close()
         for process in reversed(processes):

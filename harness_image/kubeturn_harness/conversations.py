@@ -99,6 +99,9 @@ class Conversation:
         self._running: _Live | None = None
         self._task: asyncio.Task[object] | None = None
         self._worker: asyncio.Task[None] | None = None
+        self.touched = env.clock.monotonic()
+        """When it was last asked for or last finished a run (monotonic seconds): how long
+        it has been idle, for eviction."""
 
     # ------------------------------------------------------------------ commands
 
@@ -187,6 +190,22 @@ class Conversation:
     def idle(self) -> bool:
         return self._worker is None
 
+    @property
+    def busy(self) -> bool:
+        """Something waits on it, so it must stay in memory: a Submission unsettled
+        (a previous process's, before ``recover``, too), a run still finishing (a cut
+        one records its reply, and any pick it has outstanding, after its settlement),
+        or a reader parked on its stream."""
+        return (
+            self._worker is not None
+            or self.log.readers > 0
+            or any(live.record.settlement is None for live in self._live.values())
+        )
+
+    def touch(self) -> None:
+        """Mark it used now (a request reached it, or its run ended)."""
+        self.touched = self._env.clock.monotonic()
+
     # ------------------------------------------------------------------ the worker
 
     def _wake(self) -> None:
@@ -202,6 +221,7 @@ class Conversation:
                 self._queue.popleft()
         finally:
             self._worker = None
+            self.touch()
 
     async def _run(self, live: _Live) -> None:
         record = live.record

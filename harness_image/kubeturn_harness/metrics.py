@@ -51,6 +51,21 @@ class HarnessMetrics:
             ["settled"],
             registry=self.registry,
         )
+        self.in_memory = Gauge(
+            "kubeturn_harness_conversations_in_memory",
+            "Conversations held in memory; the others are read back from their logs.",
+            registry=self.registry,
+        )
+        self.evicted = Counter(
+            "kubeturn_harness_conversations_evicted",
+            "Idle conversations dropped from memory.",
+            registry=self.registry,
+        )
+        self.loaded = Counter(
+            "kubeturn_harness_conversations_loaded",
+            "Conversations read back from their logs (on start, and when asked for again).",
+            registry=self.registry,
+        )
         self.sweep_seconds = Histogram(
             "kubeturn_harness_sweep_to_settled_seconds",
             "From a sweep's arrival to the settlement it caused being recorded.",

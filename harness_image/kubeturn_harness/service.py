@@ -1,17 +1,21 @@
 """The Harness service: its conversations, admission checks, and its lifecycle.
 
 HTTP-free: ``app`` turns requests into these calls. On start it rebuilds every recorded
-conversation and settles what a previous process left open.
+conversation and settles what a previous process left open. It keeps in memory only the
+conversations something waits on and the recently used idle ones (``eviction``, ADR
+0027); any other is read back from its log when a request asks for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import stat
 import uuid
 from pathlib import Path
 
+from kubeturn_harness import eviction
 from kubeturn_harness.clock import Clock
 from kubeturn_harness.clones import Clones
 from kubeturn_harness.conversations import Conversation
@@ -22,7 +26,7 @@ from kubeturn_harness.orchestrator import OrchestratorPort
 from kubeturn_harness.providers import Providers
 from kubeturn_harness.settings import Settings
 from kubeturn_harness.settlements import Sweep
-from kubeturn_harness.store import Store
+from kubeturn_harness.store import ConversationLog, Store
 from kubeturn_harness.tool_loop import Limits, RunEnv
 from kubeturn_harness.tools import ToolContext, run_command, scrubbed_environment, tool_identity
 from kubeturn_harness.wire import (
@@ -81,6 +85,8 @@ class Harness:
             default_model=settings.default_model,
         )
         self._conversations: dict[Key, Conversation] = {}
+        self._evictor: asyncio.Task[None] | None = None
+        metrics.in_memory.set_function(lambda: len(self._conversations))
         self.clones = Clones(settings.work_root, self._tool_context)
 
     async def start(self) -> None:
@@ -89,18 +95,27 @@ class Harness:
             self.store.root.chmod(PRIVATE)
         except OSError as failure:
             log.warning("could not make the data dir private: %s", failure)
+        recorded = 0
         for conversation_log in self.store.existing():
-            conversation = self._conversation_for(
-                conversation_log.name, conversation_log.instance_id
-            )
-            conversation.recover()
+            key = (conversation_log.name, conversation_log.instance_id)
+            self._hold(key, conversation_log).recover()
+            recorded += 1
+        self._evictor = asyncio.create_task(self._evict_periodically(), name="eviction")
         self.ready = True
-        log.info("harness ready with %d recorded conversations", len(self._conversations))
+        log.info("harness ready with %d recorded conversations", recorded)
 
     async def close(self) -> None:
         self.ready = False
-        for conversation in self._conversations.values():
+        if self._evictor is not None:
+            self._evictor.cancel()
+            await asyncio.gather(self._evictor, return_exceptions=True)
+        for conversation in list(self._conversations.values()):
             await conversation.close()
+
+    def evict_idle(self) -> int:
+        """Drop from memory every idle conversation past its idle period or beyond the
+        cap (``settings.idle_conversations_kept``); answer how many were dropped."""
+        return self._evict(protect=None)
 
     def admit(self, name: str, instance_id: str, request: AdmitRequest) -> tuple[SubmissionId, int]:
         model = request.model or self.settings.default_model
@@ -119,8 +134,11 @@ class Harness:
     async def sweep(self, name: str, instance_id: str, sweep: Sweep) -> bool:
         conversation = self._conversations.get((name, instance_id))
         if conversation is None:
+            # Only a conversation whose Submissions have all settled leaves memory, and an
+            # admission reads it back before changing that: there is nothing to settle.
             self.metrics.sweeps.labels(settled="false").inc()
             return False
+        conversation.touch()
         return await conversation.sweep(sweep)
 
     async def exec(self, request: ExecRequest) -> ExecResponse:
@@ -154,16 +172,57 @@ class Harness:
         )
 
     def conversation(self, name: str, instance_id: str) -> Conversation | None:
-        return self._conversations.get((name, instance_id))
-
-    def _conversation_for(self, name: str, instance_id: str) -> Conversation:
+        """The recorded conversation, read back from its log if it left memory; None
+        when it was never recorded (a read of an unknown one holds nothing in memory)."""
         key = (name, instance_id)
         conversation = self._conversations.get(key)
         if conversation is None:
-            conversation = Conversation(
-                self.store.open(name, instance_id),
-                self._env,
-                sweep_wait_s=self.settings.sweep_wait_s,
-            )
-            self._conversations[key] = conversation
+            if not self.store.recorded(name, instance_id):
+                return None
+            conversation = self._hold(key, self.store.open(name, instance_id))
+        conversation.touch()
         return conversation
+
+    def _conversation_for(self, name: str, instance_id: str) -> Conversation:
+        """The conversation an admission goes to: in memory, read back, or new."""
+        key = (name, instance_id)
+        conversation = self._conversations.get(key)
+        if conversation is None:
+            conversation = self._hold(key, self.store.open(name, instance_id))
+        conversation.touch()
+        return conversation
+
+    def _hold(self, key: Key, conversation_log: ConversationLog) -> Conversation:
+        """Put a conversation in memory; past the cap, make room among the idle ones."""
+        conversation = Conversation(
+            conversation_log, self._env, sweep_wait_s=self.settings.sweep_wait_s
+        )
+        if conversation_log.events:
+            self.metrics.loaded.inc()
+        self._conversations[key] = conversation
+        if len(self._conversations) > self.settings.idle_conversations_kept:
+            self._evict(protect=key)
+        return conversation
+
+    def _evict(self, *, protect: Key | None) -> int:
+        """Drop what the policy chooses; ``protect`` (the conversation a request is
+        about to use) counts as busy."""
+        residents = [
+            eviction.Resident(key, conversation.busy or key == protect, conversation.touched)
+            for key, conversation in self._conversations.items()
+        ]
+        dropped = eviction.evictions(
+            residents,
+            now=self._env.clock.monotonic(),
+            idle_s=self.settings.idle_eviction_s,
+            keep_idle=self.settings.idle_conversations_kept,
+        )
+        for key in dropped:
+            self._conversations.pop(key).log.close()
+        self.metrics.evicted.inc(len(dropped))
+        return len(dropped)
+
+    async def _evict_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.eviction_interval_s)
+            self.evict_idle()

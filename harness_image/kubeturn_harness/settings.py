@@ -50,6 +50,19 @@ class Settings:
     """Model requests one Submission may make before it is a runaway."""
     max_identical_calls: int = DEFAULT_MAX_IDENTICAL
     """Identical tool calls in a row that make a runaway."""
+    idle_eviction_s: float = 60.0
+    """Seconds a conversation nothing waits on stays in memory after its last request or
+    run. Above the 25 s long-poll, so a follower that polls again, the Orchestrator's
+    reads after a settlement and the next Turn of a continued conversation find it there;
+    a dropped one is read back from its log with the same answers, so this only trades
+    memory for the milliseconds of reading a log again."""
+    idle_conversations_kept: int = 256
+    """Most idle conversations kept in memory, the least recently used dropped first:
+    a burst of short Turns holds a few MiB (~22 KiB each in bench/sweep.py), not its whole
+    length. Far above the conversations one Workspace's Runs use at once."""
+    eviction_interval_s: float = 10.0
+    """Seconds between two passes that drop idle conversations: an idle one leaves at
+    most this long after its idle period; a pass over a few hundred takes under 1 ms."""
     work_root: Path = Path("/work")
     """Where the Workspace's clones (``.repos/<slot>``) and worktrees (``<slot>/<branch>``)
     live; the Workspace's volume in the pod."""

@@ -1,10 +1,11 @@
 """Durable conversation logs under the data dir: one append-only JSON-lines file each.
 
-The log is the record: the stream clients follow, the history view, and what a restarted
-Harness rebuilds its queues from. Every event is written and flushed before it is
-acknowledged, so it survives a Harness restart; settlements are also fsynced, so the
-outcome survives the node. A torn last line (a crash mid-write) is dropped on load.
-This module knows nothing of what the events mean.
+The log is the record: the stream clients follow, the history view, what a restarted
+Harness rebuilds its queues from, and what a conversation dropped from memory is read
+back from. Every event is written and flushed before it is acknowledged, so it survives
+a Harness restart; settlements are also fsynced, so the outcome survives the node. A
+torn last line (a crash mid-write) is dropped on load. This module knows nothing of what
+the events mean.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class ConversationLog:
         self._events: list[StreamEvent] = _load_events(directory / EVENTS_FILE)
         self._file: IO[str] | None = None
         self._appended = asyncio.Event()
+        self.readers = 0
+        """Followers parked in ``wait_beyond``: while any waits, the log must stay the one
+        appends go to, so its conversation is kept in memory."""
 
     @property
     def events(self) -> list[StreamEvent]:
@@ -74,12 +78,15 @@ class ConversationLog:
 
     async def wait_beyond(self, offset: int, seconds: float) -> bool:
         """Wait until an event at ``offset`` exists; False when ``seconds`` passed first."""
+        self.readers += 1
         try:
             async with asyncio.timeout(seconds):
                 while len(self._events) <= offset:
                     await self._appended.wait()
         except TimeoutError:
             return len(self._events) > offset
+        finally:
+            self.readers -= 1
         return True
 
     def close(self) -> None:
@@ -105,8 +112,12 @@ class Store:
         self._clock = clock
 
     def open(self, name: str, instance_id: str) -> ConversationLog:
-        directory = self.root / "conversations" / conversation_id(name, instance_id)
-        return ConversationLog(directory, name, instance_id, self._clock)
+        """The conversation's log, read from disk when it was recorded, else empty."""
+        return ConversationLog(self._directory(name, instance_id), name, instance_id, self._clock)
+
+    def recorded(self, name: str, instance_id: str) -> bool:
+        """Whether this conversation has a log (as ``existing`` would find it)."""
+        return (self._directory(name, instance_id) / META_FILE).is_file()
 
     def existing(self) -> Iterator[ConversationLog]:
         """Every conversation a previous process of this Harness recorded."""
@@ -120,6 +131,9 @@ class Store:
                 yield ConversationLog(directory, names["name"], names["instanceId"], self._clock)
             except (OSError, ValueError, KeyError):
                 log.warning("skipping unreadable conversation directory %s", directory)
+
+    def _directory(self, name: str, instance_id: str) -> Path:
+        return self.root / "conversations" / conversation_id(name, instance_id)
 
     def check_writable(self) -> None:
         """Raise OSError unless the data dir can be written (readiness)."""

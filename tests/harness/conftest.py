@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from kubeturn_harness.clock import Clock
 from kubeturn_harness.scripted import parse_script, serve
 from kubeturn_harness.settings import Settings
 from tests.harness.support import (
@@ -28,11 +29,14 @@ from tests.harness.support import (
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[StartWorld]:
-    """Start a World from a script (a YAML string); settings may be overridden."""
+    """Start a World from a script (a YAML string); settings may be overridden, and the
+    Harness's clock given."""
     cleanups: list[Callable[[], Awaitable[Any]]] = []
     session = aiohttp.ClientSession()
 
-    async def start(script: str, *, orchestrated: bool = True, **overrides: Any) -> World:
+    async def start(
+        script: str, *, orchestrated: bool = True, clock: Clock | None = None, **overrides: Any
+    ) -> World:
         model_runner, model_url = await serve(parse_script(script))
         cleanups.append(model_runner.cleanup)
 
@@ -56,7 +60,7 @@ async def world(tmp_path: Path) -> AsyncIterator[StartWorld]:
             providers_file=providers_file,
             **overrides,
         )
-        harness, url = await start_harness(settings, cleanups)
+        harness, url = await start_harness(settings, cleanups, clock=clock)
         return World(
             ScriptedModel(model_url, session),
             stub,

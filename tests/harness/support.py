@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp import web
 
 from kubeturn_harness.app import make_runner
-from kubeturn_harness.clock import SystemClock
+from kubeturn_harness.clock import Clock, SystemClock
 from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import OpenAIModels
 from kubeturn_harness.orchestrator import OrchestratorClient
@@ -240,6 +240,17 @@ class HarnessClient:
         """The ``tool`` messages of the conversation's record, in order."""
         return [m for m in (await self.history(iid))["messages"] if m["role"] == "tool"]
 
+    async def metric(self, name: str) -> float:
+        """One unlabelled sample of the Harness's ``/metrics`` (a counter's ``_total``)."""
+        async with self.session.get(f"{self.url}/metrics", headers=self.headers()) as response:
+            assert response.status == 200, await response.text()
+            text = await response.text()
+        for line in text.splitlines():
+            sample, _, value = line.partition(" ")
+            if sample == name:
+                return float(value)
+        raise AssertionError(f"no sample {name} in /metrics")
+
     async def stream(
         self, iid: str, offset: int | str = 0, *, live: str | None = None, name: str = AGENT
     ) -> tuple[int, dict[str, str], Any]:
@@ -266,8 +277,30 @@ class World:
 StartWorld = Callable[..., Awaitable[World]]
 
 
+class SteppedClock:
+    """A clock whose monotonic time moves only when a test advances it; wall-clock time
+    (for records) is the system's. What the Harness decides by elapsed time (how long a
+    conversation has been idle) is then decided by the test alone; so is a surface
+    read's retry budget, which never runs out while the clock stands still."""
+
+    def __init__(self) -> None:
+        self._monotonic = 0.0
+
+    def now(self) -> str:
+        return SystemClock().now()
+
+    def monotonic(self) -> float:
+        return self._monotonic
+
+    def advance(self, seconds: float) -> None:
+        self._monotonic += seconds
+
+
 async def start_harness(
-    settings: Settings, cleanups: list[Callable[[], Awaitable[Any]]]
+    settings: Settings,
+    cleanups: list[Callable[[], Awaitable[Any]]],
+    *,
+    clock: Clock | None = None,
 ) -> tuple[Harness, str]:
     """The real Harness, in this process, on a free loopback port."""
     models = OpenAIModels()
@@ -278,7 +311,7 @@ async def start_harness(
     )
     harness = Harness(
         settings,
-        clock=SystemClock(),
+        clock=clock or SystemClock(),
         model=models,
         orchestrator=orchestrator,
         providers=Providers.load(settings.providers_file),
