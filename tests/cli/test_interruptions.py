@@ -6,8 +6,8 @@ Cases:
   run's Harness went with it (its held call cut); the resumed run follows the Turn's
   Submission, which the restarted Harness settled ``failed`` (``harness_restarted``); the
   Machine hears the Agent's fault and retries in a new Turn, which ends the Run
-  Succeeded. No Turn is admitted twice (one admission per key at the Harness), and the
-  history holds each Turn once;
+  Succeeded; the cut Turn is recorded ``failed`` (ADR 0015). No Turn is admitted twice
+  (one admission per key at the Harness), and the history holds each Turn once;
 - SIGINT with two live Turns (their model calls held): CANCEL sweeps both before
   kubeturn exits 130; both are recorded ``aborted`` with no cause, the Run is Cancelled,
   the Harness's conversations show each Submission settled ``aborted``, and both model
@@ -91,10 +91,11 @@ conversations:
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert summary_rows(resumed.stdout) == [
-        ("t1", "coder", "working", "aborted", "-"),
+        ("t1", "coder", "working", "failed", "-"),
         ("t2", "coder", "retrying", "ended", "pick"),
     ]
-    assert "failed: the Harness restarted while this Submission ran" in resumed.stdout
+    # The Turn's message: its failed Submission's (the Turn failed).
+    assert "the Harness restarted while this Submission ran" in resumed.stdout
     final = status(workdir, "retry")
     assert (final["phase"], final["processedSignals"]) == ("Succeeded", ["ping-1"])
     assert [r["name"] for r in final["turns"]] == ["t1", "t2"]

@@ -1,6 +1,7 @@
-"""Runs live through their sandbox Pod's replacement: the real operator (kopf, in a thread
-of its own) against the API emulator, the kubelet running each sandbox Pod as a real
-Harness process, the scripted model holding the model requests a test needs held.
+"""Runs live through their sandbox Pod's replacement, and through its Harness's failures:
+the real operator (kopf, in a thread of its own) against the API emulator, the kubelet
+running each sandbox Pod as a real Harness process, the scripted model holding the model
+requests a test needs held.
 
 Cases:
 - a Turn running (its model request held) when its sandbox Pod is deleted: the new
@@ -8,10 +9,22 @@ Cases:
   ``failed``/``harness_restarted``; the operator's follower reads that at the new
   Harness, the Machine gets the Agent's fault and its ``onError`` moves the Run on to a
   new Turn on a new conversation (the faulted one's epoch bumped), which ends by its
-  pick; ``Run.status.turns`` records each Turn once: the cut one ``aborted`` (ADR 0015:
-  no Submission ran when its state exited), its Submission ``failed`` with the
-  Harness's words; the cut Turn's AgentTurn says the same; one admission of it reached
-  a Harness; no effect, handler or Harness logged an error;
+  pick; ``Run.status.turns`` records each Turn once: the cut one ``failed`` with the
+  Harness's words (ADR 0015: no Submission ran when its state exited, and its last one
+  failed), as its Submission; the cut Turn's AgentTurn and its ``TurnSettled`` Event say
+  the same; one admission of it reached a Harness; no effect, handler or Harness logged
+  an error;
+- a Turn running when its Pod is made again on a volume whose Harness data is gone: the
+  new Harness does not know the conversation (404), and past ``LOST_AFTER_S`` the
+  follower settles the Submission ``failed`` saying the Harness lost it; the Machine's
+  ``onError`` moves on, and the Turn is recorded ``failed`` with those words, in the Run
+  and on its AgentTurn alike;
+- a Turn whose Harness froze (SIGSTOP: it accepts connections and never answers) when
+  its state exits: the finalizer tries the sweep, each try within ``SWEEP_TIMEOUT_S``,
+  until its bound (``harnesses.WAIT_S``), then settles the named Submission ``aborted``
+  saying the Harness did not answer the sweep within that bound; the Run, which looks
+  far more often than that whether the AgentTurn is still there, waits for that report
+  and records the Turn as the AgentTurn says (outcome and message);
 - an ``exec`` started while the sandbox Pod is being made again (the kubelet holding the
   new Pod back) waits for the new Harness and runs there: the Run's ``onDone`` gets the
   command's output;
@@ -25,8 +38,12 @@ are in :mod:`tests.operator.kubelet`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
+import shutil
+import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +52,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from kubeturn.k8s import harnesses
+from kubeturn.orchestrator import harness_client
 from kubeturn_harness.scripted import parse_script, serve
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
@@ -172,7 +191,10 @@ async def world(
     operator or a Harness logged an error."""
     runner, url = await serve(parse_script(SCRIPT))
     providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-    operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
+    # A Run waiting for a finalizer's report looks often whether its AgentTurn went, so a
+    # test shows that it waits for the report past its looks.
+    operating = dataclasses.replace(settings(providers_yaml=providers), sweep_look_s=0.2)
+    operator = OperatorThread(operating, kubeconfig)
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
     watch = AgentTurnWatch(k8s_client)
     made = World(
@@ -282,9 +304,10 @@ async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_mov
     assert (done["state"], done["output"]) == ("done", RESTARTED)
     turns = done["turns"]
     assert [(t["name"], t["state"], t["outcome"], t["cause"]) for t in turns] == [
-        ("t1", "working", "aborted", None),
+        ("t1", "working", "failed", None),
         ("t2", "again", "ended", "pick"),
     ]
+    assert turns[0]["message"] == RESTARTED
     assert [(s["id"], s["outcome"], s["message"]) for s in turns[0]["submissions"]] == [
         (cut, "failed", RESTARTED)
     ]
@@ -297,11 +320,144 @@ async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_mov
     kind, last = world.watch.of(f"{name}-t1")[-1]
     assert kind == "DELETED"
     assert [(s["id"], s["outcome"]) for s in last["status"]["submissions"]] == [(cut, "failed")]
-    assert last["status"]["settlement"]["outcome"] == "aborted"
+    said = last["status"]["settlement"]
+    assert (said["outcome"], said.get("cause"), said["message"]) == ("failed", None, RESTARTED)
     settled = [
         e for e in events(world.k8s, "TurnSettled") if e["involvedObject"]["name"] == f"{name}-t1"
     ]
-    assert [e["message"] for e in settled] == ["coder in working: aborted"]
+    assert [e["message"] for e in settled] == [f"coder in working: failed: {RESTARTED}"]
+
+
+# ----------------------------------------------------------------------------- a lost log
+
+
+async def test_a_turn_whose_conversation_the_new_harness_lost_is_recorded_failed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(harness_client, "LOST_AFTER_S", 1.0)
+    name = "lost"
+    first_iid = f"{NAMESPACE}.{name}/root/coder"
+    machine = {
+        "initial": "working",
+        "context": {"why": ""},
+        "states": {
+            "working": {
+                "invoke": {
+                    **coder(LONG),
+                    "onError": {"target": "again", "assign": {"context.why": "event.message"}},
+                },
+                "on": FINISH,
+            },
+            "again": {"invoke": coder(AGAIN), "on": FINISH},
+            "done": {"type": "final", "output": "context.why"},
+        },
+    }
+    await world.create(run(name, machine))
+
+    async def held() -> bool:
+        return any(r["held"] for r in await model_requests(world.session, world.model, LONG))
+
+    await world.until(name, held, "the first Turn's model request held")
+    await world.until(
+        name,
+        lambda: status(world.k8s, AGENTTURNS, f"{name}-t1").get("phase") == "Running",
+        "the first AgentTurn Running",
+    )
+    old = await world.kubelet.running(POD)
+
+    # The Pod goes, and the Harness's data with it: the next Pod's volume has none.
+    world.kubelet.held = True
+    await world.delete_pod()
+    await world.until(
+        name, lambda: (NAMESPACE, POD) not in world.kubelet.sandboxes, "the old Harness gone"
+    )
+    shutil.rmtree(old.data_dir)
+    world.kubelet.held = False
+    await world.until(
+        name,
+        lambda: world.run(name).get("phase") == "Succeeded" and world.run(name)["turnCount"] == 2,
+        "the Run to succeed with both Turns recorded",
+    )
+
+    lost = f"the Harness lost the conversation {first_iid!r}: for 1 s it answered its stream "
+    done = world.run(name)
+    assert done["output"].startswith(lost)
+    assert "HTTP 404" in done["output"]
+    turns = done["turns"]
+    assert [(t["name"], t["state"], t["outcome"], t["cause"]) for t in turns] == [
+        ("t1", "working", "failed", None),
+        ("t2", "again", "ended", "pick"),
+    ]
+    assert turns[0]["message"] == done["output"]
+    assert [(s["outcome"], s["message"]) for s in turns[0]["submissions"]] == [
+        ("failed", done["output"])
+    ]
+    await world.until(name, lambda: f"{name}-t1" in world.watch.deleted(), "t1's AgentTurn gone")
+    _, last = world.watch.of(f"{name}-t1")[-1]
+    said = last["status"]["settlement"]
+    assert (said["outcome"], said["message"]) == ("failed", done["output"])
+
+
+# ----------------------------------------------------------------------------- a frozen Harness
+
+
+async def test_a_sweep_its_frozen_harness_never_answers_is_recorded_aborted_at_the_bound(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(harnesses, "WAIT_S", 3.0)
+    monkeypatch.setattr(harness_client, "SWEEP_TIMEOUT_S", 1.0)
+    name = "frozen"
+    machine = {
+        "initial": "working",
+        "states": {
+            "working": {"invoke": coder(LONG), "on": FINISH},
+            "done": {"type": "final"},
+        },
+        "on": {"stop": "done"},
+    }
+    await world.create(run(name, machine))
+
+    async def held() -> bool:
+        return any(r["held"] for r in await model_requests(world.session, world.model, LONG))
+
+    await world.until(name, held, "the Turn's model request held")
+    await world.until(
+        name,
+        lambda: status(world.k8s, AGENTTURNS, f"{name}-t1").get("phase") == "Running",
+        "the AgentTurn Running",
+    )
+    sandbox = await world.kubelet.running(POD)
+    os.kill(sandbox.process.pid, signal.SIGSTOP)
+    try:
+        await world.signal(name, "stop")
+        await world.until(
+            name,
+            lambda: f"{name}-t1" in world.watch.deleted(),
+            "the AgentTurn's finalizer to give up and let it go",
+        )
+        await world.until(name, lambda: world.run(name).get("turnCount") == 1, "the record")
+    finally:
+        os.kill(sandbox.process.pid, signal.SIGCONT)
+
+    _, last = world.watch.of(f"{name}-t1")[-1]
+    said = last["status"]["settlement"]
+    assert said["outcome"] == "aborted"
+    assert said["message"].startswith(
+        f"the Harness of Workspace {WORKSPACE!r} did not answer the sweep within 3 s: "
+    )
+    (turn,) = world.run(name)["turns"]
+    assert (turn["outcome"], turn.get("cause"), turn["message"]) == (
+        "aborted",
+        None,
+        said["message"],
+    )
+    assert [(s["outcome"], s["message"]) for s in turn["submissions"]] == [
+        ("aborted", said["message"])
+    ]
+    settled = [
+        e for e in events(world.k8s, "TurnSettled") if e["involvedObject"]["name"] == f"{name}-t1"
+    ]
+    assert [e["message"] for e in settled] == [f"coder in working: aborted: {said['message']}"]
 
 
 # ----------------------------------------------------------------------------- an exec

@@ -12,6 +12,13 @@ Cases:
   ``harness_restarted``, which ``settlement`` answers too; the sweep sent again to the
   new Harness answers that settlement;
 - an admission sent again with its key to the new Harness answers the same Submission;
+- a follower whose Harness is replaced by one on a fresh, empty data dir (the volume was
+  replaced) reads 404s: past ``LOST_AFTER_S`` it gives up, and ``settlement`` answers the
+  Submission settled ``failed``/``conversation_lost`` saying the Harness lost the
+  conversation; the refusal is logged once, not at every try;
+- the lost rule, at a server answering a script of statuses: a 400 (an offset past the
+  log) counts as a 404 does; any other refusal (a 503) or an answered read between two of
+  them starts the count again; each run of one refusal is logged once;
 - how each raising call (``admit``, ``read``, ``send_sweep``, ``send_exec``,
   ``worktrees``) fails: a closed client and a refused connection are
   ``HarnessUnreachable`` that sent nothing; a connection cut before any answer is
@@ -27,6 +34,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -62,7 +70,8 @@ class Harnesses:
     """Harness processes on one data dir, one at a time, and their clients."""
 
     model: ScriptedModel
-    spawn: Callable[[], Awaitable[tuple[HarnessProcess, HarnessClient]]]
+    spawn: Callable[..., Awaitable[tuple[HarnessProcess, HarnessClient]]]
+    """Spawn a Harness on the data dir named (``data`` unless told), and its client."""
     workdir: Path
     serving: list[HarnessClient | None] = field(default_factory=list)
     """The client of the Harness serving now is the last; None while none is."""
@@ -108,8 +117,8 @@ async def harnesses(tmp_path: Path) -> AsyncIterator[Harnesses]:
     processes: list[HarnessProcess] = []
     clients: list[HarnessClient] = []
 
-    async def spawn() -> tuple[HarnessProcess, HarnessClient]:
-        process = await spawn_harness(tmp_path / "data", env, tmp_path / "harness.log")
+    async def spawn(data: str = "data") -> tuple[HarnessProcess, HarnessClient]:
+        process = await spawn_harness(tmp_path / data, env, tmp_path / "harness.log")
         processes.append(process)
         clients.append(HarnessClient(process.url, TOKEN))
         return process, clients[-1]
@@ -197,6 +206,116 @@ async def test_an_admission_sent_again_to_the_new_harness_is_the_same_submission
     _, new = await harnesses.spawn()
     assert await new.admit(effect, "t1.1") == submission
     assert await new.admit(effect, "t1.2") != submission
+
+
+async def test_a_follower_gives_up_on_a_conversation_its_new_harness_does_not_have(
+    harnesses: Harnesses, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(harness_client, "LOST_AFTER_S", 0.5)
+    monkeypatch.setattr(harness_client, "RETRY_S", 0.05)
+    old_process, old = await harnesses.spawn()
+    harnesses.serving.append(old)
+    effect = harnesses.admission()
+    submission = await old.admit(effect, "t1.1")
+    await harnesses.model.wait_requests(1, held=True)
+
+    async with asyncio.timeout(WAIT_S):
+        settling = asyncio.create_task(
+            harness_client.settlement(harnesses.current, effect, submission)
+        )
+        # The follower has read some of the log before its Harness goes.
+        while not (await old.read(AGENT, IID, 0))[0]:
+            await asyncio.sleep(0.01)
+        await old_process.kill()
+        await old.close()
+        _, new = await harnesses.spawn("empty")
+        harnesses.serving.append(new)
+        settled = await settling
+
+    assert (settled.submission, settled.outcome, settled.reason) == (
+        submission,
+        Outcome.FAILED,
+        "conversation_lost",
+    )
+    assert settled.message is not None
+    assert settled.message.startswith(f"the Harness lost the conversation {IID!r}: for 0.5 s ")
+    assert "HTTP 404" in settled.message
+    refusals = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == harness_client.__name__ and r.levelno == logging.WARNING
+    ]
+    assert len(refusals) == 1, refusals
+    assert "HTTP 404" in refusals[0]
+
+
+ADMISSION = Admit("t1", AGENT, "working", IID, PROMPT, "/work", False, None, None, "Work.", "write")
+
+
+@contextlib.asynccontextmanager
+async def scripted(statuses: list[int]) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server on 127.0.0.1 answering its n-th request with the n-th status of
+    ``statuses`` (the last one for ever after; 200 with no events, else an error body),
+    and the statuses it answered."""
+    answered: list[int] = []
+
+    async def handler(_: web.Request) -> web.Response:
+        status = statuses[min(len(answered), len(statuses) - 1)]
+        answered.append(status)
+        if status == 200:
+            return web.json_response([], headers={"stream-next-offset": "0"})
+        body = {"error": "invalid", "message": f"said with {status}"}
+        return web.json_response(body, status=status)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", answered
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("statuses", "read"),
+    [
+        ([400, 400], [400, 400]),
+        ([404, 503, 404, 404], [404, 503, 404, 404]),
+        ([503, 503, 404, 200, 404, 400], [503, 503, 404, 200, 404, 400]),
+    ],
+)
+async def test_the_lost_rule_counts_only_unbroken_refusals_of_the_log(
+    statuses: list[int],
+    read: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # With no time allowed, the second refusal in a row that says "not there" is the end.
+    monkeypatch.setattr(harness_client, "LOST_AFTER_S", 0.0)
+    monkeypatch.setattr(harness_client, "RETRY_S", 0.0)
+    async with scripted(statuses) as (url, answered):
+        client = HarnessClient(url, TOKEN)
+        try:
+            async with asyncio.timeout(WAIT_S):
+                settled = await client.settlement(ADMISSION, "sub-1")
+        finally:
+            await client.close()
+    assert answered == read
+    assert (settled.submission, settled.outcome, settled.reason) == (
+        "sub-1",
+        Outcome.FAILED,
+        "conversation_lost",
+    )
+    assert f"HTTP {read[-1]}" in (settled.message or "")
+    logged = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == harness_client.__name__ and r.levelno == logging.WARNING
+    ]
+    runs = [s for i, s in enumerate(read) if s != 200 and (i == 0 or read[i - 1] != s)]
+    assert len(logged) == len(runs), logged
 
 
 # ----------------------------------------------------------------------------- failures

@@ -5,6 +5,9 @@ asserts the Sweep it decides (cause and the Submission it names), then plays the
 Harness: it settles the running Submission by the sweep's body with the Harness's own
 rule (``kubeturn_harness.settlements.running_outcome``: ``ended`` exactly for cause
 ``pick`` naming it, ``aborted`` for every other body) and asserts the Turn's one record.
+Every record is checked against ``RunCore.verdict`` (what the AgentTurn's finalizer
+writes), asked before the sweep's report and after the record: the same outcome and
+message each time.
 
 Cases, by row:
 - the Turn's own pick ended it (``ended``): the pick itself; the nested Agent's pick is
@@ -17,7 +20,7 @@ Cases, by row:
   the Run cancelled); a Turn timeout while the pick's exec runs (answered ``stopped``);
 - the pick routed to a failed final (``ended``, the Run Failed);
 - a throw in the Machine or a defect no state catches (``aborted``): an expression
-  error; an exec error nothing handles; the Agent's own fault caught above;
+  error; an exec error nothing handles;
 - no sweep came within the Harness's wait (the Orchestrator was down): the re-issued
   sweep finds the Submission settled ``aborted``, and the record says so;
 - over before it started: the surface read is gone (404), the late admission settles
@@ -26,6 +29,11 @@ Cases, by row:
   on the same conversation;
 - the run returned with the Turn open (``completed``): the Turn stays live and is nudged;
 - the run threw (``failed``): a fault for the Machine, the conversation's epoch bumps;
+  the Turn is recorded ``failed`` with its Submission's words when the fault's route
+  (``agent.fault`` or ``onError``) leaves its state (a Harness restart, a provider
+  failure), and when nothing catches the fault and the Run fails; a person's deletion
+  of a running Turn is the Agent's fault too, but its Submission was ``aborted``, and
+  so is the Turn; the verdict of a Turn this core does not hold is None;
 - an exit by the Turn's own pick while its nudge is being admitted: the record
   should follow the Submission that ran (``aborted``), not the exit.
 """
@@ -139,10 +147,14 @@ def record_of(core: RunCore, turn: str) -> TurnRecord:
 
 
 def settle_sweep(core: RunCore, sweep: Sweep, running: str | None, now: float) -> TurnRecord:
-    """Play the Harness's answer to ``sweep``; the Turn's one record, handed out once."""
-    effects = core.swept(sweep.turn, harness_settles(sweep, running), now)
+    """Play the Harness's answer to ``sweep``; the Turn's one record, handed out once,
+    which says what ``verdict`` said of it before and says after."""
+    caused = harness_settles(sweep, running)
+    before = core.verdict(sweep.turn, caused)
+    effects = core.swept(sweep.turn, caused, now)
     record = record_of(core, sweep.turn)
     assert effects.items == [Recorded(record)]
+    assert before == core.verdict(sweep.turn, {}) == (record.outcome, record.message)
     return record
 
 
@@ -391,17 +403,6 @@ class TestAThrowOrADefectNoStateCatches:
         assert only(effects, Finished) == Finished("Failed", None, message)
         assert settle_sweep(core, only(effects, Sweep), "s1", 3.0).outcome is Outcome.ABORTED
 
-    def test_the_agents_own_fault_caught_above(self) -> None:
-        core, _ = started("continued", coder="s1")
-        effects = core.settled("t1", "s1", Outcome.FAILED, 1.0, message="provider down")
-        sweep = only(effects, Sweep)
-        assert (sweep.turn, sweep.cause, sweep.submission) == ("t1", None, None)
-        assert core.config is not None
-        assert core.config.leaf == "fixing"
-        record = settle_sweep(core, sweep, None, 2.0)
-        assert (record.outcome, record.cause) == (Outcome.ABORTED, None)
-        assert outcomes(record) == {"s1": Outcome.FAILED}
-
 
 class TestNoSweepCameWithinTheWait:
     """Row: a pick found the Turn over, and no sweep came within the Harness's wait."""
@@ -481,3 +482,48 @@ class TestTheRunThrew:
         assert fixing.prompt == "Fix it: provider down"
         assert core.epochs == {"coder": 1}
         assert core.turns["t1"].faulted
+
+    def test_a_turn_cut_by_a_harness_restart_and_caught_above_is_recorded_failed(self) -> None:
+        restarted = "the Harness restarted while this Submission ran"
+        core, _ = started("continued", coder="s1")
+        effects = core.settled(
+            "t1", "s1", Outcome.FAILED, 1.0, message=restarted, reason="harness_restarted"
+        )
+        sweep = only(effects, Sweep)
+        assert (sweep.turn, sweep.cause, sweep.submission) == ("t1", None, None)
+        assert core.config is not None
+        assert core.config.leaf == "fixing"
+        record = settle_sweep(core, sweep, None, 2.0)
+        assert (record.outcome, record.cause, record.message) == (Outcome.FAILED, None, restarted)
+        assert outcomes(record) == {"s1": Outcome.FAILED}
+
+    def test_a_failed_nudge_takes_its_words_to_the_record(self) -> None:
+        core, _ = started("continued", coder="s1")
+        assert only(core.settled("t1", "s1", Outcome.COMPLETED, 1.0), Admit).nudge
+        core.admitted("t1", "s2", 1.5)
+        effects = core.settled("t1", "s2", Outcome.FAILED, 2.0, message="provider down")
+        record = settle_sweep(core, only(effects, Sweep), None, 3.0)
+        assert (record.outcome, record.message) == (Outcome.FAILED, "provider down")
+        assert outcomes(record) == {"s1": Outcome.COMPLETED, "s2": Outcome.FAILED}
+
+    def test_a_fault_nothing_catches_fails_the_run_and_the_turn(self) -> None:
+        core, _ = started("handoff", coder="s1")
+        effects = core.settled("t1", "s1", Outcome.FAILED, 1.0, message="provider down")
+        assert kinds(effects) == ["Sweep", "Finished"]
+        assert core.phase is RunPhase.FAILED
+        record = settle_sweep(core, only(effects, Sweep), None, 2.0)
+        assert (record.outcome, record.message) == (Outcome.FAILED, "provider down")
+
+    def test_a_running_turn_a_person_deleted_is_aborted(self) -> None:
+        core, _ = started("continued", coder="s1")
+        effects = core.deleted("t1", 1.0)
+        sweep = only(effects, Sweep)
+        assert (sweep.cause, sweep.submission) == (None, None)
+        record = settle_sweep(core, sweep, None, 2.0)
+        assert (record.outcome, record.message) == (Outcome.ABORTED, None)
+        assert outcomes(record) == {"s1": Outcome.ABORTED}
+
+    def test_no_verdict_of_a_turn_the_core_does_not_hold_exited(self) -> None:
+        core, _ = started("continued", coder="s1")
+        assert core.verdict("t1", {"s1": (Outcome.ABORTED, None, None)}) is None
+        assert core.verdict("t9", {}) is None

@@ -8,8 +8,15 @@ into ``status.settlement`` and a ``TurnSettled`` Event before the finalizer is r
 the Run records the Turn in ``Run.status.turns`` (exactly once, through its core).
 A sweep is never sent nowhere: while the Workspace exists and this operator does not
 know its Harness (it just started, or the sandbox Pod is being made again), the finalizer
-waits for it, and a sweep that did not reach the Harness is sent again to the one known
-then (a sweep is safe to repeat), within one bound (``harnesses.WAIT_S``).
+waits for it, and a sweep that was not answered is sent again to the one known then (a
+sweep is safe to repeat), each try within ``harness_client.SWEEP_TIMEOUT_S``, all of it
+within one bound (``harnesses.WAIT_S``); past it, the Submission the sweep named is
+settled ``aborted``, saying that no Harness answered (ADR 0028).
+
+The Turn's outcome is judged once, by ``turns.outcome`` (ADR 0015): the Run's core
+judges it when this operator drives the Run (``RunCore.verdict``, over the settlements
+reported to it), and the AgentTurn's status only when no Run here holds the Turn, so
+``status.settlement`` says what ``Run.status.turns`` says.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +33,7 @@ import kopf
 from kubeturn.k8s import conditions, events, harnesses, metrics
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, NotFound
+from kubeturn.orchestrator import turns
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn.orchestrator.harness_client import HarnessRefused, HarnessUnreachable
@@ -48,7 +57,8 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         assert namespace is not None, "AgentTurns are namespaced"
         exit_ = dict(status.get("exit") or {})
         cause, submission = exit_.get("cause"), exit_.get("submissionId")
-        running = [s for s in status.get("submissions", []) if not s.get("outcome")]
+        listed = [dict(entry) for entry in status.get("submissions", [])]
+        running = [s for s in listed if not s.get("outcome")]
         if not exit_ and running:
             submission = running[-1]["id"]
         workspace = (spec.get("workspaceRef") or {}).get("name", "")
@@ -66,29 +76,19 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         )
         swept_at = _now()
         started = time.monotonic()
-        reached = await _send(hub, namespace, workspace, effect, logger)
-        if reached is not None:
+        swept = await _send(hub, namespace, workspace, effect, logger)
+        if swept.failure is None:
             metrics.SWEEP_SECONDS.observe(time.monotonic() - started)
-        settled = reached or []
-        mine = {s.submission: s for s in settled}
-        named = mine.get(submission or "")
-        open_ = {e.get("id") for e in status.get("submissions", []) if not e.get("outcome")}
-        unnamed = [s for s in settled if s.submission in open_]
-        message: str | None
-        if reached is None:
-            outcome = Outcome.ABORTED
-            message = f"the Harness of Workspace {workspace!r} was not reached: nothing was swept"
-        elif named is not None:
-            outcome, message = named.outcome, named.message
-        elif submission is None and unnamed:
-            # None was named (the next one was being admitted at the exit): the Turn
-            # ended as the sweep settled that one (ADR 0015).
-            outcome, message = unnamed[-1].outcome, unnamed[-1].message
-        elif submission is None:
-            outcome = Outcome.ENDED if cause == "pick" else Outcome.ABORTED
-            message = None
-        else:
-            outcome, message = Outcome.ABORTED, "no settlement came back from the Harness"
+        # Every settlement of the conversation goes back: the Run's core takes those of
+        # this Turn's Submissions, whether or not this status listed them yet. The one the
+        # sweep named, if none came back for it, is settled as the failure says.
+        reported = list(swept.settled)
+        if submission is not None and all(s.submission != submission for s in reported):
+            said = swept.failure or turns.NO_SETTLEMENT
+            reported.append(Settled(submission, Outcome.ABORTED, message=said))
+        caused = {s.submission: (s.outcome, s.usage, s.message) for s in reported}
+        judged = await _run_verdict(hub, namespace, spec, caused)
+        outcome, message = judged or _verdict(cause, submission, listed, caused)
         settlement = {
             "outcome": outcome.value,
             "cause": cause,
@@ -107,42 +107,87 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         said = f"{spec['agent']['slot']} in {spec['statePath']}: {outcome.value}"
         said += (f" (cause {cause})" if cause else "") + (f": {message}" if message else "")
         await events.post(hub.kube, dict(body), events.TURN_SETTLED, said)
-        # Every settlement of the conversation goes back: the Run's core takes those of
-        # this Turn's Submissions, whether or not this status listed them yet.
-        reported = list(settled)
-        if named is None and submission is not None:
-            reported.append(Settled(submission, outcome, message=message))
         hub.swept((namespace, name), reported)
+
+
+@dataclass(frozen=True)
+class _Swept:
+    settled: list[Settled]
+    """Every settlement of the conversation, as the Harness read it back after the sweep."""
+    failure: str | None = None
+    """Why nothing came back: no Harness was reached, none answered in time, or the
+    Harness refused the sweep."""
 
 
 async def _send(
     hub: Hub, namespace: str, workspace: str, effect: Sweep, logger: kopf.Logger
-) -> list[Settled] | None:
-    """Sweep at the Workspace's Harness: what the sweep settled, or None when no Harness
-    was reached within ``harnesses.WAIT_S`` (or the Workspace is gone).
+) -> _Swept:
+    """Sweep at the Workspace's Harness, within ``harnesses.WAIT_S`` in all: what the
+    sweep settled, or why nothing came back.
 
-    The client is asked for afresh after every failure to reach it: the sandbox Pod may
-    be being made again (ADR 0024), and its new Harness, which found the conversation on
-    the volume, answers the repeated sweep. A sweep sent nowhere would leave the Turn
-    running on the Harness.
+    The client is asked for afresh after every try that was not answered: the sandbox
+    Pod may be being made again (ADR 0024), and its new Harness, which found the
+    conversation on the volume, answers the repeated sweep. A sweep sent nowhere would
+    leave the Turn running on the Harness; one whose Harness never answers (a frozen
+    process) holds the AgentTurn, and its Run's deletion, no longer than the bound.
     """
     deadline = time.monotonic() + harnesses.WAIT_S
-    tries = 0
-    while (harness := await harnesses.wait(hub, namespace, workspace, deadline)) is not None:
-        try:
-            return await harness.send_sweep(effect)
-        except HarnessRefused as refused:
-            logger.warning(f"sweeping {effect.instance_id}: {refused}")
-            return []
-        except HarnessUnreachable as unreached:
-            # Said once (an Event), not at every try.
-            said = logger.info if tries == 0 else logger.debug
-            said(f"sweeping {effect.instance_id}: {unreached}; trying again")
-            tries += 1
-            if time.monotonic() > deadline:
-                return None
-            await asyncio.sleep(harnesses.POLL_S)
-    return None
+    unanswered: HarnessUnreachable | None = None
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(harnesses.WAIT_S):
+            while (
+                harness := await harnesses.wait(hub, namespace, workspace, deadline)
+            ) is not None:
+                try:
+                    return _Swept(await harness.send_sweep(effect))
+                except HarnessRefused as refused:
+                    logger.warning(f"sweeping {effect.instance_id}: {refused}")
+                    return _Swept([], str(refused))
+                except HarnessUnreachable as unreached:
+                    # Said once (an Event), not at every try.
+                    said = logger.info if unanswered is None else logger.debug
+                    said(f"sweeping {effect.instance_id}: {unreached}; trying again")
+                    unanswered = unreached
+                await asyncio.sleep(harnesses.POLL_S)
+    where = f"the Harness of Workspace {workspace!r}"
+    if unanswered is None:
+        failure = f"{where} was not reached: nothing was swept"
+    elif time.monotonic() >= deadline:
+        failure = f"{where} did not answer the sweep within {harnesses.WAIT_S:g} s: {unanswered}"
+    else:
+        failure = f"{where} did not answer the sweep before the Workspace went: {unanswered}"
+    logger.warning(f"sweeping {effect.instance_id}: {failure}")
+    return _Swept([], failure)
+
+
+async def _run_verdict(
+    hub: Hub, namespace: str, spec: kopf.Spec, caused: turns.Caused
+) -> tuple[Outcome, str | None] | None:
+    """How the Run records the Turn with these settlements (``RunCore.verdict``), when
+    this operator drives the Run and its core holds the Turn exited (or recorded). Waits
+    (bounded) while the operator resumes its Runs after a start."""
+    await hub.wait_resumed(harnesses.WAIT_S)
+    run = (spec.get("runRef") or {}).get("name")
+    actor = hub.registry.actors.get(f"{namespace}/{run}")
+    return actor.core.verdict(spec["turn"], caused) if actor is not None else None
+
+
+def _verdict(
+    cause: str | None, submission: str | None, listed: list[dict[str, Any]], caused: turns.Caused
+) -> tuple[Outcome, str | None]:
+    """The Turn's outcome from what its AgentTurn lists, when no Run here will record it
+    (the Run is gone, going or finished, or the Turn's state is still active): the Run's
+    rule (``turns.outcome``), the sweep naming ``submission``, with no admission known to
+    be in flight at the exit."""
+    exit_ = turns.Exit(cause=cause, submission=submission, at=time.time())
+    submissions = [
+        turns.SubmissionEntry(
+            id=entry["id"], admittedAt=entry.get("admittedAt") or 0.0, outcome=entry.get("outcome")
+        )
+        for entry in listed
+    ]
+    turns.settle(submissions, caused, exit_.at)
+    return turns.outcome(exit_, submissions)
 
 
 async def _deleted_by_user(

@@ -13,13 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kubeturn.k8s.kube import Kube
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.api import Registry
 from kubeturn.orchestrator.harness_client import HarnessClient
+
+REPORT_KEEP_S = 600.0
+"""How long a finalizer's report waits for its Run to take it: a Run's actor takes it
+within a sweep's bound (120 s) or, after an operator restart, once it resumed; a report
+still there after 10 minutes belongs to a Run that is gone."""
 
 
 @dataclass(frozen=True)
@@ -46,9 +51,11 @@ class OperatorSettings:
     api_port: int = 8081
     """Where the Orchestrator API listens."""
     api_host: str = "0.0.0.0"
-    sweep_wait_s: float = 30.0
-    """How long a Run waits for an AgentTurn's finalizer to report its sweep: above the
-    Harness's 10 s wait for a lost sweep, so a sweep that lands is always recorded."""
+    sweep_look_s: float = 10.0
+    """While a Run waits for an AgentTurn's finalizer to report its sweep (as long as the
+    AgentTurn is there, ADR 0028), how often it looks whether the AgentTurn went without
+    a report here: one read each, and rare (its finalizer was removed by hand, or ran in
+    another operator), so such a Turn is recorded within seconds at little cost."""
 
 
 @dataclass
@@ -64,7 +71,10 @@ class Hub:
     """Run key → its phase, for the runs-by-phase gauge."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Fire-and-forget work (Events), kept referenced until done."""
+    clock: Callable[[], float] = time.monotonic
+    """Monotonic seconds, for how long an unclaimed report is kept."""
     _swept: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    _reported_at: dict[tuple[str, str], float] = field(default_factory=dict)
     _resuming: set[str] = field(default_factory=set)
     _resume_by: float = 0.0
     _resumed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -94,7 +104,15 @@ class Hub:
                 await asyncio.wait_for(self._resumed.wait(), left)
 
     def swept(self, key: tuple[str, str], settled: list[Settled]) -> None:
+        """The finalizer's report, kept for its Run (taken once); reports nobody took
+        within ``REPORT_KEEP_S`` (their Run was deleted) are dropped."""
+        now = self.clock()
+        for stale in [k for k, at in self._reported_at.items() if now - at > REPORT_KEEP_S]:
+            self._reported_at.pop(stale, None)
+            self.sweeps.pop(stale, None)
+            self._swept.pop(stale, None)
         self.sweeps[key] = settled
+        self._reported_at[key] = now
         self._swept.setdefault(key, asyncio.Event()).set()
 
     def sweep_done(self, key: tuple[str, str]) -> list[Settled] | None:
@@ -103,6 +121,7 @@ class Hub:
         if event is None or not event.is_set():
             return None
         self._swept.pop(key, None)
+        self._reported_at.pop(key, None)
         return self.sweeps.pop(key, [])
 
     async def sweep_result(self, key: tuple[str, str], seconds: float) -> list[Settled] | None:
@@ -112,6 +131,7 @@ class Hub:
         except TimeoutError:
             return None
         self._swept.pop(key, None)
+        self._reported_at.pop(key, None)
         return self.sweeps.pop(key, [])
 
     async def close(self) -> None:

@@ -162,17 +162,20 @@ class ClusterTurns:
         return settled
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
+        """Write the exit and delete the AgentTurn; what its finalizer reports, waited for
+        as long as the AgentTurn is there (ADR 0028).
+
+        The finalizer reports before it lets the AgentTurn go, and bounds its own wait for
+        the Harness, so the Run records what the AgentTurn says: a report that came after
+        a shorter wait here would have been dropped for a guess. An AgentTurn that went
+        without reporting here (swept by this operator before a restart, or by another
+        one) has its settlements read back by a repeated sweep.
+        """
         name = self._name(effect.turn)
         key = (self._namespace, name)
         current = await self._hub.kube.get(AGENTTURNS, self._namespace, name)
         if current is None:
-            # Gone already: its finalizer swept it, and the Run did not hear the answer
-            # (a restart). A repeated sweep settles nothing again; its answer is read back.
-            result = self._hub.sweep_done(key)
-            if result is not None:
-                return result
-            harness = self._hub.harnesses.get((self._namespace, self._workspace or ""))
-            return await harness.sweep(effect) if harness is not None else []
+            return await self._swept_elsewhere(effect, key)
         exit_ = {"cause": effect.cause, "submissionId": effect.submission, "at": _now()}
 
         def exited(status: Status) -> Status | None:
@@ -185,8 +188,20 @@ class ClusterTurns:
         if not current["metadata"].get("deletionTimestamp"):
             await self._update(name, exited)
             await self._hub.kube.delete(AGENTTURNS, self._namespace, name)
-        result = await self._hub.sweep_result(key, self._hub.settings.sweep_wait_s)
-        return result or []
+        look_s = self._hub.settings.sweep_look_s
+        while (result := await self._hub.sweep_result(key, look_s)) is None:
+            if await self._hub.kube.get(AGENTTURNS, self._namespace, name) is None:
+                return await self._swept_elsewhere(effect, key)
+        return result
+
+    async def _swept_elsewhere(self, effect: Sweep, key: tuple[str, str]) -> list[Settled]:
+        """The settlements of a Turn whose AgentTurn is gone: its finalizer's report, if it
+        came here; otherwise a repeated sweep's (it settles nothing again)."""
+        result = self._hub.sweep_done(key)
+        if result is not None:
+            return result
+        harness = self._hub.harnesses.get((self._namespace, self._workspace or ""))
+        return await harness.sweep(effect) if harness is not None else []
 
 
 def _phase(status: Status, wanted: str) -> str:

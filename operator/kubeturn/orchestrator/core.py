@@ -43,7 +43,7 @@ from kubeturn.machine.interpreter import (
 )
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import StatePath
-from kubeturn.orchestrator import frames, ids
+from kubeturn.orchestrator import frames, ids, turns
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
@@ -55,6 +55,7 @@ from kubeturn.orchestrator.effects import (
     Sweep,
 )
 from kubeturn.orchestrator.turns import (
+    PICK,
     Delivery,
     Exit,
     SubmissionEntry,
@@ -69,7 +70,6 @@ NUDGE_BUDGET = 2
 """Nudges per Turn before the Agent's fault: a model that stops twice more without
 picking, after being told what the workflow waits for, will not pick on a third."""
 
-PICK = "pick"
 HISTORY_LIMIT = 200
 """Turn records kept in the snapshot (``Run.status.turns``): enough to read a Run's recent
 work with kubectl, bounded so a long Run's status stays small; every record is also
@@ -319,7 +319,7 @@ class RunCore:
     def swept(
         self,
         turn_id: str,
-        settlements: Mapping[str, tuple[Outcome, Usage | None, str | None]],
+        settlements: turns.Caused,
         now: float,
     ) -> Effects:
         """The sweep of a Turn came back with the settlements it caused; record the Turn."""
@@ -327,17 +327,21 @@ class RunCore:
         if turn is None or turn.phase is not TurnPhase.SWEEPING:
             return Effects()
         effects = Effects()
-        for sid, (outcome, usage, message) in settlements.items():
-            entry = _submission(turn, sid)
-            if entry is not None and entry.outcome is None:
-                entry.outcome, entry.settledAt, entry.usage, entry.message = (
-                    outcome,
-                    now,
-                    usage,
-                    message,
-                )
+        turns.settle(turn.submissions, settlements, now)
         self._record(turn, now, effects)
         return effects
+
+    def verdict(self, turn_id: str, settlements: turns.Caused) -> tuple[Outcome, str | None] | None:
+        """How the Turn is recorded: as ``swept`` will record it once its sweep reports
+        ``settlements``, or as it was recorded; None when this core holds no such Turn
+        whose state exited. Changes nothing."""
+        turn = self.turns.get(turn_id)
+        if turn is not None and turn.phase is TurnPhase.SWEEPING and turn.exit is not None:
+            submissions = [entry.model_copy() for entry in turn.submissions]
+            turns.settle(submissions, settlements, turn.exit.at)
+            return turns.outcome(turn.exit, submissions)
+        record = next((r for r in reversed(self.history) if r.name == turn_id), None)
+        return (record.outcome, record.message) if record is not None else None
 
     # ------------------------------------------------------------------ reads
 
@@ -637,23 +641,10 @@ class RunCore:
         if turn.phase is TurnPhase.SETTLED:
             return
         exit_ = turn.exit
-        at_exit = _submission(turn, exit_.submission) if exit_ and exit_.submission else None
         if outcome is None:
-            if at_exit is not None:
-                outcome = at_exit.outcome or Outcome.ABORTED
-                message = (
-                    at_exit.message if at_exit.outcome else "no settlement came back from the sweep"
-                )
-            elif exit_ is not None and exit_.admitting:
-                # A Submission was being admitted at the exit; it ran, if at all, after the
-                # Turn had ended, and the sweep settles it: the record follows it.
-                admitted = [e for e in turn.submissions if e.admittedAt >= exit_.at]
-                outcome = (
-                    admitted[-1].outcome if admitted and admitted[-1].outcome else Outcome.ABORTED
-                )
-                message = "the Turn ended while its next Submission was being admitted"
-            else:
-                outcome = Outcome.ENDED if exit_ and exit_.cause == PICK else Outcome.ABORTED
+            outcome, message = (
+                turns.outcome(exit_, turn.submissions) if exit_ else (Outcome.ABORTED, None)
+            )
         for entry in turn.submissions:
             if entry.outcome is None:
                 entry.outcome, entry.settledAt = Outcome.ABORTED, now

@@ -6,8 +6,10 @@ failure that hid the answer) admits nothing twice. Settlements are followed on t
 conversation's stream with long-polls from an offset; a failed read is retried, because
 reading is safe, with the client a ``CurrentHarness`` gives then: a sandbox Pod made
 again runs a new Harness, reached by a new client, whose log (on the Workspace's volume)
-has the same offsets (ADR 0024, 0025). The sweep answers only after the Harness
-recorded what it settled, so its settlements are read back at once.
+has the same offsets (ADR 0024, 0025); a Harness that keeps saying it has no such
+conversation lost it, and the Submission followed is settled ``failed`` (ADR 0029). The
+sweep answers only after the Harness recorded what it settled, so its settlements are
+read back at once, each call within its own short bound (ADR 0028).
 
 aiohttp's failures become this module's errors in one place (``HarnessClient._call``),
 pydantic's in another (``_decoded``)::
@@ -18,7 +20,9 @@ pydantic's in another (``_decoded``)::
         ├── HarnessUnreachable  no answer: no connection, a cut one, a timeout, a closed
         │                       client; ``sent`` says whether the request may have
         │                       reached the Harness
-        └── HarnessRefused      an answer, with an error status or not of the wire
+        ├── HarnessRefused      an answer, with an error status or not of the wire
+        └── ConversationLost    a follower's Harness kept saying it has no such
+                                conversation (or offset): the follower gives up
 
 It does no retrying of its own but the stream's; callers decide what is safe to repeat.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -44,6 +49,7 @@ from kubeturn_harness.wire import (
     EventType,
     ExecResponse,
     History,
+    Outcome,
     Settlement,
     StreamEvent,
     WorktreesResponse,
@@ -58,6 +64,21 @@ POLL_TIMEOUT_S = 35.0
 CALL_TIMEOUT_S = 300.0
 """Any other call (aiohttp's own default): worktrees of large repos may queue behind
 other Runs' at one clone, and every other call answers in milliseconds."""
+SWEEP_TIMEOUT_S = 15.0
+"""The sweep, and the history read back after it: a Harness that lives settles a sweep at
+once (ADR 0002) and reads the history from its log in memory, in milliseconds; 15 s
+leaves a loaded node room, while a Harness that accepts connections and never answers (a
+frozen process) holds the sweep's caller 15 s a try instead of ``CALL_TIMEOUT_S``."""
+LOST_AFTER_S = 30.0
+"""How long the Harness serving now may keep saying it has no such conversation (404)
+or no such offset (400) before a follower takes the conversation as lost. The Harness
+of a Pod made again rebuilt every conversation from the volume before it was Ready (ADR
+0025), so a refusal from it is no passing state; the wait outlasts the Workspace's look
+at a Ready Harness (20 s), in case the client is about to be replaced."""
+LOST_STATUSES = frozenset({400, 404})
+"""A stream read's refusals that say the Harness's log is not the one being followed."""
+LOST_REASON = "conversation_lost"
+"""The reason of a Submission settled ``failed`` because its conversation was lost."""
 CONNECT_TIMEOUT_S = 5.0
 """How long a connection may take: a Harness in the cluster's network accepts in
 milliseconds, and the address of a Pod that is gone may never answer, while a follower
@@ -93,6 +114,12 @@ class HarnessRefused(HarnessError):
         self.status = status
         self.said = said
         """What the Harness said: its error body's message, or the start of its body."""
+
+
+class ConversationLost(HarnessError):
+    """The Harness serving now kept saying, for ``LOST_AFTER_S``, that it has no such
+    conversation or offset: its log is not the one followed (the Workspace's volume was
+    replaced, or emptied), and the conversation will not come back."""
 
 
 NOT_SENT: tuple[type[Exception], ...] = (
@@ -186,7 +213,7 @@ class HarnessClient:
 
     def follow(self, agent: str, instance_id: str) -> AsyncIterator[StreamEvent]:
         """Every event of a conversation, from its start, as it happens, at this client's
-        Harness (see ``follow``). Never ends by itself."""
+        Harness (see ``follow``). Ends only when the Harness lost the conversation."""
         return follow(self._itself, agent, instance_id)
 
     async def settlement(self, effect: Admit, submission: str) -> Settled:
@@ -249,11 +276,15 @@ class HarnessClient:
         if effect.submission is not None:
             body["submissionId"] = effect.submission
         url = self._url(effect.agent, effect.instance_id)
-        answer = await self._call("POST", url + "/abort", "the sweep", json=body)
+        answer = await self._call(
+            "POST", url + "/abort", "the sweep", json=body, seconds=SWEEP_TIMEOUT_S
+        )
         if answer.status != 200:
             raise _refused("the sweep", answer)
         what = "the history"
-        answer = await self._call("GET", url, what, params={"view": "history"})
+        answer = await self._call(
+            "GET", url, what, params={"view": "history"}, seconds=SWEEP_TIMEOUT_S
+        )
         if answer.status == 404:
             return []
         if answer.status != 200:
@@ -290,18 +321,38 @@ async def follow(
     current: CurrentHarness, agent: str, instance_id: str
 ) -> AsyncIterator[StreamEvent]:
     """Every event of a conversation, from its start, as it happens (long-polls). A
-    failed read is retried from the same offset with the client ``current`` gives then.
-    Never ends by itself."""
+    failed read is retried from the same offset with the client ``current`` gives then;
+    a refusal is logged once, not at every try. Ends only by raising ``ConversationLost``,
+    when the Harness kept saying for ``LOST_AFTER_S`` that it has no such conversation or
+    offset."""
     offset = 0
     client = await current()
+    # The status of the reads refused since the last one answered (said once), and since
+    # when every answer says the conversation is not there (failures to reach aside).
+    refused: int | None = None
+    lost_since: float | None = None
     while True:
         try:
             events, offset = await client.read(agent, instance_id, offset)
         except HarnessUnreachable as error:
             log.debug("following %s from %d: %s", instance_id, offset, error)
         except HarnessRefused as error:
-            log.warning("following %s from %d: %s", instance_id, offset, error)
+            if error.status != refused:
+                log.warning("following %s from %d: %s; trying again", instance_id, offset, error)
+            refused = error.status
+            if error.status not in LOST_STATUSES:
+                lost_since = None
+            elif lost_since is None:
+                lost_since = time.monotonic()
+            elif time.monotonic() - lost_since >= LOST_AFTER_S:
+                raise ConversationLost(
+                    f"the Harness lost the conversation {instance_id!r}: for "
+                    f"{LOST_AFTER_S:g} s it answered its stream from offset {offset} with "
+                    f"HTTP {error.status} ({error.said}); the Workspace's volume may have "
+                    "been replaced"
+                ) from error
         else:
+            refused, lost_since = None, None
             for event in events:
                 yield event
             continue
@@ -310,14 +361,18 @@ async def follow(
 
 
 async def settlement(current: CurrentHarness, effect: Admit, submission: str) -> Settled:
-    """How the Submission settled, read from its conversation's stream (``follow``)."""
-    async for event in follow(current, effect.agent, effect.instance_id):
-        if (
-            event.type is EventType.SUBMISSION_SETTLED
-            and event.data.get("submissionId") == submission
-        ):
-            return _settled(Settlement.model_validate(event.data))
-    raise AssertionError("a conversation's stream never ends")
+    """How the Submission settled, read from its conversation's stream (``follow``); one
+    whose conversation the Harness lost settled ``failed``, saying so."""
+    try:
+        async for event in follow(current, effect.agent, effect.instance_id):
+            if (
+                event.type is EventType.SUBMISSION_SETTLED
+                and event.data.get("submissionId") == submission
+            ):
+                return _settled(Settlement.model_validate(event.data))
+    except ConversationLost as lost:
+        return Settled(submission, Outcome.FAILED, message=str(lost), reason=LOST_REASON)
+    raise AssertionError("a conversation's stream ends only by raising")
 
 
 _ADMITTED = TypeAdapter(AdmitResponse)

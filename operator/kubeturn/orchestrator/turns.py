@@ -3,16 +3,27 @@
 These models are persisted in the Run's snapshot (``Run.status``), so a restarted
 Orchestrator knows which Turns are live, which are being swept, which epoch each
 continued conversation is at, and which history records were already written.
+``outcome`` is the one judgment of a Turn whose state exited (ADR 0015), for the Run's
+record and the AgentTurn's settlement alike. Pure: no IO, no clock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kubeturn_harness.wire import Notice, Outcome, Receipt, Usage
+
+PICK = "pick"
+"""The sweep's cause when the Turn's own pick ended it (docs/turn-semantics.md §2)."""
+NO_SETTLEMENT = "no settlement came back from the sweep"
+ADMITTED_LATE = "the Turn ended while its next Submission was being admitted"
+
+Caused = Mapping[str, tuple[Outcome, Usage | None, str | None]]
+"""What a sweep settled: Submission id → its outcome, usage and message."""
 
 
 class TurnPhase(StrEnum):
@@ -121,3 +132,39 @@ def total_usage(submissions: list[SubmissionEntry]) -> Usage | None:
         promptTokens=sum(u.promptTokens for u in used),
         completionTokens=sum(u.completionTokens for u in used),
     )
+
+
+def settle(submissions: Sequence[SubmissionEntry], caused: Caused, now: float) -> None:
+    """Give each Submission that has no settlement yet the one the sweep reported."""
+    for entry in submissions:
+        reported = caused.get(entry.id)
+        if reported is not None and entry.outcome is None:
+            entry.outcome, entry.usage, entry.message = reported
+            entry.settledAt = now
+
+
+def outcome(exit_: Exit, submissions: Sequence[SubmissionEntry]) -> tuple[Outcome, str | None]:
+    """A Turn's recorded outcome and message, from how its state exited and its
+    Submissions (in admission order) as they settled (ADR 0015).
+
+    The one judgment of a Turn: the Run's record and its AgentTurn's settlement both come
+    from here, so they never say different things.
+    """
+    if exit_.submission is not None:
+        # The Submission the sweep named settles as the sweep's body says.
+        named = next((s for s in submissions if s.id == exit_.submission), None)
+        if named is None or named.outcome is None:
+            return Outcome.ABORTED, NO_SETTLEMENT
+        return named.outcome, named.message
+    if exit_.admitting:
+        # It ran, if at all, after the Turn had ended, and the sweep settles it.
+        late = [s for s in submissions if s.admittedAt >= exit_.at]
+        settled = late[-1].outcome if late else None
+        return settled or Outcome.ABORTED, ADMITTED_LATE
+    if exit_.cause == PICK:
+        return Outcome.ENDED, None
+    last = submissions[-1] if submissions else None
+    if last is not None and last.outcome is Outcome.FAILED:
+        # No pick ended it and its last Submission failed: the Turn failed.
+        return Outcome.FAILED, last.message
+    return Outcome.ABORTED, None

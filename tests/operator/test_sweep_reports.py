@@ -1,0 +1,230 @@
+"""How a Run on a cluster waits for its AgentTurn's finalizer (``ClusterTurns.sweep``),
+against the emulator, through the operator's Kube facade and hub; no kopf runs: the test
+plays the finalizer, and a stand-in Harness on 127.0.0.1 answers sweeps and histories.
+
+Cases:
+- the Run writes the exit (no cause, the named Submission) and deletes the AgentTurn,
+  which its finalizer holds; it waits for the finalizer's report past many of its looks
+  (``sweep_look_s``), and answers exactly what was reported; no sweep of its own;
+- an AgentTurn that goes without a report here (its finalizer removed by hand) is
+  noticed at a look: the Run reads the settlements back with a repeated sweep at the
+  Workspace's Harness, which got the exit's body;
+- an AgentTurn gone before the Run's sweep, whose finalizer reported here (the Run's
+  actor was made again meanwhile): the Run answers that report, without a sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from kubeturn.api.agentturn import SWEEP_FINALIZER
+from kubeturn.k8s import operator
+from kubeturn.k8s.hub import Hub, OperatorSettings
+from kubeturn.k8s.kube import Kube
+from kubeturn.k8s.turns import ClusterTurns
+from kubeturn.machine.load import LoadedRun, load_run
+from kubeturn.orchestrator.actor import Settled
+from kubeturn.orchestrator.effects import Sweep
+from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn_harness.wire import Outcome
+from tests.operator import emulator
+from tests.operator.operator_support import AGENTTURNS, GROUP_VERSION, NAMESPACE, eventually
+
+RUN, WORKSPACE, TURN = "reporting", "ws", "t1"
+NAME = f"{RUN}-{TURN}"
+KEY = (NAMESPACE, NAME)
+IID = f"{NAMESPACE}.{RUN}/root/coder"
+SWEEP = Sweep(TURN, "coder", IID, None, "s1")
+LOOK_S = 0.05
+"""The Run's look at its AgentTurn while it waits: short, so a wait spans many looks."""
+HARNESS_SAID = "aborted by the sweep"
+
+Body = dict[str, Any]
+
+
+@dataclass
+class StandIn:
+    """A Harness's sweep and history routes; the sweeps' bodies, in order."""
+
+    url: str
+    sweeps: list[Body] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def stand_in() -> AsyncIterator[StandIn]:
+    made = StandIn("")
+
+    async def abort(request: web.Request) -> web.Response:
+        made.sweeps.append(await request.json())
+        return web.json_response({"aborted": True})
+
+    async def history(request: web.Request) -> web.Response:
+        settlement = {
+            "submissionId": "s1",
+            "outcome": "aborted",
+            "message": HARNESS_SAID,
+            "at": "2030-01-01T00:00:00Z",
+        }
+        return web.json_response(
+            {
+                "conversationId": "c1",
+                "name": "coder",
+                "instanceId": request.match_info["iid"],
+                "messages": [],
+                "settlements": [settlement],
+                "projections": [],
+                "submissions": [],
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/agents/coder/{iid}/abort", abort)
+    app.router.add_get("/agents/coder/{iid}", history)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    made.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield made
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def kube(kubeconfig: Path) -> Iterator[Kube]:
+    client = operator.kube_client(str(kubeconfig))
+    yield Kube(client)
+    client.close()
+
+
+@dataclass
+class World:
+    k8s: emulator.KubernetesApi
+    api: aiohttp.ClientSession
+    hub: Hub
+    turns: ClusterTurns
+    harness: StandIn
+
+    def agent_turn(self) -> Body | None:
+        return self.k8s.read_object(AGENTTURNS, NAMESPACE, NAME)
+
+    async def create_agent_turn(self) -> None:
+        body = {
+            "apiVersion": GROUP_VERSION,
+            "kind": "AgentTurn",
+            "metadata": {"name": NAME, "namespace": NAMESPACE, "finalizers": [SWEEP_FINALIZER]},
+            "spec": {"turn": TURN, "instanceId": IID},
+        }
+        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/agentturns"
+        async with self.api.post(path, json=body) as answer:
+            assert answer.status == 201, await answer.text()
+        status = {"status": {"phase": "Running", "submissions": [{"id": "s1", "admittedAt": 1}]}}
+        await self.patch(status, "/status")
+
+    async def patch(self, patch: Body, sub: str = "") -> None:
+        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/agentturns/{NAME}{sub}"
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.api.patch(path, data=json.dumps(patch), headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+
+    async def deleted_and_held(self) -> Body:
+        """The AgentTurn once the Run deleted it: still there, its finalizer holding it."""
+
+        def held() -> Body | None:
+            found = self.agent_turn()
+            return found if found and found["metadata"].get("deletionTimestamp") else None
+
+        return dict(await eventually(held, "the AgentTurn deleted and held by its finalizer"))
+
+
+def loaded_run() -> LoadedRun:
+    return load_run(
+        {
+            "apiVersion": GROUP_VERSION,
+            "kind": "Run",
+            "metadata": {"name": RUN, "namespace": NAMESPACE},
+            "spec": {
+                "workspace": {"name": WORKSPACE},
+                "agents": {"coder": {"instructions": "Work."}},
+                "machine": {
+                    "initial": "working",
+                    "states": {
+                        "working": {"invoke": {"agent": {"slot": "coder", "prompt": "Work."}}}
+                    },
+                },
+            },
+        },
+        workspace_required=True,
+    )
+
+
+@pytest.fixture
+async def world(
+    k8s: emulator.KubernetesApi, k8s_client: aiohttp.ClientSession, kube: Kube
+) -> AsyncIterator[World]:
+    hub = Hub(kube, OperatorSettings(sweep_look_s=LOOK_S))
+    run = {"metadata": {"name": RUN, "namespace": NAMESPACE}}
+    async with stand_in() as harness:
+        hub.harnesses[(NAMESPACE, WORKSPACE)] = HarnessClient(harness.url, "token")
+        try:
+            yield World(
+                k8s, k8s_client, hub, ClusterTurns(hub, run, loaded_run(), WORKSPACE), harness
+            )
+        finally:
+            await hub.close()
+
+
+async def test_the_run_waits_for_the_finalizers_report_past_its_looks(world: World) -> None:
+    await world.create_agent_turn()
+    sweeping = asyncio.create_task(world.turns.sweep(SWEEP))
+    try:
+        held = await world.deleted_and_held()
+        exit_ = held["status"]["exit"]
+        assert (exit_.get("cause"), exit_["submissionId"]) == (None, "s1")
+        assert held["status"]["phase"] == "Settling"
+        # Many looks find the AgentTurn still there: the Run keeps waiting.
+        await asyncio.sleep(10 * LOOK_S)
+        assert not sweeping.done()
+        report = [Settled("s1", Outcome.ABORTED, message="the finalizer's words")]
+        world.hub.swept(KEY, report)
+        assert await asyncio.wait_for(sweeping, 5) == report
+    finally:
+        sweeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeping
+    assert world.harness.sweeps == []
+
+
+async def test_an_agentturn_gone_without_a_report_is_swept_again(world: World) -> None:
+    await world.create_agent_turn()
+    sweeping = asyncio.create_task(world.turns.sweep(SWEEP))
+    try:
+        await world.deleted_and_held()
+        await world.patch({"metadata": {"finalizers": []}})
+        settled = await asyncio.wait_for(sweeping, 5)
+    finally:
+        sweeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeping
+    assert world.agent_turn() is None
+    assert [(s.submission, s.outcome, s.message) for s in settled] == [
+        ("s1", Outcome.ABORTED, HARNESS_SAID)
+    ]
+    assert world.harness.sweeps == [{"submissionId": "s1"}]
+
+
+async def test_a_report_that_came_before_the_runs_sweep_is_its_answer(world: World) -> None:
+    report = [Settled("s1", Outcome.ENDED)]
+    world.hub.swept(KEY, report)
+    assert await asyncio.wait_for(world.turns.sweep(SWEEP), 5) == report
+    assert world.harness.sweeps == []
