@@ -286,6 +286,32 @@ class HarnessReader:
 # ----------------------------------------------------------------------------- the model
 
 
+class Writes:
+    """What a scenario writes to the API, as kubectl would: for a world with ``api``, a
+    session on the emulator."""
+
+    api: aiohttp.ClientSession
+
+    async def create(self, body: Body) -> None:
+        group = "api/v1" if body["apiVersion"] == "v1" else f"apis/{body['apiVersion']}"
+        plural = body["kind"].lower() + "s"
+        path = f"/{group}/namespaces/{NAMESPACE}/{plural}"
+        async with self.api.post(path, json=body) as answer:
+            assert answer.status == 201, await answer.text()
+
+    async def signal(self, run_name: str, event: str) -> None:
+        """Append the signal ``event`` (id ``<event>-1``) to the Run's ``spec.signals``."""
+        patch = {"spec": {"signals": [{"id": f"{event}-1", "event": event}]}}
+        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{run_name}"
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.api.patch(path, data=json.dumps(patch), headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+
+    async def delete(self, path: str) -> None:
+        async with self.api.delete(path) as answer:
+            assert answer.status == 200, await answer.text()
+
+
 def fail_on_logged_errors(caplog: pytest.LogCaptureFixture, sandboxes: Iterable[Sandbox]) -> None:
     """Fail the test if the operator (kopf or kubeturn) or any Harness logged an error: a
     scenario whose outcome is right may still have had a handler or an effect fail."""

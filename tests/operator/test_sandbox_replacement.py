@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import shutil
 import signal
@@ -66,9 +65,11 @@ from tests.operator.operator_support import (
     AgentTurnWatch,
     HarnessReader,
     OperatorThread,
+    Writes,
     call,
     events,
     eventually,
+    fail_on_logged_errors,
     harness_token,
     make_origin,
     model_requests,
@@ -124,7 +125,7 @@ FINISH = {"finish": {"target": "done", "description": "The task is done."}}
 
 
 @dataclass
-class World:
+class World(Writes):
     k8s: emulator.KubernetesApi
     api: aiohttp.ClientSession
     """The emulator, over HTTP with no idle connection kept (see ``k8s_client``)."""
@@ -135,22 +136,8 @@ class World:
     """The scripted model's base URL (its control routes live there)."""
     watch: AgentTurnWatch
 
-    async def create(self, body: Body) -> None:
-        plural = body["kind"].lower() + "s"
-        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/{plural}"
-        async with self.api.post(path, json=body) as answer:
-            assert answer.status == 201, await answer.text()
-
-    async def signal(self, run_name: str, event: str) -> None:
-        patch = {"spec": {"signals": [{"id": f"{event}-1", "event": event}]}}
-        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{run_name}"
-        headers = {"Content-Type": "application/merge-patch+json"}
-        async with self.api.patch(path, data=json.dumps(patch), headers=headers) as answer:
-            assert answer.status == 200, await answer.text()
-
     async def delete_pod(self) -> None:
-        async with self.api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{POD}") as answer:
-            assert answer.status == 200, await answer.text()
+        await self.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{POD}")
 
     def run(self, name: str) -> Body:
         return status(self.k8s, RUNS, name)
@@ -226,42 +213,35 @@ async def world(
             await watch.close()
             await session.close()
             await runner.cleanup()
-    failures = [
-        f"{r.name}: {r.getMessage()}"
-        for r in caplog.get_records("call")
-        if r.levelno >= logging.ERROR and r.name.startswith(("kopf", "kubeturn"))
-    ]
-    for sandbox in kubelet.started:
-        said = sandbox.log.read_text()
-        failures += [f"{sandbox.name}: {line}" for line in said.splitlines() if " ERROR " in line]
-    if failures:
-        pytest.fail("errors were logged:\n" + "\n".join(failures))
+    fail_on_logged_errors(caplog, kubelet.started)
 
 
 # ----------------------------------------------------------------------------- a Turn cut
 
 
-async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_moves_on(
-    world: World,
-) -> None:
-    name = "cut"
-    first_iid = f"{NAMESPACE}.{name}/root/coder"
-    machine = {
-        "initial": "working",
-        "context": {"why": ""},
-        "states": {
-            "working": {
-                "invoke": {
-                    **coder(LONG),
-                    "onError": {"target": "again", "assign": {"context.why": "event.message"}},
-                },
-                "on": FINISH,
+RETRY_ON_ERROR = {
+    "initial": "working",
+    "context": {"why": ""},
+    "states": {
+        "working": {
+            "invoke": {
+                **coder(LONG),
+                "onError": {"target": "again", "assign": {"context.why": "event.message"}},
             },
-            "again": {"invoke": coder(AGAIN), "on": FINISH},
-            "done": {"type": "final", "output": "context.why"},
+            "on": FINISH,
         },
-    }
-    await world.create(run(name, machine))
+        "again": {"invoke": coder(AGAIN), "on": FINISH},
+        "done": {"type": "final", "output": "context.why"},
+    },
+}
+"""The coder's first Turn runs long; its failure routes to a second Turn, whose pick ends
+the Run with the failure's words as its output."""
+
+
+async def start_held_turn(world: World, name: str) -> None:
+    """Create the Run ``name`` of ``RETRY_ON_ERROR`` and wait until its first Turn's model
+    request is held by the scripted model and its AgentTurn is Running."""
+    await world.create(run(name, RETRY_ON_ERROR))
 
     async def held() -> bool:
         return any(r["held"] for r in await model_requests(world.session, world.model, LONG))
@@ -272,6 +252,14 @@ async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_mov
         lambda: status(world.k8s, AGENTTURNS, f"{name}-t1").get("phase") == "Running",
         "the first AgentTurn Running",
     )
+
+
+async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_moves_on(
+    world: World,
+) -> None:
+    name = "cut"
+    first_iid = f"{NAMESPACE}.{name}/root/coder"
+    await start_held_turn(world, name)
     old = await world.harness()
 
     await world.delete_pod()
@@ -337,32 +325,7 @@ async def test_a_turn_whose_conversation_the_new_harness_lost_is_recorded_failed
     monkeypatch.setattr(harness_client, "LOST_AFTER_S", 1.0)
     name = "lost"
     first_iid = f"{NAMESPACE}.{name}/root/coder"
-    machine = {
-        "initial": "working",
-        "context": {"why": ""},
-        "states": {
-            "working": {
-                "invoke": {
-                    **coder(LONG),
-                    "onError": {"target": "again", "assign": {"context.why": "event.message"}},
-                },
-                "on": FINISH,
-            },
-            "again": {"invoke": coder(AGAIN), "on": FINISH},
-            "done": {"type": "final", "output": "context.why"},
-        },
-    }
-    await world.create(run(name, machine))
-
-    async def held() -> bool:
-        return any(r["held"] for r in await model_requests(world.session, world.model, LONG))
-
-    await world.until(name, held, "the first Turn's model request held")
-    await world.until(
-        name,
-        lambda: status(world.k8s, AGENTTURNS, f"{name}-t1").get("phase") == "Running",
-        "the first AgentTurn Running",
-    )
+    await start_held_turn(world, name)
     old = await world.kubelet.running(POD)
 
     # The Pod goes, and the Harness's data with it: the next Pod's volume has none.

@@ -42,6 +42,7 @@ from tests.operator.operator_support import (
     WORKSPACES,
     HarnessReader,
     OperatorThread,
+    Writes,
     call,
     events,
     eventually,
@@ -108,7 +109,7 @@ def coder(name: str) -> str:
 
 
 @dataclass
-class World:
+class World(Writes):
     k8s: emulator.KubernetesApi
     api: aiohttp.ClientSession
     """The emulator, over HTTP with no idle connection kept (see ``k8s_client``)."""
@@ -117,24 +118,6 @@ class World:
     origin: str
     versions: list[Body] = field(default_factory=list)
     """Every version of the Workspace the API served on a watch, in order."""
-
-    async def create(self, body: Body) -> None:
-        group = "api/v1" if body["apiVersion"] == "v1" else f"apis/{body['apiVersion']}"
-        plural = body["kind"].lower() + "s"
-        path = f"/{group}/namespaces/{NAMESPACE}/{plural}"
-        async with self.api.post(path, json=body) as answer:
-            assert answer.status == 201, await answer.text()
-
-    async def signal(self, run_name: str, event: str) -> None:
-        patch = {"spec": {"signals": [{"id": f"{event}-1", "event": event}]}}
-        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{run_name}"
-        headers = {"Content-Type": "application/merge-patch+json"}
-        async with self.api.patch(path, data=json.dumps(patch), headers=headers) as answer:
-            assert answer.status == 200, await answer.text()
-
-    async def delete(self, path: str) -> None:
-        async with self.api.delete(path) as answer:
-            assert answer.status == 200, await answer.text()
 
     def status(self) -> Body:
         return status(self.k8s, WORKSPACES, WORKSPACE)
