@@ -24,17 +24,25 @@ probe (2 s), a Run's resumption and the first Pod made again (at once, ADR 0024)
 bounded, so a Workspace whose sandbox never comes back holds no deletion for ever."""
 POLL_S = 0.5
 """How often a wait looks again: a Harness becomes known within a Workspace probe (2 s)."""
+WORKSPACE_LOOK_S = 5.0
+"""How often a wait reads the Workspace to see whether it went: the hub is looked at every
+``POLL_S`` at no cost, while tens of Turns waiting out a sandbox Pod's recreation should
+not each read the API twice a second."""
 
 
 async def wait(hub: Hub, namespace: str, workspace: str, deadline: float) -> HarnessClient | None:
     """The Workspace's Harness client. While the Workspace exists (and is not being
     deleted) and its Harness is not known, wait, up to ``deadline`` (``time.monotonic``).
     None when there is no Workspace, it is gone or going, or the deadline passed."""
+    looked = -WORKSPACE_LOOK_S
     while (harness := hub.harnesses.get((namespace, workspace))) is None:
-        if not workspace or time.monotonic() > deadline:
+        now = time.monotonic()
+        if not workspace or now > deadline:
             return None
-        found = await hub.kube.get(WORKSPACES, namespace, workspace)
-        if found is None or found["metadata"].get("deletionTimestamp"):
-            return None
+        if now - looked >= WORKSPACE_LOOK_S:
+            looked = now
+            found = await hub.kube.get(WORKSPACES, namespace, workspace)
+            if found is None or found["metadata"].get("deletionTimestamp"):
+                return None
         await asyncio.sleep(POLL_S)
     return harness
