@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the Harness API")
     serve.add_argument("--host", default=env("KUBETURN_HARNESS_HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(env("KUBETURN_HARNESS_PORT", "8080")))
+    serve.add_argument("--port", type=int, default=env("KUBETURN_HARNESS_PORT", "8080"))
     serve.add_argument(
         "--data-dir", type=Path, default=Path(env("KUBETURN_HARNESS_DATA_DIR", "/var/lib/kubeturn"))
     )
@@ -53,13 +53,26 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--orchestrator-url", default=env("KUBETURN_ORCHESTRATOR_URL"))
     serve.add_argument("--providers", type=Path, default=_path(env("KUBETURN_PROVIDERS")))
     serve.add_argument("--default-model", default=env("KUBETURN_DEFAULT_MODEL"))
-    serve.add_argument("--tool-uid", type=int, default=int(env("KUBETURN_TOOL_UID", str(NOBODY))))
-    serve.add_argument("--tool-gid", type=int, default=int(env("KUBETURN_TOOL_GID", str(NOBODY))))
+    serve.add_argument("--tool-uid", type=int, default=env("KUBETURN_TOOL_UID", str(NOBODY)))
+    serve.add_argument("--tool-gid", type=int, default=env("KUBETURN_TOOL_GID", str(NOBODY)))
     serve.add_argument(
         "--sweep-wait",
         type=float,
-        default=float(env("KUBETURN_SWEEP_WAIT_S", "10")),
-        help="seconds a run whose Turn is over waits for the sweep",
+        default=env("KUBETURN_SWEEP_WAIT_S", "10"),
+        help="seconds a run whose Turn is over waits for the sweep (env KUBETURN_SWEEP_WAIT_S)",
+    )
+    serve.add_argument(
+        "--idle-eviction",
+        type=float,
+        default=env("KUBETURN_IDLE_EVICTION_S", str(Settings.idle_eviction_s)),
+        help="seconds an idle conversation stays in memory before it is read back from its "
+        "log when asked for (env KUBETURN_IDLE_EVICTION_S)",
+    )
+    serve.add_argument(
+        "--idle-conversations-kept",
+        type=int,
+        default=env("KUBETURN_IDLE_CONVERSATIONS_KEPT", str(Settings.idle_conversations_kept)),
+        help="most idle conversations kept in memory (env KUBETURN_IDLE_CONVERSATIONS_KEPT)",
     )
     serve.add_argument(
         "--work-root",
@@ -92,6 +105,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         providers_file=args.providers,
         default_model=args.default_model,
         sweep_wait_s=args.sweep_wait,
+        idle_eviction_s=args.idle_eviction,
+        idle_conversations_kept=args.idle_conversations_kept,
         work_root=args.work_root,
         tools=ToolSettings(uid=args.tool_uid, gid=args.tool_gid),
     )
