@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     operator.add_argument(
         "--providers", type=Path, default=Path(p) if (p := env("KUBETURN_PROVIDERS")) else None
     )
-    operator.add_argument("--api-port", type=int, default=int(env("KUBETURN_API_PORT", "8081")))
+    operator.add_argument("--api-port", type=int, default=env("KUBETURN_API_PORT", "8081"))
     operator.add_argument(
         "--lease",
         default=env("KUBETURN_LEASE") or None,
