@@ -29,6 +29,7 @@ from kubeturn_harness.wire import (
     AdmitResponse,
     ErrorBody,
     ExecRequest,
+    ForgetRunRequest,
     WorktreesRequest,
 )
 
@@ -172,6 +173,17 @@ async def worktrees(request: web.Request) -> web.Response:
     return web.json_response(made.model_dump())
 
 
+async def forget_run(request: web.Request) -> web.Response:
+    try:
+        params = ForgetRunRequest.model_validate(
+            {"run": request.match_info["run"], "branch": request.query.get("branch")}
+        )
+    except ValidationError as invalid:
+        raise _wire_error(invalid) from invalid
+    forgotten = await request.app[HARNESS].forget_run(params)
+    return web.json_response(forgotten.model_dump())
+
+
 async def repos(request: web.Request) -> web.Response:
     listing = await request.app[HARNESS].repos()
     return web.json_response(listing.model_dump())
@@ -217,6 +229,7 @@ def make_app(harness: Harness) -> web.Application:
     app.router.add_post("/agents/{name}/{id}/abort", abort)
     app.router.add_post("/exec", run_exec)
     app.router.add_post("/worktrees", worktrees)
+    app.router.add_delete("/runs/{run}", forget_run)
     app.router.add_get("/repos", repos)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

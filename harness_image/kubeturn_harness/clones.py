@@ -5,8 +5,10 @@ git runs as the Working tools run (their user, their scrubbed environment): the 
 belong to the tools' user, and git refuses a repository another user owns. Worktrees of
 one clone are made one at a time: git's worktree metadata (``.git/worktrees/``) is not
 safe for concurrent adds in one repository (many Runs starting at once failed reading
-each other's half-made entries). HTTP-free. It never clones (the sandbox's init
-containers do) and never removes a worktree.
+each other's half-made entries), and so are their removals. A removed worktree's branch
+stays in its clone: deleting a Run discards its working directories, not the commits its
+Agents made (ADR 0030). HTTP-free. It never clones (the sandbox's init containers do)
+and never deletes a branch.
 """
 
 from __future__ import annotations
@@ -81,17 +83,52 @@ class Clones:
             if not SLOT.match(slot):
                 raise WireError(f"repo slot {slot!r} is not a slot name", field="slots")
             clone = self.clone(slot)
-            path = self.root / slot / request.branch.replace("/", "-")
+            path = self.worktree(slot, request.branch)
             if not _is_repo(clone):
                 raise WireError(
                     f"no clone of repo slot {slot!r} at {clone}", field="slots", status=409
                 )
-            async with self._changing.setdefault(slot, asyncio.Lock()):
+            async with self._changing_lock(slot):
                 # Looked at under the lock: the same Run asking twice at once makes it once.
                 if not path.exists():
                     await self._add(clone, path, request.branch, slot)
             made[slot] = Worktree(path=str(path), branch=request.branch)
         return WorktreesResponse(worktrees=made)
+
+    async def remove(self, branch: str) -> dict[str, Worktree]:
+        """Remove the worktree on ``branch`` of every clone, keeping the branch; answer
+        those removed (slot → worktree); none where none is left, so asking again is safe."""
+        removed: dict[str, Worktree] = {}
+        for slot in self.slots():
+            clone, path = self.clone(slot), self.worktree(slot, branch)
+            async with self._changing_lock(slot):
+                # A linked worktree holds a ``.git`` file (a clone, a directory); any other
+                # directory at the path is not git's to remove, nor the Harness's.
+                if (path / ".git").is_file():
+                    # Forced twice: also a worktree with changes, or one an Agent locked.
+                    quoted = shlex.quote(str(path))
+                    await self._git(clone, f"git worktree remove -f -f {quoted}", slot, "remove")
+                    removed[slot] = Worktree(path=str(path), branch=branch)
+                # Drops what git still records of worktrees whose directory is gone.
+                await self._git(clone, "git worktree prune", slot, "prune")
+        return removed
+
+    def worktree(self, slot: str, branch: str) -> Path:
+        """Where a Run's worktree of ``slot`` on ``branch`` lives."""
+        return self.root / slot / branch.replace("/", "-")
+
+    def _changing_lock(self, slot: str) -> asyncio.Lock:
+        return self._changing.setdefault(slot, asyncio.Lock())
+
+    async def _git(self, clone: Path, command: str, slot: str, what: str) -> None:
+        """Run one git command in the clone; a 409 with git's words when it fails."""
+        result = await run_command(command, self._context(clone, 0.0), GIT_TIMEOUT_S)
+        if result.exit_code != 0:
+            raise WireError(
+                f"git could not {what} the worktrees of {slot!r}: {result.output[-1000:]}",
+                field="branch",
+                status=409,
+            )
 
     async def _add(self, clone: Path, path: Path, branch: str, slot: str) -> None:
         command = f"git worktree add -B {shlex.quote(branch)} {shlex.quote(str(path))} HEAD"

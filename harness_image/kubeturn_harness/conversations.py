@@ -202,6 +202,19 @@ class Conversation:
             or any(live.record.settlement is None for live in self._live.values())
         )
 
+    def unsettled(self) -> SubmissionId | None:
+        """A Submission not settled yet (queued, running, or waiting for its sweep)."""
+        return next(
+            (sid for sid, live in self._live.items() if live.record.settlement is None), None
+        )
+
+    async def stopped(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for its worker to end (a run a sweep cut still records
+        its reply, and waits for its pick's receipt); True once no run is under way."""
+        if self._worker is not None:
+            await asyncio.wait({self._worker}, timeout=seconds)
+        return self._worker is None
+
     def touch(self) -> None:
         """Mark it used now (a request reached it, or its run ended)."""
         self.touched = self._env.clock.monotonic()

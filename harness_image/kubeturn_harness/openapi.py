@@ -14,8 +14,10 @@ from kubeturn_harness.wire import (
     AdmitRequest,
     AdmitResponse,
     ErrorBody,
+    ForgetRunRequest,
     History,
     ReposResponse,
+    RunForgotten,
     StreamEvent,
     WorktreesRequest,
     WorktreesResponse,
@@ -48,6 +50,22 @@ def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
     }
 
 
+def _params(model: type[BaseModel], *path: str) -> list[dict[str, Any]]:
+    """A route's parameters from a wire model: those named in ``path`` in the path, the
+    rest in the query."""
+    schema = model.model_json_schema()
+    return [
+        {
+            "name": name,
+            "in": "path" if name in path else "query",
+            "required": True,
+            "schema": {key: value for key, value in field.items() if key != "description"},
+            "description": field.get("description", ""),
+        }
+        for name, field in schema["properties"].items()
+    ]
+
+
 def _errors(*statuses: int) -> dict[str, Any]:
     return {str(status): _json(ErrorBody, "What is wrong, and which field.") for status in statuses}
 
@@ -64,6 +82,7 @@ def document() -> dict[str, Any]:
         WorktreesRequest,
         WorktreesResponse,
         ReposResponse,
+        RunForgotten,
         ErrorBody,
     ]
     _, schemas = models_json_schema([(model, "validation") for model in models], ref_template=REF)
@@ -141,6 +160,17 @@ def document() -> dict[str, Any]:
                     },
                     "responses": {
                         "200": _json(WorktreesResponse, "Each slot's worktree and branch."),
+                        **_errors(400, 401, 409),
+                    },
+                }
+            },
+            "/runs/{run}": {
+                "delete": {
+                    "summary": "Forget a deleted Run: remove its worktrees (their branch stays) "
+                    "and its conversations; idempotent.",
+                    "parameters": _params(ForgetRunRequest, "run"),
+                    "responses": {
+                        "200": _json(RunForgotten, "What was removed; nothing the second time."),
                         **_errors(400, 401, 409),
                     },
                 }

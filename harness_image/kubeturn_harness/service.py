@@ -3,7 +3,9 @@
 HTTP-free: ``app`` turns requests into these calls. On start it rebuilds every recorded
 conversation and settles what a previous process left open. It keeps in memory only the
 conversations something waits on and the recently used idle ones (``eviction``, ADR
-0027); any other is read back from its log when a request asks for it.
+0027); any other is read back from its log when a request asks for it. Forgetting a
+deleted Run removes its worktrees and its conversations, from memory and the data dir
+(ADR 0030).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import stat
 import uuid
 from pathlib import Path
+from typing import Any
 
 from kubeturn_harness import eviction
 from kubeturn_harness.clock import Clock
@@ -27,13 +30,15 @@ from kubeturn_harness.providers import Providers
 from kubeturn_harness.settings import Settings
 from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.store import ConversationLog, Store
-from kubeturn_harness.tool_loop import Limits, RunEnv
+from kubeturn_harness.tool_loop import RECEIPT_AFTER_CUT_S, Limits, RunEnv
 from kubeturn_harness.tools import ToolContext, run_command, scrubbed_environment, tool_identity
 from kubeturn_harness.wire import (
     AdmitRequest,
     ExecRequest,
     ExecResponse,
+    ForgetRunRequest,
     ReposResponse,
+    RunForgotten,
     SubmissionId,
     WorktreesRequest,
     WorktreesResponse,
@@ -45,6 +50,10 @@ Key = tuple[str, str]
 PRIVATE = stat.S_IRWXU
 """The data dir's mode (0700): when the Harness runs as root and its tools as another
 user, they cannot list or read the conversation logs (ADR 0008)."""
+FINISHING_WAIT_S = 2 * RECEIPT_AFTER_CUT_S
+"""How long forgetting a Run waits for a run its sweep cut to stop: such a run waits up to
+``RECEIPT_AFTER_CUT_S`` (5 s) for its pick's receipt, then records its reply; twice that,
+and it is not stopping."""
 
 
 class Harness:
@@ -86,6 +95,8 @@ class Harness:
         )
         self._conversations: dict[Key, Conversation] = {}
         self._evictor: asyncio.Task[None] | None = None
+        self._forgetting: set[asyncio.Task[RunForgotten]] = set()
+        """Forgettings under way: a caller that goes away does not cut one short."""
         metrics.in_memory.set_function(lambda: len(self._conversations))
         self.clones = Clones(settings.work_root, self._tool_context)
 
@@ -106,9 +117,12 @@ class Harness:
 
     async def close(self) -> None:
         self.ready = False
+        tasks: list[asyncio.Task[Any]] = [*self._forgetting]
         if self._evictor is not None:
-            self._evictor.cancel()
-            await asyncio.gather(self._evictor, return_exceptions=True)
+            tasks.append(self._evictor)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for conversation in list(self._conversations.values()):
             await conversation.close()
 
@@ -155,6 +169,40 @@ class Harness:
     async def worktrees(self, request: WorktreesRequest) -> WorktreesResponse:
         """Make (or find) a Run's worktree of each repo slot; idempotent."""
         return await self.clones.worktrees(request)
+
+    async def forget_run(self, request: ForgetRunRequest) -> RunForgotten:
+        """Forget a deleted Run: its conversations and its worktrees (their branch stays).
+        Runs to its end even if the caller goes away, so git is never cut mid-removal."""
+        task = asyncio.create_task(self._forget_run(request), name=f"forget {request.run}")
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _forget_run(self, request: ForgetRunRequest) -> RunForgotten:
+        prefix = f"{request.run}/"
+        # A Submission unsettled is refused at once; a run its sweep cut is waited for.
+        ours = [(k, c) for k, c in self._conversations.items() if k[1].startswith(prefix)]
+        _refuse_live(ours, finishing=False)
+        await asyncio.gather(*(c.stopped(FINISHING_WAIT_S) for _, c in ours))
+        # From here to the last log removed nothing awaits: no admission slips in between.
+        ours = [(k, c) for k, c in self._conversations.items() if k[1].startswith(prefix)]
+        _refuse_live(ours, finishing=True)
+        keys = {key for key, _ in ours}
+        keys |= {key for key in self.store.instances() if key[1].startswith(prefix)}
+        for key in keys:
+            conversation = self._conversations.pop(key, None)
+            if conversation is not None:
+                conversation.log.close()
+            self.store.remove(*key)
+        worktrees = await self.clones.remove(request.branch)
+        log.info(
+            "forgot Run %s: %d conversations, worktrees %s",
+            request.run,
+            len(keys),
+            sorted(tree.path for tree in worktrees.values()),
+        )
+        return RunForgotten(run=request.run, worktrees=worktrees, conversations=len(keys))
 
     async def repos(self) -> ReposResponse:
         """The Workspace's clones, with the commit each has checked out."""
@@ -226,3 +274,23 @@ class Harness:
         while True:
             await asyncio.sleep(self.settings.eviction_interval_s)
             self.evict_idle()
+
+
+def _refuse_live(conversations: list[tuple[Key, Conversation]], *, finishing: bool) -> None:
+    """Refuse (409) to forget a Run while a conversation of it has a Submission unsettled
+    or, with ``finishing``, a run still under way: naming the first such conversation."""
+    for (name, instance_id), conversation in sorted(conversations, key=lambda kc: kc[0]):
+        if (sid := conversation.unsettled()) is not None:
+            said = f"Submission {sid} is not settled: sweep it before forgetting the Run"
+        elif finishing and not conversation.idle:
+            said = f"a swept run has not stopped within {FINISHING_WAIT_S:g} s: ask again"
+        else:
+            continue
+        raise WireError(f"agent {name!r} at {instance_id!r}: {said}", field="run", status=409)
+
+
+def _retrieve(task: asyncio.Task[RunForgotten]) -> None:
+    """Retrieve a forgetting's failure even when its caller went away (else asyncio logs
+    it as never retrieved); the caller, if still there, has it from the shield."""
+    if not task.cancelled():
+        task.exception()

@@ -4,8 +4,9 @@ The log is the record: the stream clients follow, the history view, what a resta
 Harness rebuilds its queues from, and what a conversation dropped from memory is read
 back from. Every event is written and flushed before it is acknowledged, so it survives
 a Harness restart; settlements are also fsynced, so the outcome survives the node. A
-torn last line (a crash mid-write) is dropped on load. This module knows nothing of what
-the events mean.
+torn last line (a crash mid-write) is dropped on load. A log is deleted only when the
+Harness forgets the deleted Run it belongs to (ADR 0030). This module knows nothing of
+what the events mean.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -121,6 +123,27 @@ class Store:
 
     def existing(self) -> Iterator[ConversationLog]:
         """Every conversation a previous process of this Harness recorded."""
+        for directory, name, instance_id in self._recorded():
+            try:
+                conversation_log = ConversationLog(directory, name, instance_id, self._clock)
+            except OSError:
+                log.warning("skipping unreadable conversation directory %s", directory)
+                continue
+            yield conversation_log
+
+    def instances(self) -> Iterator[tuple[str, str]]:
+        """(agent name, Instance ID) of every recorded conversation; no log is read."""
+        for _, name, instance_id in self._recorded():
+            yield name, instance_id
+
+    def remove(self, name: str, instance_id: str) -> None:
+        """Delete a conversation's log. Its meta file goes first: a removal cut short
+        leaves nothing that ``existing`` or ``recorded`` would take for a conversation."""
+        directory = self._directory(name, instance_id)
+        (directory / META_FILE).unlink(missing_ok=True)
+        shutil.rmtree(directory, ignore_errors=True)
+
+    def _recorded(self) -> Iterator[tuple[Path, str, str]]:
         base = self.root / "conversations"
         if not base.is_dir():
             return
@@ -128,7 +151,7 @@ class Store:
             meta = directory / META_FILE
             try:
                 names = json.loads(meta.read_text())
-                yield ConversationLog(directory, names["name"], names["instanceId"], self._clock)
+                yield directory, names["name"], names["instanceId"]
             except (OSError, ValueError, KeyError):
                 log.warning("skipping unreadable conversation directory %s", directory)
 

@@ -236,6 +236,30 @@ class WorktreesResponse(_Body):
     worktrees: dict[str, Worktree] = Field(description="Repo slot → worktree.")
 
 
+class ForgetRunRequest(_Body):
+    """``DELETE /runs/{run}?branch=…``: forget a Run that was deleted; its parameters."""
+
+    run: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,315}[a-z0-9])?$",
+        description="The Run's id, ``<namespace>.<name>``: every Instance ID of the Run "
+        "begins with it and a ``/``.",
+    )
+    branch: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$",
+        description="The branch its worktrees were made on (``POST /worktrees``); it stays.",
+    )
+
+
+class RunForgotten(_Body):
+    """What forgetting a Run removed; nothing when it was forgotten already."""
+
+    run: str = Field(description="The Run's id.")
+    worktrees: dict[str, Worktree] = Field(
+        description="Repo slot → the worktree removed; its branch stays in the clone."
+    )
+    conversations: int = Field(description="How many of the Run's conversations were forgotten.")
+
+
 class Clone(_Body):
     path: str = Field(description="The clone's absolute path.")
     commit: str | None = Field(

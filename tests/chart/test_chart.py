@@ -4,13 +4,14 @@ operator's deployment needs. Offline: helm and kubectl come from a PyPI wheel
 
 Two renderings are checked throughout: the defaults (every namespace watched) and
 tests/chart/values-custom.yaml (two watched namespaces, providers with an API key Secret,
-two replicas and a Lease of their own, a ServiceMonitor, a tighter NetworkPolicy).
+two replicas and a Lease of their own, a ServiceMonitor, a PrometheusRule with thresholds of
+its own, a tighter NetworkPolicy).
 
 Cases:
 - ``helm lint --strict`` passes for both value sets.
 - The rendered objects pass kubernetes-validate's strict schemas of Kubernetes 1.28 (the
-  chart's oldest) and 1.35; the only kind skipped is named: ServiceMonitor (no bundled
-  schema). A kind outside that list without a schema fails.
+  chart's oldest) and 1.35; the only kinds skipped are named: ServiceMonitor and
+  PrometheusRule (no bundled schema). A kind outside that list without a schema fails.
 - The chart's CRDs validate as CustomResourceDefinitions and equal the generated ones in
   crds/ byte for byte; the chart's crds/ holds nothing else.
 - yamllint finds nothing in the rendered output.
@@ -32,14 +33,24 @@ Cases:
 - Leader election: the Lease KUBETURN_LEASE names is the one the Role lets the operator
   update; no kopf peering object or rule is left; Recreate renders without
   rollingUpdate. The ServiceMonitor only when asked for.
+- Alerts: the PrometheusRule only when asked for and metrics are served; its labels, the
+  five alert names (the leader's left out when asked), the alert labels, a severity and
+  a summary and description on each, each expression selecting this release's series,
+  the thresholds from values; the series and labels they read are those the operator's
+  metrics module exposes. Where promtool is installed, ``promtool check rules`` and
+  ``promtool test rules`` on the default rules: each alert fires on samples that should
+  fire it, with its labels and rendered annotations, and stays quiet on healthy ones
+  (skipped, with the reason, without promtool).
 - values.yaml: every key has a comment; the chart refuses an unknown top-level key, an
-  unknown log format, an apiKeySecret without apiKeyEnv, a fractional lease duration and
-  a renew deadline not below the lease duration.
+  unknown log format, an apiKeySecret without apiKeyEnv, a fractional lease duration, a
+  renew deadline not below the lease duration, a failed-Turns ratio above 1 and an alert
+  window that is not a duration.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -62,7 +73,10 @@ WATCHED = ["team-a", "team-b"]
 KUBERNETES_VERSIONS = ["1.28", "1.35"]
 """The chart's oldest supported release (Chart.yaml kubeVersion) and kubectl's."""
 
-NO_SCHEMA = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+NO_SCHEMA = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 """Custom resources kubernetes-validate has no schema for; skipped, and only these."""
 
 LEADER_ROLE = f"{FULLNAME}-leader-election"
@@ -535,6 +549,271 @@ def test_metrics_service_and_service_monitor(
     ]
 
 
+# --------------------------------------------------------------------------- alerts
+
+ALERTS = [
+    "KubeturnOperatorDown",
+    "KubeturnOperatorNoLeader",
+    "KubeturnReconcileErrors",
+    "KubeturnSweepSlow",
+    "KubeturnTurnsFailing",
+]
+SCRAPED = f'job="{FULLNAME}-metrics",namespace="{NAMESPACE}"'
+"""The series of the operator's metrics as the chart's ServiceMonitor scrapes them."""
+DEPLOYED = f'namespace="{NAMESPACE}",deployment="{FULLNAME}"'
+"""kube-state-metrics' series of the operator's Deployment."""
+PROMTOOL_SECONDS = 60.0
+"""promtool checks and evaluates five rules over an hour of samples in well under 1 s."""
+
+
+def _alerts(objects: list[Object]) -> dict[str, Object]:
+    """The PrometheusRule's alerting rules, by alert name."""
+    (group,) = _one(objects, "PrometheusRule", FULLNAME)["spec"]["groups"]
+    return {rule["alert"]: rule for rule in group["rules"]}
+
+
+def _alert_rendering(helm: str, *settings: str) -> list[Object]:
+    args = [*_template_args(None), "--set", "metrics.prometheusRule.enabled=true"]
+    for setting in settings:
+        args += ["--set", setting]
+    return [doc for doc in yaml.safe_load_all(_helm(helm, *args).stdout) if doc]
+
+
+def test_prometheus_rule_only_when_asked_for(
+    helm: str, default_objects: list[Object], custom_objects: list[Object]
+) -> None:
+    assert not _of_kind(default_objects, "PrometheusRule")
+    assert _of_kind(custom_objects, "PrometheusRule")
+    # No metrics Service, nothing scraped: the rules would only say the operator is down.
+    assert not _of_kind(_alert_rendering(helm, "metrics.enabled=false"), "PrometheusRule")
+    without_leader = _alerts(
+        _alert_rendering(helm, "metrics.prometheusRule.noLeader.enabled=false")
+    )
+    assert sorted(without_leader) == sorted(set(ALERTS) - {"KubeturnOperatorNoLeader"})
+
+
+def test_prometheus_rule_labels_names_and_thresholds(custom_objects: list[Object]) -> None:
+    rule = _one(custom_objects, "PrometheusRule", FULLNAME)
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    assert rule["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    rules = _alerts(custom_objects)
+    assert sorted(rules) == sorted(ALERTS)
+    for name, alert in rules.items():
+        assert alert["labels"]["team"] == "platform", name
+        assert alert["labels"]["severity"] in {"critical", "warning"}, name
+        assert sorted(alert["annotations"]) == ["description", "summary"], name
+        assert all(alert["annotations"].values()), name
+        selects = DEPLOYED if name == "KubeturnOperatorNoLeader" else SCRAPED
+        assert selects in alert["expr"], name
+    # The thresholds of values-custom.yaml, each where it belongs.
+    assert {name: alert["for"] for name, alert in rules.items()} == {
+        "KubeturnOperatorDown": "3m",
+        "KubeturnOperatorNoLeader": "4m",
+        "KubeturnReconcileErrors": "10m",
+        "KubeturnSweepSlow": "20m",
+        "KubeturnTurnsFailing": "30m",
+    }
+    assert rules["KubeturnReconcileErrors"]["expr"].endswith("[20m])) > 10")
+    assert "[5m]))) > 2.5" in rules["KubeturnSweepSlow"]["expr"]
+    assert rules["KubeturnTurnsFailing"]["expr"].count("[1h]") == 2
+    assert rules["KubeturnTurnsFailing"]["expr"].endswith("> 0.5")
+
+
+def _exposed() -> dict[str, set[str]]:
+    """The operator's series names as prometheus-client exposes them (a counter with
+    ``_total``, a histogram with ``_bucket``, ``_count``, ``_sum``), with their labels."""
+    from prometheus_client import Counter, Gauge, Histogram
+
+    from kubeturn.k8s import metrics
+
+    suffixes = {Counter: ["_total"], Gauge: [""], Histogram: ["_bucket", "_count", "_sum"]}
+    exposed = {}
+    for metric in vars(metrics).values():
+        for kind, endings in suffixes.items():
+            if isinstance(metric, kind):
+                (family,) = metric.describe()
+                # prometheus-client keeps a metric's label names in this attribute only.
+                labels = set(metric._labelnames)
+                exposed.update({family.name + ending: labels for ending in endings})
+                if kind is Histogram:
+                    exposed[f"{family.name}_bucket"] = labels | {"le"}
+    return exposed
+
+
+def test_prometheus_rule_reads_series_the_operator_exposes(custom_objects: list[Object]) -> None:
+    exposed = _exposed()
+    selectors = [
+        (name, matchers)
+        for alert in _alerts(custom_objects).values()
+        for name, matchers in re.findall(r"(kubeturn_\w+)\{([^}]*)\}", alert["expr"])
+    ]
+    assert {name for name, _ in selectors} == {
+        "kubeturn_reconcile_errors_total",
+        "kubeturn_sweep_to_settled_seconds_bucket",
+        "kubeturn_turns_total",
+    }
+    for name, matchers in selectors:
+        assert name in exposed, f"{name} is not a series of kubeturn.k8s.metrics"
+        labels = set(re.findall(r"(\w+)=", matchers)) - {"job", "namespace"}
+        assert labels <= exposed[name], f"{name}: no label {labels - exposed[name]}"
+
+
+def _series(name: str, labels: str, values: str) -> Object:
+    return {"series": f"{name}{{{labels}}}", "values": values}
+
+
+def _expected(rule: Object, labels: dict[str, str], rendered: dict[str, str]) -> dict[str, Any]:
+    """What promtool must see of one firing alert: its labels, and its annotations with
+    each of Prometheus's templates (``{{ ... }}``) replaced as ``rendered`` says."""
+    annotations = {}
+    for key, text in rule["annotations"].items():
+        for template, value in rendered.items():
+            text = text.replace(f"{{{{ {template} }}}}", value)
+        assert "{{" not in text, f"{rule['alert']}: a template left unrendered in {text!r}"
+        annotations[key] = text
+    return {"exp_labels": {**rule["labels"], **labels}, "exp_annotations": annotations}
+
+
+def _promtool_cases(rules: dict[str, Object]) -> list[Object]:
+    """promtool unit tests of the default rules: each alert fires on the samples that
+    should fire it, with the labels and words it should carry, and stays quiet on
+    healthy ones. One sample a minute."""
+    scraped = {"job": f"{FULLNAME}-metrics", "namespace": NAMESPACE}
+
+    def case(alert: str, series: list[Object], at: str, *expected: Object) -> Object:
+        test = {"eval_time": at, "alertname": alert, "exp_alerts": list(expected)}
+        return {"interval": "1m", "input_series": series, "alert_rule_test": [test]}
+
+    def turns(outcome: str, cause: str, values: str) -> Object:
+        labels = f'{SCRAPED},outcome="{outcome}",cause="{cause}"'
+        return _series("kubeturn_turns_total", labels, values)
+
+    def buckets(fast: int, slow: int) -> list[Object]:
+        """``fast`` sweeps a minute under 0.1 s, ``slow`` ones between 5 and 10 s."""
+        per_minute = {"0.1": fast, "5.0": fast, "10.0": fast + slow, "+Inf": fast + slow}
+        return [
+            _series("kubeturn_sweep_to_settled_seconds_bucket", f'{SCRAPED},le="{le}"', f"0+{n}x60")
+            for le, n in per_minute.items()
+        ]
+
+    down = rules["KubeturnOperatorDown"]
+    leader = rules["KubeturnOperatorNoLeader"]
+    errors = rules["KubeturnReconcileErrors"]
+    slow = rules["KubeturnSweepSlow"]
+    failing = rules["KubeturnTurnsFailing"]
+    ready = _series("kube_deployment_status_replicas_ready", DEPLOYED, "1 0x20")
+    return [
+        # The only operator pod stops answering at 2m: pending for 5m, then firing.
+        case(down["alert"], [_series("up", f'{SCRAPED},pod="a"', "1 1 0x20")], "6m"),
+        case(
+            down["alert"],
+            [_series("up", f'{SCRAPED},pod="a"', "1 1 0x20")],
+            "8m",
+            _expected(down, scraped, {}),
+        ),
+        # Nothing scraped at all (no ServiceMonitor target): the same alert.
+        case(
+            down["alert"],
+            [_series("up", 'job="other",namespace="elsewhere"', "1x20")],
+            "8m",
+            _expected(down, scraped, {}),
+        ),
+        # A standby still answers: the operator is not down.
+        case(
+            down["alert"],
+            [
+                _series("up", f'{SCRAPED},pod="a"', "1 1 0x20"),
+                _series("up", f'{SCRAPED},pod="b"', "1x20"),
+            ],
+            "10m",
+        ),
+        # No ready pod from 1m: firing after 5m; scaled to zero on purpose: quiet.
+        case(
+            leader["alert"],
+            [ready, _series("kube_deployment_spec_replicas", DEPLOYED, "1x20")],
+            "7m",
+            _expected(leader, {"namespace": NAMESPACE, "deployment": FULLNAME}, {}),
+        ),
+        case(
+            leader["alert"],
+            [ready, _series("kube_deployment_spec_replicas", DEPLOYED, "1 0x20")],
+            "10m",
+        ),
+        # One handler failing every minute: 15 in 15m, above 5 for 15m; another failed twice.
+        case(
+            errors["alert"],
+            [
+                _series(
+                    "kubeturn_reconcile_errors_total",
+                    f'{SCRAPED},pod="a",resource="runs"',
+                    "0+1x40",
+                ),
+                _series(
+                    "kubeturn_reconcile_errors_total",
+                    f'{SCRAPED},pod="a",resource="workspaces"',
+                    "0 1 2x40",
+                ),
+            ],
+            "31m",
+            _expected(
+                errors,
+                {"namespace": NAMESPACE, "resource": "runs"},
+                {"$labels.resource": "runs", "$value | humanize": "15"},
+            ),
+        ),
+        # Every sweep waits 5-10 s: p99 9.95 s; every sweep in milliseconds: quiet.
+        case(
+            slow["alert"],
+            buckets(0, 10),
+            "30m",
+            _expected(slow, {"namespace": NAMESPACE}, {"$value | humanizeDuration": "9.95s"}),
+        ),
+        case(slow["alert"], buckets(10, 0), "30m"),
+        # Half the Turns failed for the last hour: firing; none failed: quiet.
+        case(
+            failing["alert"],
+            [turns("failed", "", "0+1x60"), turns("ended", "pick", "0+1x60")],
+            "50m",
+            _expected(failing, {"namespace": NAMESPACE}, {"$value | humanizePercentage": "50%"}),
+        ),
+        case(
+            failing["alert"],
+            [turns("failed", "", "0x60"), turns("ended", "pick", "0+1x60")],
+            "50m",
+        ),
+    ]
+
+
+def test_prometheus_rule_alerts_fire_as_promtool_evaluates_them(helm: str, tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip(
+            "no promtool (Debian's prometheus package has it): the alerts are not evaluated"
+        )
+    objects = _alert_rendering(helm)
+    groups = _one(objects, "PrometheusRule", FULLNAME)["spec"]["groups"]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": _promtool_cases(_alerts(objects)),
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    for command in (["check", "rules", "rules.yaml"], ["test", "rules", "tests.yaml"]):
+        result = subprocess.run(
+            [promtool, *command],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=PROMTOOL_SECONDS,
+            check=False,
+        )
+        assert result.returncode == 0, (
+            f"promtool {' '.join(command)}:\n{result.stdout}{result.stderr}"
+        )
+
+
 # --------------------------------------------------------------------------- providers
 
 
@@ -629,6 +908,8 @@ def test_every_values_key_has_a_comment() -> None:
             "leaderElection.retryPeriodSeconds=9",
             "above 1.2 × retryPeriodSeconds",
         ),
+        ("metrics.prometheusRule.failedTurns.ratio=2", "ratio"),
+        ("metrics.prometheusRule.sweepLatency.window=ten", "window"),
     ],
     ids=[
         "unknown-key",
@@ -637,6 +918,8 @@ def test_every_values_key_has_a_comment() -> None:
         "fractional-lease",
         "renew-deadline-above-lease",
         "retry-period-too-long",
+        "failed-ratio-above-one",
+        "alert-window-not-a-duration",
     ],
 )
 def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:

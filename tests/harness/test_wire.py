@@ -63,6 +63,7 @@ GUARDED = [
     ("GET", "/openapi.json"),
     ("POST", "/worktrees"),
     ("GET", "/repos"),
+    ("DELETE", "/runs/default.review-1?branch=kubeturn%2Freview-1"),
 ]
 
 

@@ -331,6 +331,7 @@ CALLS: dict[str, Call] = {
     "send_sweep": lambda c: c.send_sweep(Sweep("t1", AGENT, IID, None, None)),
     "send_exec": lambda c: c.send_exec(EXEC),
     "worktrees": lambda c: c.worktrees("run-1", "kubeturn/run-1", ["target"]),
+    "forget_run": lambda c: c.forget_run("default.run-1", "kubeturn/run-1", seconds=5),
 }
 
 

@@ -9,7 +9,8 @@ make give ``Ready=False, WorktreesFailed`` with its words, and are asked for aga
 a back-off), and drives the Orchestrator core. The snapshot is written to ``Run.status``
 before any effect is applied; ``spec.signals`` are sent once each (their ids live in the
 snapshot) and ``spec.cancel`` once. Deleting a Run deletes its live AgentTurns, whose
-finalizers sweep them, before the Run goes.
+finalizers sweep them, before the Run goes; then the Harness of the shared Workspace it
+worked in forgets it: its worktrees and conversations (ADR 0030).
 """
 
 from __future__ import annotations
@@ -166,14 +167,71 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.delete(GROUP, VERSION, "runs", registry=registry)
     @metrics.counting_errors("runs")
-    async def sweep_all(namespace: str | None, name: str, **_: Any) -> None:
-        """Before a Run goes, every Turn it holds is swept (its AgentTurn's finalizer)."""
+    async def sweep_all(
+        body: kopf.Body, namespace: str | None, name: str, logger: kopf.Logger, **_: Any
+    ) -> None:
+        """Before a Run goes, every Turn it holds is swept (its AgentTurn's finalizer),
+        and then the shared Workspace it worked in forgets it (ADR 0030)."""
         assert namespace is not None, "Runs are namespaced"
         label = {"kubeturn.dev/run": name}
         for turn in await hub.kube.list(AGENTTURNS, namespace, labels=label):
             await hub.kube.delete(AGENTTURNS, namespace, turn["metadata"]["name"])
         while await hub.kube.list(AGENTTURNS, namespace, labels=label):
             await asyncio.sleep(0.2)
+        await _forget(hub, namespace, name, dict(body.get("spec") or {}), logger)
+
+
+async def _forget(
+    hub: Hub, namespace: str, run: str, spec: dict[str, Any], logger: kopf.Logger
+) -> None:
+    """Have the Harness of the shared Workspace the Run worked in forget it: remove its
+    worktrees (their branch stays) and its conversations. A Workspace made from the Run's
+    template goes with the Run, and one that is gone or going takes its volume along:
+    nothing to ask. All within ``harnesses.WAIT_S``: a Harness not reached by then, or
+    one that refuses, leaves them on the volume, and the Run goes anyway."""
+    workspace = (spec.get("workspace") or {}).get("name")
+    if not workspace:
+        return
+    found = await hub.kube.get(WORKSPACES, namespace, workspace)
+    if found is None or found["metadata"].get("deletionTimestamp"):
+        return
+    deadline = time.monotonic() + harnesses.WAIT_S
+    unanswered: HarnessUnreachable | None = None
+    while (harness := await harnesses.wait(hub, namespace, workspace, deadline)) is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            forgot = await harness.forget_run(f"{namespace}.{run}", _branch(run), seconds=left)
+        except HarnessRefused as refused:
+            logger.warning(
+                f"the Harness of Workspace {workspace} refused to forget the Run, whose "
+                f"worktrees and conversations stay on its volume: {refused.said}"
+            )
+            return
+        except HarnessUnreachable as unreached:
+            # The sandbox Pod may be being made again: ask the Harness serving then.
+            unanswered = unreached
+            await asyncio.sleep(harnesses.POLL_S)
+            continue
+        removed = ", ".join(sorted(tree.path for tree in forgot.worktrees.values())) or "none"
+        logger.info(
+            f"the Harness of Workspace {workspace} forgot the Run: worktrees removed: "
+            f"{removed}; conversations: {forgot.conversations}"
+        )
+        return
+    if time.monotonic() >= deadline:
+        why = f": {unanswered}" if unanswered is not None else ""
+        logger.warning(
+            f"the Harness of Workspace {workspace} was not reached within "
+            f"{harnesses.WAIT_S:g} s{why}; the Run's worktrees and conversations stay on "
+            "its volume"
+        )
+
+
+def _branch(run: str) -> str:
+    """The branch a Run's worktrees are made on (as ``_workspace`` asks for them)."""
+    return f"kubeturn/{run}"
 
 
 async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> LoadedRun | None:
@@ -238,7 +296,7 @@ async def _workspace(
     await _note(
         hub, body, conditions.WAITING_FOR_WORKSPACE, f"waiting for Workspace {name} to be Ready"
     )
-    branch = f"kubeturn/{meta['name']}"
+    branch = _branch(meta["name"])
     made = None
     pause = WORKTREES_RETRY_S
     while not stopped and made is None:

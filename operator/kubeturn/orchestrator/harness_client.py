@@ -1,5 +1,5 @@
-"""The Orchestrator's client of a Harness: admit, follow, sweep, exec, worktrees (a
-``TurnPort`` and an ``ExecPort`` over HTTP).
+"""The Orchestrator's client of a Harness: admit, follow, sweep, exec, worktrees and
+forgetting a deleted Run (a ``TurnPort`` and an ``ExecPort`` over HTTP).
 
 Admissions carry an idempotency key, so re-sending one (after a restart, or after a
 failure that hid the answer) admits nothing twice. Settlements are followed on the
@@ -50,6 +50,7 @@ from kubeturn_harness.wire import (
     ExecResponse,
     History,
     Outcome,
+    RunForgotten,
     Settlement,
     StreamEvent,
     WorktreesResponse,
@@ -313,6 +314,22 @@ class HarnessClient:
         made = _decoded(_WORKTREES, answer, what)
         return {slot: tree.path for slot, tree in made.worktrees.items()}
 
+    async def forget_run(self, run_id: str, branch: str, *, seconds: float) -> RunForgotten:
+        """Have the Harness forget a deleted Run (``<namespace>.<name>``): remove its
+        worktrees on ``branch`` (the branch stays) and its conversations; what it removed.
+        Safe to repeat: a second call removes nothing more."""
+        what = "the forgetting of the Run"
+        answer = await self._call(
+            "DELETE",
+            f"{self._base}/runs/{quote(run_id, safe='')}",
+            what,
+            params={"branch": branch},
+            seconds=seconds,
+        )
+        if answer.status != 200:
+            raise _refused(what, answer)
+        return _decoded(_FORGOTTEN, answer, what)
+
     async def _itself(self) -> HarnessClient:
         return self
 
@@ -380,6 +397,7 @@ _EVENTS = TypeAdapter(list[StreamEvent])
 _HISTORY = TypeAdapter(History)
 _EXECUTED = TypeAdapter(ExecResponse)
 _WORKTREES = TypeAdapter(WorktreesResponse)
+_FORGOTTEN = TypeAdapter(RunForgotten)
 
 
 def _decoded(shape: TypeAdapter[T], answer: _Answer, what: str) -> T:

@@ -1,0 +1,161 @@
+"""A deleted Run leaves nothing behind in a shared Workspace (ADR 0030): the real operator
+(kopf, in a thread of its own) against the API emulator, the kubelet running the sandbox
+Pod as a real Harness process whose ``/work`` is a directory of this machine.
+
+Cases:
+- deleting a finished Run in the shared Workspace removes its worktree from the sandbox
+  (the directory is gone, git lists it no more, its branch stays in the clone) and its
+  conversation from the Harness (its history answers 404), and drops its entry from
+  ``Workspace.status.worktrees``, while another Run's worktree, conversation and entry
+  stay;
+- a Run whose Workspace was deleted first goes at once, without waiting for a Harness
+  (its worktree stays on the volume the Workspace left behind: the emulator collects no
+  garbage).
+
+The emulator has no garbage collection and no admission; the kubelet's limits are in
+:mod:`kubelet`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import quote
+
+import aiohttp
+import pytest
+
+from kubeturn.k8s import harnesses
+from kubeturn_harness.scripted import parse_script, serve
+from tests.operator import emulator
+from tests.operator import kubelet as kubelet_
+from tests.operator.operator_support import (
+    GROUP_VERSION,
+    NAMESPACE,
+    RUNS,
+    WAIT_S,
+    WORKSPACES,
+    OperatorThread,
+    eventually,
+    fail_on_logged_errors,
+    make_origin,
+    read,
+    settings,
+    status,
+)
+from tests.operator.test_workspace_lifecycle import (
+    FIRST,
+    POD,
+    SCRIPT,
+    SECOND,
+    WORKSPACE,
+    World,
+    coder,
+    run,
+    workspace,
+)
+
+RUN_PATH = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{{name}}"
+
+
+@pytest.fixture
+async def world(
+    k8s: emulator.KubernetesApi,
+    k8s_client: aiohttp.ClientSession,
+    kubeconfig: Path,
+    kubelet: kubelet_.Kubelet,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> AsyncIterator[World]:
+    """The operator on the scripted model, the shared Workspace Ready; the test fails if
+    the operator or a Harness logged an error."""
+    runner, url = await serve(parse_script(SCRIPT))
+    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+    operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+    made = World(k8s, k8s_client, session, kubelet, make_origin(tmp_path / "git"))
+    started = False
+    try:
+        started = True  # from here on it has a thread to stop, even if it fails to start
+        await operator.start()
+        await made.create(workspace(made.origin))
+        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
+        yield made
+    finally:
+        try:
+            if started:
+                await operator.stop()
+        finally:
+            await session.close()
+            await runner.cleanup()
+    fail_on_logged_errors(caplog, kubelet.started)
+
+
+def git(clone: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # The clone belongs to the tools' user: git refuses another owner's repository
+    # unless told it is safe.
+    return subprocess.run(
+        ["git", "-c", f"safe.directory={clone}", "-C", str(clone), *args],
+        capture_output=True,
+        text=True,
+    )
+
+
+async def history_status(world: World, instance_id: str) -> int:
+    reader = await world.harness()
+    url = f"{reader.url}/agents/coder/{quote(instance_id, safe='')}?view=history"
+    headers = {"Authorization": f"Bearer {reader.token}"}
+    async with world.session.get(url, headers=headers) as answer:
+        return answer.status
+
+
+async def gone(world: World, name: str) -> None:
+    """Delete Run ``name`` and wait until it is gone (``WAIT_S``)."""
+    await world.delete(RUN_PATH.format(name=name))
+    await eventually(lambda: read(world.k8s, RUNS, name) is None, f"Run {name} to go")
+
+
+async def test_a_deleted_run_leaves_no_worktree_or_conversation_in_the_shared_workspace(
+    world: World,
+) -> None:
+    work = (await world.kubelet.running(POD)).work_root
+    clone = work / ".repos" / "target"
+    trees = {name: work / "target" / f"kubeturn-{name}" for name in (FIRST, SECOND)}
+    for name in (FIRST, SECOND):
+        await world.create(run(name))
+        await world.waiting(name)
+    await world.signal(FIRST, "approve")
+    await eventually(
+        lambda: status(world.k8s, RUNS, FIRST).get("phase") == "Succeeded", f"{FIRST} to end"
+    )
+    assert all((tree / "README.md").is_file() for tree in trees.values())
+    assert await history_status(world, coder(FIRST)) == 200
+
+    await gone(world, FIRST)
+
+    assert not trees[FIRST].exists()
+    listed = git(clone, "worktree", "list", "--porcelain").stdout
+    assert f"worktree {trees[FIRST]}\n" not in listed
+    assert f"worktree {trees[SECOND]}\n" in listed
+    assert git(clone, "rev-parse", "--verify", "--quiet", f"kubeturn/{FIRST}").returncode == 0
+    assert await history_status(world, coder(FIRST)) == 404
+    assert (trees[SECOND] / "README.md").is_file()
+    assert await history_status(world, coder(SECOND)) == 200
+    await world.until(
+        lambda: set(world.status().get("worktrees") or {}) == {SECOND}, f"{FIRST}'s entry to go"
+    )
+
+
+async def test_a_run_whose_workspace_is_gone_goes_at_once(world: World) -> None:
+    work = (await world.kubelet.running(POD)).work_root
+    await world.create(run(FIRST))
+    await world.waiting(FIRST)
+    await world.delete(f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/workspaces/{WORKSPACE}")
+    await eventually(lambda: read(world.k8s, WORKSPACES, WORKSPACE) is None, "the Workspace to go")
+
+    await gone(world, FIRST)
+
+    # The Run went within this test's bound, well below a wait for a Harness.
+    assert WAIT_S < harnesses.WAIT_S
+    assert (work / "target" / f"kubeturn-{FIRST}" / "README.md").is_file()
