@@ -10,7 +10,8 @@ Cases:
   number; ``Run.status.state`` is the final state ``done``;
   ``Run.status.turns`` holds each Turn once, ``turnCount`` is 4; one
   ``TurnSettled`` Event per Turn; ``kubectl get agentturns`` shows the CRD's printer
-  columns while a Turn runs;
+  columns while a Turn runs; the operator's ``/metrics`` counts the Run ``Succeeded``
+  and its Turns ``ended`` by ``pick``;
 - ``kubectl delete agentturn`` on a live Turn whose model request is held: the sweep
   names no cause, so the Harness settles it ``aborted`` with no message, as does the
   AgentTurn's last ``status.settlement``; the held request is cut and no other is made;
@@ -370,6 +371,14 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     steps = {match: [r["step"] for r in await world.requests(match)] for match in SCRIPTED}
     assert steps == {CODER: [0, 1, 2, 3], FIRST_REVIEW: [0, 1], SECOND_REVIEW: [0]}
     assert len(await world.requests()) == 7
+
+    # The operator's metrics count the Run by phase and its Turns by outcome and cause.
+    metrics_url = f"http://127.0.0.1:{world.operator.settings.metrics_port}/metrics"
+    async with world.session.get(metrics_url) as answer:
+        exposed = await answer.text()
+    assert 'kubeturn_runs{phase="Succeeded"} 1.0' in exposed
+    assert 'kubeturn_runs{phase="Running"} 0.0' in exposed
+    assert 'kubeturn_turns_total{cause="pick",outcome="ended"}' in exposed
     sandbox = await world.kubelet.running(f"{WORKSPACE}-kubeturn-sandbox")
     worktree = sandbox.work_root / "target" / f"kubeturn-{RUN}"
     assert sorted(p.name for p in worktree.iterdir() if p.name != ".git") == [

@@ -98,6 +98,8 @@ class StatusStore:
         await self._hub.kube.patch(
             RUNS, self._namespace, self._name, {"status": status}, status=True
         )
+        self._hub.phases[f"{self._namespace}/{self._name}"] = core.phase.value
+        count_phases(self._hub)
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
@@ -164,6 +166,11 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         finally:
             await actor.close()
             hub.registry.actors.pop(key, None)
+            if kopf.DaemonStoppingReason.RESOURCE_DELETED in (
+                stopped.reason or kopf.DaemonStoppingReason(0)
+            ):
+                hub.phases.pop(key, None)
+                count_phases(hub)
 
     @kopf.on.delete(GROUP, VERSION, "runs", registry=registry)
     @metrics.counting_errors("runs")
@@ -349,7 +356,8 @@ async def _note(hub: Hub, body: kopf.Body, reason: str, message: str) -> None:
 
 
 def count_phases(hub: Hub) -> None:
-    """The runs-by-phase gauge, from what this operator drives."""
+    """The runs-by-phase gauge, from the Runs this operator drives (a finished one counts
+    under its phase until it is deleted)."""
     counts: dict[str, int] = {}
     for phase in hub.phases.values():
         counts[phase] = counts.get(phase, 0) + 1
