@@ -12,7 +12,19 @@ Cases:
   a ``SandboxRecreated`` Event on the Workspace says why;
 - a sandbox Pod that ended ``Failed`` (evicted) is deleted and made again; until the new
   one is Ready the condition keeps the eviction's message; a ``SandboxEnded`` Warning and
-  a ``SandboxRecreated`` Event say so.
+  a ``SandboxRecreated`` Event say so;
+- a Workspace whose ``spec.env`` and ``spec.storage`` change while its Run waits (its
+  Turn swept, none running) makes its sandbox anew (ADR 0032): the new Pod carries the
+  new env, and so does its new Harness process; the Workspace said ``SandboxCurrent=False``
+  (``SpecChanged``) on the way, and is ``Ready`` and ``SandboxCurrent`` again; one
+  ``SandboxUpdated`` Event names ``env``, no ``SandboxRecreated``; the conversation is in
+  the new Harness's history and the Run goes on there; the providers ConfigMap and the
+  NetworkPolicy, changed by hand meanwhile, are put back; the volume's claim is left as
+  it was and ``VolumeCurrent=False`` (``StorageChanged``) says so;
+- with a Turn running (its model request held), a changed ``spec.env`` leaves the Pod
+  serving: ``SandboxCurrent=False`` names the running AgentTurn, ``Ready`` stays True,
+  the Turn runs on; once a signal sweeps it (``aborted``, not cut by the roll) the Pod is
+  made anew.
 
 Each scenario's Workspace is a named one that its Runs share. The emulator has no
 garbage collection and no admission; the kubelet's limits are in :mod:`kubelet`.
@@ -36,6 +48,7 @@ from kubeturn_harness.scripted import parse_script, serve
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.operator_support import (
+    AGENTTURNS,
     GROUP_VERSION,
     NAMESPACE,
     RUNS,
@@ -49,6 +62,7 @@ from tests.operator.operator_support import (
     fail_on_logged_errors,
     harness_token,
     make_origin,
+    model_requests,
     read,
     script,
     settings,
@@ -59,8 +73,16 @@ WORKSPACE = "shared"
 POD = f"{WORKSPACE}-kubeturn-sandbox"
 FIRST, SECOND = "first", "second"
 PROMPTS = {FIRST: "Do the first task", SECOND: "Do the second task"}
-SCRIPT = script({prompt: [{"toolCalls": [call("finish")]}] for prompt in PROMPTS.values()})
-"""Each Run's coder picks ``finish`` at once."""
+LONG = "Do the long task"
+SCRIPT = script(
+    {
+        **{prompt: [{"toolCalls": [call("finish")]}] for prompt in PROMPTS.values()},
+        LONG: [{"text": "Working on it.", "hold": True}],
+    }
+)
+"""Each Run's coder picks ``finish`` at once; a ``LONG`` Turn's model request is held."""
+MARK = "SANDBOX_MARK"
+"""A variable of the Workspace's ``spec.env`` that a test changes."""
 
 Body = dict[str, Any]
 
@@ -103,6 +125,23 @@ def run(name: str) -> Body:
     }
 
 
+def long_run(name: str) -> Body:
+    """A Run whose coder's model request is held until a signal ``stop`` sweeps its Turn."""
+    body = run(FIRST)
+    body["metadata"]["name"] = name
+    body["spec"]["machine"] = {
+        "initial": "working",
+        "states": {
+            "working": {
+                "invoke": {"agent": {"slot": "coder", "prompt": LONG}},
+                "on": {"stop": {"target": "done", "description": "Stop working."}},
+            },
+            "done": {"type": "final"},
+        },
+    }
+    return body
+
+
 def coder(name: str) -> str:
     """The coder's Instance ID in Run ``name`` (a continued conversation's)."""
     return f"{NAMESPACE}.{name}/root/coder"
@@ -116,6 +155,9 @@ class World(Writes):
     session: aiohttp.ClientSession
     kubelet: kubelet_.Kubelet
     origin: str
+    model: str = ""
+    """The scripted model's base URL (its control routes live there), for the scenarios
+    that hold a model request."""
     versions: list[Body] = field(default_factory=list)
     """Every version of the Workspace the API served on a watch, in order."""
 
@@ -123,8 +165,16 @@ class World(Writes):
         return status(self.k8s, WORKSPACES, WORKSPACE)
 
     def ready(self) -> Body:
-        found = [c for c in self.status().get("conditions", []) if c["type"] == "Ready"]
+        return self.condition("Ready")
+
+    def condition(self, type_: str) -> Body:
+        found = [c for c in self.status().get("conditions", []) if c["type"] == type_]
         return found[0] if found else {}
+
+    async def patch(self, path: str, patch: Body) -> None:
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.api.patch(path, data=json.dumps(patch), headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
 
     async def until(self, check: Callable[[], Any], what: str) -> Any:
         return await eventually(check, what, describe=lambda: json.dumps(self.status()))
@@ -173,7 +223,9 @@ async def world(
     providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
     operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-    made = World(k8s, k8s_client, session, kubelet, make_origin(tmp_path / "git"))
+    made = World(
+        k8s, k8s_client, session, kubelet, make_origin(tmp_path / "git"), url.removesuffix("/v1")
+    )
     opened = asyncio.Event()
     watch = asyncio.create_task(_watch(k8s_client, made.versions, opened))
     started = False
@@ -246,7 +298,8 @@ async def test_the_workspace_reports_its_clones_and_each_running_runs_worktrees(
     assert status(world.k8s, RUNS, FIRST)["phase"] == "Succeeded"
     await world.delete(f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{SECOND}")
     await world.until(lambda: not world.status().get("worktrees"), f"{SECOND}'s entry to go")
-    assert read(world.k8s, RUNS, SECOND) is None
+    # The entry goes once the Run is being deleted; the Run, once its finalizer is done.
+    await world.until(lambda: read(world.k8s, RUNS, SECOND) is None, f"{SECOND} to go")
     assert world.status()["phase"] == "Ready"
 
 
@@ -332,3 +385,160 @@ async def test_an_evicted_sandbox_pod_is_made_again_keeping_why(world: World) ->
     assert (ended["type"], ended["message"]) == ("Warning", why)
     (recreated,) = events(world.k8s, "SandboxRecreated")
     assert recreated["message"].startswith(why)
+
+
+# ----------------------------------------------------------------------------- a changed spec
+
+WORKSPACE_PATH = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/workspaces/{WORKSPACE}"
+
+
+CHILDREN = (
+    ("v1/configmaps", f"{WORKSPACE}-kubeturn-providers"),
+    ("networking.k8s.io/v1/networkpolicies", POD),
+    ("v1/persistentvolumeclaims", f"{WORKSPACE}-kubeturn-work"),
+)
+"""The providers ConfigMap, the NetworkPolicy and the volume's claim."""
+
+
+def stored(k8s: emulator.KubernetesApi, resource: str, name: str) -> Body:
+    found = read(k8s, resource, name)
+    assert found is not None, f"no {resource} {name}"
+    return found
+
+
+def harness_env(sandbox: kubelet_.Sandbox) -> dict[str, str]:
+    """The environment the sandbox's Harness process runs with (Linux's /proc)."""
+    raw = Path(f"/proc/{sandbox.process.pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+def pod_env(k8s: emulator.KubernetesApi) -> dict[str, Any]:
+    (harness,) = [
+        c for c in stored(k8s, "v1/pods", POD)["spec"]["containers"] if c["name"] == "harness"
+    ]
+    return {variable["name"]: variable.get("value") for variable in harness["env"]}
+
+
+async def test_a_changed_spec_makes_an_idle_sandbox_anew(world: World) -> None:
+    assert world.condition("SandboxCurrent")["status"] == "True"
+    assert world.condition("VolumeCurrent")["status"] == "True"
+    await world.create(run(FIRST))
+    await world.waiting(FIRST)
+    before = await world.harness()
+    logged = await before.history("coder", coder(FIRST))
+    old = world.status()["endpoint"]
+    assert MARK not in harness_env(await world.kubelet.running(POD))
+    seen = len(world.versions)
+    providers, policy, claim = (stored(world.k8s, *child) for child in CHILDREN)
+    # Changed by hand: brought back when the Workspace is looked at anew.
+    await world.patch(
+        f"/api/v1/namespaces/{NAMESPACE}/configmaps/{WORKSPACE}-kubeturn-providers",
+        {"data": {"providers.yaml": "{}\n"}},
+    )
+    await world.patch(
+        f"/apis/networking.k8s.io/v1/namespaces/{NAMESPACE}/networkpolicies/{POD}",
+        {"spec": {"ingress": []}},
+    )
+
+    await world.patch(
+        WORKSPACE_PATH,
+        {"spec": {"env": [{"name": MARK, "value": "second"}], "storage": {"size": "20Gi"}}},
+    )
+    await world.until(
+        lambda: (
+            world.status().get("phase") == "Ready"
+            and world.status()["endpoint"] != old
+            and world.condition("SandboxCurrent").get("status") == "True"
+        ),
+        "the Workspace Ready at a new endpoint, its sandbox current",
+    )
+    after = await world.kubelet.running(POD)
+    assert [s.url for s in world.kubelet.started] == [old, after.url]
+    assert pod_env(world.k8s)[MARK] == "second"
+    assert harness_env(after)[MARK] == "second"
+
+    # On the way: the old Pod said to be of an older spec, the Workspace Ready no more.
+    said = [
+        c
+        for v in world.versions[seen:]
+        for c in v["status"].get("conditions", [])
+        if c["type"] == "SandboxCurrent" and c["status"] == "False"
+    ]
+    assert said, "the Workspace never said its sandbox ran an older spec"
+    assert all(c["reason"] == "SpecChanged" for c in said), said
+    assert "env changed" in said[0]["message"]
+    (updated,) = events(world.k8s, "SandboxUpdated")
+    assert updated["involvedObject"]["kind"] == "Workspace"
+    assert "(env changed)" in updated["message"]
+    assert events(world.k8s, "SandboxRecreated") == []
+
+    # The other objects: put back as the operator makes them; the volume left as it was.
+    now = [stored(world.k8s, *child) for child in CHILDREN]
+    assert [now[0]["data"], now[1]["spec"], now[2]["spec"]] == [
+        providers["data"],
+        policy["spec"],
+        claim["spec"],
+    ]
+    volume = world.condition("VolumeCurrent")
+    assert (volume["status"], volume["reason"]) == ("False", "StorageChanged")
+    assert "size 20Gi (the claim has 10Gi)" in volume["message"]
+
+    # The conversation is in the new Harness's history, and the Run goes on there.
+    reader = await world.harness()
+    assert await reader.history("coder", coder(FIRST)) == logged
+    await world.signal(FIRST, "approve")
+    await world.until(
+        lambda: status(world.k8s, RUNS, FIRST).get("phase") == "Succeeded", f"{FIRST} to end"
+    )
+
+
+async def test_a_changed_spec_waits_for_the_running_turn(world: World) -> None:
+    name = "long"
+    await world.create(long_run(name))
+
+    async def held() -> bool:
+        return any(r["held"] for r in await model_requests(world.session, world.model, LONG))
+
+    await world.until(held, "the Turn's model request held")
+    turn = f"{name}-t1"
+    await world.until(
+        lambda: status(world.k8s, AGENTTURNS, turn).get("phase") == "Running",
+        "the AgentTurn Running",
+    )
+    old = await world.kubelet.running(POD)
+
+    await world.patch(WORKSPACE_PATH, {"spec": {"env": [{"name": MARK, "value": "second"}]}})
+    waiting = await world.until(
+        lambda: (
+            world.status().get("observedGeneration") == 2
+            and world.condition("SandboxCurrent").get("reason") == "SpecChanged"
+            and world.condition("SandboxCurrent")
+        ),
+        "the Workspace to say its sandbox runs an older spec",
+    )
+    assert waiting["status"] == "False"
+    assert (
+        f"it is made anew when no Turn runs on it (AgentTurn {turn} running)"
+        in (waiting["message"])
+    )
+    assert world.ready()["status"] == "True"
+    assert world.kubelet.started == [old]
+    assert status(world.k8s, AGENTTURNS, turn)["phase"] == "Running"
+    assert MARK not in pod_env(world.k8s)
+
+    await world.signal(name, "stop")
+    await world.until(
+        lambda: status(world.k8s, RUNS, name).get("phase") == "Succeeded", f"{name} to end"
+    )
+    await world.until(
+        lambda: (
+            world.status().get("phase") == "Ready"
+            and world.status()["endpoint"] != old.url
+            and world.condition("SandboxCurrent").get("status") == "True"
+        ),
+        "the sandbox made anew once the Turn was swept",
+    )
+    assert len(world.kubelet.started) == 2
+    assert pod_env(world.k8s)[MARK] == "second"
+    (record,) = status(world.k8s, RUNS, name)["turns"]
+    assert (record["outcome"], record.get("cause")) == ("aborted", None)

@@ -8,24 +8,42 @@ Cases:
   ``restartPolicy: Always``; its name is ``sandbox_name``'s;
 - ``workspace_of``: the Workspace a Run names, the one its template makes, or none;
 - ``read_pod``: gone, being deleted, ended (``Failed``/``Succeeded``, with reason and
-  message), starting (with containers waiting, e.g. in CrashLoopBackOff), running;
+  message), starting (with containers waiting, e.g. in CrashLoopBackOff, a restarting
+  one by the last line it said as it ended), running;
 - ``backoff_s``: 10, 20, 40, … s, capped at 300;
 - ``plan``: the first Pod is made at once; a running Pod is probed; an ended Pod is
   deleted, and the failure is said until a Harness is Ready; a Pod deleted is made again
   at once the first time, then only after the back-off (saying so, with when to look
   again); Ready ends the recreation, and resets the back-off only after ``STABLE_S``; a
   Pod the API refused is ``Failed`` with the refusal and retried after the back-off; a
-  Workspace being deleted is ``Terminating`` and nothing is done.
+  Workspace being deleted is ``Terminating`` and nothing is done;
+- the fingerprint (ADR 0032): the same spec gives the same hash in any process (a
+  golden value) and in any order of its maps' keys; the builder annotates the Pod with
+  it and ``read_pod`` reads it back; ``changed`` names the parts that differ (``env``,
+  ``providers``, ``image`` of every container, …), none for a current Pod, and
+  ``unrecorded`` for a Pod that carries no fingerprint;
+- ``plan`` with a changed spec: a current Pod is ``SandboxCurrent``; an idle one is
+  deleted (``ROLL``) and made anew at once, during a back-off too, taking no back-off
+  step, with no ``Ready`` of its own until the new Harness answers; a busy one is probed
+  and serves on, ``SandboxCurrent=False`` (``SpecChanged``) saying what it waits for;
+  a Workspace being deleted is not rolled;
+- ``what_runs``: the Workspace's AgentTurns that have not settled (named, at most three)
+  and the Runs running an exec on it; None when nothing runs;
+- ``volume_said``: equal quantities in other units match; a changed size or class is
+  ``StorageChanged``; a class the spec leaves out is not compared;
+- ``covers``: maps may hold more keys (defaults), lists as many items, values equal.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from typing import Any
 
 import pytest
 
 from kubeturn.api.status import WorkspacePhase
-from kubeturn.api.workspace import WorkspaceSpec
+from kubeturn.api.workspace import Storage, WorkspaceSpec
 from kubeturn.k8s import objects, sandboxes
 from kubeturn.k8s.sandboxes import Action, PodState, Recreation, plan, read_pod
 
@@ -39,15 +57,20 @@ SPEC = WorkspaceSpec.model_validate(
 )
 
 
-def pod_body(**status: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "shared-kubeturn-sandbox", "uid": "pod-1"}, "status": status}
+def pod_body(annotations: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "shared-kubeturn-sandbox", "uid": "pod-1"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"metadata": meta, "status": status}
 
 
 # ----------------------------------------------------------------------------- the builder
 
 
 class TestSandboxPod:
-    pod = objects.sandbox_pod(WORKSPACE, SPEC, image="harness:1", orchestrator_url="http://o")
+    pod = objects.sandbox_pod(
+        WORKSPACE, SPEC, image="harness:1", orchestrator_url="http://o", providers_yaml="{}\n"
+    )
 
     def test_one_claim_two_directories(self) -> None:
         (volume,) = [v for v in self.pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
@@ -136,6 +159,23 @@ class TestReadPod:
         pod = read_pod(body)
         assert pod.state is PodState.STARTING
         assert pod.said == ("the sandbox Pod is Pending (clone-target: CrashLoopBackOff: back-off)")
+
+    def test_a_container_restarting_says_why_it_ended(self) -> None:
+        said = "fatal: Authentication failed\nkubeturn: cannot clone repo slot 'target': why\n"
+        body = pod_body(
+            phase="Pending",
+            initContainerStatuses=[
+                {
+                    "name": "clone-target",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                    "lastState": {"terminated": {"exitCode": 1, "message": said}},
+                }
+            ],
+        )
+        assert read_pod(body).said == (
+            "the sandbox Pod is Pending"
+            " (clone-target: CrashLoopBackOff: kubeturn: cannot clone repo slot 'target': why)"
+        )
 
     def test_running_with_an_address(self) -> None:
         assert read_pod(pod_body(phase="Running", podIP="10.0.0.9")) == sandboxes.Pod(
@@ -247,3 +287,193 @@ class TestPlan:
             WorkspacePhase.TERMINATING,
             "Terminating",
         )
+
+
+# ----------------------------------------------------------------------------- a changed spec
+
+POD_SPEC = {
+    "initContainers": [{"name": "clone-target", "image": "harness:1", "command": ["sh"]}],
+    "containers": [{"name": "harness", "image": "harness:1", "env": [{"name": "A", "value": "1"}]}],
+    "restartPolicy": "Always",
+}
+PROVIDERS = "scripted:\n  type: openai\n"
+
+
+def fingerprint(**changes: Any) -> sandboxes.Fingerprint:
+    """POD_SPEC's fingerprint, its Harness container's fields replaced by ``changes``."""
+    spec = copy.deepcopy(POD_SPEC)
+    providers = changes.pop("providers", PROVIDERS)
+    spec["containers"][0].update(changes)
+    return sandboxes.fingerprint(spec, providers)
+
+
+class TestFingerprint:
+    def test_the_same_in_every_process(self) -> None:
+        """The sha256 of compact JSON with sorted keys: a Pod made by one operator process
+        is current to the next one (a change here would make every sandbox anew)."""
+        spec = {"containers": [{"name": "harness", "image": "harness:1"}]}
+        canonical = (
+            '{"providers":"{}\\n","spec":{"containers":[{"image":"harness:1","name":"harness"}]}}'
+        )
+        golden = "3c11b7c1caf0f6920b4f9587267417eac84b93039123043678172ed37e17c461"
+        assert hashlib.sha256(canonical.encode()).hexdigest() == golden
+        assert sandboxes.fingerprint(spec, "{}\n").digest == golden
+
+    def test_the_same_in_any_key_order(self) -> None:
+        reordered = {key: POD_SPEC[key] for key in reversed(list(POD_SPEC))}
+        reordered["containers"] = [dict(reversed(list(POD_SPEC["containers"][0].items())))]
+        assert sandboxes.fingerprint(reordered, PROVIDERS) == fingerprint()
+
+    def test_the_builder_annotates_the_pod_and_read_pod_reads_it(self) -> None:
+        pod = objects.sandbox_pod(
+            WORKSPACE, SPEC, image="harness:1", orchestrator_url="http://o", providers_yaml="p"
+        )
+        made = sandboxes.fingerprint(pod["spec"], "p")
+        assert pod["metadata"]["annotations"] == made.annotations()
+        body = pod_body(pod["metadata"]["annotations"], phase="Running", podIP="10.0.0.9")
+        assert read_pod(body).made_from == made
+
+    def test_changed_names_the_parts_that_differ(self) -> None:
+        now = fingerprint()
+        assert sandboxes.changed(fingerprint(), now) == ()
+        assert sandboxes.changed(fingerprint(env=[]), now) == ("env",)
+        assert sandboxes.changed(fingerprint(providers="{}\n"), now) == ("providers",)
+        assert sandboxes.changed(fingerprint(image="harness:2"), now) == ("image",)
+        both = fingerprint(env=[], resources={"limits": {"memory": "1Gi"}})
+        assert sandboxes.changed(both, now) == ("env", "resources")
+
+    def test_a_pod_without_one_is_unrecorded(self) -> None:
+        pod = read_pod(pod_body(phase="Running", podIP="10.0.0.9"))
+        assert pod.made_from is None
+        assert sandboxes.changed(pod.made_from, fingerprint()) == (sandboxes.UNRECORDED,)
+
+
+class TestPlanAChangedSpec:
+    def test_a_current_pod_says_so(self) -> None:
+        decided = look(RUNNING, Recreation(), 0.0)
+        assert decided.current == sandboxes.Said(
+            True, "UpToDate", "the sandbox Pod was made from the Workspace as it is"
+        )
+
+    def test_an_idle_pod_is_made_anew_at_once_without_a_backoff_step(self) -> None:
+        memory = Recreation()
+        look(RUNNING, memory, 0.0)
+        look(MISSING, memory, 1.0)  # made again once: the next one after 10 s
+        made = memory.made
+        decided = plan(RUNNING, memory, now=2.0, deleting=False, changes=("env",), busy=None)
+        older = "the sandbox Pod runs an older spec (env changed)"
+        assert (decided.action, decided.phase, decided.reason) == (
+            Action.ROLL,
+            WorkspacePhase.PENDING,
+            "Recreating",
+        )
+        assert decided.message == f"{older}; no Turn runs on it: deleting it to make anew"
+        assert decided.current == sandboxes.Said(False, "SpecChanged", f"{older}; making it anew")
+        terminating = pod_body(phase="Running")
+        terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        assert look(read_pod(terminating), memory, 3.0).message == (
+            f"{older}; no Turn runs on it; a new one follows once it is gone"
+        )
+        again = look(MISSING, memory, 4.0)  # within the back-off: made at once all the same
+        assert (again.action, again.message) == (
+            Action.CREATE,
+            f"{older}; no Turn runs on it; making it anew",
+        )
+        assert memory.made == made
+        assert look(read_pod(pod_body(phase="Pending")), memory, 5.0).reason == "Recreating"
+        memory.ready(6.0)
+        assert look(RUNNING, memory, 7.0).reason == "Starting"
+
+    def test_a_busy_pod_serves_on_saying_what_it_waits_for(self) -> None:
+        memory = Recreation()
+        busy = "AgentTurn r-t1 running"
+        decided = plan(RUNNING, memory, now=0.0, deleting=False, changes=("env",), busy=busy)
+        assert decided.action is Action.PROBE
+        assert decided.reason == "Starting"
+        assert decided.current == sandboxes.Said(
+            False,
+            "SpecChanged",
+            "the sandbox Pod runs an older spec (env changed); it is made anew when no Turn "
+            f"runs on it ({busy})",
+        )
+        assert not memory.rolling
+
+    def test_an_unrecorded_pod_is_said_so(self) -> None:
+        decided = plan(
+            RUNNING, Recreation(), now=0.0, deleting=False, changes=(sandboxes.UNRECORDED,)
+        )
+        assert decided.action is Action.ROLL
+        assert decided.current is not None
+        assert decided.current.message.startswith(
+            "the sandbox Pod runs a spec it carries no record of (an earlier operator made it)"
+        )
+
+    def test_a_workspace_being_deleted_is_not_rolled(self) -> None:
+        decided = plan(RUNNING, Recreation(), now=0.0, deleting=True, changes=("env",))
+        assert (decided.action, decided.current) == (Action.NOTHING, None)
+
+
+def agent_turn(name: str, workspace: str, *, settled: bool = False) -> dict[str, Any]:
+    status = {"settlement": {"outcome": "ended"}} if settled else {"phase": "Running"}
+    return {
+        "metadata": {"name": name},
+        "spec": {"workspaceRef": {"name": workspace}},
+        "status": status,
+    }
+
+
+class TestWhatRuns:
+    def test_nothing_runs(self) -> None:
+        turns = [agent_turn("a-t1", "other"), agent_turn("b-t1", "shared", settled=True)]
+        assert sandboxes.what_runs(turns, "shared", []) is None
+
+    def test_turns_that_have_not_settled_and_execs(self) -> None:
+        turns = [agent_turn(f"r{n}-t1", "shared") for n in (5, 4, 3, 2, 1)]
+        turns.append({"metadata": {"name": "no-workspace"}, "spec": {}})
+        assert sandboxes.what_runs(turns, "shared", []) == (
+            "AgentTurn r1-t1, r2-t1, r3-t1 and 2 more running"
+        )
+        assert sandboxes.what_runs(turns[:1], "shared", ["team/b", "team/a"]) == (
+            "AgentTurn r5-t1 and an exec of Run team/a, team/b running"
+        )
+
+
+class TestVolume:
+    @staticmethod
+    def claim(size: str, class_: str | None = "standard") -> dict[str, Any]:
+        spec: dict[str, Any] = {"resources": {"requests": {"storage": size}}}
+        if class_ is not None:
+            spec["storageClassName"] = class_
+        return {"spec": spec}
+
+    def test_equal_quantities_match(self) -> None:
+        said = sandboxes.volume_said(self.claim("10240Mi"), Storage(size="10Gi"))
+        assert (said.status, said.reason) == (True, "UpToDate")
+
+    def test_a_changed_size_or_class_is_said(self) -> None:
+        storage = Storage.model_validate({"size": "20Gi", "class": "fast"})
+        said = sandboxes.volume_said(self.claim("10Gi"), storage)
+        assert said == sandboxes.Said(
+            False,
+            "StorageChanged",
+            "spec.storage asks for size 20Gi (the claim has 10Gi) and class fast (the claim "
+            "has standard); kubeturn neither resizes nor replaces a Workspace's volume",
+        )
+
+    def test_a_class_left_out_is_the_clusters_default(self) -> None:
+        assert sandboxes.volume_said(self.claim("10Gi"), Storage(size="10Gi")).status
+
+
+@pytest.mark.parametrize(
+    ("have", "want", "covered"),
+    [
+        ({"a": 1, "b": {"c": 2, "default": 3}}, {"b": {"c": 2}}, True),
+        ({"a": [{"port": 1, "protocol": "TCP"}]}, {"a": [{"port": 1}]}, True),
+        ({"a": [{"port": 1}, {"port": 2}]}, {"a": [{"port": 1}]}, False),
+        ({"a": {"c": 2}}, {"a": {"c": 3}}, False),
+        ({}, {"a": {}}, False),
+        (None, {"a": 1}, False),
+    ],
+)
+def test_covers(have: Any, want: Any, covered: bool) -> None:
+    assert sandboxes.covers(have, want) is covered

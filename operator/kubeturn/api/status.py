@@ -132,7 +132,14 @@ class WorkspaceStatus(Status):
     worktrees: dict[str, dict[str, WorktreeStatus]] = Field(
         default_factory=dict, description="Run name → repo slot → worktree."
     )
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, and why.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description=(
+            "Ready (the Harness answers), SandboxCurrent (the sandbox Pod runs the current "
+            "spec; a changed one is made again when no Turn runs) and VolumeCurrent (the "
+            "volume matches spec.storage; it is never resized), each with why."
+        ),
+    )
     observedGeneration: int | None = Field(
         default=None, description="The .metadata.generation last acted on."
     )

@@ -23,17 +23,25 @@ class SecretRef(Spec):
 class Repo(Spec):
     """One git repository, cloned once into the Workspace; each Run works in a worktree."""
 
-    url: str = Field(min_length=1, description="The clone URL (https or ssh).")
+    url: str = Field(
+        min_length=1,
+        description="The clone URL: https (or http), or ssh (ssh://… or user@host:path).",
+    )
     ref: str = Field(
         default="main",
         min_length=1,
-        description="The branch, tag or commit the Run's worktree starts from.",
+        description=(
+            "The branch, tag or commit the Runs' worktrees start from. 7 to 64 hex digits "
+            "are a commit id, checked out detached; it must be on a branch or tag."
+        ),
     )
     secretRef: SecretRef | None = Field(
         default=None,
         description=(
             "A Secret with the credentials to clone: 'username' and 'password' (a token) "
-            "for https, or 'ssh-privatekey' for ssh."
+            "for https, or 'ssh-privatekey' (and 'known_hosts' to check the host; without "
+            "it the host key is trusted on first use) for ssh. Only the slot's clone "
+            "container mounts it; the Harness and the Agents never see it."
         ),
     )
 

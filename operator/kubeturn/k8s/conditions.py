@@ -28,9 +28,20 @@ HARNESS_READY = "HarnessReady"
 FAILED = "Failed"
 """The API refused the sandbox pod (a quota, an invalid spec); it is tried again later."""
 RECREATING = "Recreating"
-"""The sandbox pod was deleted or ended; a new one is being made (the message says why)."""
+"""The sandbox pod was deleted, ended or ran an older spec; a new one is being made (why)."""
 TERMINATING = "Terminating"
 """The Workspace is being deleted."""
+
+SANDBOX_CURRENT = "SandboxCurrent"
+"""Workspace: its sandbox Pod was made from its spec, harness image and providers as now."""
+VOLUME_CURRENT = "VolumeCurrent"
+"""Workspace: its volume's claim has the size and class that ``spec.storage`` asks for."""
+UP_TO_DATE = "UpToDate"
+"""SandboxCurrent or VolumeCurrent is True: made from what the Workspace asks for now."""
+SPEC_CHANGED = "SpecChanged"
+"""SandboxCurrent is False: the Pod runs an older spec; it is made again when no Turn runs."""
+STORAGE_CHANGED = "StorageChanged"
+"""VolumeCurrent is False: ``spec.storage`` changed; kubeturn neither resizes nor replaces it."""
 
 
 def put(

@@ -20,6 +20,9 @@ deleted to be made again."""
 SANDBOX_RECREATED = "SandboxRecreated"
 """On a Workspace: a new sandbox Pod is being made in place of one that went; the
 message says why the old one went."""
+SANDBOX_UPDATED = "SandboxUpdated"
+"""On a Workspace: its sandbox Pod ran an older spec and no Turn ran on it, so it is made
+again from the current one; the message says what changed."""
 SANDBOX_REFUSED = "SandboxRefused"
 """On a Workspace (Warning): the API server refused the sandbox Pod (a quota, a policy)."""
 NORMAL, WARNING = "Normal", "Warning"

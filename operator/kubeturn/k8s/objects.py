@@ -15,6 +15,8 @@ from typing import Any
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.api.workspace import WorkspaceSpec
+from kubeturn.k8s import clones as clone_containers
+from kubeturn.k8s import sandboxes
 from kubeturn.orchestrator import ids
 from kubeturn.orchestrator.effects import Admit
 
@@ -138,6 +140,7 @@ def sandbox_pod(
     *,
     image: str,
     orchestrator_url: str,
+    providers_yaml: str,
 ) -> Object:
     """The sandbox: an init container clones each repo slot; the Harness serves Turns.
 
@@ -158,20 +161,17 @@ def sandbox_pod(
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     work = {"name": "workspace", "mountPath": WORK_ROOT, "subPath": WORK_SUBPATH}
+    # A slot's credentials are mounted into its own clone container only (ADR 0033).
     clones = [
-        {
-            "name": f"clone-{slot}".lower().replace("_", "-").replace(".", "-")[:63],
-            "image": spec.image or image,
-            "command": ["sh", "-c", _clone_script(slot)],
-            "env": [
-                {"name": "REPO_URL", "value": repo.url},
-                {"name": "REPO_REF", "value": repo.ref},
-                {"name": "HOME", "value": "/tmp"},
-            ],
-            "volumeMounts": [work],
-            "securityContext": security,
-        }
+        clone_containers.container(
+            slot, repo, image=spec.image or image, work=work, security=security
+        )
         for slot, repo in spec.repos.items()
+    ]
+    credentials = [
+        found
+        for slot, repo in spec.repos.items()
+        if (found := clone_containers.volume(slot, repo)) is not None
     ]
     harness = {
         "name": "harness",
@@ -235,22 +235,17 @@ def sandbox_pod(
                     "persistentVolumeClaim": {"claimName": f"{name}-kubeturn-work"},
                 },
                 {"name": "providers", "configMap": {"name": f"{name}-kubeturn-providers"}},
+                *credentials,
             ],
             "restartPolicy": "Always",
         },
     }
     if spec.serviceAccount:
         pod["spec"]["serviceAccountName"] = spec.serviceAccount
+    # What it is made from, so a Pod of an older spec is told from a current one (ADR 0032).
+    made_from = sandboxes.fingerprint(pod["spec"], providers_yaml)
+    pod["metadata"]["annotations"] = made_from.annotations()
     return pod
-
-
-def _clone_script(slot: str) -> str:
-    """Clone once; a restarted pod finds the clone on its volume and keeps it."""
-    target = f"{WORK_ROOT}/.repos/{slot}"
-    return (
-        f'set -eu; if [ ! -d "{target}/.git" ]; then '
-        f'git clone --quiet --branch "$REPO_REF" "$REPO_URL" "{target}"; fi'
-    )
 
 
 def network_policy(

@@ -5,17 +5,29 @@ The Pod runs with ``restartPolicy: Always``: a container that exits is restarted
 same Pod by the kubelet, with the kubelet's own back-off, and the Pod keeps its address.
 A Pod ends (``Failed``) only when it is evicted, its node shuts down or it is deleted;
 then a new one is made, with the same name and volume, once the old one is gone (so two
-Harnesses never share the conversation logs; ADR 0024). Pure: no IO, no clock, no kopf.
+Harnesses never share the conversation logs; ADR 0024).
+
+A Pod carries the fingerprint of what it was made from (its spec and the providers
+file); one whose fingerprint is not the one the Workspace asks for now is made again,
+without a back-off step, once no Turn runs on it (ADR 0032). The volume is compared with
+``spec.storage`` and only reported. Pure: no IO, no clock, no kopf.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import copy
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import Enum
 from typing import Any
 
+from kubernetes.utils import quantity
+
 from kubeturn.api.status import WorkspacePhase
+from kubeturn.api.workspace import Storage
 from kubeturn.k8s import conditions
 
 BACKOFF_FIRST_S = 10.0
@@ -30,6 +42,101 @@ again (10 minutes, as the kubelet resets a container's back-off)."""
 
 
 DELETED = "the sandbox Pod was deleted"
+
+HASH_ANNOTATION = "kubeturn.dev/sandbox-hash"
+"""The sha256 of what a sandbox Pod was made from: its spec and the providers file."""
+PARTS_ANNOTATION = "kubeturn.dev/sandbox-parts"
+"""A short digest of each part of that (JSON), so that what changed can be named."""
+PART_DIGEST_CHARS = 12
+"""48 bits of a part's sha256: enough to tell one part's versions apart; whether a Pod is
+current is decided by the whole hash."""
+HARNESS_CONTAINER = "harness"
+"""The sandbox Pod's container that serves Turns (as ``objects.sandbox_pod`` names it)."""
+UNRECORDED = "unrecorded"
+"""What changed, for a Pod that carries no fingerprint (made before Pods carried one)."""
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a sandbox Pod is made from: one hash of it all, and a digest of each part."""
+
+    digest: str
+    parts: Mapping[str, str] = field(default_factory=dict)
+
+    def annotations(self) -> dict[str, str]:
+        return {HASH_ANNOTATION: self.digest, PARTS_ANNOTATION: _canonical(dict(self.parts))}
+
+
+def fingerprint(pod_spec: Mapping[str, Any], providers_yaml: str) -> Fingerprint:
+    """The fingerprint of a Pod made from ``pod_spec`` with the providers file (which the
+    Harness reads once, at its start): equal inputs give an equal fingerprint in every
+    process, whatever the order of their maps' keys."""
+    parts = _parts(pod_spec, providers_yaml)
+    return Fingerprint(
+        _digest({"spec": pod_spec, "providers": providers_yaml}),
+        {name: _digest(value)[:PART_DIGEST_CHARS] for name, value in parts.items()},
+    )
+
+
+def _parts(pod_spec: Mapping[str, Any], providers_yaml: str) -> dict[str, Any]:
+    """The Pod's spec cut along what a person changes: ``image`` (every container's),
+    ``env``, ``envFrom`` and ``resources`` (the Harness's), ``repos`` (the clone init
+    containers), ``serviceAccount``, ``providers``, and ``template``: all the rest, which
+    the operator's version puts in every sandbox."""
+    template = copy.deepcopy(dict(pod_spec))
+    containers = [*template.get("initContainers", []), *template.get("containers", [])]
+    images = [container.pop("image", None) for container in containers]
+    harness: dict[str, Any] = next(
+        (c for c in template.get("containers", []) if c.get("name") == HARNESS_CONTAINER), {}
+    )
+    parts = {
+        "image": images,
+        **{key: harness.pop(key, None) for key in ("env", "envFrom", "resources")},
+        "repos": template.pop("initContainers", []),
+        "serviceAccount": template.pop("serviceAccountName", None),
+        "providers": providers_yaml,
+    }
+    return {**parts, "template": template}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+
+
+def made_from(pod: Mapping[str, Any]) -> Fingerprint | None:
+    """The fingerprint a Pod carries; None for one made before Pods carried one."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    digest = annotations.get(HASH_ANNOTATION)
+    if not digest:
+        return None
+    try:
+        parts = json.loads(annotations.get(PARTS_ANNOTATION) or "{}")
+    except ValueError:
+        parts = {}
+    named = {str(k): str(v) for k, v in parts.items()} if isinstance(parts, dict) else {}
+    return Fingerprint(str(digest), named)
+
+
+def changed(made: Fingerprint | None, wanted: Fingerprint) -> tuple[str, ...]:
+    """The parts in which a Pod made from ``made`` differs from one made now (sorted);
+    none when it is current."""
+    if made is None:
+        return (UNRECORDED,)
+    if made.digest == wanted.digest:
+        return ()
+    names = tuple(sorted(n for n, d in wanted.parts.items() if made.parts.get(n) != d))
+    return names or ("template",)
+
+
+def _older(changes: Sequence[str]) -> str:
+    """What a Pod whose parts ``changes`` differ runs, for a person."""
+    if tuple(changes) == (UNRECORDED,):
+        return "the sandbox Pod runs a spec it carries no record of (an earlier operator made it)"
+    return f"the sandbox Pod runs an older spec ({', '.join(changes)} changed)"
 
 
 class PodState(Enum):
@@ -50,6 +157,8 @@ class Pod:
     ip: str | None = None
     said: str = ""
     """What the Pod says, for a person: its phase, why it ended, containers waiting."""
+    made_from: Fingerprint | None = None
+    """What it was made from (None: it carries no record of it)."""
 
 
 def read_pod(pod: Mapping[str, Any] | None) -> Pod:
@@ -66,14 +175,23 @@ def read_pod(pod: Mapping[str, Any] | None) -> Pod:
         said = f"the sandbox Pod {'failed' if phase == 'Failed' else 'exited'}"
         return Pod(PodState.ENDED, uid, said=f"{said}: {why}" if why else said)
     waiting = _waiting(status)
+    made = made_from(pod)
     if phase == "Running" and status.get("podIP"):
-        return Pod(PodState.RUNNING, uid, status["podIP"], said=waiting)
+        return Pod(PodState.RUNNING, uid, status["podIP"], said=waiting, made_from=made)
     said = f"the sandbox Pod is {phase}" + (f" ({waiting})" if waiting else "")
-    return Pod(PodState.STARTING, uid, said=said)
+    return Pod(PodState.STARTING, uid, said=said, made_from=made)
+
+
+LIVE = frozenset({PodState.STARTING, PodState.RUNNING})
+"""States of a Pod that is, or is about to be, the Workspace's sandbox."""
 
 
 def _waiting(status: Mapping[str, Any]) -> str:
-    """Containers waiting for something other than their start: ``name: reason: message``."""
+    """Containers waiting for something other than their start: ``name: reason: message``.
+
+    A container waiting to restart after it failed is known by the last line of what it
+    said as it ended (a clone container's says why it could not clone, ADR 0033), else by
+    the wait's own message."""
     found = []
     for container in [
         *(status.get("initContainerStatuses") or []),
@@ -82,7 +200,9 @@ def _waiting(status: Mapping[str, Any]) -> str:
         waiting = (container.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")
         if reason and reason not in ("ContainerCreating", "PodInitializing"):
-            parts = (container.get("name"), reason, waiting.get("message"))
+            ended = ((container.get("lastState") or {}).get("terminated") or {}).get("message")
+            said = ended.strip().splitlines()[-1] if ended and ended.strip() else None
+            parts = (container.get("name"), reason, said or waiting.get("message"))
             found.append(": ".join(part for part in parts if part))
     return "; ".join(found)
 
@@ -109,11 +229,17 @@ class Recreation:
     next_at: float = 0.0
     """When (monotonic seconds) the next Pod may be made."""
     ready_since: float | None = None
+    rolling: bool = False
+    """The last Pod was deleted because it ran an older spec: the next one is made at once
+    and takes no back-off step (it replaces a Pod that worked; it is no failure)."""
 
     def making(self, now: float) -> None:
-        """A Pod is being made now. The Workspace's first is free; each one made again
-        (or after a refusal) moves the next one out by the back-off."""
-        if self.seen or self.refusal:
+        """A Pod is being made now. The Workspace's first is free, and so is one that
+        replaces a Pod of an older spec; each other one made again (or after a refusal)
+        moves the next one out by the back-off."""
+        if self.rolling:
+            self.rolling = False
+        elif self.seen or self.refusal:
             self.made += 1
             self.next_at = now + backoff_s(self.made)
         self.refusal = None
@@ -142,6 +268,17 @@ class Action(Enum):
     """The Pod ended: delete it, so a new one can take its name."""
     CREATE = "create"
     """No Pod: make it (and whatever else of the Workspace is missing)."""
+    ROLL = "roll"
+    """The Pod runs an older spec and no Turn runs on it: delete it, to make it anew."""
+
+
+@dataclass(frozen=True)
+class Said:
+    """A condition as the controller writes it: status, reason, message."""
+
+    status: bool
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -152,10 +289,25 @@ class Plan:
     message: str
     wait_s: float | None = None
     """When to look again at the latest (None: the controller's usual pace)."""
+    current: Said | None = None
+    """``SandboxCurrent``; None while there is no live Pod to compare (it says what it said)."""
 
 
-def plan(pod: Pod, memory: Recreation, *, now: float, deleting: bool) -> Plan:
+def plan(
+    pod: Pod,
+    memory: Recreation,
+    *,
+    now: float,
+    deleting: bool,
+    changes: Sequence[str] = (),
+    busy: str | None = None,
+) -> Plan:
     """What to do about the Pod now, and what the Workspace's status says meanwhile.
+
+    ``changes`` are the parts in which a live Pod differs from one made now (``changed``);
+    ``busy`` says what runs on the Workspace (a Turn, an exec), None when nothing does. A
+    Pod of an older spec is deleted, to be made anew at once, only when nothing runs on
+    it; until then it serves on, and ``current`` says why it waits.
 
     ``memory`` learns here that a Pod was seen and why a recreation began; the caller
     tells it when it makes a Pod (``making``) and how the Harness answered. A ``PROBE``
@@ -171,10 +323,28 @@ def plan(pod: Pod, memory: Recreation, *, now: float, deleting: bool) -> Plan:
             conditions.TERMINATING,
             "the Workspace is being deleted",
         )
-    if pod.state is PodState.RUNNING:
-        return Plan(Action.PROBE, pending, _starting(memory), _said(memory, pod.said))
-    if pod.state is PodState.STARTING:
-        return Plan(Action.NOTHING, pending, _starting(memory), _said(memory, pod.said))
+    if pod.state in LIVE:
+        current = Said(
+            True, conditions.UP_TO_DATE, "the sandbox Pod was made from the Workspace as it is"
+        )
+        if changes:
+            older = _older(changes)
+            if busy is None:
+                memory.why, memory.rolling = f"{older}; no Turn runs on it", True
+                return Plan(
+                    Action.ROLL,
+                    pending,
+                    conditions.RECREATING,
+                    f"{memory.why}: deleting it to make anew",
+                    current=Said(False, conditions.SPEC_CHANGED, f"{older}; making it anew"),
+                )
+            current = Said(
+                False,
+                conditions.SPEC_CHANGED,
+                f"{older}; it is made anew when no Turn runs on it ({busy})",
+            )
+        action = Action.PROBE if pod.state is PodState.RUNNING else Action.NOTHING
+        return Plan(action, pending, _starting(memory), _said(memory, pod.said), current=current)
     if pod.state is PodState.ENDED:
         memory.why = pod.said
         return Plan(
@@ -201,6 +371,8 @@ def plan(pod: Pod, memory: Recreation, *, now: float, deleting: bool) -> Plan:
                 wait_s=left,
             )
         return Plan(Action.CREATE, WorkspacePhase.FAILED, conditions.FAILED, memory.refusal)
+    if memory.rolling:
+        return Plan(Action.CREATE, pending, conditions.RECREATING, f"{memory.why}; making it anew")
     if not memory.seen:
         return Plan(Action.CREATE, pending, conditions.STARTING, "making the sandbox Pod")
     if left > 0:
@@ -214,6 +386,33 @@ def plan(pod: Pod, memory: Recreation, *, now: float, deleting: bool) -> Plan:
     return Plan(Action.CREATE, pending, conditions.RECREATING, f"{memory.why}; making a new one")
 
 
+NAMED_AT_MOST = 3
+"""How many Turns a Workspace's condition names when it waits for them (and how many more)."""
+
+
+def what_runs(
+    agent_turns: Sequence[Mapping[str, Any]], workspace: str, exec_runs: Sequence[str]
+) -> str | None:
+    """What runs on the Workspace, for a person: its AgentTurns that have not settled (a
+    Turn runs from its state's entry until its sweep settled, docs/turn-semantics.md §1,
+    whether or not a Submission of it is at work) and the Runs running an ``exec`` on it;
+    None when nothing does."""
+    turns = sorted(
+        body["metadata"]["name"]
+        for body in agent_turns
+        if ((body.get("spec") or {}).get("workspaceRef") or {}).get("name") == workspace
+        and not (body.get("status") or {}).get("settlement")
+    )
+    said = []
+    if turns:
+        named = ", ".join(turns[:NAMED_AT_MOST])
+        more = len(turns) - NAMED_AT_MOST
+        said.append(f"AgentTurn {named}" + (f" and {more} more" if more > 0 else ""))
+    if exec_runs:
+        said.append(f"an exec of Run {', '.join(sorted(exec_runs))}")
+    return " and ".join(said) + " running" if said else None
+
+
 def _starting(memory: Recreation) -> str:
     return conditions.RECREATING if memory.why else conditions.STARTING
 
@@ -221,3 +420,56 @@ def _starting(memory: Recreation) -> str:
 def _said(memory: Recreation, said: str) -> str:
     """``said``, after why the sandbox is being made again (kept until it is Ready)."""
     return "; ".join(part for part in (memory.why, said) if part)
+
+
+# ----------------------------------------------------------------------------- other objects
+
+_parse_quantity: Callable[[str], Decimal] = quantity.parse_quantity
+"""The official client's parser of quantities (``1Gi`` is ``1024Mi``)."""
+
+
+def volume_said(claim: Mapping[str, Any], storage: Storage) -> Said:
+    """``VolumeCurrent``: whether the volume's claim has the size and class ``storage``
+    asks for. Only said: a claim is neither resized nor replaced (replacing it would lose
+    the clones, worktrees and conversations). A class the spec leaves out is the
+    cluster's default, whichever that is."""
+    spec = claim.get("spec") or {}
+    size = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    has_class = spec.get("storageClassName")
+    differs = []
+    if size is None or not _same_quantity(str(size), storage.size):
+        differs.append(f"size {storage.size} (the claim has {size})")
+    if storage.class_ and has_class != storage.class_:
+        differs.append(f"class {storage.class_} (the claim has {has_class or 'none'})")
+    if not differs:
+        return Said(True, conditions.UP_TO_DATE, "the volume has the size and class asked for")
+    return Said(
+        False,
+        conditions.STORAGE_CHANGED,
+        f"spec.storage asks for {' and '.join(differs)}; kubeturn neither resizes nor "
+        "replaces a Workspace's volume",
+    )
+
+
+def _same_quantity(a: str, b: str) -> bool:
+    try:
+        return _parse_quantity(a) == _parse_quantity(b)
+    except ValueError:
+        return a == b
+
+
+def covers(have: Any, want: Any) -> bool:
+    """Whether an object read from the API (``have``) holds all of ``want``: the same maps
+    may hold more keys (the API server's defaults), lists hold as many items, each
+    covering ``want``'s, and other values are equal."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(
+            key in have and covers(have[key], value) for key, value in want.items()
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(have) == len(want)
+            and all(covers(h, w) for h, w in zip(have, want, strict=True))
+        )
+    return bool(have == want)

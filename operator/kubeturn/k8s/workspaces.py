@@ -6,12 +6,16 @@ pod sees only its SHA-256) and the one its Harness presents to the Orchestrator 
 which accepts it only for Turns admitted to this Workspace.
 
 The daemon makes the sandbox Pod again when it was deleted or ended (``sandboxes``
-decides, with a bounded back-off), gives ``hub.harnesses`` a new client when the Pod or
-its address changes (closing the old one), and writes what kubectl shows: the phase,
-the endpoint, ``Ready`` and why, the clones the Harness reports (``repos``,
-``repoCount``). It drops the ``worktrees`` entries of Runs that finished or are gone
-(the Run controller writes them). Its Pod's events and Runs that finish wake it; it
-looks again every few seconds regardless. It never deletes the volume or the tokens.
+decides, with a bounded back-off), and when it runs an older spec than the Workspace
+asks for now, once no Turn runs on it (ADR 0032); it gives ``hub.harnesses`` a new
+client when the Pod or its address changes (closing the old one), and writes what
+kubectl shows: the phase, the endpoint, ``Ready`` and why, ``SandboxCurrent``,
+``VolumeCurrent``, the clones the Harness reports (``repos``, ``repoCount``). It brings
+the providers ConfigMap and the NetworkPolicy up to date, and drops the ``worktrees``
+entries of Runs that finished or are gone (the Run controller writes them). Its Pod's
+events, a new generation of it and Runs that finish wake it (and, while its Pod waits to
+be made anew, its AgentTurns' and Runs' changes); it looks again every few seconds
+regardless. It never deletes, resizes or replaces the volume, nor changes the tokens.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from kubeturn.api.status import RunPhase, WorkspacePhase
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.k8s import conditions, events, metrics, objects, sandboxes
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import PODS, RUNS, SECRETS, WORKSPACES
+from kubeturn.k8s.kube import AGENTTURNS, KINDS, PODS, RUNS, SECRETS, WORKSPACES
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import ReposResponse
 
@@ -47,6 +51,11 @@ that stopped answering in a Pod that still runs."""
 ANSWERS = "the Harness answers /readyz"
 HARNESS_TIMEOUT_S = 5.0
 """One readiness or repos request to the Harness; it answers in milliseconds."""
+RESYNC_S = 300.0
+"""How often a Workspace's other objects are compared with what it asks for, besides
+when its generation changes, the operator starts and a Pod is made: a providers
+ConfigMap or NetworkPolicy changed or deleted by hand is put right within 5 minutes, at
+four reads per Workspace."""
 FINISHED = frozenset(p.value for p in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED))
 """Phases of a Run that works no more: its worktrees' entry in the status goes."""
 SANDBOX_LABELS = {
@@ -70,11 +79,29 @@ class Sandbox:
     """(Pod uid, endpoint) of the Harness that ``hub.harnesses`` has a client of."""
     written: tuple[Any, ...] | None = None
     """The status last written, so an unchanged one is not written again."""
+    synced: tuple[int | None, float] | None = None
+    """(generation, monotonic time) at which the other objects were last brought up to date."""
+    volume: sandboxes.Said | None = None
+    """``VolumeCurrent`` as last found."""
+    outdated: bool = False
+    """Its Pod runs an older spec and waits for no Turn to run: changes of AgentTurns and
+    Runs wake the daemon."""
 
 
-async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> None:
-    """Create what the Workspace lacks; creation is idempotent, tokens are made once (two
-    makers at once both end up with the Secret that was stored)."""
+async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> sandboxes.Said:
+    """Create what the Workspace lacks, its Pod included (a Pod there is left as it is);
+    bring the rest up to date (``sync_children``, whose answer this is)."""
+    volume = await sync_children(hub, body, spec)
+    await hub.kube.create(sandbox_pod(hub, body, spec))
+    return volume
+
+
+async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> sandboxes.Said:
+    """Create what the Workspace lacks but its Pod, and patch the providers ConfigMap's
+    data and the NetworkPolicy's spec where they differ from what the operator makes now;
+    answer whether the volume has what ``spec.storage`` asks for (it is never changed).
+    Creation is idempotent; tokens are made once (two makers at once both end up with
+    the Secret that was stored)."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     stored = await hub.kube.get(SECRETS, namespace, f"{name}-kubeturn-tokens")
@@ -85,20 +112,46 @@ async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -
         )
     _, orchestrator_token = _tokens(stored)
     hub.registry.add_token(f"{namespace}/{name}", orchestrator_token)
-    for child in (
-        objects.providers_config_map(body, hub.settings.providers_yaml),
-        objects.volume_claim(body, spec),
-        objects.network_policy(
-            body, dict(hub.settings.operator_labels), hub.settings.operator_namespace
-        ),
-        objects.sandbox_pod(
-            body,
-            spec,
-            image=hub.settings.harness_image,
-            orchestrator_url=hub.settings.orchestrator_url,
-        ),
-    ):
-        await hub.kube.create(child)
+    await _up_to_date(hub, objects.providers_config_map(body, hub.settings.providers_yaml), "data")
+    policy = objects.network_policy(
+        body, dict(hub.settings.operator_labels), hub.settings.operator_namespace
+    )
+    await _up_to_date(hub, policy, "spec")
+    claim = objects.volume_claim(body, spec)
+    kind = KINDS[(claim["apiVersion"], claim["kind"])]
+    found = await hub.kube.get(kind, namespace, claim["metadata"]["name"])
+    return sandboxes.volume_said(found or await hub.kube.create(claim), spec.storage)
+
+
+async def _up_to_date(hub: Hub, wanted: dict[str, Any], part: str) -> None:
+    """Create ``wanted``, or patch its ``part`` where the stored object does not hold it
+    (it may hold the API server's defaults besides)."""
+    meta = wanted["metadata"]
+    kind = KINDS[(wanted["apiVersion"], wanted["kind"])]
+    stored = await hub.kube.get(kind, meta["namespace"], meta["name"])
+    if stored is None:
+        stored = await hub.kube.create(wanted)
+    if sandboxes.covers(stored.get(part), wanted[part]):
+        return
+    log.info(
+        "%s %s/%s: bringing its %s up to date",
+        wanted["kind"],
+        meta["namespace"],
+        meta["name"],
+        part,
+    )
+    await hub.kube.patch(kind, meta["namespace"], meta["name"], {part: wanted[part]})
+
+
+def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> dict[str, Any]:
+    """The sandbox Pod the Workspace asks for now, with the operator's settings."""
+    return objects.sandbox_pod(
+        body,
+        spec,
+        image=hub.settings.harness_image,
+        orchestrator_url=hub.settings.orchestrator_url,
+        providers_yaml=hub.settings.providers_yaml,
+    )
 
 
 def _tokens(secret: dict[str, Any]) -> tuple[str, str]:
@@ -157,22 +210,59 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     next look."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    pod = sandboxes.read_pod(await hub.kube.get(PODS, namespace, objects.sandbox_name(name)))
+    key = (namespace, name)
+    spec = WorkspaceSpec.model_validate(body["spec"])
     now = time.monotonic()
+    deleting = bool(meta.get("deletionTimestamp"))  # what it owns goes with it: no sync
+    if not deleting and _sync_due(sandbox.synced, meta.get("generation"), now):
+        sandbox.volume = await sync_children(hub, body, spec)
+        sandbox.synced = (meta.get("generation"), now)
+    pod = sandboxes.read_pod(await hub.kube.get(PODS, namespace, objects.sandbox_name(name)))
+    changes: tuple[str, ...] = ()
+    if pod.state in sandboxes.LIVE and not deleting:
+        wanted = sandboxes.made_from(sandbox_pod(hub, body, spec))
+        assert wanted is not None, "the builder annotates every Pod"
+        changes = sandboxes.changed(pod.made_from, wanted)
     memory = sandbox.memory
-    plan = sandboxes.plan(pod, memory, now=now, deleting=bool(meta.get("deletionTimestamp")))
+    busy = await _busy(hub, namespace, name) if changes else None
+    hidden = None
+    if changes and busy is None:
+        # Look again while no new caller gets the Harness: a Turn admitted since the first
+        # look waits for the new sandbox rather than being cut by the roll (ADR 0032).
+        hidden = hub.harnesses.pop(key, None)
+    try:
+        if hidden is not None:
+            busy = await _busy(hub, namespace, name)
+        plan = sandboxes.plan(pod, memory, now=now, deleting=deleting, changes=changes, busy=busy)
+    except BaseException:
+        if hidden is not None:
+            hub.harnesses[key] = hidden
+        raise
+    if hidden is not None and plan.action is not sandboxes.Action.ROLL:
+        hub.harnesses[key] = hidden
+    sandbox.outdated = bool(changes) and plan.action is not sandboxes.Action.ROLL
     phase, reason, message = plan.phase, plan.reason, plan.message
     endpoint = f"http://{pod.ip}:{objects.HARNESS_PORT}" if pod.ip else None
-    await _forget_harness(hub, (namespace, name), sandbox, keep=(pod.uid, endpoint or ""))
+    await _forget_harness(hub, key, sandbox, keep=(pod.uid, endpoint or ""))
     repos = None
     if plan.action is sandboxes.Action.DELETE:
         await hub.kube.delete(PODS, namespace, objects.sandbox_name(name))
         await events.post(hub.kube, body, events.SANDBOX_ENDED, pod.said, events.WARNING)
+    elif plan.action is sandboxes.Action.ROLL:
+        sandbox.harness = None
+        try:
+            await hub.kube.delete(PODS, namespace, objects.sandbox_name(name))
+        finally:  # a Pod not deleted gets a new client at the next probe
+            if hidden is not None:
+                await hidden.close()
+        assert plan.current is not None, "a roll says why"
+        await events.post(hub.kube, body, events.SANDBOX_UPDATED, plan.current.message)
     elif plan.action is sandboxes.Action.CREATE:
-        again, refused_before = memory.seen, memory.refusal
+        again, refused_before, rolled = memory.seen, memory.refusal, memory.rolling
         memory.making(now)
         try:
-            await ensure_children(hub, body, WorkspaceSpec.model_validate(body["spec"]))
+            sandbox.volume = await ensure_children(hub, body, spec)
+            sandbox.synced = (meta.get("generation"), now)
         except ApiException as refused:
             said = f"the API refused the sandbox: HTTP {refused.status} {refused.reason}"
             if said != refused_before:  # one Event per refusal, not one per try
@@ -180,15 +270,15 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
             memory.refused(said)
             phase, reason, message = WorkspacePhase.FAILED, conditions.FAILED, said
         else:
-            if again:
+            if again and not rolled:  # a roll said so when it deleted the old Pod
                 await events.post(hub.kube, body, events.SANDBOX_RECREATED, message)
     elif plan.action is sandboxes.Action.PROBE and endpoint is not None:
         answer = await ask_harness(hub, namespace, name, endpoint)
         if answer.ready:
             memory.ready(now)
             phase, reason, message = WorkspacePhase.READY, conditions.HARNESS_READY, answer.said
-            if (namespace, name) not in hub.harnesses:
-                hub.harnesses[(namespace, name)] = HarnessClient(endpoint, answer.token)
+            if key not in hub.harnesses:
+                hub.harnesses[key] = HarnessClient(endpoint, answer.token)
                 sandbox.harness = (pod.uid, endpoint)
             repos = answer.repos
         else:
@@ -196,11 +286,34 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     if phase is not WorkspacePhase.READY:
         memory.not_ready()
         endpoint = None
-    await _write(hub, body, sandbox, phase, endpoint, reason, message, repos)
+    ready = sandboxes.Said(phase is WorkspacePhase.READY, reason, message)
+    await _write(hub, body, sandbox, phase, endpoint, ready, plan.current, repos)
     await _drop_finished_worktrees(hub, body)
     if phase is WorkspacePhase.READY:
         return READY_PROBE_S
     return plan.wait_s if plan.wait_s is not None else PROBE_S
+
+
+def _sync_due(synced: tuple[int | None, float] | None, generation: int | None, now: float) -> bool:
+    """Whether the other objects are to be compared: first, then on a new generation, and
+    every ``RESYNC_S``."""
+    return synced is None or synced[0] != generation or now - synced[1] >= RESYNC_S
+
+
+async def _busy(hub: Hub, namespace: str, name: str) -> str | None:
+    """What runs on the Workspace (``sandboxes.what_runs``): its AgentTurns (they carry no
+    label naming it, so the namespace's are listed; only while a roll waits) and the execs
+    of the Runs this operator drives in it (in memory: the leader holds every Run's actor)."""
+    workspace = f"{namespace}/{name}"
+    exec_runs = [
+        run
+        for run, where in list(hub.registry.workspaces.items())
+        if where == workspace
+        and (actor := hub.registry.actors.get(run)) is not None
+        and actor.core.execs
+    ]
+    turns = await hub.kube.list(AGENTTURNS, namespace)
+    return sandboxes.what_runs(turns, name, exec_runs)
 
 
 async def _forget_harness(
@@ -223,33 +336,41 @@ async def _write(
     sandbox: Sandbox,
     phase: WorkspacePhase,
     endpoint: str | None,
-    reason: str,
-    message: str,
+    ready: sandboxes.Said,
+    current: sandboxes.Said | None,
     repos: ReposResponse | None,
 ) -> None:
-    """Patch the status when what it says changed; ``repos`` None keeps the last ones."""
+    """Patch the status when what it says changed; ``current`` (``SandboxCurrent``) and
+    ``sandbox.volume`` (``VolumeCurrent``) None, and ``repos`` None, keep the last ones."""
     meta = body["metadata"]
+    generation = meta.get("generation")
     reported = (
         None if repos is None else {s: c.model_dump() for s, c in sorted(repos.repos.items())}
     )
-    said = (phase, endpoint, reason, message, reported)
+    said = (phase, endpoint, ready, current, sandbox.volume, reported, generation)
     if said == sandbox.written:
         return
-    current = (body.get("status") or {}).get("conditions", [])
-    ready = conditions.put(
-        current,
-        conditions.READY,
-        phase is WorkspacePhase.READY,
-        reason,
-        message,
-        meta.get("generation"),
-    )
+    written = (body.get("status") or {}).get("conditions", [])
+    for type_, condition in (
+        (conditions.READY, ready),
+        (conditions.SANDBOX_CURRENT, current),
+        (conditions.VOLUME_CURRENT, sandbox.volume),
+    ):
+        if condition is not None:
+            written = conditions.put(
+                written,
+                type_,
+                condition.status,
+                condition.reason,
+                condition.message,
+                generation,
+            )
     patch: dict[str, Any] = {
         "phase": phase.value,
         "endpoint": endpoint,
         "podName": objects.sandbox_name(meta["name"]),
-        "conditions": ready,
-        "observedGeneration": meta.get("generation"),
+        "conditions": written,
+        "observedGeneration": generation,
     }
     if reported is not None:
         # A merge patch merges maps: a slot that went is written null to remove it.
@@ -303,9 +424,10 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     """Register the Workspace handlers with kopf."""
     kept: dict[Key, Sandbox] = {}
 
-    def wake(namespace: str | None, workspace: str | None) -> None:
+    def wake(namespace: str | None, workspace: str | None, *, if_outdated: bool = False) -> None:
+        """Wake the Workspace's daemon (``if_outdated``: only while its Pod waits to roll)."""
         sandbox = kept.get((namespace or "", workspace or ""))
-        if sandbox is not None:
+        if sandbox is not None and (sandbox.outdated or not if_outdated):
             sandbox.wake.set()
 
     @kopf.on.startup(registry=registry)
@@ -342,15 +464,31 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     async def sandbox_changed(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
         wake(namespace, labels.get("kubeturn.dev/workspace"))
 
+    @kopf.on.event(GROUP, VERSION, "workspaces", registry=registry)
+    async def workspace_changed(
+        body: kopf.Body, namespace: str | None, name: str, **_: Any
+    ) -> None:
+        """A new generation (its spec changed): its Pod may be of an older spec now."""
+        generation = body["metadata"].get("generation")
+        if generation != (body.get("status") or {}).get("observedGeneration"):
+            wake(namespace, name)
+
+    @kopf.on.event(GROUP, VERSION, "agentturns", registry=registry)
+    async def turn_changed(spec: kopf.Spec, namespace: str | None, **_: Any) -> None:
+        """A Turn settled or went: the Pod of an older spec may be made anew now."""
+        wake(namespace, (spec.get("workspaceRef") or {}).get("name"), if_outdated=True)
+
     @kopf.on.event(GROUP, VERSION, "runs", registry=registry)
     async def run_changed(
         event: kopf.RawEvent, body: kopf.Body, namespace: str | None, **_: Any
     ) -> None:
-        """A Run that finished or went: its Workspace drops its worktrees' entry."""
+        """A Run that finished or went: its Workspace drops its worktrees' entry. Any change
+        of a Run (an exec that ended is written to its status) may let a Pod of an older
+        spec be made anew."""
         plain = _plain(body)
-        if event.get("type") == "DELETED" or _finished(plain):
-            with contextlib.suppress(KeyError, TypeError):
-                wake(namespace, objects.workspace_of(plain))
+        with contextlib.suppress(KeyError, TypeError):
+            ended = event.get("type") == "DELETED" or _finished(plain)
+            wake(namespace, objects.workspace_of(plain), if_outdated=not ended)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:
