@@ -18,7 +18,7 @@ import logging
 import socket
 import subprocess
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -28,6 +28,7 @@ import pytest
 
 from kubeturn.k8s import operator
 from kubeturn.k8s.hub import OperatorSettings
+from kubeturn_harness.scripted import parse_script, serve
 from tests.operator import emulator
 from tests.operator.kubelet import Sandbox
 
@@ -284,6 +285,42 @@ class HarnessReader:
 
 
 # ----------------------------------------------------------------------------- the model
+
+
+@dataclasses.dataclass(frozen=True)
+class Scripted:
+    """An operator whose only model provider, ``scripted``, is a scripted model."""
+
+    operator: OperatorThread
+    model: str
+    """The scripted model's base URL (its control routes live there; ``/v1`` is the API)."""
+    session: aiohttp.ClientSession
+    """A session for the Harnesses and the model, with no idle connection kept."""
+
+
+@contextlib.asynccontextmanager
+async def scripted_operator(
+    kubeconfig: Path, script_text: str, **changes: Any
+) -> AsyncIterator[Scripted]:
+    """The scripted model serving ``script_text`` and the operator (its settings from
+    :func:`settings`, with ``changes``) started against ``kubeconfig``; both stopped after."""
+    runner, url = await serve(parse_script(script_text))
+    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+    operating = dataclasses.replace(settings(providers_yaml=providers), **changes)
+    made = Scripted(
+        OperatorThread(operating, kubeconfig),
+        url.removesuffix("/v1"),
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)),
+    )
+    try:
+        try:
+            await made.operator.start()
+            yield made
+        finally:
+            await made.operator.stop()
+    finally:
+        await made.session.close()
+        await runner.cleanup()
 
 
 class Writes:

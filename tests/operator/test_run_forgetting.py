@@ -27,7 +27,6 @@ import aiohttp
 import pytest
 
 from kubeturn.k8s import harnesses
-from kubeturn_harness.scripted import parse_script, serve
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.operator_support import (
@@ -36,12 +35,11 @@ from tests.operator.operator_support import (
     RUNS,
     WAIT_S,
     WORKSPACES,
-    OperatorThread,
     eventually,
     fail_on_logged_errors,
     make_origin,
     read,
-    settings,
+    scripted_operator,
     status,
 )
 from tests.operator.test_workspace_lifecycle import (
@@ -70,25 +68,11 @@ async def world(
 ) -> AsyncIterator[World]:
     """The operator on the scripted model, the shared Workspace Ready; the test fails if
     the operator or a Harness logged an error."""
-    runner, url = await serve(parse_script(SCRIPT))
-    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-    operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-    made = World(k8s, k8s_client, session, kubelet, make_origin(tmp_path / "git"))
-    started = False
-    try:
-        started = True  # from here on it has a thread to stop, even if it fails to start
-        await operator.start()
+    async with scripted_operator(kubeconfig, SCRIPT) as scripted:
+        made = World(k8s, k8s_client, scripted.session, kubelet, make_origin(tmp_path / "git"))
         await made.create(workspace(made.origin))
         await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
         yield made
-    finally:
-        try:
-            if started:
-                await operator.stop()
-        finally:
-            await session.close()
-            await runner.cleanup()
     fail_on_logged_errors(caplog, kubelet.started)
 
 

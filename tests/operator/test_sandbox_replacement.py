@@ -38,7 +38,6 @@ are in :mod:`tests.operator.kubelet`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -53,7 +52,6 @@ import pytest
 
 from kubeturn.k8s import harnesses
 from kubeturn.orchestrator import harness_client
-from kubeturn_harness.scripted import parse_script, serve
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.operator_support import (
@@ -64,7 +62,6 @@ from tests.operator.operator_support import (
     WORKSPACES,
     AgentTurnWatch,
     HarnessReader,
-    OperatorThread,
     Writes,
     call,
     events,
@@ -74,7 +71,7 @@ from tests.operator.operator_support import (
     make_origin,
     model_requests,
     script,
-    settings,
+    scripted_operator,
     status,
 )
 
@@ -176,43 +173,30 @@ async def world(
 ) -> AsyncIterator[World]:
     """The operator on the scripted model, the Workspace Ready; the test fails if the
     operator or a Harness logged an error."""
-    runner, url = await serve(parse_script(SCRIPT))
-    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-    # A Run waiting for a finalizer's report looks often whether its AgentTurn went, so a
-    # test shows that it waits for the report past its looks.
-    operating = dataclasses.replace(settings(providers_yaml=providers), sweep_look_s=0.2)
-    operator = OperatorThread(operating, kubeconfig)
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
     watch = AgentTurnWatch(k8s_client)
-    made = World(
-        k8s,
-        k8s_client,
-        session,
-        kubelet,
-        make_origin(tmp_path / "git"),
-        url.removesuffix("/v1"),
-        watch,
-    )
-    started = False
     try:
         await watch.open()
-        started = True  # from here on it has a thread to stop, even if it fails to start
-        await operator.start()
-        await made.create(workspace(made.origin))
-        await eventually(
-            lambda: made.workspace().get("phase") == "Ready",
-            "the Workspace Ready",
-            describe=lambda: json.dumps(made.workspace()),
-        )
-        yield made
+        # A Run waiting for a finalizer's report looks often whether its AgentTurn went,
+        # so a test shows that it waits for the report past its looks.
+        async with scripted_operator(kubeconfig, SCRIPT, sweep_look_s=0.2) as scripted:
+            made = World(
+                k8s,
+                k8s_client,
+                scripted.session,
+                kubelet,
+                make_origin(tmp_path / "git"),
+                scripted.model,
+                watch,
+            )
+            await made.create(workspace(made.origin))
+            await eventually(
+                lambda: made.workspace().get("phase") == "Ready",
+                "the Workspace Ready",
+                describe=lambda: json.dumps(made.workspace()),
+            )
+            yield made
     finally:
-        try:
-            if started:
-                await operator.stop()
-        finally:
-            await watch.close()
-            await session.close()
-            await runner.cleanup()
+        await watch.close()
     fail_on_logged_errors(caplog, kubelet.started)
 
 

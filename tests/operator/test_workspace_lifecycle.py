@@ -44,7 +44,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kubeturn_harness.scripted import parse_script, serve
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.operator_support import (
@@ -54,7 +53,6 @@ from tests.operator.operator_support import (
     RUNS,
     WORKSPACES,
     HarnessReader,
-    OperatorThread,
     Writes,
     call,
     events,
@@ -65,7 +63,7 @@ from tests.operator.operator_support import (
     model_requests,
     read,
     script,
-    settings,
+    scripted_operator,
     status,
 )
 
@@ -219,33 +217,28 @@ async def world(
 ) -> AsyncIterator[World]:
     """The operator on the scripted model, the shared Workspace Ready; the test fails if
     the operator or a Harness logged an error."""
-    runner, url = await serve(parse_script(SCRIPT))
-    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-    operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-    made = World(
-        k8s, k8s_client, session, kubelet, make_origin(tmp_path / "git"), url.removesuffix("/v1")
-    )
+    versions: list[Body] = []
     opened = asyncio.Event()
-    watch = asyncio.create_task(_watch(k8s_client, made.versions, opened))
-    started = False
+    watch = asyncio.create_task(_watch(k8s_client, versions, opened))
     try:
         await eventually(opened.is_set, "the Workspace watch to open", timeout=5)
-        started = True  # from here on it has a thread to stop, even if it fails to start
-        await operator.start()
-        await made.create(workspace(made.origin))
-        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
-        yield made
+        async with scripted_operator(kubeconfig, SCRIPT) as scripted:
+            made = World(
+                k8s,
+                k8s_client,
+                scripted.session,
+                kubelet,
+                make_origin(tmp_path / "git"),
+                scripted.model,
+                versions,
+            )
+            await made.create(workspace(made.origin))
+            await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
+            yield made
     finally:
-        try:
-            if started:
-                await operator.stop()
-        finally:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
-            await session.close()
-            await runner.cleanup()
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
     fail_on_logged_errors(caplog, kubelet.started)
 
 
