@@ -13,7 +13,9 @@ Cases:
 - ``ssh_command``: the mounted key alone, no prompt, ``StrictHostKeyChecking=yes`` with
   the Secret's ``known_hosts``, else ``accept-new`` with no file kept;
 - the script: a commit is cloned without checkout then checked out detached; a branch or
-  tag with ``--branch``; a ``secretRef`` on another kind of URL fails before git runs.
+  tag with ``--branch``; a ``secretRef`` on another kind of URL fails before git runs;
+- names: a slot that is a DNS label names its container as it is; slots the label cannot
+  spell (``a_b``, ``a-b``, ``a.b``, capitals, long ones) never share a name.
 """
 
 from __future__ import annotations
@@ -189,3 +191,13 @@ class TestScript:
             'fail "a secretRef takes an https or ssh URL, not $REPO_URL"'
         )
         assert "git " not in script
+
+
+class TestNames:
+    def test_a_slot_that_is_a_dns_label_is_named_as_it_is(self) -> None:
+        assert clones.name("target") == "clone-target"
+
+    def test_slots_the_label_cannot_spell_never_share_a_name(self) -> None:
+        names = {clones.name(slot) for slot in ("a_b", "a-b", "a.b", "A_b", "x" * 70, "x" * 71)}
+        assert len(names) == 6
+        assert all(len(n) <= 63 and n.replace("-", "").isalnum() and n == n.lower() for n in names)

@@ -12,6 +12,7 @@ and shell text; runs nothing.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from enum import Enum
@@ -64,8 +65,14 @@ def is_commit(ref: str) -> bool:
 
 
 def name(slot: str) -> str:
-    """The name of a slot's clone container, and of its credentials' volume."""
-    return f"clone-{slot}".lower().replace("_", "-").replace(".", "-")[:63]
+    """The name of a slot's clone container, and of its credentials' volume: a DNS label.
+    A slot the label cannot spell as it is (``_``, ``.``, capitals, over 57 characters)
+    gets a digest of its name too, so ``a_b`` and ``a-b`` never share a container."""
+    label = f"clone-{slot}".lower().replace("_", "-").replace(".", "-")
+    if label == f"clone-{slot}" and len(label) <= 63:
+        return label
+    digest = hashlib.sha256(slot.encode()).hexdigest()[:8]
+    return f"{label[:54].rstrip('-')}-{digest}"
 
 
 def ssh_command(*, known_hosts: bool) -> str:
