@@ -137,7 +137,12 @@ def pod(url: str, ref: str = "main", *, secret: bool = True) -> Body:
         repo["secretRef"] = {"name": SECRET}
     spec = WorkspaceSpec.model_validate({"repos": {SLOT: repo}})
     return objects.sandbox_pod(
-        WORKSPACE, spec, image="harness:1", orchestrator_url="http://o", providers_yaml="{}\n"
+        WORKSPACE,
+        spec,
+        image="harness:1",
+        orchestrator_url="http://o",
+        providers_yaml="{}\n",
+        harness_token_sha256="t1",
     )
 
 

@@ -24,7 +24,10 @@ Cases:
 - with a Turn running (its model request held), a changed ``spec.env`` leaves the Pod
   serving: ``SandboxCurrent=False`` names the running AgentTurn, ``Ready`` stays True,
   the Turn runs on; once a signal sweeps it (``aborted``, not cut by the roll) the Pod is
-  made anew.
+  made anew;
+- the token Secret deleted: the operator makes new tokens, and the sandbox (whose Harness
+  knows only the old ones) is made anew, with a ``SandboxUpdated`` Event naming the
+  tokens; a Turn then runs on it.
 
 Each scenario's Workspace is a named one that its Runs share. The emulator has no
 garbage collection and no admission; the kubelet's limits are in :mod:`kubelet`.
@@ -44,6 +47,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from kubeturn.k8s import workspaces
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.operator_support import (
@@ -535,3 +539,28 @@ async def test_a_changed_spec_waits_for_the_running_turn(world: World) -> None:
     assert pod_env(world.k8s)[MARK] == "second"
     (record,) = status(world.k8s, RUNS, name)["turns"]
     assert (record["outcome"], record.get("cause")) == ("aborted", None)
+
+
+@pytest.fixture
+def quick_looks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ready Workspace is looked at every 20 s; these scenarios look every second (set
+    before the operator starts: ask for it before ``world``)."""
+    monkeypatch.setattr(workspaces, "READY_PROBE_S", 1.0)
+
+
+async def test_a_token_secret_made_anew_makes_the_sandbox_anew(
+    quick_looks: None, world: World
+) -> None:
+    old = world.status()["endpoint"]
+    await world.delete(f"/api/v1/namespaces/{NAMESPACE}/secrets/{WORKSPACE}-kubeturn-tokens")
+    await world.until(
+        lambda: world.status().get("phase") == "Ready" and world.status()["endpoint"] != old,
+        "the Workspace Ready at a new sandbox with the new tokens",
+    )
+    assert len(world.kubelet.started) == 2
+    (updated,) = events(world.k8s, "SandboxUpdated")
+    assert "tokens" in updated["message"]
+
+    # A Turn runs on the new sandbox, which accepts the new tokens both ways.
+    await world.create(run(FIRST))
+    await world.waiting(FIRST)

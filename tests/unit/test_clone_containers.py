@@ -45,7 +45,12 @@ SPEC = WorkspaceSpec.model_validate(
     }
 )
 POD = objects.sandbox_pod(
-    WORKSPACE, SPEC, image="harness:1", orchestrator_url="http://o", providers_yaml="{}\n"
+    WORKSPACE,
+    SPEC,
+    image="harness:1",
+    orchestrator_url="http://o",
+    providers_yaml="{}\n",
+    harness_token_sha256="t1",
 )
 
 

@@ -69,7 +69,12 @@ def pod_body(annotations: dict[str, str] | None = None, **status: Any) -> dict[s
 
 class TestSandboxPod:
     pod = objects.sandbox_pod(
-        WORKSPACE, SPEC, image="harness:1", orchestrator_url="http://o", providers_yaml="{}\n"
+        WORKSPACE,
+        SPEC,
+        image="harness:1",
+        orchestrator_url="http://o",
+        providers_yaml="{}\n",
+        harness_token_sha256="t1",
     )
 
     def test_one_claim_two_directories(self) -> None:
@@ -303,8 +308,9 @@ def fingerprint(**changes: Any) -> sandboxes.Fingerprint:
     """POD_SPEC's fingerprint, its Harness container's fields replaced by ``changes``."""
     spec = copy.deepcopy(POD_SPEC)
     providers = changes.pop("providers", PROVIDERS)
+    tokens = changes.pop("tokens", "t1")
     spec["containers"][0].update(changes)
-    return sandboxes.fingerprint(spec, providers)
+    return sandboxes.fingerprint(spec, providers, tokens)
 
 
 class TestFingerprint:
@@ -313,22 +319,28 @@ class TestFingerprint:
         is current to the next one (a change here would make every sandbox anew)."""
         spec = {"containers": [{"name": "harness", "image": "harness:1"}]}
         canonical = (
-            '{"providers":"{}\\n","spec":{"containers":[{"image":"harness:1","name":"harness"}]}}'
+            '{"providers":"{}\\n","spec":{"containers":[{"image":"harness:1","name":"harness"}]},'
+            '"tokens":"t1"}'
         )
-        golden = "3c11b7c1caf0f6920b4f9587267417eac84b93039123043678172ed37e17c461"
+        golden = "d30ff72c7a8a1e2bfe58929dab85ad2e93d70ded9c26f6bc72bbcad335a9d39b"
         assert hashlib.sha256(canonical.encode()).hexdigest() == golden
-        assert sandboxes.fingerprint(spec, "{}\n").digest == golden
+        assert sandboxes.fingerprint(spec, "{}\n", "t1").digest == golden
 
     def test_the_same_in_any_key_order(self) -> None:
         reordered = {key: POD_SPEC[key] for key in reversed(list(POD_SPEC))}
         reordered["containers"] = [dict(reversed(list(POD_SPEC["containers"][0].items())))]
-        assert sandboxes.fingerprint(reordered, PROVIDERS) == fingerprint()
+        assert sandboxes.fingerprint(reordered, PROVIDERS, "t1") == fingerprint()
 
     def test_the_builder_annotates_the_pod_and_read_pod_reads_it(self) -> None:
         pod = objects.sandbox_pod(
-            WORKSPACE, SPEC, image="harness:1", orchestrator_url="http://o", providers_yaml="p"
+            WORKSPACE,
+            SPEC,
+            image="harness:1",
+            orchestrator_url="http://o",
+            providers_yaml="p",
+            harness_token_sha256="t1",
         )
-        made = sandboxes.fingerprint(pod["spec"], "p")
+        made = sandboxes.fingerprint(pod["spec"], "p", "t1")
         assert pod["metadata"]["annotations"] == made.annotations()
         body = pod_body(pod["metadata"]["annotations"], phase="Running", podIP="10.0.0.9")
         assert read_pod(body).made_from == made
@@ -338,6 +350,7 @@ class TestFingerprint:
         assert sandboxes.changed(fingerprint(), now) == ()
         assert sandboxes.changed(fingerprint(env=[]), now) == ("env",)
         assert sandboxes.changed(fingerprint(providers="{}\n"), now) == ("providers",)
+        assert sandboxes.changed(fingerprint(tokens="t2"), now) == ("tokens",)
         assert sandboxes.changed(fingerprint(image="harness:2"), now) == ("image",)
         both = fingerprint(env=[], resources={"limits": {"memory": "1Gi"}})
         assert sandboxes.changed(both, now) == ("env", "resources")

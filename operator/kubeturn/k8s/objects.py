@@ -141,6 +141,7 @@ def sandbox_pod(
     image: str,
     orchestrator_url: str,
     providers_yaml: str,
+    harness_token_sha256: str,
 ) -> Object:
     """The sandbox: an init container clones each repo slot; the Harness serves Turns.
 
@@ -243,7 +244,7 @@ def sandbox_pod(
     if spec.serviceAccount:
         pod["spec"]["serviceAccountName"] = spec.serviceAccount
     # What it is made from, so a Pod of an older spec is told from a current one (ADR 0032).
-    made_from = sandboxes.fingerprint(pod["spec"], providers_yaml)
+    made_from = sandboxes.fingerprint(pod["spec"], providers_yaml, harness_token_sha256)
     pod["metadata"]["annotations"] = made_from.annotations()
     return pod
 

@@ -67,13 +67,15 @@ class Fingerprint:
         return {HASH_ANNOTATION: self.digest, PARTS_ANNOTATION: _canonical(dict(self.parts))}
 
 
-def fingerprint(pod_spec: Mapping[str, Any], providers_yaml: str) -> Fingerprint:
-    """The fingerprint of a Pod made from ``pod_spec`` with the providers file (which the
-    Harness reads once, at its start): equal inputs give an equal fingerprint in every
-    process, whatever the order of their maps' keys."""
-    parts = _parts(pod_spec, providers_yaml)
+def fingerprint(pod_spec: Mapping[str, Any], providers_yaml: str, tokens: str) -> Fingerprint:
+    """The fingerprint of a Pod made from ``pod_spec`` with the providers file and the
+    token Secret's ``harness-token-sha256`` (both read once, at the Harness's start: a
+    Secret made anew, after someone deleted it, holds tokens the running Harness does not
+    know): equal inputs give an equal fingerprint in every process, whatever the order of
+    their maps' keys."""
+    parts = {**_parts(pod_spec, providers_yaml), "tokens": tokens}
     return Fingerprint(
-        _digest({"spec": pod_spec, "providers": providers_yaml}),
+        _digest({"spec": pod_spec, "providers": providers_yaml, "tokens": tokens}),
         {name: _digest(value)[:PART_DIGEST_CHARS] for name, value in parts.items()},
     )
 

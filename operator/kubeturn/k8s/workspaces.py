@@ -83,25 +83,35 @@ class Sandbox:
     """(generation, monotonic time) at which the other objects were last brought up to date."""
     volume: sandboxes.Said | None = None
     """``VolumeCurrent`` as last found."""
+    tokens: str | None = None
+    """The token Secret's ``harness-token-sha256`` as last read."""
     outdated: bool = False
     """Its Pod runs an older spec and waits for no Turn to run: changes of AgentTurns and
     Runs wake the daemon."""
 
 
-async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> sandboxes.Said:
+@dataclass(frozen=True)
+class Synced:
+    volume: sandboxes.Said
+    """Whether the volume has what ``spec.storage`` asks for (it is never changed)."""
+    tokens: str
+    """The token Secret's ``harness-token-sha256``: a sandbox made with other tokens is
+    made again."""
+
+
+async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> Synced:
     """Create what the Workspace lacks, its Pod included (a Pod there is left as it is);
     bring the rest up to date (``sync_children``, whose answer this is)."""
-    volume = await sync_children(hub, body, spec)
-    await hub.kube.create(sandbox_pod(hub, body, spec))
-    return volume
+    synced = await sync_children(hub, body, spec)
+    await hub.kube.create(sandbox_pod(hub, body, spec, synced.tokens))
+    return synced
 
 
-async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> sandboxes.Said:
+async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> Synced:
     """Create what the Workspace lacks but its Pod, and patch the providers ConfigMap's
-    data and the NetworkPolicy's spec where they differ from what the operator makes now;
-    answer whether the volume has what ``spec.storage`` asks for (it is never changed).
+    data and the NetworkPolicy's spec where they differ from what the operator makes now.
     Creation is idempotent; tokens are made once (two makers at once both end up with
-    the Secret that was stored)."""
+    the Secret that was stored), and made anew only when the Secret is gone."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     stored = await hub.kube.get(SECRETS, namespace, f"{name}-kubeturn-tokens")
@@ -120,7 +130,8 @@ async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> 
     claim = objects.volume_claim(body, spec)
     kind = KINDS[(claim["apiVersion"], claim["kind"])]
     found = await hub.kube.get(kind, namespace, claim["metadata"]["name"])
-    return sandboxes.volume_said(found or await hub.kube.create(claim), spec.storage)
+    volume = sandboxes.volume_said(found or await hub.kube.create(claim), spec.storage)
+    return Synced(volume, _token_sha256(stored))
 
 
 async def _up_to_date(hub: Hub, wanted: dict[str, Any], part: str) -> None:
@@ -143,7 +154,7 @@ async def _up_to_date(hub: Hub, wanted: dict[str, Any], part: str) -> None:
     await hub.kube.patch(kind, meta["namespace"], meta["name"], {part: wanted[part]})
 
 
-def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> dict[str, Any]:
+def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec, tokens: str) -> dict[str, Any]:
     """The sandbox Pod the Workspace asks for now, with the operator's settings."""
     return objects.sandbox_pod(
         body,
@@ -151,7 +162,16 @@ def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> dict[str
         image=hub.settings.harness_image,
         orchestrator_url=hub.settings.orchestrator_url,
         providers_yaml=hub.settings.providers_yaml,
+        harness_token_sha256=tokens,
     )
+
+
+def _token_sha256(secret: dict[str, Any]) -> str:
+    data = secret.get("data") or {}
+    plain = secret.get("stringData") or {}
+    if "harness-token-sha256" in plain:
+        return str(plain["harness-token-sha256"])
+    return base64.b64decode(data.get("harness-token-sha256", "")).decode()
 
 
 def _tokens(secret: dict[str, Any]) -> tuple[str, str]:
@@ -174,13 +194,16 @@ class Answer:
     said: str
     token: str = ""
     repos: ReposResponse | None = None
+    tokens_differ: bool = False
+    """The token Secret is gone, or the Harness refuses its token (it was made anew): the
+    other objects are synced at the next look, and a sandbox of other tokens is made anew."""
 
 
 async def ask_harness(hub: Hub, namespace: str, name: str, endpoint: str) -> Answer:
     """``/readyz``, then ``/repos`` once ready (a Harness without it reports no clones)."""
     secret = await hub.kube.get(SECRETS, namespace, f"{name}-kubeturn-tokens")
     if secret is None:
-        return Answer(False, "the token Secret is missing")
+        return Answer(False, "the token Secret is missing", tokens_differ=True)
     token, _ = _tokens(secret)
     timeout = aiohttp.ClientTimeout(total=HARNESS_TIMEOUT_S)
     headers = {"Authorization": f"Bearer {token}"}
@@ -188,7 +211,8 @@ async def ask_harness(hub: Hub, namespace: str, name: str, endpoint: str) -> Ans
         async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
             async with session.get(f"{endpoint}/readyz") as response:
                 if response.status != 200:
-                    return Answer(False, f"the Harness is not ready (HTTP {response.status})")
+                    said = f"the Harness is not ready (HTTP {response.status})"
+                    return Answer(False, said, tokens_differ=response.status == 401)
             async with session.get(f"{endpoint}/repos") as response:
                 raw = await response.read()
                 if response.status != 200:
@@ -215,12 +239,14 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     now = time.monotonic()
     deleting = bool(meta.get("deletionTimestamp"))  # what it owns goes with it: no sync
     if not deleting and _sync_due(sandbox.synced, meta.get("generation"), now):
-        sandbox.volume = await sync_children(hub, body, spec)
+        synced = await sync_children(hub, body, spec)
+        sandbox.volume, sandbox.tokens = synced.volume, synced.tokens
         sandbox.synced = (meta.get("generation"), now)
     pod = sandboxes.read_pod(await hub.kube.get(PODS, namespace, objects.sandbox_name(name)))
     changes: tuple[str, ...] = ()
     if pod.state in sandboxes.LIVE and not deleting:
-        wanted = sandboxes.made_from(sandbox_pod(hub, body, spec))
+        assert sandbox.tokens is not None, "the first look syncs the other objects"
+        wanted = sandboxes.made_from(sandbox_pod(hub, body, spec, sandbox.tokens))
         assert wanted is not None, "the builder annotates every Pod"
         changes = sandboxes.changed(pod.made_from, wanted)
     memory = sandbox.memory
@@ -261,7 +287,8 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
         again, refused_before, rolled = memory.seen, memory.refusal, memory.rolling
         memory.making(now)
         try:
-            sandbox.volume = await ensure_children(hub, body, spec)
+            synced = await ensure_children(hub, body, spec)
+            sandbox.volume, sandbox.tokens = synced.volume, synced.tokens
             sandbox.synced = (meta.get("generation"), now)
         except ApiException as refused:
             said = f"the API refused the sandbox: HTTP {refused.status} {refused.reason}"
@@ -283,6 +310,8 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
             repos = answer.repos
         else:
             message = "; ".join(part for part in (message, answer.said) if part)
+            if answer.tokens_differ:
+                sandbox.synced = None
     if phase is not WorkspacePhase.READY:
         memory.not_ready()
         endpoint = None
