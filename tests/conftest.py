@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
+from kubeturn_harness.sandbox.client import LocalToolbox
+from kubeturn_harness.settings import NOBODY
+from kubeturn_harness.tools import tool_identity
 
 TESTS = Path(__file__).parent
 TIERS = {"unit", "harness", "system", "operator", "e2e", "docker", "static", "chart", "cli"}
@@ -41,3 +45,12 @@ async def no_leftover_tasks() -> AsyncIterator[None]:
         await asyncio.sleep(0.01)
     names = sorted(task.get_name() + ": " + repr(task.get_coro()) for task in leftover)
     pytest.fail("tasks left running after the test:\n" + "\n".join(names))
+
+
+@pytest.fixture(scope="session")
+def toolbox_socket() -> Iterator[Path]:
+    """One toolbox for every Harness this test process runs in itself (it serves this
+    process only); its sessions run as nobody when the tests run as root."""
+    started = LocalToolbox.start(run_as=tool_identity(NOBODY, NOBODY))
+    yield started.socket
+    started.stop()

@@ -1,19 +1,20 @@
 """``python -m kubeturn_harness serve``: the Harness's entry point.
 
-The only place that reads flags and environment. Every flag has an environment twin
-(``KUBETURN_*``); a flag wins over its twin.
+The only place that reads the Harness's flags and environment. Every flag has an
+environment twin (``KUBETURN_*``); a flag wins over its twin. The toolbox has its own
+entry point (``python -m kubeturn_harness.sandbox``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
+import contextlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from aiohttp import web
@@ -25,12 +26,15 @@ from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import OpenAIModels
 from kubeturn_harness.orchestrator import OrchestratorClient
 from kubeturn_harness.providers import Providers
+from kubeturn_harness.sandbox import reaper
+from kubeturn_harness.sandbox.client import LocalToolbox, Toolbox
+from kubeturn_harness.sandbox.protocol import Limits
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settings import NOBODY, Settings, ToolSettings
+from kubeturn_harness.tools import tool_identity
 
 log = logging.getLogger("kubeturn_harness")
 
-PR_SET_DUMPABLE = 4
 QUIET_LOGGERS = ("httpx", "httpx2", "openai")
 """Libraries that log every model request at INFO; the Harness's own records say more."""
 
@@ -53,8 +57,28 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--orchestrator-url", default=env("KUBETURN_ORCHESTRATOR_URL"))
     serve.add_argument("--providers", type=Path, default=_path(env("KUBETURN_PROVIDERS")))
     serve.add_argument("--default-model", default=env("KUBETURN_DEFAULT_MODEL"))
+    serve.add_argument(
+        "--toolbox",
+        type=Path,
+        default=_path(env("KUBETURN_TOOLBOX_SOCKET")),
+        help="the toolbox's Unix socket (env KUBETURN_TOOLBOX_SOCKET); without it the "
+        "Harness starts a toolbox of its own",
+    )
     serve.add_argument("--tool-uid", type=int, default=env("KUBETURN_TOOL_UID", str(NOBODY)))
     serve.add_argument("--tool-gid", type=int, default=env("KUBETURN_TOOL_GID", str(NOBODY)))
+    serve.add_argument(
+        "--tool-processes",
+        type=int,
+        default=env("KUBETURN_TOOL_PROCESSES", str(ToolSettings.processes)),
+        help="processes one session of the tools may add (env KUBETURN_TOOL_PROCESSES)",
+    )
+    serve.add_argument(
+        "--private",
+        type=Path,
+        action="append",
+        default=[],
+        help="a path no tool may reach, besides the data dir (repeatable)",
+    )
     serve.add_argument(
         "--sweep-wait",
         type=float,
@@ -108,7 +132,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
         idle_eviction_s=args.idle_eviction,
         idle_conversations_kept=args.idle_conversations_kept,
         work_root=args.work_root,
-        tools=ToolSettings(uid=args.tool_uid, gid=args.tool_gid),
+        tools=ToolSettings(
+            socket=args.toolbox,
+            uid=args.tool_uid,
+            gid=args.tool_gid,
+            processes=args.tool_processes,
+        ),
+        private=tuple(args.private),
     )
 
 
@@ -120,16 +150,36 @@ def _is_hex(value: str) -> bool:
     return True
 
 
-def _undumpable() -> None:
-    """Keep the tools' processes (same uid, when not root) out of /proc/<pid>/environ and mem."""
-    if sys.platform != "linux":
+def toolbox_client(settings: Settings, socket: Path) -> Toolbox:
+    """The Harness's client of the toolbox at ``socket``, with its settings' limits."""
+    tools = settings.tools
+    return Toolbox(
+        socket=socket,
+        work_root=settings.work_root,
+        limits=Limits(
+            bashTimeoutS=tools.bash_timeout_s,
+            outputLimitBytes=tools.output_limit_bytes,
+            processes=tools.processes,
+            memoryBytes=tools.memory_bytes,
+        ),
+        private=settings.private_paths(),
+    )
+
+
+@contextlib.contextmanager
+def toolbox_for(settings: Settings) -> Iterator[Toolbox]:
+    """The toolbox the settings name, or one started here (and stopped on leaving)."""
+    if settings.tools.socket is not None:
+        yield toolbox_client(settings, settings.tools.socket)
         return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        log.warning("could not make the Harness undumpable (errno %d)", ctypes.get_errno())
+    started = LocalToolbox.start(run_as=tool_identity(settings.tools.uid, settings.tools.gid))
+    try:
+        yield toolbox_client(settings, started.socket)
+    finally:
+        started.stop()
 
 
-async def serve(settings: Settings, host: str, port: int) -> None:
+async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> None:
     providers = Providers.load(settings.providers_file)
     orchestrator = (
         OrchestratorClient(settings.orchestrator_url, settings.orchestrator_token)
@@ -144,6 +194,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         orchestrator=orchestrator,
         providers=providers,
         metrics=HarnessMetrics(),
+        toolbox=toolbox,
     )
     runner = make_runner(harness)
     await runner.setup()
@@ -178,8 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         settings = settings_from(args)
-        _undumpable()
-        asyncio.run(serve(settings, args.host, args.port))
+        reaper.undumpable()
+        with toolbox_for(settings) as toolbox:
+            asyncio.run(serve(settings, toolbox, args.host, args.port))
     except ConfigError as error:
         print(f"kubeturn-harness: {error}", file=sys.stderr)
         return 2

@@ -5,6 +5,8 @@
     HarnessError
     ├── ConfigError      bad flags, environment or providers file: the process exits
     ├── WireError        a request the Harness refuses: a 4xx body naming the field
+    ├── ToolboxUnavailable  the toolbox (where the Agents' tools run) cannot serve a
+    │                    session now: a tool call fails, the run goes on
     └── RunFailed        a Submission's run threw: it settles ``failed`` with a type
         ├── ProviderFailure  the model provider failed after its retries
         └── MenuUnreadable   the surface could not be read or did not parse
@@ -34,6 +36,10 @@ class WireError(HarnessError):
         self.message = message
         self.field = field
         self.status = status
+
+
+class ToolboxUnavailable(HarnessError):
+    """The toolbox could not be reached, refused a session, or dropped one."""
 
 
 class RunFailed(HarnessError):

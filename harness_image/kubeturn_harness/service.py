@@ -11,27 +11,27 @@ deleted Run removes its worktrees and its conversations, from memory and the dat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
 import stat
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from kubeturn_harness import eviction
 from kubeturn_harness.clock import Clock
-from kubeturn_harness.clones import Clones
 from kubeturn_harness.conversations import Conversation
-from kubeturn_harness.errors import WireError
+from kubeturn_harness.errors import ConfigError, ToolboxUnavailable, WireError
 from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import ModelPort
 from kubeturn_harness.orchestrator import OrchestratorPort
 from kubeturn_harness.providers import Providers
+from kubeturn_harness.sandbox.client import Toolbox
 from kubeturn_harness.settings import Settings
 from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.store import ConversationLog, Store
 from kubeturn_harness.tool_loop import RECEIPT_AFTER_CUT_S, Limits, RunEnv
-from kubeturn_harness.tools import ToolContext, run_command, scrubbed_environment, tool_identity
 from kubeturn_harness.wire import (
     AdmitRequest,
     ExecRequest,
@@ -50,6 +50,9 @@ Key = tuple[str, str]
 PRIVATE = stat.S_IRWXU
 """The data dir's mode (0700): when the Harness runs as root and its tools as another
 user, they cannot list or read the conversation logs (ADR 0008)."""
+TOOLBOX_START_S = 120.0
+"""How long a starting Harness waits for its toolbox to take sessions: in a Pod the tools
+container may start after the Harness's; past this the Harness exits (and is restarted)."""
 FINISHING_WAIT_S = 2 * RECEIPT_AFTER_CUT_S
 """How long forgetting a Run waits for a run its sweep cut to stop: such a run waits up to
 ``RECEIPT_AFTER_CUT_S`` (5 s) for its pick's receipt, then records its reply; twice that,
@@ -66,30 +69,25 @@ class Harness:
         orchestrator: OrchestratorPort | None,
         providers: Providers,
         metrics: HarnessMetrics,
+        toolbox: Toolbox,
     ) -> None:
         self.settings = settings
+        self.toolbox = toolbox
         self.metrics = metrics
         self.store = Store(settings.data_dir, clock)
         self.providers = providers
         self.ready = False
-        tools = settings.tools
         self._env = RunEnv(
             model=model,
             orchestrator=orchestrator,
             providers=providers,
             clock=clock,
             metrics=metrics,
-            tool_env=scrubbed_environment(os.environ, home=str(settings.data_dir / "home")),
-            run_as=tool_identity(tools.uid, tools.gid),
-            # The file tools run inside this process, where /proc/self is the Harness
-            # itself: its environ holds the tokens and provider keys.
-            denied=(settings.data_dir.resolve(), Path(f"/proc/{os.getpid()}")),
+            toolbox=toolbox,
             limits=Limits(
                 max_steps=settings.max_steps,
                 max_identical_calls=settings.max_identical_calls,
-                bash_timeout_s=tools.bash_timeout_s,
                 surface_retry_s=settings.surface_retry_s,
-                output_limit_bytes=tools.output_limit_bytes,
             ),
             default_model=settings.default_model,
         )
@@ -98,10 +96,13 @@ class Harness:
         self._forgetting: set[asyncio.Task[RunForgotten]] = set()
         """Forgettings under way: a caller that goes away does not cut one short."""
         metrics.in_memory.set_function(lambda: len(self._conversations))
-        self.clones = Clones(settings.work_root, self._tool_context)
 
     async def start(self) -> None:
         self.store.check_writable()
+        try:
+            await self.toolbox.ready(TOOLBOX_START_S)
+        except ToolboxUnavailable as error:
+            raise ConfigError(f"no toolbox to run the Agents' tools: {error}") from error
         try:
             self.store.root.chmod(PRIVATE)
         except OSError as failure:
@@ -157,18 +158,16 @@ class Harness:
 
     async def exec(self, request: ExecRequest) -> ExecResponse:
         """Run a command for the Machine (an ``exec`` invoke), as the tools run."""
-        context = self._tool_context(Path(request.cwd), request.timeoutSeconds)
-        result = await run_command(request.command, context, request.timeoutSeconds)
-        return ExecResponse(
-            exitCode=result.exit_code,
-            output=result.output,
-            droppedBytes=result.dropped,
-            timedOut=result.exit_code is None,
-        )
+        async with _toolbox_answers():
+            done = await self.toolbox.exec(
+                Path(request.cwd), request.command, request.timeoutSeconds
+            )
+        return ExecResponse.model_validate(done.model_dump())
 
     async def worktrees(self, request: WorktreesRequest) -> WorktreesResponse:
         """Make (or find) a Run's worktree of each repo slot; idempotent."""
-        return await self.clones.worktrees(request)
+        async with _toolbox_answers():
+            return await self.toolbox.worktrees(request)
 
     async def forget_run(self, request: ForgetRunRequest) -> RunForgotten:
         """Forget a deleted Run: its conversations and its worktrees (their branch stays).
@@ -195,7 +194,8 @@ class Harness:
             if conversation is not None:
                 conversation.log.close()
             self.store.remove(*key)
-        worktrees = await self.clones.remove(request.branch)
+        async with _toolbox_answers():
+            worktrees = await self.toolbox.forget(request)
         log.info(
             "forgot Run %s: %d conversations, worktrees %s",
             request.run,
@@ -206,18 +206,8 @@ class Harness:
 
     async def repos(self) -> ReposResponse:
         """The Workspace's clones, with the commit each has checked out."""
-        return await self.clones.listing()
-
-    def _tool_context(self, cwd: Path, seconds: float = 0.0) -> ToolContext:
-        limits = self._env.limits
-        return ToolContext(
-            cwd=cwd,
-            env=self._env.tool_env,
-            run_as=self._env.run_as,
-            denied=self._env.denied,
-            bash_timeout_s=seconds or limits.bash_timeout_s,
-            output_limit_bytes=limits.output_limit_bytes,
-        )
+        async with _toolbox_answers():
+            return await self.toolbox.repos()
 
     def conversation(self, name: str, instance_id: str) -> Conversation | None:
         """The recorded conversation, read back from its log if it left memory; None
@@ -287,6 +277,15 @@ def _refuse_live(conversations: list[tuple[Key, Conversation]], *, finishing: bo
         else:
             continue
         raise WireError(f"agent {name!r} at {instance_id!r}: {said}", field="run", status=409)
+
+
+@contextlib.asynccontextmanager
+async def _toolbox_answers() -> AsyncIterator[None]:
+    """A toolbox that cannot serve now is the Harness's 503, for the caller to retry."""
+    try:
+        yield
+    except ToolboxUnavailable as error:
+        raise WireError(str(error), status=503) from error
 
 
 def _retrieve(task: asyncio.Task[RunForgotten]) -> None:

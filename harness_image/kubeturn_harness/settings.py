@@ -15,14 +15,23 @@ NOBODY = 65534
 
 @dataclass(frozen=True)
 class ToolSettings:
+    socket: Path | None = None
+    """The toolbox's Unix socket (the sandbox Pod's ``tools`` container); None: the
+    Harness starts a toolbox of its own, as its child (one machine)."""
     uid: int = NOBODY
-    """Unprivileged uid the tools' processes run as when the Harness runs as root."""
+    """Unprivileged uid a toolbox the Harness starts runs as, when the Harness is root."""
     gid: int = NOBODY
     """Its gid."""
     bash_timeout_s: float = 120.0
     """Default and ceiling of one ``bash`` call, in seconds: long builds fit, hangs end."""
     output_limit_bytes: int = 30_000
     """Tail of a tool's output the model reads: enough for a failing test's report."""
+    processes: int = 512
+    """Processes one session of the tools may add (RLIMIT_NPROC): a parallel build runs a
+    few dozen; a fork bomb stops here rather than at the machine's limit."""
+    memory_bytes: int | None = 8 * 1024**3
+    """Each tool process's data (RLIMIT_DATA, bytes): a backstop on one machine, where no
+    container limit applies; in the Pod the ``tools`` container's memory limit binds first."""
 
 
 @dataclass(frozen=True)
@@ -67,3 +76,8 @@ class Settings:
     """Where the Workspace's clones (``.repos/<slot>``) and worktrees (``<slot>/<branch>``)
     live; the Workspace's volume in the pod."""
     tools: ToolSettings = field(default_factory=ToolSettings)
+    private: tuple[Path, ...] = ()
+    """Paths, besides the data dir, that no tool may reach (the local runner's state)."""
+
+    def private_paths(self) -> tuple[Path, ...]:
+        return (self.data_dir.resolve(), *(path.resolve() for path in self.private))

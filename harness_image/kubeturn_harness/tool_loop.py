@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ import jsonschema
 
 from kubeturn_harness import briefing, receipts
 from kubeturn_harness.clock import Clock
-from kubeturn_harness.errors import MenuUnreadable, RunFailed
+from kubeturn_harness.errors import MenuUnreadable, RunFailed, ToolboxUnavailable
 from kubeturn_harness.history import SubmissionRecord
 from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import ModelAnswer, ModelPort, ModelRequest, Partial
@@ -45,16 +45,10 @@ from kubeturn_harness.orchestrator import (
 from kubeturn_harness.projection import OpenAIMessage, project, to_openai
 from kubeturn_harness.providers import Providers
 from kubeturn_harness.runaway import RunawayWatch
+from kubeturn_harness.sandbox.client import Session, Toolbox
+from kubeturn_harness.sandbox.protocol import Kind
 from kubeturn_harness.store import ConversationLog
-from kubeturn_harness.tools import (
-    RunAs,
-    ToolArgumentError,
-    ToolContext,
-    ToolSpec,
-    parse_arguments,
-    run_tool,
-    working_tools,
-)
+from kubeturn_harness.tools import ToolArgumentError, ToolSpec, parse_arguments, working_tools
 from kubeturn_harness.wire import (
     ErrorType,
     EventType,
@@ -116,9 +110,7 @@ RunResult = Completed | TurnOver | NeverPrompted
 class Limits:
     max_steps: int
     max_identical_calls: int
-    bash_timeout_s: float
     surface_retry_s: float
-    output_limit_bytes: int = 30_000
 
 
 @dataclass(frozen=True)
@@ -130,9 +122,7 @@ class RunEnv:
     providers: Providers
     clock: Clock
     metrics: HarnessMetrics
-    tool_env: Mapping[str, str]
-    run_as: RunAs | None
-    denied: tuple[Path, ...]
+    toolbox: Toolbox
     limits: Limits
     default_model: str | None
 
@@ -209,29 +199,55 @@ async def run_submission(
     run.record(run.message(Role.USER, request.prompt, briefing=block))
 
     specs = [*(spec.openai() for spec in tools), *(_menu_tool(item) for item in menu)]
-    context = ToolContext(
-        cwd=Path(request.resolved_cwd),
-        env=env.tool_env,
-        run_as=env.run_as,
-        denied=env.denied,
-        bash_timeout_s=env.limits.bash_timeout_s,
-        output_limit_bytes=env.limits.output_limit_bytes,
-    )
+    working = _Tools(env.toolbox, Path(request.resolved_cwd), access)
     watch = RunawayWatch(
         max_identical=env.limits.max_identical_calls, max_steps=env.limits.max_steps
     )
     tool_specs = {spec.name: spec for spec in tools}
-    while True:
-        if reason := watch.step():
-            raise RunFailed(f"runaway: {reason}", error_type=ErrorType.RUNAWAY)
-        answer = await _ask(
-            run, ModelRequest(model_name, list(run.prompt), specs, request.thinkingLevel)
-        )
-        if not answer.tool_calls:
-            return Completed()
-        turn_over = await _calls(run, answer.tool_calls, tool_specs, menu_by_name, context, watch)
-        if turn_over:
-            return TurnOver()
+    try:
+        while True:
+            if reason := watch.step():
+                raise RunFailed(f"runaway: {reason}", error_type=ErrorType.RUNAWAY)
+            answer = await _ask(
+                run, ModelRequest(model_name, list(run.prompt), specs, request.thinkingLevel)
+            )
+            if not answer.tool_calls:
+                return Completed()
+            turn_over = await _calls(
+                run, answer.tool_calls, tool_specs, menu_by_name, working, watch
+            )
+            if turn_over:
+                return TurnOver()
+    finally:
+        await working.close()
+
+
+@dataclass
+class _Tools:
+    """The run's session of the toolbox, opened at its first Working tool call and
+    closed when the run stops: the toolbox then ends every process it started."""
+
+    toolbox: Toolbox
+    cwd: Path
+    access: WorkspaceAccess
+    session: Session | None = None
+
+    async def run(self, name: str, arguments: dict[str, Any]) -> str:
+        try:
+            if self.session is None:
+                self.session = await self.toolbox.session(
+                    Kind.TOOLS, cwd=self.cwd, access=self.access
+                )
+            result = await self.session.call(name, arguments)
+        except ToolboxUnavailable as error:
+            await self.close()
+            return f"The call of `{name}` could not run: {error}. You may call it again."
+        return result.text
+
+    async def close(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            await session.close()
 
 
 async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
@@ -274,7 +290,7 @@ async def _calls(
     calls: list[ToolCall],
     tools: dict[str, ToolSpec],
     menu: dict[str, _MenuTool],
-    context: ToolContext,
+    working: _Tools,
     watch: RunawayWatch,
 ) -> bool:
     """Run one model answer's calls in order; True when a pick found the Turn over.
@@ -295,7 +311,7 @@ async def _calls(
             elif call.name in menu:
                 text, first_pick, turn_over = await _pick(run, call, menu[call.name], first_pick)
             elif call.name in tools:
-                text = await _work(call, tools[call.name], context, run.env.metrics)
+                text = await _work(call, tools[call.name], working, run.env.metrics)
             else:
                 known = ", ".join([*tools, *menu]) or "none"
                 text = f"There is no tool `{call.name}`. Your tools: {known}."
@@ -316,16 +332,13 @@ def _answer(run: _Run, calls: list[ToolCall], text: str) -> None:
         run.record(run.message(Role.TOOL, text, toolCallId=call.id))
 
 
-async def _work(
-    call: ToolCall, spec: ToolSpec, context: ToolContext, metrics: HarnessMetrics
-) -> str:
+async def _work(call: ToolCall, spec: ToolSpec, working: _Tools, metrics: HarnessMetrics) -> str:
     metrics.tool_calls.labels(tool=spec.name).inc()
     try:
         arguments = parse_arguments(spec, call.arguments)
     except ToolArgumentError as error:
         return f"The call of `{spec.name}` did not run: {error}"
-    result = await run_tool(spec.name, arguments, context)
-    return result.text
+    return await working.run(spec.name, arguments)
 
 
 async def _pick(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import os
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,13 @@ from tests.harness.support import (
     StartWorld,
     StubOrchestrator,
     World,
+    shared_dir,
     start_harness,
 )
 
 
 @pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[StartWorld]:
+async def world(tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[StartWorld]:
     """Start a World from a script (a YAML string); settings may be overridden, and the
     Harness's clock given."""
     cleanups: list[Callable[[], Awaitable[Any]]] = []
@@ -49,9 +51,8 @@ async def world(tmp_path: Path) -> AsyncIterator[StartWorld]:
 
         providers_file = tmp_path / "providers.yaml"
         providers_file.write_text(f"scripted:\n  type: openai\n  baseUrl: {model_url}\n")
-        workdir = tmp_path / "work"
-        workdir.mkdir(exist_ok=True)
-        os.chmod(workdir, 0o777)
+        workdir = shared_dir()
+        cleanups.append(lambda: asyncio.to_thread(shutil.rmtree, workdir, True))
         settings = Settings(
             data_dir=tmp_path / "data",
             token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
@@ -60,7 +61,7 @@ async def world(tmp_path: Path) -> AsyncIterator[StartWorld]:
             providers_file=providers_file,
             **overrides,
         )
-        harness, url = await start_harness(settings, cleanups, clock=clock)
+        harness, url = await start_harness(settings, cleanups, toolbox=toolbox_socket, clock=clock)
         return World(
             ScriptedModel(model_url, session),
             stub,

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from urllib.parse import quote
 import aiohttp
 from aiohttp import web
 
+from kubeturn_harness.__main__ import toolbox_client
 from kubeturn_harness.app import make_runner
 from kubeturn_harness.clock import Clock, SystemClock
 from kubeturn_harness.metrics import HarnessMetrics
@@ -296,13 +298,24 @@ class SteppedClock:
         self._monotonic += seconds
 
 
+def shared_dir() -> Path:
+    """A directory the toolbox's sessions can use: pytest's own temporary directories are
+    private to the user running the tests, and when that is root the sessions run as
+    nobody. The caller removes it."""
+    directory = Path(tempfile.mkdtemp(prefix="kubeturn-test-"))
+    directory.chmod(0o777)
+    return directory
+
+
 async def start_harness(
     settings: Settings,
     cleanups: list[Callable[[], Awaitable[Any]]],
     *,
+    toolbox: Path,
     clock: Clock | None = None,
 ) -> tuple[Harness, str]:
-    """The real Harness, in this process, on a free loopback port."""
+    """The real Harness, in this process, on a free loopback port, with the toolbox at
+    the socket ``toolbox``."""
     models = OpenAIModels()
     orchestrator = (
         OrchestratorClient(settings.orchestrator_url, settings.orchestrator_token)
@@ -316,6 +329,7 @@ async def start_harness(
         orchestrator=orchestrator,
         providers=Providers.load(settings.providers_file),
         metrics=HarnessMetrics(),
+        toolbox=toolbox_client(settings, toolbox),
     )
     runner = make_runner(harness)
     await runner.setup()

@@ -3,8 +3,8 @@
 Cases:
 - 30 Runs ask for their worktree of one clone at the same moment: every answer is 200
   with the Run's own path and branch, every worktree is checked out on its branch, and
-  git lists each one once (git's worktree metadata is not safe for concurrent adds in
-  one repository, so the Harness makes them one at a time per clone);
+  each is a repository of its own that borrows the clone's objects (ADR 0035), the clone
+  itself untouched (no linked worktree, no Run's branch);
 - the same Run asking 10 times at once gets one worktree, the same answer each time.
 """
 
@@ -49,6 +49,18 @@ def git_lines(repository: Path, *args: str) -> list[str]:
         text=True,
     )
     return answer.stdout.splitlines()
+
+
+def borrowed(tree: Path) -> list[str]:
+    """The object directories a Run's worktree borrows from."""
+    return (tree / ".git" / "objects" / "info" / "alternates").read_text().splitlines()
+
+
+def assert_clone_untouched(clone: Path) -> None:
+    """The clone lists no worktree but itself and holds no Run's branch."""
+    listed = git_lines(clone, "worktree", "list", "--porcelain")
+    assert [line for line in listed if line.startswith("worktree ")] == [f"worktree {clone}"]
+    assert not [b for b in git_lines(clone, "branch", "--list") if "kubeturn/" in b]
 
 
 @pytest.fixture
@@ -96,13 +108,8 @@ async def test_worktrees_asked_for_at_once_by_many_runs_are_all_made(
         tree = work_root / SLOT / f"kubeturn-{run}"
         assert (tree / "README.md").read_text() == "# demo\n"
         assert git_lines(tree, "branch", "--show-current") == [f"kubeturn/{run}"]
-    listed = git_lines(work_root / ".repos" / SLOT, "worktree", "list", "--porcelain")
-    trees = sorted(
-        line.removeprefix("worktree ") for line in listed if line.startswith("worktree ")
-    )
-    assert trees == sorted(
-        [str(work_root / ".repos" / SLOT)] + [str(work_root / SLOT / f"kubeturn-{r}") for r in runs]
-    )
+        assert borrowed(tree) == [str(work_root / ".repos" / SLOT / ".git" / "objects")]
+    assert_clone_untouched(work_root / ".repos" / SLOT)
 
 
 async def test_one_run_asking_many_times_at_once_gets_one_worktree(
@@ -115,8 +122,6 @@ async def test_one_run_asking_many_times_at_once_gets_one_worktree(
     path = str(work_root / SLOT / "kubeturn-review-1")
     expected = {"worktrees": {SLOT: {"path": path, "branch": "kubeturn/review-1"}}}
     assert answers == [(200, expected)] * 10
-    listed = git_lines(work_root / ".repos" / SLOT, "worktree", "list", "--porcelain")
-    assert [line for line in listed if line.startswith("worktree ")] == [
-        f"worktree {work_root / '.repos' / SLOT}",
-        f"worktree {path}",
-    ]
+    assert sorted(p.name for p in (work_root / SLOT).iterdir()) == ["kubeturn-review-1"]
+    assert git_lines(Path(path), "branch", "--show-current") == ["kubeturn/review-1"]
+    assert_clone_untouched(work_root / ".repos" / SLOT)

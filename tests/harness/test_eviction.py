@@ -382,7 +382,9 @@ class TestRestart:
 
         cleanups: list[Callable[[], Awaitable[Any]]] = []
         try:
-            harness, url = await start_harness(in_process(w).settings, cleanups, clock=clock)
+            harness, url = await start_harness(
+                in_process(w).settings, cleanups, toolbox=in_process(w).toolbox.socket, clock=clock
+            )
             client = HarnessClient(
                 url, w.harness.session, harness, w.harness.data_dir, w.harness.workdir
             )

@@ -7,9 +7,9 @@ fresh one); Run ``default.review-10`` (whose id extends the first's) has its own
 
 Cases:
 - without the bearer token the route answers 401 and removes nothing;
-- it removes the Run's worktree: the directory is gone, ``git worktree list`` no longer
-  lists it, and the branch ``kubeturn/review-1`` stays in the clone with the Agent's
-  commit; the answer names the worktree and counts the conversations;
+- it removes the Run's worktree (a repository of its own, ADR 0035): the directory is
+  gone, and the branch ``kubeturn/review-1`` stays in the clone with the Agent's commit;
+  the answer names the worktree and counts the conversations;
 - it forgets the Run's conversations, the one in memory and the one dropped from it:
   their history answers 404, their log directories are gone, and a Harness started again
   on the data dir does not bring them back;
@@ -122,9 +122,8 @@ def log_dir(w: World, iid: str) -> Path:
 
 
 def listed(work_root: Path) -> list[str]:
-    """The working directories git records for the clone."""
-    lines = git_lines(work_root / ".repos" / SLOT, "worktree", "list", "--porcelain")
-    return [line.removeprefix("worktree ") for line in lines if line.startswith("worktree ")]
+    """The Runs' worktrees of the slot that are there."""
+    return sorted(str(path) for path in (work_root / SLOT).iterdir())
 
 
 class TwoRuns:
@@ -190,7 +189,7 @@ async def test_the_runs_worktree_goes_and_its_branch_stays_with_the_agents_commi
     }
     assert not runs.tree.exists()
     clone = runs.work_root / ".repos" / SLOT
-    assert listed(runs.work_root) == [str(clone), str(runs.other_tree)]
+    assert listed(runs.work_root) == [str(runs.other_tree)]
     assert git_lines(clone, "log", "-1", "--format=%s", BRANCH) == [COMMIT_MESSAGE]
     assert git_lines(clone, "show", f"{BRANCH}:change.txt") == ["change"]
 
@@ -208,7 +207,9 @@ async def test_the_runs_conversations_are_forgotten_for_good(two_runs: Make) -> 
     await in_process(w).close()
     cleanups: list[Callable[[], Awaitable[Any]]] = []
     try:
-        harness, url = await start_harness(in_process(w).settings, cleanups, clock=runs.clock)
+        harness, url = await start_harness(
+            in_process(w).settings, cleanups, toolbox=in_process(w).toolbox.socket, clock=runs.clock
+        )
         again = HarnessClient(
             url, w.harness.session, harness, w.harness.data_dir, w.harness.workdir
         )
@@ -265,7 +266,7 @@ async def test_asked_again_it_answers_200_having_nothing_to_remove(two_runs: Mak
 
     assert first[0] == 200
     assert second == (200, {"run": RUN, "worktrees": {}, "conversations": 0})
-    assert listed(runs.work_root) == [str(runs.work_root / ".repos" / SLOT), str(runs.other_tree)]
+    assert listed(runs.work_root) == [str(runs.other_tree)]
 
 
 @pytest.mark.parametrize(

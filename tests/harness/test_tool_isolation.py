@@ -3,16 +3,18 @@ Harness's secrets.
 
 Cases:
 - a ``bash`` call sees a scrubbed environment (no Orchestrator token, provider key or
-  token hash of the Harness's own) and runs as the unprivileged uid 65534;
+  token hash of the Harness's own) and runs as the unprivileged uid 65534, with a
+  ``HOME`` and ``TMPDIR`` of its session's own, outside the Harness's data;
 - a ``bash`` call cannot read the Harness process's environment through ``/proc``;
-- the file tools, which run inside the Harness process, refuse the Harness's own
-  ``/proc`` entries (``/proc/self`` there is the Harness, with its tokens);
+- the file tools run in the toolbox's session, not in the Harness: ``/proc/self`` there
+  shows no secret, and the Harness's ``/proc/<pid>/environ`` can be neither read nor
+  used as an ``edit`` oracle;
 - the data dir (the conversation logs) is the Harness's alone, mode 0700: the tools'
   user cannot list or read it.
 
-The Harness runs in this process, as root here, so it switches the tools' user; the
-secrets are set in ``os.environ`` before the World starts, because the tools'
-environment is computed when the Harness is built.
+The Harness runs in this process, as root here, and its toolbox's sessions run as
+nobody; the secrets are set in ``os.environ`` before the World starts.
+(tests/hostile attacks the same boundaries as a hostile Agent, as the same uid too.)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,7 +76,9 @@ class TestToolIsolation:
         lines = result.splitlines()
         assert lines[-2:] == [str(NOBODY), "[Exit code 0.]"]
         assert "TERM=dumb" in lines
-        assert f"HOME={w.harness.data_dir / 'home'}" in lines
+        home = next(line.removeprefix("HOME=") for line in lines if line.startswith("HOME="))
+        assert f"TMPDIR={home}" in lines
+        assert not Path(home).is_relative_to(w.harness.data_dir)
 
     async def test_bash_cannot_read_the_harness_process_environment(
         self, world: StartWorld, monkeypatch: pytest.MonkeyPatch
@@ -84,21 +89,23 @@ class TestToolIsolation:
         assert_no_secret(result)
         assert "Permission denied" in result
 
-    async def test_file_tools_refuse_the_harness_process_own_proc_entries(
+    async def test_the_file_tools_never_reach_the_harness_process_environment(
         self, world: StartWorld, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        edit = {"path": "/proc/self/environ", "oldText": "PATH=", "newText": "PATH="}
+        harness = f"/proc/{os.getpid()}/environ"
+        guess = SECRETS["KUBETURN_ORCHESTRATOR_TOKEN"]
+        oracle = {"path": harness, "oldText": f"TOKEN={guess}", "newText": "x"}
         _, results = await run_calls(
             world,
             monkeypatch,
-            {"name": "edit", "arguments": edit},
-            {"name": "read", "arguments": {"path": f"/proc/{os.getpid()}/status"}},
-            {"name": "glob", "arguments": {"pattern": "*", "path": "/proc/self/"}},
+            {"name": "read", "arguments": {"path": "/proc/self/environ"}},
+            {"name": "read", "arguments": {"path": harness}},
+            {"name": "edit", "arguments": oracle},
         )
-        proc = f"/proc/{os.getpid()}"
-        for result in results:
-            assert result.startswith(f"Refused: {proc}"), result
-            assert f"is inside {proc}, which the Working tools may not" in result
+        own, read, edit = results
+        assert_no_secret(own)  # a session that switched user cannot read even its own
+        for result in (read, edit):
+            assert result == f"Permission denied: {harness}", result
 
     async def test_the_data_dir_is_private_to_the_harness(
         self, world: StartWorld, monkeypatch: pytest.MonkeyPatch

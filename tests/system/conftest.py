@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import asyncio
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from aiohttp import web
 from kubeturn.orchestrator import api
 from kubeturn_harness.scripted import parse_script, serve
 from kubeturn_harness.settings import Settings
-from tests.harness.support import ScriptedModel, start_harness
+from tests.harness.support import ScriptedModel, shared_dir, start_harness
 from tests.system.support import (
     HARNESS_TOKEN,
     WAIT_S,
@@ -30,7 +31,7 @@ StartSystem = Callable[..., Awaitable[System]]
 
 
 @pytest.fixture
-async def system(tmp_path: Path) -> AsyncIterator[StartSystem]:
+async def system(tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[StartSystem]:
     """Start a System from a script (YAML text).
 
     ``pick_answer_delay_s`` holds back the Orchestrator API's answer to each pick;
@@ -57,9 +58,8 @@ async def system(tmp_path: Path) -> AsyncIterator[StartSystem]:
         cleanups.append(api_runner.cleanup)
         api_url = f"http://127.0.0.1:{api_runner.addresses[0][1]}"
 
-        root = tmp_path / "sandbox"
-        root.mkdir()
-        os.chmod(root, 0o777)
+        root = shared_dir()
+        cleanups.append(lambda: asyncio.to_thread(shutil.rmtree, root, True))
         providers_file = tmp_path / "providers.yaml"
         providers_file.write_text(f"scripted:\n  type: openai\n  baseUrl: {model_url}\n")
         settings = Settings(
@@ -71,7 +71,7 @@ async def system(tmp_path: Path) -> AsyncIterator[StartSystem]:
             default_model="scripted/any",
             **overrides,
         )
-        harness, harness_url = await start_harness(settings, cleanups)
+        harness, harness_url = await start_harness(settings, cleanups, toolbox=toolbox_socket)
         world = System(
             model=ScriptedModel(model_url, session),
             harness=harness,

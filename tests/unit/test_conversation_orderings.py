@@ -68,6 +68,8 @@ from kubeturn_harness.models import ModelAnswer, ModelRequest, Partial
 from kubeturn_harness.orchestrator import Delivered, Gone, PickResult
 from kubeturn_harness.providers import Provider, Providers, ProviderSpec
 from kubeturn_harness.receipts import AFTER_TURN_END
+from kubeturn_harness.sandbox.client import Toolbox
+from kubeturn_harness.sandbox.protocol import Limits as ToolLimits
 from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.store import ConversationLog
 from kubeturn_harness.tool_loop import Limits, RunEnv
@@ -96,7 +98,13 @@ from kubeturn_harness.wire import (
 
 IID = "ns.run/review/reviewer"
 PROVIDERS = Providers({"fake": Provider("fake", ProviderSpec(baseUrl="http://127.0.0.1:1"))})
-LIMITS = Limits(max_steps=64, max_identical_calls=4, bash_timeout_s=5.0, surface_retry_s=0.1)
+LIMITS = Limits(max_steps=64, max_identical_calls=4, surface_retry_s=0.1)
+NO_TOOLBOX = Toolbox(
+    socket=Path("/nonexistent/toolbox.sock"),
+    work_root=Path("/nonexistent"),
+    limits=ToolLimits(bashTimeoutS=5.0, outputLimitBytes=1000, processes=8),
+)
+"""No Working tool runs in these orderings: the toolbox is never asked."""
 DEFINITION = AgentDefinition(instructions="You review.", workspace=WorkspaceAccess.NONE)
 FINISH = MenuItem(
     name="finish",
@@ -280,9 +288,7 @@ def make_world(directory: Path, *, sweep_wait_s: float, menu: bool = True) -> Wo
         providers=PROVIDERS,
         clock=SystemClock(),
         metrics=metrics,
-        tool_env={},
-        run_as=None,
-        denied=(),
+        toolbox=NO_TOOLBOX,
         limits=LIMITS,
         default_model="fake/m",
     )

@@ -6,8 +6,7 @@ Cases:
   not shown; an empty file; an offset past the end; a directory (suggesting glob); a
   binary file; a missing file;
 - write: creates parent directories, overwrites, counts UTF-8 bytes; a directory as
-  path is an error; under run_as, every created directory and the new file are chowned
-  and an overwritten file keeps its owner;
+  path is an error;
 - edit: one exact occurrence is replaced (short confirmation with the line); none →
   "oldText not found in <path>"; several → the count and "add surrounding context";
   a CRLF hint; a file that is not UTF-8; a missing file;
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeturn_harness.tools import RunAs, ToolContext, ToolResult, run_tool, scrubbed_environment
+from kubeturn_harness.tools import ToolContext, ToolResult, run_tool, scrubbed_environment
 
 
 @pytest.fixture
@@ -43,11 +42,6 @@ def data(tmp_path: Path) -> Path:
 @pytest.fixture
 def ctx(work: Path, data: Path) -> ToolContext:
     return ToolContext(cwd=work, env=scrubbed_environment({}, home=str(work)), denied=(data,))
-
-
-def _owner(path: Path) -> tuple[int, int]:
-    status = path.stat()
-    return status.st_uid, status.st_gid
 
 
 class TestRead:
@@ -141,16 +135,6 @@ class TestWrite:
         (work / "src").mkdir()
         result = await run_tool("write", {"path": "src", "content": "x"}, ctx)
         assert result == ToolResult(f"Is a directory: {work / 'src'}", is_error=True)
-
-    async def test_run_as_owns_what_it_creates(self, work: Path) -> None:
-        ctx = ToolContext(cwd=work, env={}, run_as=RunAs(uid=65534, gid=65534))
-        (work / "kept.txt").write_text("old")
-        await run_tool("write", {"path": "new/sub/file.txt", "content": "x"}, ctx)
-        await run_tool("write", {"path": "kept.txt", "content": "y"}, ctx)
-        for made in ("new", "new/sub", "new/sub/file.txt"):
-            assert _owner(work / made) == (65534, 65534), made
-        root = (os.geteuid(), os.getegid())
-        assert _owner(work / "kept.txt") == _owner(work) == root
 
 
 class TestEdit:

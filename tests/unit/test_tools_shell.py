@@ -12,7 +12,6 @@ Cases:
 - cancelling the call (a sweep) kills the process group and re-raises CancelledError
   in well under a second, and none of the processes survive;
 - the scrubbed environment: no token, API key or secret of the Harness is visible;
-- run_as: the command runs as uid/gid 65534 with no supplementary groups;
 - a NUL in the command is refused; a missing cwd is a failed result.
 """
 
@@ -20,15 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kubeturn_harness.tools import RunAs, ToolContext, ToolResult, run_tool, scrubbed_environment
+from kubeturn_harness.tools import ToolContext, ToolResult, run_tool, scrubbed_environment
 
 
 @pytest.fixture
@@ -156,26 +152,6 @@ class TestIsolation:
             assert leaked not in result.text
         assert f"HOME={tmp_path}" in result.text.splitlines()
         assert "TERM=dumb" in result.text.splitlines()
-
-    @pytest.fixture
-    def open_dir(self) -> Iterator[Path]:
-        """A directory anyone may use, under /tmp (pytest's tmp_path is root's only)."""
-        directory = Path(tempfile.mkdtemp())
-        directory.chmod(0o777)
-        yield directory
-        shutil.rmtree(directory)
-
-    async def test_run_as(self, open_dir: Path) -> None:
-        if os.geteuid() != 0:
-            pytest.fail("this test needs root, as the Harness's image tests run")
-        ctx = ToolContext(
-            cwd=open_dir,
-            env=scrubbed_environment(os.environ, home=str(open_dir)),
-            run_as=RunAs(uid=65534, gid=65534),
-        )
-        result = await run_tool("bash", {"command": "id -u; id -g; id -G; touch made"}, ctx)
-        assert result == ToolResult("65534\n65534\n65534\n[Exit code 0.]")
-        assert (open_dir / "made").stat().st_uid == 65534
 
     async def test_nul(self, ctx: ToolContext) -> None:
         result = await run_tool("bash", {"command": "echo a\0b"}, ctx)

@@ -5,14 +5,14 @@ Plain frozen dataclasses. Nothing here does IO or knows any particular tool.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 
 @dataclass(frozen=True)
 class RunAs:
-    """The unprivileged identity the tools' subprocesses and new files get."""
+    """The unprivileged identity the toolbox's sessions take when it runs as root."""
 
     uid: int
     gid: int
@@ -26,9 +26,6 @@ class ToolContext:
     """Absolute directory the tools are rooted at; relative paths in arguments resolve here."""
     env: Mapping[str, str]
     """The whole environment of every subprocess; already scrubbed (``scrubbed_environment``)."""
-    run_as: RunAs | None = None
-    """When set, subprocesses run as this uid/gid and files the tools create are chowned
-    to it. ``None`` when the Harness cannot switch user (it is not root)."""
     denied: tuple[Path, ...] = ()
     """Paths the tools never read, write or list (the Harness's data dir, its tokens)."""
     bash_timeout_s: float = 120.0
@@ -38,6 +35,9 @@ class ToolContext:
     output_limit_bytes: int = 30_000
     """Bytes of output one tool result carries at most: about 7,500 tokens, a screenful
     of context a model can use without one result crowding out the conversation."""
+    end_strays: Callable[[], object] = lambda: None
+    """Ends every process a command left behind outside its process group (``setsid``,
+    a double fork): the toolbox's session, a child subreaper, kills all beneath it."""
 
     def __post_init__(self) -> None:
         if not self.cwd.is_absolute():

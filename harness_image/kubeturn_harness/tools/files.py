@@ -7,9 +7,6 @@ is left to ``dispatch`` to translate. They run no subprocess.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from kubeturn_harness.tools import context, errors, limits, lines, paths, schemas
 
 
@@ -56,18 +53,11 @@ def read(args: schemas.Read, ctx: context.ToolContext) -> context.ToolResult:
 
 
 def write(args: schemas.Write, ctx: context.ToolContext) -> context.ToolResult:
-    """Writes ``args.content`` as UTF-8, making missing parent directories; what it
-    creates is chowned to ``ctx.run_as``."""
+    """Writes ``args.content`` as UTF-8, making missing parent directories."""
     path = paths.resolve(ctx, args.path)
-    created = _missing_directories(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        created.append(path)
     data = args.content.encode()
     path.write_bytes(data)
-    if ctx.run_as is not None:
-        for made in created:
-            os.chown(made, ctx.run_as.uid, ctx.run_as.gid)
     return context.ToolResult(f"Wrote {len(data)} bytes to {path}.")
 
 
@@ -95,12 +85,3 @@ def edit(args: schemas.Edit, ctx: context.ToolContext) -> context.ToolResult:
     path.write_bytes(text.replace(args.oldText, args.newText, 1).encode())
     line = text.count("\n", 0, at) + 1
     return context.ToolResult(f"Edited {path}: replaced 1 occurrence at line {line}.")
-
-
-def _missing_directories(directory: Path) -> list[Path]:
-    """The directories from ``directory`` up that do not exist, outermost first."""
-    missing: list[Path] = []
-    while not directory.exists() and directory != directory.parent:
-        missing.append(directory)
-        directory = directory.parent
-    return missing[::-1]

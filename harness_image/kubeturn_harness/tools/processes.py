@@ -1,11 +1,12 @@
 """Starting the Working tools' subprocesses so that none outlives its tool call.
 
 Each process runs in a new session (so its own process group) with the context's
-scrubbed environment and identity and an empty stdin; its output is pushed to a sink
+scrubbed environment and an empty stdin; its output is pushed to a sink
 as it arrives, so the sink bounds memory. Leaving ``spawned`` — by return, error,
 timeout or cancellation — kills the whole group with SIGKILL, closes the pipes and
 waits for the leader's exit, which takes milliseconds. (A process that starts its own
-session escapes the group; the sandbox pod bounds it.) Must not interpret output.
+session escapes the group; the toolbox's session, a subreaper, ends it.) Must not
+interpret output.
 
 The exit is awaited through ``SubprocessProtocol.process_exited``, not
 ``Process.wait()``: on Python 3.11 ``wait()`` also waits for the pipes to close, which
@@ -20,7 +21,6 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from kubeturn_harness.tools import context, errors
 
@@ -97,9 +97,6 @@ async def spawned(
     with ``merge_stderr`` stderr arrives as ``STDOUT`` too."""
     if any("\0" in arg for arg in argv):
         raise errors.ToolFailure("A NUL character cannot be passed to a command; remove it.")
-    identity: dict[str, Any] = {}
-    if ctx.run_as is not None:
-        identity = {"user": ctx.run_as.uid, "group": ctx.run_as.gid, "extra_groups": []}
     pipes = {STDOUT} if merge_stderr else {STDOUT, STDERR}
     transport, watcher = await asyncio.get_running_loop().subprocess_exec(
         lambda: _Watcher(sink, pipes),
@@ -110,7 +107,6 @@ async def spawned(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
         start_new_session=True,
-        **identity,
     )
     running = Running(transport, watcher)
     try:

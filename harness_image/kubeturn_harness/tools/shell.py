@@ -57,6 +57,7 @@ async def run_command(command: str, ctx: context.ToolContext, seconds: float) ->
             async with asyncio.timeout(seconds):
                 code = await running.exit()
                 running.kill_group()  # background children would hold stdout open
+                ctx.end_strays()  # and so would those that left the group
                 await running.output()
         except TimeoutError:
             code = None
