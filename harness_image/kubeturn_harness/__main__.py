@@ -26,7 +26,7 @@ from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import OpenAIModels
 from kubeturn_harness.orchestrator import OrchestratorClient
 from kubeturn_harness.providers import Providers
-from kubeturn_harness.sandbox import reaper
+from kubeturn_harness.sandbox import privileges
 from kubeturn_harness.sandbox.client import LocalToolbox, Toolbox
 from kubeturn_harness.sandbox.protocol import Limits
 from kubeturn_harness.service import Harness
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         settings = settings_from(args)
-        reaper.undumpable()
+        privileges.undumpable()
         with toolbox_for(settings) as toolbox:
             asyncio.run(serve(settings, toolbox, args.host, args.port))
     except ConfigError as error:

@@ -19,6 +19,11 @@ HTTP, as a node's kubelet lists its Pods) for Pods labelled
   refuses a repository owned by another user) and be able to write worktrees beside
   them; the rest of a claim (the Harness's own directory) stays root's; directories are
   mode 0777 (``tempfile.mkdtemp`` under /tmp, so nobody can reach them);
+- the ``tools`` container runs the toolbox (the image's ``kubeturn_harness.sandbox`` with
+  this Python) with its args' mount paths replaced and no environment but ``PATH`` and
+  ``LANG`` (the image's); it serves the uid the Harness really runs as here (root), and
+  its sessions run as nobody (``--run-as``), who owns the clones, as the Pod's uid 10002
+  does; the kubelet waits until it listens;
 - the ``harness`` container runs as ``python -m kubeturn_harness`` (the image's
   entrypoint) with its args, its env resolved (``valueFrom.secretKeyRef`` and
   ``configMapKeyRef`` read from the emulator, ``envFrom`` too) and mount paths replaced;
@@ -66,7 +71,10 @@ STOP_S = 5.0
 NOBODY = 65534
 HARNESS_ENTRYPOINT = (sys.executable, "-m", "kubeturn_harness")
 """What every image runs when a container names no ``command``: the Harness image's."""
+TOOLBOX = (sys.executable, "-m", "kubeturn_harness.sandbox")
+"""What the ``tools`` container's command (tini, then the image's Python) runs here."""
 LISTENING = "harness listening on "
+TOOLBOX_LISTENING = "toolbox listening on "
 
 Body = dict[str, Any]
 
@@ -86,12 +94,13 @@ class Sandbox:
     url: str
     """``http://<podIP>:<port>``: where the operator reaches the Harness."""
     mounts: dict[str, Path]
-    """The Harness container's mount paths → the directories standing for them."""
+    """The Harness's and the toolbox's mount paths → the directories standing for them."""
     log: Path
-    """The Harness's stderr (its log)."""
+    """The Harness's stderr (its log); the toolbox's is beside it."""
     process: asyncio.subprocess.Process
     scratch: list[Path]
     """Directories of this Pod alone, removed when it stops."""
+    toolbox: asyncio.subprocess.Process | None = None
 
     def path(self, pod_path: str) -> Path:
         """The directory or file standing for ``pod_path`` in the Harness container."""
@@ -106,17 +115,11 @@ class Sandbox:
         return self.path("/var/lib/kubeturn/data")
 
     async def stop(self) -> None:
-        """SIGTERM, then SIGKILL after :data:`STOP_S`; waits for the exit."""
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(STOP_S):
-                    await self.process.wait()
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-                await self.process.wait()
+        """SIGTERM, then SIGKILL after :data:`STOP_S`, to the Harness and the toolbox;
+        waits for their exits."""
+        await _stop(self.process)
+        if self.toolbox is not None:
+            await _stop(self.toolbox)
         for path in self.scratch:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -247,8 +250,10 @@ class Kubelet:
             )
         for path in sorted(given):
             await asyncio.to_thread(_give_to_nobody, path)
-        (harness,) = [c for c in spec["containers"] if c["name"] == "harness"]
-        mounts = _mounts(harness, volumes)
+        containers = {c["name"]: c for c in spec["containers"]}
+        toolbox = await self._start_toolbox(containers["tools"], volumes, meta)
+        harness = containers["harness"]
+        mounts = {**_mounts(containers["tools"], volumes), **_mounts(harness, volumes)}
         port = next(
             (p["containerPort"] for p in harness.get("ports", []) if p.get("name") == "harness"),
             8080,
@@ -272,11 +277,43 @@ class Kubelet:
                 log=log,
                 process=process,
                 scratch=scratch,
+                toolbox=toolbox,
             )
             started.append(sandbox)
             await self._patch_status(pod, ip)
             return sandbox
+        await _stop(toolbox)
         raise PodFailed("no loopback address 127.0.0.2-254 is free for the Harness")
+
+    async def _start_toolbox(
+        self, tools: Body, volumes: Mapping[str, Path], meta: Body
+    ) -> asyncio.subprocess.Process:
+        """The ``tools`` container: the toolbox, once it listens."""
+        mounts = _mounts(tools, volumes)
+        args = [_rewrite(arg, mounts) for arg in tools.get("args", [])]
+        args[args.index("--client-uid") + 1] = str(os.getuid())
+        argv = [*TOOLBOX, *args, "--run-as", f"{NOBODY}:{NOBODY}"]
+        env = {name: os.environ[name] for name in ("PATH", "LANG") if name in os.environ}
+        log = self._logs / f"{meta['namespace']}.{meta['name']}.{meta['uid'][:8]}.tools.log"
+        with log.open("ab") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+            )
+        assert process.stdout is not None
+        try:
+            async with asyncio.timeout(START_S):
+                line = (await process.stdout.readline()).decode().strip()
+        except TimeoutError:
+            line = ""
+        if not line.startswith(TOOLBOX_LISTENING):
+            await _stop(process)
+            said = await asyncio.to_thread(log.read_text)
+            raise PodFailed(f"the toolbox did not start ({line!r}); its log:\n{said[-3000:]}")
+        return process
 
     async def _patch_status(self, pod: Body, ip: str) -> None:
         meta = pod["metadata"]
@@ -394,10 +431,27 @@ def _mounts(container: Body, volumes: Mapping[str, Path]) -> dict[str, Path]:
 
 
 def _rewrite(text: str, mounts: Mapping[str, Path]) -> str:
-    """``text`` with each mount path (a whole path component) replaced by its directory."""
-    for mount in sorted(mounts, key=len, reverse=True):
-        text = re.sub(re.escape(mount) + r"(?=/|\"|'|\s|$)", str(mounts[mount]), text)
-    return text
+    """``text`` with each mount path (a whole path component) replaced by its directory,
+    in one pass: a directory put in is never read again as a mount path (``/tmp``)."""
+    if not mounts:
+        return text
+    paths = "|".join(re.escape(m) for m in sorted(mounts, key=len, reverse=True))
+    pattern = rf"(?<![\w/])({paths})(?=/|\"|'|\s|$)"
+    return re.sub(pattern, lambda found: str(mounts[found.group(1)]), text)
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """SIGTERM, then SIGKILL after :data:`STOP_S`; waits for the exit."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(STOP_S):
+                await process.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
 
 
 def _directory(prefix: str) -> Path:

@@ -73,9 +73,11 @@ class TestCredentials:
                 "secret": {"secretName": "target-credentials", "defaultMode": 0o400},
             }
         ]
-        # 0400 files are root's; the kubelet gives them the fsGroup, the clone's own group.
-        context = POD["spec"]["securityContext"]
-        assert context["fsGroup"] == context["runAsUser"] == objects.TOOL_UID
+        # 0400 files are root's; the kubelet gives them the fsGroup, a group of the clone
+        # container's user (the Workspace tree's), as of every container's in the Pod.
+        assert POD["spec"]["securityContext"]["fsGroup"] == objects.HARNESS_UID
+        clone = container("clone-target")["securityContext"]
+        assert (clone["runAsUser"], clone["runAsGroup"]) == (objects.TOOL_UID,) * 2
 
     def test_only_its_slots_clone_container_mounts_it(self) -> None:
         mounted = {
@@ -88,6 +90,7 @@ class TestCredentials:
             ],
             "clone-docs": [],
             "harness": [],
+            "tools": [],
         }
         assert container("clone-docs")["volumeMounts"] == [
             {"name": "workspace", "mountPath": "/work", "subPath": "work"}

@@ -2,10 +2,13 @@
 (``kubeturn.k8s.objects``, ``kubeturn.k8s.sandboxes``).
 
 Cases:
-- the sandbox Pod mounts two directories of the Workspace's one claim: ``work`` at
-  /work (clones and worktrees; all the init containers see) and ``harness`` at the
-  Harness's home, where its data dir is; no emptyDir, and no mount of the volume's root;
-  ``restartPolicy: Always``; its name is ``sandbox_name``'s;
+- the sandbox Pod has two claims: the work volume's ``work`` directory at /work (clones
+  and worktrees), mounted by the clone containers and the ``tools`` container only, and
+  the Harness's own volume at its home (its data dir), mounted by the ``harness``
+  container only; the two share only the toolbox's ``emptyDir``; the ``harness``
+  container names the toolbox's socket, the ``tools`` container serves the Harness's uid
+  there, as the Workspace tree's user, with the default resources unless the spec gives
+  some; ``restartPolicy: Always``; its name is ``sandbox_name``'s;
 - ``workspace_of``: the Workspace a Run names, the one its template makes, or none;
 - ``read_pod``: gone, being deleted, ended (``Failed``/``Succeeded``, with reason and
   message), starting (with containers waiting, e.g. in CrashLoopBackOff, a restarting
@@ -43,7 +46,7 @@ from typing import Any
 import pytest
 
 from kubeturn.api.status import WorkspacePhase
-from kubeturn.api.workspace import Storage, WorkspaceSpec
+from kubeturn.api.workspace import Resources, Storage, WorkspaceSpec
 from kubeturn.k8s import objects, sandboxes
 from kubeturn.k8s.sandboxes import Action, PodState, Recreation, plan, read_pod
 
@@ -77,20 +80,68 @@ class TestSandboxPod:
         harness_token_sha256="t1",
     )
 
-    def test_one_claim_two_directories(self) -> None:
-        (volume,) = [v for v in self.pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
-        assert volume["persistentVolumeClaim"] == {"claimName": "shared-kubeturn-work"}
-        assert not [v for v in self.pod["spec"]["volumes"] if "emptyDir" in v]
-        (harness,) = self.pod["spec"]["containers"]
-        claimed = {
-            m["mountPath"]: m["subPath"]
-            for m in harness["volumeMounts"]
-            if m["name"] == volume["name"]
+    def containers(self) -> dict[str, dict[str, Any]]:
+        return {c["name"]: c for c in self.pod["spec"]["containers"]}
+
+    def mounts(self, container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {m["mountPath"]: m for m in container["volumeMounts"]}
+
+    def test_two_claims_one_for_the_tree_one_for_the_harness(self) -> None:
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"]
+            for v in self.pod["spec"]["volumes"]
+            if "persistentVolumeClaim" in v
         }
-        assert claimed == {"/work": "work", "/var/lib/kubeturn": "harness"}
+        assert claims == {"workspace": "shared-kubeturn-work", "harness": "shared-kubeturn-harness"}
+        harness, tools = self.containers()["harness"], self.containers()["tools"]
+        assert self.mounts(harness)["/var/lib/kubeturn"] == {
+            "name": "harness",
+            "mountPath": "/var/lib/kubeturn",
+        }
+        assert self.mounts(tools)["/work"] == {
+            "name": "workspace",
+            "mountPath": "/work",
+            "subPath": "work",
+        }
         args = harness["args"]
         assert args[args.index("--data-dir") + 1] == "/var/lib/kubeturn/data"
         assert args[args.index("--work-root") + 1] == "/work"
+
+    def test_the_harness_and_the_tools_share_only_the_toolbox_socket(self) -> None:
+        harness, tools = self.containers()["harness"], self.containers()["tools"]
+        shared = {m["name"] for m in harness["volumeMounts"]} & {
+            m["name"] for m in tools["volumeMounts"]
+        }
+        assert shared == {"toolbox"}
+        assert {"name": "toolbox", "emptyDir": {}} in self.pod["spec"]["volumes"]
+        assert harness["args"][harness["args"].index("--toolbox") + 1] == objects.TOOLBOX_SOCKET
+        assert tools["command"] == objects.TOOLBOX_COMMAND
+        assert tools["args"][:4] == [
+            "--socket",
+            objects.TOOLBOX_SOCKET,
+            "--client-uid",
+            str(objects.HARNESS_UID),
+        ]
+        assert "env" not in tools
+        assert "envFrom" not in tools
+        context = tools["securityContext"]
+        assert (context["runAsUser"], context["runAsGroup"]) == (objects.TOOL_UID,) * 2
+        assert self.pod["spec"]["securityContext"]["runAsUser"] == objects.HARNESS_UID
+        assert "runAsUser" not in harness["securityContext"]
+
+    def test_the_tools_get_the_spec_resources_or_the_defaults(self) -> None:
+        assert self.containers()["tools"]["resources"] == objects.TOOLS_RESOURCES
+        spec = SPEC.model_copy(update={"resources": Resources(limits={"cpu": 8})})
+        pod = objects.sandbox_pod(
+            WORKSPACE,
+            spec,
+            image="harness:1",
+            orchestrator_url="http://o",
+            providers_yaml="{}\n",
+            harness_token_sha256="t1",
+        )
+        (tools,) = [c for c in pod["spec"]["containers"] if c["name"] == "tools"]
+        assert tools["resources"] == {"limits": {"cpu": 8}}
 
     def test_the_clones_see_only_the_work_directory(self) -> None:
         clones = self.pod["spec"]["initContainers"]
@@ -105,7 +156,7 @@ class TestSandboxPod:
             for mount in container["volumeMounts"]:
                 if mount["name"] == "workspace":
                     assert mount.get("subPath"), f"{container['name']} mounts the volume's root"
-                    assert not mount["mountPath"].startswith("/work/")
+                    assert container["name"] != "harness"
 
     def test_name_and_restart_policy(self) -> None:
         assert self.pod["metadata"]["name"] == objects.sandbox_name("shared")
@@ -298,17 +349,25 @@ class TestPlan:
 
 POD_SPEC = {
     "initContainers": [{"name": "clone-target", "image": "harness:1", "command": ["sh"]}],
-    "containers": [{"name": "harness", "image": "harness:1", "env": [{"name": "A", "value": "1"}]}],
+    "containers": [
+        {"name": "harness", "image": "harness:1", "env": [{"name": "A", "value": "1"}]},
+        {"name": "tools", "image": "harness:1"},
+    ],
     "restartPolicy": "Always",
 }
 PROVIDERS = "scripted:\n  type: openai\n"
 
 
 def fingerprint(**changes: Any) -> sandboxes.Fingerprint:
-    """POD_SPEC's fingerprint, its Harness container's fields replaced by ``changes``."""
+    """POD_SPEC's fingerprint, its Harness container's fields replaced by ``changes`` (the
+    tools container's ``resources``, and every container's ``image``)."""
     spec = copy.deepcopy(POD_SPEC)
     providers = changes.pop("providers", PROVIDERS)
     tokens = changes.pop("tokens", "t1")
+    if "resources" in changes:
+        spec["containers"][1]["resources"] = changes.pop("resources")
+    if "image" in changes:
+        spec["containers"][1]["image"] = changes["image"]
     spec["containers"][0].update(changes)
     return sandboxes.fingerprint(spec, providers, tokens)
 
@@ -328,7 +387,7 @@ class TestFingerprint:
 
     def test_the_same_in_any_key_order(self) -> None:
         reordered = {key: POD_SPEC[key] for key in reversed(list(POD_SPEC))}
-        reordered["containers"] = [dict(reversed(list(POD_SPEC["containers"][0].items())))]
+        reordered["containers"] = [dict(reversed(list(c.items()))) for c in POD_SPEC["containers"]]
         assert sandboxes.fingerprint(reordered, PROVIDERS, "t1") == fingerprint()
 
     def test_the_builder_annotates_the_pod_and_read_pod_reads_it(self) -> None:

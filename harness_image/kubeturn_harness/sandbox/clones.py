@@ -181,7 +181,13 @@ class Clones:
         partial = path.with_name(path.name + PARTIAL)
         await asyncio.to_thread(_remove_tree, partial)
         commit = await self._commit(clone, "HEAD", slot)
-        partial.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            partial.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            said = f"{error.strerror}: {error.filename}"
+            raise GitRefused(
+                Refused(error=f"git could not make the worktree of {slot!r}: {said}", field="slots")
+            ) from error
         await self._must(
             clone.parent, slot, "make the worktree of",
             "clone", "--shared", "--no-checkout", "--quiet", "--", str(clone), str(partial),

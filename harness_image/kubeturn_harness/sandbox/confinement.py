@@ -43,7 +43,19 @@ SYSTEM_ROOTS = (
 build needs. ``/proc`` lets ``ps`` and ``/dev/fd`` work; a process outside the session's
 domain keeps its ``environ`` and ``mem`` (Landlock's ptrace rule). ``/tmp``, ``/home``,
 ``/root`` and ``/run`` are not here: they hold other sessions' and people's files."""
-DEVICES = Path("/dev")
+DEVICES = (
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+)
+"""The devices a session opens, read and written; ``/dev`` itself may only be listed. Not
+the disks, the console or the kernel's log, which a session running as root (one
+machine, a Harness run as root) could otherwise read."""
 
 Listing = Callable[[Path], Iterable[Path]]
 """The entries of a directory (``Path.iterdir``); passed in to keep the plan pure."""
@@ -110,7 +122,8 @@ def plan(
             grants += cut(Grant(path, landlock.READ), private, listing)
     grants.append(Grant(scratch, landlock.WRITE))
     grants += cut(Grant(clones, landlock.READ), private, listing)
-    grants.append(Grant(DEVICES, landlock.DEVICES))
+    grants.append(Grant(Path("/dev"), landlock.Access.READ_DIR))
+    grants += [Grant(Path(device), landlock.DEVICES) for device in DEVICES]
     for root in (*(Path(p) for p in SYSTEM_ROOTS), *readable):
         grants += cut(Grant(root, landlock.READ), (*private, work_root), listing)
     return Plan(tuple(grants), reached, writable)

@@ -82,7 +82,7 @@ WRITE = (
 """Everything a build needs beneath a worktree; never device nodes (``MAKE_CHAR``,
 ``MAKE_BLOCK``), which need a capability the sandbox lacks anyway."""
 DEVICES = Access.READ_FILE | Access.WRITE_FILE | Access.READ_DIR | Access.TRUNCATE
-"""``/dev``: open the devices that exist (``/dev/null``, ``/dev/tty``); make nothing."""
+"""A device a session uses (``/dev/null``, ``/dev/pts``): open it; make nothing."""
 FILE_RIGHTS = Access.EXECUTE | Access.WRITE_FILE | Access.READ_FILE | Access.TRUNCATE
 """The rights a rule on a single file (not a directory) may carry."""
 

@@ -10,16 +10,13 @@ ends them all. Reads ``/proc``; signals; never starts a process.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
-PR_SET_CHILD_SUBREAPER = 36
+from kubeturn_harness.sandbox import privileges
+
 KILL_ROUNDS = 200
 """Rounds of SIGKILL before giving up: each round ends every descendant seen, and a
 process killed mid-fork leaves at most its new child for the next round; a fork bomb
@@ -28,28 +25,14 @@ ROUND_PAUSE_S = 0.005
 """Pause between rounds, so killed processes are gone from ``/proc`` before the next look."""
 
 
-def _prctl(option: int, value: int) -> None:
-    if sys.platform != "linux":
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, f"prctl({option}) failed: {os.strerror(number)}")
-
-
 def become_subreaper() -> None:
     """Orphans beneath this process are re-parented to it, not to PID 1."""
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-
-
-def undumpable() -> None:
-    """Processes of the same uid cannot ptrace this one or read its ``/proc`` files."""
-    _prctl(PR_SET_DUMPABLE, 0)
+    privileges.prctl(privileges.PR_SET_CHILD_SUBREAPER, 1)
 
 
 def on_parent_death(signum: int) -> None:
     """Receive ``signum`` when the thread that started this process ends."""
-    _prctl(PR_SET_PDEATHSIG, signum)
+    privileges.prctl(privileges.PR_SET_PDEATHSIG, signum)
 
 
 def _parents() -> dict[int, int]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from kubeturn_harness.sandbox import reaper, worker
+from kubeturn_harness.sandbox import privileges, reaper, worker
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def peer_of(connection: socket.socket) -> Peer:
 
 def serve(settings: worker.ToolboxSettings, clients: Clients) -> int:
     """Serve until SIGTERM; the exit status."""
-    reaper.undumpable()
+    privileges.undumpable()
     reaper.become_subreaper()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if clients.pid is not None and clients.pid == os.getppid():

@@ -29,7 +29,7 @@ from types import FrameType
 
 from pydantic import BaseModel, ValidationError
 
-from kubeturn_harness.sandbox import confinement, landlock, reaper
+from kubeturn_harness.sandbox import confinement, landlock, privileges, reaper
 from kubeturn_harness.sandbox.clones import Clones, GitRefused, git_environment
 from kubeturn_harness.sandbox.protocol import (
     LINE_LIMIT,
@@ -90,10 +90,7 @@ def main(connection: socket.socket, settings: ToolboxSettings) -> int:
     reaper.on_parent_death(signal.SIGTERM)
     if os.getppid() == 1:
         return 0  # the toolbox is gone already
-    if settings.run_as is not None:
-        os.setgroups([])
-        os.setgid(settings.run_as.gid)
-        os.setuid(settings.run_as.uid)
+    privileges.become(settings.run_as)
     reaper.become_subreaper()
     try:
         asyncio.run(_serve(connection, settings, scratch))
@@ -169,7 +166,7 @@ async def _open(
         env=git_environment(os.environ, home),
     )
     if opening.kind is Kind.GIT:
-        reaper.undumpable()
+        privileges.undumpable()
         return Opened(), _git_handler(clones)
     cwd = Path(opening.cwd or work_root)
     if not cwd.is_absolute():

@@ -63,15 +63,25 @@ class Resources(Spec):
 
 
 class Storage(Spec):
-    """The volume that holds the clones and worktrees."""
+    """The volumes: one for the clones and worktrees, one for the Harness's records."""
 
     size: str = Field(
-        default="10Gi", min_length=1, description="Capacity of the volume, e.g. 10Gi."
+        default="10Gi",
+        min_length=1,
+        description="Capacity of the work volume (clones and worktrees), e.g. 10Gi.",
+    )
+    harnessSize: str = Field(
+        default="1Gi",
+        min_length=1,
+        description=(
+            "Capacity of the Harness's own volume (conversation logs), apart from the work "
+            "volume so that an Agent filling one cannot stop the Harness recording."
+        ),
     )
     class_: str | None = Field(
         default=None,
         alias="class",
-        description="The StorageClass; the cluster's default when absent.",
+        description="The StorageClass of both; the cluster's default when absent.",
     )
 
 
@@ -89,7 +99,11 @@ class WorkspaceSpec(Spec):
         default=None, description="The sandbox image; the operator's default Harness image."
     )
     resources: Resources | None = Field(
-        default=None, description="CPU and memory of the sandbox container."
+        default=None,
+        description=(
+            "CPU and memory of the tools container, where the Agents' commands run; "
+            "by default requests {cpu: 250m, memory: 512Mi}, limits {cpu: 2, memory: 4Gi}."
+        ),
     )
     storage: Storage = Field(
         default_factory=Storage, description="The volume holding clones and worktrees."

@@ -17,6 +17,7 @@ from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.k8s import clones as clone_containers
 from kubeturn.k8s import sandboxes
+from kubeturn.k8s.sandboxes import HARNESS_CONTAINER, TOOLS_CONTAINER
 from kubeturn.orchestrator import ids
 from kubeturn.orchestrator.effects import Admit
 
@@ -27,15 +28,39 @@ HARNESS_PORT = 8080
 WORK_ROOT = "/work"
 HARNESS_HOME = "/var/lib/kubeturn"
 DATA_DIR = f"{HARNESS_HOME}/data"
-"""The Harness's conversation logs: a directory it makes (and keeps 0700) in its home."""
+"""The Harness's conversation logs: a directory it makes (and keeps 0700) on its volume."""
 WORK_SUBPATH = "work"
-"""The volume's directory mounted at ``WORK_ROOT``: clones and worktrees, the Agents' tree."""
-HARNESS_SUBPATH = "harness"
-"""The volume's directory mounted at ``HARNESS_HOME``: beside ``work``, never under it, so
-no path under ``WORK_ROOT`` reaches the conversation logs (ADR 0025)."""
+"""The work volume's directory mounted at ``WORK_ROOT``: clones and worktrees."""
 PROVIDERS_PATH = "/etc/kubeturn/providers.yaml"
-TOOL_UID = 10001
-"""The sandbox's user (the Harness image's); the pod runs non-root, tools as the same uid."""
+TOOLBOX_DIR = "/run/kubeturn"
+"""An ``emptyDir`` the ``harness`` and ``tools`` containers share: the toolbox's socket."""
+TOOLBOX_SOCKET = f"{TOOLBOX_DIR}/toolbox.sock"
+SCRATCH = "/tmp"
+"""The ``tools`` container's ``/tmp`` (an ``emptyDir``): each session's ``HOME``/``TMPDIR``."""
+HARNESS_UID = 10001
+"""The Harness's user (the image's ``kubeturn``): it alone reads the conversation logs, and
+it is the only peer the toolbox serves. Also the Pod's ``fsGroup``."""
+TOOL_UID = 10002
+"""The Workspace tree's user (the image's ``workspace``): the clone containers and the
+``tools`` container, where every Agent's command runs."""
+TOOLBOX_COMMAND = [
+    "/usr/bin/tini",
+    "--",
+    "/opt/kubeturn/bin/python",
+    "-m",
+    "kubeturn_harness.sandbox",
+]
+"""How the ``tools`` container starts the toolbox from the Harness image: tini as PID 1 of
+the container's own PID namespace, holding nothing but the image's environment."""
+HARNESS_RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+"""The Harness container's: it waits on model streams and keeps a few hundred
+conversations in memory (ADR 0027); the Agents' work is the ``tools`` container's."""
+TOOLS_RESOURCES = {
+    "requests": {"cpu": "250m", "memory": "512Mi"},
+    "limits": {"cpu": "2", "memory": "4Gi"},
+}
+"""The ``tools`` container's when ``spec.resources`` says nothing: a build or a test suite
+fits; a runaway command is throttled at two cores and killed at 4 GiB, not the node's."""
 
 Object = dict[str, Any]
 
@@ -119,18 +144,33 @@ def providers_config_map(workspace: Mapping[str, Any], providers_yaml: str) -> O
 
 
 def volume_claim(workspace: Mapping[str, Any], spec: WorkspaceSpec) -> Object:
+    """The work volume: the clones and the Runs' worktrees, which the Agents fill."""
+    return _claim(workspace, "work", spec.storage.size, spec.storage.class_)
+
+
+def harness_claim(workspace: Mapping[str, Any], spec: WorkspaceSpec) -> Object:
+    """The Harness's volume: its conversation logs, on a volume of their own so that an
+    Agent that fills the work volume cannot stop the Harness recording (ADR 0036)."""
+    return _claim(workspace, "harness", spec.storage.harnessSize, spec.storage.class_)
+
+
+def claim_name(workspace: str, which: str) -> str:
+    return f"{workspace}-kubeturn-{which}"
+
+
+def _claim(workspace: Mapping[str, Any], which: str, size: str, class_: str | None) -> Object:
     meta = workspace["metadata"]
     claim: Object = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _metadata(f"{meta['name']}-kubeturn-work", meta["namespace"], workspace),
+        "metadata": _metadata(claim_name(meta["name"], which), meta["namespace"], workspace),
         "spec": {
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": spec.storage.size}},
+            "resources": {"requests": {"storage": size}},
         },
     }
-    if spec.storage.class_:
-        claim["spec"]["storageClassName"] = spec.storage.class_
+    if class_:
+        claim["spec"]["storageClassName"] = class_
     return claim
 
 
@@ -143,30 +183,35 @@ def sandbox_pod(
     providers_yaml: str,
     harness_token_sha256: str,
 ) -> Object:
-    """The sandbox: an init container clones each repo slot; the Harness serves Turns.
+    """The sandbox: an init container clones each repo slot; the ``harness`` container
+    serves Turns; the ``tools`` container runs every Agent's tool (ADR 0034).
 
-    One volume (the Workspace's claim) holds both what outlives a Pod: the clones and
-    worktrees (``work``) and the Harness's conversation logs (``harness``), so a Pod the
-    operator makes again finds both. ``restartPolicy: Always``: the kubelet restarts a
-    container that exits, with its own back-off, inside the same Pod; the Pod itself ends
-    (``Failed``) only when it is evicted or its node goes, and then the operator makes a
-    new one (``kubeturn.k8s.sandboxes``).
+    The two long-running containers share no secret: the Harness holds the tokens, the
+    provider keys and the conversation logs; the toolbox, in its own PID namespace (the
+    Pod does not share one), holds the work tree and nothing else, and serves the
+    Harness's uid alone over a socket in an ``emptyDir`` they share. The work volume
+    (clones, worktrees) and the Harness's volume (conversation logs) are separate claims
+    that outlive the Pod. ``restartPolicy: Always``: the kubelet restarts a container
+    that exits, inside the same Pod; the Pod itself ends (``Failed``) only when it is
+    evicted or its node goes, and then the operator makes a new one
+    (``kubeturn.k8s.sandboxes``).
     """
     meta = workspace["metadata"]
     name = meta["name"]
     tokens = f"{name}-kubeturn-tokens"
+    image = spec.image or image
     security = {
         "runAsNonRoot": True,
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+    as_tools = {**security, "runAsUser": TOOL_UID, "runAsGroup": TOOL_UID}
     work = {"name": "workspace", "mountPath": WORK_ROOT, "subPath": WORK_SUBPATH}
+    toolbox = {"name": "toolbox", "mountPath": TOOLBOX_DIR}
     # A slot's credentials are mounted into its own clone container only (ADR 0033).
     clones = [
-        clone_containers.container(
-            slot, repo, image=spec.image or image, work=work, security=security
-        )
+        clone_containers.container(slot, repo, image=image, work=work, security=as_tools)
         for slot, repo in spec.repos.items()
     ]
     credentials = [
@@ -175,8 +220,8 @@ def sandbox_pod(
         if (found := clone_containers.volume(slot, repo)) is not None
     ]
     harness = {
-        "name": "harness",
-        "image": spec.image or image,
+        "name": HARNESS_CONTAINER,
+        "image": image,
         "args": [
             "serve",
             "--host",
@@ -187,6 +232,8 @@ def sandbox_pod(
             DATA_DIR,
             "--work-root",
             WORK_ROOT,
+            "--toolbox",
+            TOOLBOX_SOCKET,
         ],
         "ports": [{"name": "harness", "containerPort": HARNESS_PORT}],
         "env": [
@@ -204,15 +251,32 @@ def sandbox_pod(
         ],
         "envFrom": list(spec.envFrom),
         "volumeMounts": [
-            work,
-            {"name": "workspace", "mountPath": HARNESS_HOME, "subPath": HARNESS_SUBPATH},
+            {"name": "harness", "mountPath": HARNESS_HOME},
+            toolbox,
             {"name": "providers", "mountPath": "/etc/kubeturn", "readOnly": True},
         ],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": HARNESS_PORT}},
+        "resources": HARNESS_RESOURCES,
         "securityContext": security,
     }
-    if spec.resources is not None:
-        harness["resources"] = spec.resources.model_dump(exclude_none=True)
+    tools = {
+        "name": TOOLS_CONTAINER,
+        "image": image,
+        "command": TOOLBOX_COMMAND,
+        "args": [
+            "--socket",
+            TOOLBOX_SOCKET,
+            "--client-uid",
+            str(HARNESS_UID),
+            "--scratch-root",
+            f"{SCRATCH}/kubeturn",
+        ],
+        "volumeMounts": [work, toolbox, {"name": "scratch", "mountPath": SCRATCH}],
+        "resources": (
+            spec.resources.model_dump(exclude_none=True) if spec.resources else TOOLS_RESOURCES
+        ),
+        "securityContext": as_tools,
+    }
     pod: Object = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -223,18 +287,24 @@ def sandbox_pod(
             "automountServiceAccountToken": False,
             "securityContext": {
                 "runAsNonRoot": True,
-                "runAsUser": TOOL_UID,
-                "runAsGroup": TOOL_UID,
-                "fsGroup": TOOL_UID,
+                "runAsUser": HARNESS_UID,
+                "runAsGroup": HARNESS_UID,
+                "fsGroup": HARNESS_UID,
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
             "initContainers": clones,
-            "containers": [harness],
+            "containers": [harness, tools],
             "volumes": [
                 {
                     "name": "workspace",
-                    "persistentVolumeClaim": {"claimName": f"{name}-kubeturn-work"},
+                    "persistentVolumeClaim": {"claimName": claim_name(name, "work")},
                 },
+                {
+                    "name": "harness",
+                    "persistentVolumeClaim": {"claimName": claim_name(name, "harness")},
+                },
+                {"name": "toolbox", "emptyDir": {}},
+                {"name": "scratch", "emptyDir": {}},
                 {"name": "providers", "configMap": {"name": f"{name}-kubeturn-providers"}},
                 *credentials,
             ],

@@ -52,6 +52,8 @@ PART_DIGEST_CHARS = 12
 current is decided by the whole hash."""
 HARNESS_CONTAINER = "harness"
 """The sandbox Pod's container that serves Turns (as ``objects.sandbox_pod`` names it)."""
+TOOLS_CONTAINER = "tools"
+"""The sandbox Pod's container where the Agents' tools run (the toolbox)."""
 UNRECORDED = "unrecorded"
 """What changed, for a Pod that carries no fingerprint (made before Pods carried one)."""
 
@@ -82,23 +84,29 @@ def fingerprint(pod_spec: Mapping[str, Any], providers_yaml: str, tokens: str) -
 
 def _parts(pod_spec: Mapping[str, Any], providers_yaml: str) -> dict[str, Any]:
     """The Pod's spec cut along what a person changes: ``image`` (every container's),
-    ``env``, ``envFrom`` and ``resources`` (the Harness's), ``repos`` (the clone init
-    containers), ``serviceAccount``, ``providers``, and ``template``: all the rest, which
-    the operator's version puts in every sandbox."""
+    ``env`` and ``envFrom`` (the Harness's), ``resources`` (the tools'), ``repos`` (the
+    clone init containers), ``serviceAccount``, ``providers``, and ``template``: all the
+    rest, which the operator's version puts in every sandbox."""
     template = copy.deepcopy(dict(pod_spec))
     containers = [*template.get("initContainers", []), *template.get("containers", [])]
     images = [container.pop("image", None) for container in containers]
-    harness: dict[str, Any] = next(
-        (c for c in template.get("containers", []) if c.get("name") == HARNESS_CONTAINER), {}
-    )
+    harness = _container(template, HARNESS_CONTAINER)
     parts = {
         "image": images,
-        **{key: harness.pop(key, None) for key in ("env", "envFrom", "resources")},
+        **{key: harness.pop(key, None) for key in ("env", "envFrom")},
+        "resources": _container(template, TOOLS_CONTAINER).pop("resources", None),
         "repos": template.pop("initContainers", []),
         "serviceAccount": template.pop("serviceAccountName", None),
         "providers": providers_yaml,
     }
     return {**parts, "template": template}
+
+
+def _container(pod_spec: Mapping[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(
+        (c for c in pod_spec.get("containers", []) if c.get("name") == name), {}
+    )
+    return found
 
 
 def _canonical(value: Any) -> str:
@@ -431,10 +439,10 @@ _parse_quantity: Callable[[str], Decimal] = quantity.parse_quantity
 
 
 def volume_said(claim: Mapping[str, Any], storage: Storage) -> Said:
-    """``VolumeCurrent``: whether the volume's claim has the size and class ``storage``
-    asks for. Only said: a claim is neither resized nor replaced (replacing it would lose
-    the clones, worktrees and conversations). A class the spec leaves out is the
-    cluster's default, whichever that is."""
+    """``VolumeCurrent``: whether the work volume's claim has the size and class
+    ``storage`` asks for. Only said: a claim is neither resized nor replaced
+    (replacing it would lose the clones and worktrees). A class the spec leaves out is
+    the cluster's default, whichever that is."""
     spec = claim.get("spec") or {}
     size = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
     has_class = spec.get("storageClassName")

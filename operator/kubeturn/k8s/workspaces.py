@@ -127,11 +127,17 @@ async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> 
         body, dict(hub.settings.operator_labels), hub.settings.operator_namespace
     )
     await _up_to_date(hub, policy, "spec")
-    claim = objects.volume_claim(body, spec)
-    kind = KINDS[(claim["apiVersion"], claim["kind"])]
-    found = await hub.kube.get(kind, namespace, claim["metadata"]["name"])
-    volume = sandboxes.volume_said(found or await hub.kube.create(claim), spec.storage)
+    claims = [objects.volume_claim(body, spec), objects.harness_claim(body, spec)]
+    found = [await _claim(hub, claim) for claim in claims]
+    volume = sandboxes.volume_said(found[0], spec.storage)
     return Synced(volume, _token_sha256(stored))
+
+
+async def _claim(hub: Hub, claim: dict[str, Any]) -> dict[str, Any]:
+    """The stored claim, made if missing (a claim is never changed once made)."""
+    meta = claim["metadata"]
+    kind = KINDS[(claim["apiVersion"], claim["kind"])]
+    return await hub.kube.get(kind, meta["namespace"], meta["name"]) or await hub.kube.create(claim)
 
 
 async def _up_to_date(hub: Hub, wanted: dict[str, Any], part: str) -> None:
