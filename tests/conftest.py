@@ -18,7 +18,18 @@ from kubeturn_harness.settings import NOBODY
 from kubeturn_harness.tools import tool_identity
 
 TESTS = Path(__file__).parent
-TIERS = {"unit", "harness", "system", "operator", "e2e", "docker", "static", "chart", "cli"}
+TIERS = {
+    "unit",
+    "harness",
+    "hostile",
+    "system",
+    "operator",
+    "e2e",
+    "docker",
+    "static",
+    "chart",
+    "cli",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -98,11 +98,9 @@ class Harness:
         metrics.in_memory.set_function(lambda: len(self._conversations))
 
     async def start(self) -> None:
+        """Settle what a previous process left open (before any await: no request is
+        served in between), then wait for the toolbox; ready once it answers."""
         self.store.check_writable()
-        try:
-            await self.toolbox.ready(TOOLBOX_START_S)
-        except ToolboxUnavailable as error:
-            raise ConfigError(f"no toolbox to run the Agents' tools: {error}") from error
         try:
             self.store.root.chmod(PRIVATE)
         except OSError as failure:
@@ -113,6 +111,10 @@ class Harness:
             self._hold(key, conversation_log).recover()
             recorded += 1
         self._evictor = asyncio.create_task(self._evict_periodically(), name="eviction")
+        try:
+            await self.toolbox.ready(TOOLBOX_START_S)
+        except ToolboxUnavailable as error:
+            raise ConfigError(f"no toolbox to run the Agents' tools: {error}") from error
         self.ready = True
         log.info("harness ready with %d recorded conversations", recorded)
 
