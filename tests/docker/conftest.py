@@ -41,6 +41,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.docker.images import built
+
 DEBIAN_BASE = "debian:bookworm-slim"
 """The tag the Dockerfiles build FROM; made locally when no registry can be reached."""
 
@@ -147,6 +149,19 @@ def docker_engine(docker_timings: dict[str, float]) -> Iterator[DockerEngine]:
     with _private_dockerd(dockerd, cli, base_env) as env:
         docker_timings["dockerd start"] = time.monotonic() - started
         yield DockerEngine(cli=cli, env=env)
+
+
+@pytest.fixture(scope="session")
+def harness_image(
+    docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
+) -> Iterator[str]:
+    """The Harness image, built once for the session under a tag of its own; untagged
+    afterwards."""
+    dockerfile = _HERE.parents[1] / "harness_image" / "Dockerfile"
+    with built(
+        docker_engine, debian_base, dockerfile, "kubeturn-harness", docker_timings, "image build"
+    ) as tag:
+        yield tag
 
 
 @pytest.fixture(scope="session")

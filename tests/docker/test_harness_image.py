@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from tests.docker.images import assert_lints_clean, built
+from tests.docker.images import assert_lints_clean
 
 if TYPE_CHECKING:
     from tests.docker.conftest import DockerEngine
@@ -60,17 +60,6 @@ def test_dockerfile_lints_clean() -> None:
 
 
 # --------------------------------------------------------------------------- image
-
-
-@pytest.fixture(scope="module")
-def harness_image(
-    docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
-) -> Iterator[str]:
-    """Build the Harness image under a tag of its own; untag it afterwards."""
-    with built(
-        docker_engine, debian_base, DOCKERFILE, "kubeturn-harness", docker_timings, "image build"
-    ) as tag:
-        yield tag
 
 
 @pytest.fixture

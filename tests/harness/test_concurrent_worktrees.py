@@ -3,7 +3,7 @@
 Cases:
 - 30 Runs ask for their worktree of one clone at the same moment: every answer is 200
   with the Run's own path and branch, every worktree is checked out on its branch, and
-  each is a repository of its own that borrows the clone's objects (ADR 0035), the clone
+  each is a repository of its own that borrows the clone's objects (ADR 0036), the clone
   itself untouched (no linked worktree, no Run's branch);
 - the same Run asking 10 times at once gets one worktree, the same answer each time.
 """

@@ -7,7 +7,7 @@ fresh one); Run ``default.review-10`` (whose id extends the first's) has its own
 
 Cases:
 - without the bearer token the route answers 401 and removes nothing;
-- it removes the Run's worktree (a repository of its own, ADR 0035): the directory is
+- it removes the Run's worktree (a repository of its own, ADR 0036): the directory is
   gone, and the branch ``kubeturn/review-1`` stays in the clone with the Agent's commit;
   the answer names the worktree and counts the conversations;
 - it forgets the Run's conversations, the one in memory and the one dropped from it:

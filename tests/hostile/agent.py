@@ -128,8 +128,10 @@ class Target:
     ports: Sequence[int]
     roots: Sequence[str]
     """Where its filesystem search starts."""
-    harness_pid: int | None = None
-    """The Harness's pid as the Agent's processes see it (None: another PID namespace)."""
+    outside_pid: int
+    """A process outside the Agent's session that it can see, the one most worth
+    attacking: the Harness on one machine; in the Pod, where the Harness is in another
+    PID namespace, the toolbox."""
     toolbox_socket: str | None = None
     disk_full: bool = False
     """Whether the work tree is a small volume the Agent can fill."""
@@ -179,18 +181,18 @@ def probes(s: Secrets, t: Target) -> list[tuple[str, dict[str, Any]]]:
         ),
         ("fork bomb", bash(f"/usr/bin/python3 -c {_quote(_BOMB)}")),
     ]
-    if t.harness_pid is not None:
-        environ = f"/proc/{t.harness_pid}/environ"
-        oracle = f"/proc/{t.harness_pid}/task/{t.harness_pid}/environ"
-        guess = s.harness_env()["KUBETURN_ORCHESTRATOR_TOKEN"][:-1]
-        calls += [
-            ("read the Harness's environ", {"name": "read", "arguments": {"path": environ}}),
-            (
-                "edit oracle on the Harness's environ",
-                {"name": "edit", "arguments": {"path": oracle, "oldText": guess, "newText": "x"}},
-            ),
-            ("signal the Harness", bash(f"kill -STOP {t.harness_pid}; echo rc=$?")),
-        ]
+    environ = f"/proc/{t.outside_pid}/environ"
+    oracle = f"/proc/{t.outside_pid}/task/{t.outside_pid}/environ"
+    guess = s.harness_env()["KUBETURN_ORCHESTRATOR_TOKEN"][:-1]
+    calls += [
+        ("read another process's environ", {"name": "read", "arguments": {"path": environ}}),
+        (
+            "edit oracle on another process's environ",
+            {"name": "edit", "arguments": {"path": oracle, "oldText": guess, "newText": "x"}},
+        ),
+        # Signal 0 asks only whether a signal would be let through: nothing is stopped.
+        ("signal another process", bash(f"kill -0 {t.outside_pid}; echo rc=$?")),
+    ]
     if t.toolbox_socket is not None:
         calls.append(("open a session for run B", bash(_toolbox_client(t.toolbox_socket, t))))
     if t.disk_full:

@@ -142,10 +142,15 @@ class Scene:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.secrets.bearer}"}
 
-    async def start(self) -> None:
-        """Start the Harness (and so its toolbox) and the stub Orchestrator; the model
-        answers at ``self.model_port`` once ``answer`` starts it, since its script names
-        the Harness's pid."""
+    def harness_environment(self) -> dict[str, str]:
+        """The Harness's environment: its secrets, and the hash of the token it accepts."""
+        digest = hashlib.sha256(self.secrets.bearer.encode()).hexdigest()
+        return {**self.secrets.harness_env(), "KUBETURN_HARNESS_TOKEN_SHA256": digest}
+
+    async def start_servers(self) -> None:
+        """The stub Orchestrator, and the providers file naming the model's port; the
+        model answers there once ``answer`` starts it (its script names what the Agent
+        finds only once the Harness runs: its pid, its worktrees)."""
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.model_port = probe.getsockname()[1]
@@ -156,26 +161,26 @@ class Scene:
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         self.cleanups.append(runner.cleanup)
         self.orchestrator.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        providers = self.tmp / "providers.yaml"
-        providers.write_text(
+        self.providers = self.tmp / "providers.yaml"
+        self.providers.write_text(
             f"scripted:\n  type: openai\n  baseUrl: {model_url}\n  apiKeyEnv: OPENAI_API_KEY\n"
         )
-        env = {
-            **self.secrets.harness_env(),
-            "KUBETURN_HARNESS_TOKEN_SHA256": hashlib.sha256(
-                self.secrets.bearer.encode()
-            ).hexdigest(),
-        }
+        self.providers.chmod(0o644)
+        self.session = aiohttp.ClientSession()
+
+    async def start(self) -> None:
+        """The servers, and the Harness (which starts its own toolbox)."""
+        await self.start_servers()
         self.harness = await spawn_harness(
             self.data_dir,
-            env,
+            self.harness_environment(),
             self.tmp / "harness.log",
             "--work-root",
             str(self.work_root),
             "--orchestrator-url",
             self.orchestrator.url,
             "--providers",
-            str(providers),
+            str(self.providers),
             "--tool-uid",
             str(self.tool_uid),
             "--tool-gid",
@@ -185,7 +190,6 @@ class Scene:
             "--default-model",
             "scripted/any",
         )
-        self.session = aiohttp.ClientSession()
 
     async def answer(self, script: str) -> None:
         """Start the scripted model with ``script``."""
@@ -248,3 +252,28 @@ class Scene:
                     if settlement["submissionId"] == sid:
                         return dict(settlement)
                 await asyncio.sleep(0.1)
+
+
+async def hooks_never_run(scene: Scene) -> dict[str, object]:
+    """Plant in the clone (as a kernel without Landlock would let an Agent) a hook that
+    leaves a file, an fsmonitor that does, and a failing reference-transaction hook; then
+    ask for Run C's worktree."""
+    pwned = await asyncio.to_thread(_plant_hooks, scene.clone, scene.work_root / "pwned-by-hook")
+    status, answer = await scene.post(
+        "/worktrees", {"run": agent.RUN_C, "branch": f"kubeturn/{agent.RUN_C}", "slots": ["target"]}
+    )
+    return {"status": status, "pwned": await asyncio.to_thread(pwned.exists), "answer": answer}
+
+
+def _plant_hooks(clone: Path, pwned: Path) -> Path:
+    hooks = clone / ".git" / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for hook, body in {
+        "post-checkout": f"#!/bin/sh\ntouch {pwned}\n",
+        "reference-transaction": "#!/bin/sh\nexit 1\n",
+    }.items():
+        (hooks / hook).write_text(body)
+        (hooks / hook).chmod(0o755)
+    config = ["git", "-c", "safe.directory=*", "-C", str(clone), "config"]
+    subprocess.run([*config, "core.fsmonitor", f"touch {pwned}"], check=True)
+    return pwned

@@ -16,7 +16,8 @@ Cases, by the threat model's points:
    the canary in its own worktree); the Harness's ``environ`` cannot be read;
 2. file tools: they run as the tools' user, confined: ``/etc/shadow`` is unreadable to
    nobody, nothing is written into ``/etc``, and ``edit`` on the Harness's
-   ``/proc/<pid>/task/<tid>/environ`` is no oracle;
+   ``/proc/<pid>/task/<tid>/environ`` is no oracle (the Harness is the Agent's "other
+   process" here);
 3. a shared Workspace: Run B's worktree cannot be read or written, the conversation logs
    cannot be listed or read, no hook or fsmonitor can be planted in the clone every Run
    borrows from, and one planted there anyway (a kernel without Landlock) never runs
@@ -29,7 +30,8 @@ Cases, by the threat model's points:
 5. a full work volume: the Agent's command and ``write`` say "No space left on device",
    and the Harness goes on recording (the Turn settles; another is admitted and
    settles);
-and the toolbox's socket answers no one but the Harness.
+and the toolbox's socket answers no one but the Harness; on one machine the toolbox ends
+with the Harness that started it. The proofs themselves are ``tests/hostile/proofs.py``.
 """
 
 from __future__ import annotations
@@ -44,20 +46,28 @@ from pathlib import Path
 
 import pytest
 
-from kubeturn_harness.sandbox import landlock
 from tests.harness.support import shared_dir
 from tests.hostile import agent
 from tests.hostile.layout import (
     Attack,
     Scene,
+    hooks_never_run,
     make_clone,
     processes_running,
     small_volume,
     toolbox_of,
 )
+from tests.hostile.proofs import (  # noqa: F401  (the proofs run here with this layout)
+    ABI,
+    TestFileTools,
+    TestFullVolume,
+    TestProcesses,
+    TestSecrets,
+    TestSharedWorkspace,
+    TestToolbox,
+)
 
 VARIANTS = ["tools-as-nobody", "one-user"] if os.geteuid() == 0 else ["one-user"]
-ABI = landlock.abi()
 LOCAL_ROOTS = ("/tmp", "/etc", "/run", "/home", "/root", "/var/tmp", "/dev/shm")
 """Where the Agent searches besides the Workspace's tree and the Harness's data: the
 places a process of this machine leaves files in (the system's programs cannot hold a
@@ -103,7 +113,7 @@ async def _attack(variant: str, tmp: Path, work_root: Path, volume: Path | None)
             data_dir=str(scene.data_dir),
             ports=(port, orchestrator_port),
             roots=(str(tree_a), str(work_root), str(scene.data_dir), str(tmp), *LOCAL_ROOTS),
-            harness_pid=harness_pid,
+            outside_pid=harness_pid,
             toolbox_socket=socket_path,
             disk_full=scene.disk_full,
         )
@@ -130,43 +140,20 @@ async def _attack(variant: str, tmp: Path, work_root: Path, volume: Path | None)
             sid = await scene.turn(agent.RUN_A, "after the volume filled", tree_a, name="second")
             after["second turn"] = (await scene.settled(agent.RUN_A, sid, name="second"))["outcome"]
         await asyncio.to_thread((tree_a / "big").unlink, True)
-        after["run c"] = await _hooks_never_run(scene)
-        after["harness death"] = await _harness_death(scene, tree_a, toolbox_pid)
+        after["run c"] = await hooks_never_run(scene)
+        after["etc"] = await asyncio.to_thread(Path("/etc/kubeturn-hostile").exists)
+        left, after["toolbox alive"] = await _harness_death(scene, tree_a, toolbox_pid)
+        after["left after the harness died"] = left
         return Attack(variant, scene.secrets, target, results, settled, after)
     finally:
         await scene.stop()
-
-
-async def _hooks_never_run(scene: Scene) -> dict[str, object]:
-    """Plant in the clone (as a kernel without Landlock would let an Agent) a hook that
-    leaves a file, an fsmonitor that does, and a failing reference-transaction hook; then
-    ask for Run C's worktree."""
-    pwned = await asyncio.to_thread(_plant_hooks, scene.clone, scene.work_root / "pwned-by-hook")
-    status, answer = await scene.post(
-        "/worktrees", {"run": agent.RUN_C, "branch": f"kubeturn/{agent.RUN_C}", "slots": ["target"]}
-    )
-    return {"status": status, "pwned": await asyncio.to_thread(pwned.exists), "answer": answer}
-
-
-def _plant_hooks(clone: Path, pwned: Path) -> Path:
-    hooks = clone / ".git" / "hooks"
-    hooks.mkdir(exist_ok=True)
-    for hook, body in {
-        "post-checkout": f"#!/bin/sh\ntouch {pwned}\n",
-        "reference-transaction": "#!/bin/sh\nexit 1\n",
-    }.items():
-        (hooks / hook).write_text(body)
-        (hooks / hook).chmod(0o755)
-    config = ["git", "-c", "safe.directory=*", "-C", str(clone), "config"]
-    subprocess.run([*config, "core.fsmonitor", f"touch {pwned}"], check=True)
-    return pwned
 
 
 def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
-async def _harness_death(scene: Scene, tree: Path, toolbox_pid: int) -> dict[str, object]:
+async def _harness_death(scene: Scene, tree: Path, toolbox_pid: int) -> tuple[list[str], bool]:
     """Start a long command in a Turn, SIGKILL the Harness, and see what is left."""
     assert scene.harness is not None
     await scene.turn(agent.RUN_A, agent.LONG_PROMPT, tree, name="long")
@@ -181,140 +168,9 @@ async def _harness_death(scene: Scene, tree: Path, toolbox_pid: int) -> dict[str
         if time.monotonic() > deadline:
             break
         await asyncio.sleep(0.1)
-    return {
-        "left": processes_running(agent.LONG),
-        "toolbox": _alive(toolbox_pid),
-    }
+    return processes_running(agent.LONG), _alive(toolbox_pid)
 
 
-# ----------------------------------------------------------------------------- 1. secrets
-
-
-class TestSecrets:
-    def test_the_search_finds_no_secret(self, attack: Attack) -> None:
-        assert agent.hits(attack.results["search"]) == []
-
-    def test_the_search_reads_what_it_can_reach(self, attack: Attack) -> None:
-        search = attack.results["search"]
-        assert agent.canaries(search) >= 1, search
-        read = int(search.split("PROC-FILES-READ ")[1].split()[0])
-        assert read > 0, search
-
-    def test_the_harness_port_answers_no_one_without_the_token(self, attack: Attack) -> None:
-        port = attack.target.ports[0]
-        lines = [
-            line
-            for line in attack.results["search"].splitlines()
-            if line.startswith(f"PORT {port} ")
-        ]
-        assert lines, attack.results["search"]
-        for line in lines:
-            path, status = line.split()[2], line.split()[4]
-            assert status == ("200" if path == "/healthz" else "401"), line
-
-    def test_the_harness_environ_cannot_be_read(self, attack: Attack) -> None:
-        said = attack.results["read the Harness's environ"]
-        assert agent.denied(said), said
-
-
-# ----------------------------------------------------------------------------- 2. file tools
-
-
-class TestFileTools:
-    def test_shadow_is_unreadable_to_the_tools_user(self, attack: Attack) -> None:
-        if attack.tools_as_root:
-            pytest.skip("one user, root here: on one machine the tools run as the person")
-        assert attack.results["read /etc/shadow"] == "Permission denied: /etc/shadow"
-
-    def test_nothing_is_written_into_etc(self, attack: Attack) -> None:
-        said = attack.results["write into /etc"]
-        assert agent.denied(said), said
-        assert not Path("/etc/kubeturn-hostile").exists()
-
-    def test_edit_is_no_oracle_on_the_harness_environ(self, attack: Attack) -> None:
-        said = attack.results["edit oracle on the Harness's environ"]
-        assert agent.denied(said), said
-
-
-# ----------------------------------------------------------------------------- 3. shared Workspace
-
-
-class TestSharedWorkspace:
-    def test_run_b_is_out_of_reach(self, attack: Attack) -> None:
-        for probe in ("read run B", "write run B"):
-            assert agent.denied(attack.results[probe]), attack.results[probe]
-        said = attack.results["bash run B"]
-        assert "run B" not in said.replace("run B's", "")
-        assert said.count("Permission denied") >= 3, said
-        assert attack.after["owned"] == []
-
-    def test_the_conversation_logs_are_out_of_reach(self, attack: Attack) -> None:
-        listed = attack.results["list the data dir"]
-        assert agent.denied(listed) or "Refused" in listed, listed
-        said = attack.results["bash the data dir"]
-        assert agent.denied(said), said
-        assert attack.secrets.marker not in said
-
-    def test_nothing_is_planted_in_the_clone_or_beside_it(self, attack: Attack) -> None:
-        said = attack.results["plant a hook"]
-        assert agent.denied(said) or "Read-only" in said, said
-        assert attack.after["planted"] == []
-        assert attack.after["hook"] is False
-
-    def test_hooks_planted_anyway_never_run_and_block_nothing(self, attack: Attack) -> None:
-        run_c = attack.after["run c"]
-        assert isinstance(run_c, dict)
-        assert run_c["status"] == 200, run_c
-        assert run_c["pwned"] is False
-
-
-# ----------------------------------------------------------------------------- 4. processes
-
-
-class TestProcesses:
-    def test_no_escape_outlives_its_call(self, attack: Attack) -> None:
-        assert attack.results["escape the call"].startswith("left them")
-        assert attack.after["escapes"] == []
-
-    def test_a_fork_bomb_stops_at_the_process_limit(self, attack: Attack) -> None:
-        said = attack.results["fork bomb"]
-        if attack.tools_as_root:
-            pytest.skip("Linux exempts root from RLIMIT_NPROC; the Pod's tools are not root")
-        started = int(said.split("started=")[1].split()[0])
-        refused = int(said.split("refused=")[1].split()[0])
-        assert started <= agent.TOOL_PROCESSES, said
-        assert refused >= agent.TOOL_PROCESSES * 2, said
-
-    @pytest.mark.skipif(ABI < 6, reason="Landlock scopes signals from ABI 6 (Linux 6.12)")
-    def test_the_harness_cannot_be_signalled(self, attack: Attack) -> None:
-        said = attack.results["signal the Harness"]
-        assert "Operation not permitted" in said, said
-
-    def test_the_harness_death_ends_every_process_of_its_tools(self, attack: Attack) -> None:
-        assert attack.after["harness death"] == {"left": [], "toolbox": False}
-
-
-# ----------------------------------------------------------------------------- 5. a full volume
-
-
-class TestFullVolume:
-    def test_the_agent_is_told_the_volume_is_full(self, attack: Attack) -> None:
-        if not attack.target.disk_full:
-            pytest.skip("no small volume can be mounted here (it needs root and a loop device)")
-        assert "No space left on device" in attack.results["fill the volume"]
-        assert "No space left on device" in attack.results["write on a full volume"]
-
-    def test_the_harness_goes_on_recording(self, attack: Attack) -> None:
-        if not attack.target.disk_full:
-            pytest.skip("no small volume can be mounted here (it needs root and a loop device)")
-        assert attack.settled["outcome"] == "completed"
-        assert attack.after["second turn"] == "completed"
-
-
-# ----------------------------------------------------------------------------- the toolbox
-
-
-class TestToolbox:
-    def test_its_socket_serves_the_harness_alone(self, attack: Attack) -> None:
-        said = attack.results["open a session for run B"]
-        assert said.startswith(("answer: b'<closed>'", "closed:")), said
+class TestOneMachine:
+    def test_the_toolbox_ends_with_the_harness_that_started_it(self, attack: Attack) -> None:
+        assert attack.after["toolbox alive"] is False

@@ -4,7 +4,7 @@ made from them (``<work-root>/<slot>/<branch, '/' as '-'>``).
 A Run's worktree is a repository of its own that borrows the clone's objects (``git
 clone --shared``: the clone's object directory is its alternate) and holds the Run's
 branch ``kubeturn/<run>``: an Agent that commits writes its own repository only, and
-never the clone, another Run's objects or another Run's branch (ADR 0035). The clone
+never the clone, another Run's objects or another Run's branch (ADR 0036). The clone
 is only read, by every Run.
 
 git runs here as kubeturn's own, never as an Agent's: no hook, no fsmonitor, no

@@ -5,7 +5,7 @@ worktree holds the Frame's ``cwd``: read and write with ``write`` access, read o
 with ``read``), read the clones they borrow objects from and the system's directories,
 and write a scratch directory of their own (``HOME`` and ``TMPDIR``). Nothing else:
 not another Run's worktree, not the Harness's data, not the toolbox's socket, not
-another session's scratch (ADR 0034, ADR 0035).
+another session's scratch (ADR 0035, ADR 0036).
 
 Private paths are never granted, even beneath a granted one: a grant that holds one
 is cut into its other children (``cut``). Pure: the one piece of IO it needs, listing

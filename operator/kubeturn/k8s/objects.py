@@ -150,7 +150,7 @@ def volume_claim(workspace: Mapping[str, Any], spec: WorkspaceSpec) -> Object:
 
 def harness_claim(workspace: Mapping[str, Any], spec: WorkspaceSpec) -> Object:
     """The Harness's volume: its conversation logs, on a volume of their own so that an
-    Agent that fills the work volume cannot stop the Harness recording (ADR 0036)."""
+    Agent that fills the work volume cannot stop the Harness recording (ADR 0037)."""
     return _claim(workspace, "harness", spec.storage.harnessSize, spec.storage.class_)
 
 
@@ -184,7 +184,7 @@ def sandbox_pod(
     harness_token_sha256: str,
 ) -> Object:
     """The sandbox: an init container clones each repo slot; the ``harness`` container
-    serves Turns; the ``tools`` container runs every Agent's tool (ADR 0034).
+    serves Turns; the ``tools`` container runs every Agent's tool (ADR 0035).
 
     The two long-running containers share no secret: the Harness holds the tokens, the
     provider keys and the conversation logs; the toolbox, in its own PID namespace (the
