@@ -34,7 +34,10 @@ Cases:
   bad label key, no public ports; an ipBlock inside the metadata ranges (its NAT64 form
   too) unless the Workspace opts in, and never in the operator's rules; an ipBlock that
   only holds them is accepted; a Run's Workspace template reports these at their
-  manifest paths.
+  manifest paths;
+- reading the API server's addresses: once per period however often it is asked; a
+  failed read keeps what was read before (None before any), each new failure logged
+  once; no EndpointSlice reads as no address, with a warning.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from kubeturn.api.egress import (
@@ -56,6 +60,7 @@ from kubeturn.api.egress import (
 from kubeturn.api.validation import validate_run
 from kubeturn.errors import DefinitionErrors
 from kubeturn.k8s import egress, objects
+from kubeturn.k8s.apiserver import ApiServerAddresses
 
 Object = dict[str, Any]
 
@@ -529,3 +534,81 @@ def test_a_runs_workspace_template_reports_egress_problems_at_their_paths() -> N
         "inside the cloud metadata range 169.254.0.0/16, which sandboxes do not reach; set "
         "cloudMetadata: true to let this sandbox reach it"
     ]
+
+
+# ----------------------------------------------------------------------------- reading it
+
+
+class SliceReads:
+    """A stand-in for the Kubernetes facade: each ``get`` answers the next of ``answers``
+    (an EndpointSlice, None for 404, or an exception to raise), and counts."""
+
+    def __init__(self, *answers: Object | Exception | None) -> None:
+        self.answers = list(answers)
+        self.asked: list[tuple[str, str]] = []
+
+    async def get(self, kind: Any, namespace: str, name: str) -> Object | None:
+        self.asked.append((namespace, name))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+SLICE = {
+    "addressType": "IPv4",
+    "endpoints": [{"addresses": ["192.0.2.10"]}],
+    "ports": [{"port": 443, "protocol": "TCP"}],
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_the_api_servers_addresses_are_read_at_most_every_so_often() -> None:
+    reads, clock = SliceReads(SLICE, {**SLICE, "endpoints": []}), Clock()
+    addresses = ApiServerAddresses(reads, 30.0, clock)  # type: ignore[arg-type]
+    assert await addresses.look() == egress.ApiServer(("192.0.2.10",), (443,))
+    clock.now = 29.0
+    assert await addresses.look() == egress.ApiServer(("192.0.2.10",), (443,))
+    assert reads.asked == [("default", "kubernetes")]
+    clock.now = 30.0
+    assert await addresses.look() == egress.ApiServer((), (443,))
+    assert len(reads.asked) == 2
+
+
+async def test_a_failed_read_keeps_what_was_read_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    forbidden = ApiException(status=403, reason="Forbidden")
+    reads, clock = SliceReads(forbidden, forbidden, SLICE, OSError("unreachable")), Clock()
+    addresses = ApiServerAddresses(reads, 1.0, clock)  # type: ignore[arg-type]
+    assert await addresses.look() is None
+    clock.now = 1.0
+    assert await addresses.look() is None
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        "cannot read the EndpointSlice default/kubernetes (the API server's addresses): "
+        "HTTP 403 Forbidden; sandboxes get no ipBlock egress (the public rule among them) "
+        "until it is"
+    ]
+    clock.now = 2.0
+    assert await addresses.look() == egress.ApiServer(("192.0.2.10",), (443,))
+    clock.now = 3.0
+    assert await addresses.look() == egress.ApiServer(("192.0.2.10",), (443,))
+    assert caplog.records[-1].getMessage().endswith("unreachable; the addresses last read stay")
+
+
+async def test_no_endpoint_slice_reads_as_no_address(caplog: pytest.LogCaptureFixture) -> None:
+    addresses = ApiServerAddresses(SliceReads(None), 30.0, Clock())  # type: ignore[arg-type]
+    assert await addresses.look() == egress.ApiServer()
+    assert (
+        caplog.records[-1]
+        .getMessage()
+        .endswith("there is none; none of its addresses can be kept out")
+    )
