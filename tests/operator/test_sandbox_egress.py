@@ -142,6 +142,7 @@ async def world(
 
 
 def public_rule(egress: list[Body]) -> Body:
+    """The one rule whose peers include 0.0.0.0/0: the public internet."""
     (rule,) = [
         r
         for r in egress
@@ -151,6 +152,7 @@ def public_rule(egress: list[Body]) -> Body:
 
 
 def excepted(rule: Body) -> set[str]:
+    """Every range a rule's ipBlocks leave out, of either family."""
     return {entry for peer in rule["to"] for entry in peer["ipBlock"].get("except", [])}
 
 
