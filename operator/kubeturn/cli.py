@@ -25,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
+from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.validation import definition_errors
 from kubeturn.errors import CommandError, DefinitionErrors
 from kubeturn.local import control as local
 from kubeturn.local import view
@@ -108,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_OPERATOR_NAMESPACE"),
         help="the operator's namespace: its pods' NetworkPolicy peer, and where its Lease is "
         "(env KUBETURN_OPERATOR_NAMESPACE)",
+    )
+    operator.add_argument(
+        "--sandbox-egress",
+        default=env("KUBETURN_SANDBOX_EGRESS", "{}"),
+        help="JSON: what every sandbox may reach (the chart's sandbox.egress; env "
+        "KUBETURN_SANDBOX_EGRESS); default: DNS, and the public internet on 443 and 22",
     )
     operator.add_argument(
         "--log-format", choices=["text", "json"], default=env("KUBETURN_LOG_FORMAT", "text")
@@ -364,6 +373,11 @@ def operator(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    try:
+        sandbox_egress = _sandbox_egress(args.sandbox_egress)
+    except CommandError as error:
+        print(f"kubeturn: {error}", file=sys.stderr)
+        return 2
     settings = OperatorSettings(
         namespaces=tuple(args.namespaces),
         harness_image=args.harness_image,
@@ -372,6 +386,7 @@ def operator(args: argparse.Namespace) -> int:
         api_port=args.api_port,
         operator_labels=tuple(_labels(args.operator_labels)),
         operator_namespace=args.operator_namespace,
+        sandbox_egress=sandbox_egress,
     )
     election = None
     if args.lease is not None:
@@ -403,6 +418,21 @@ def operator(args: argparse.Namespace) -> int:
     except leader.LeadershipLost:
         return EXIT_FAILED  # logged by the operator; the pod restarts as a standby
     return 0
+
+
+def _sandbox_egress(text: str) -> SandboxEgress:
+    """The operator's egress for sandboxes from its JSON; a CommandError naming every
+    problem by its path under the chart's ``sandbox.egress``."""
+    try:
+        return SandboxEgress.model_validate_json(text)
+    except ValidationError as error:
+        problems = [
+            f"sandbox.egress.{problem.path}: {problem.message}"
+            if problem.path
+            else f"sandbox.egress: {problem.message}"
+            for problem in definition_errors(error, SandboxEgress)
+        ]
+        raise CommandError(f"--sandbox-egress is refused: {'; '.join(problems)}") from error
 
 
 def _labels(text: str) -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ operator's deployment needs. Offline: helm and kubectl come from a PyPI wheel
 Two renderings are checked throughout: the defaults (every namespace watched) and
 tests/chart/values-custom.yaml (two watched namespaces, providers with an API key Secret,
 two replicas and a Lease of their own, a ServiceMonitor, a PrometheusRule with thresholds of
-its own, a tighter NetworkPolicy).
+its own, a tighter NetworkPolicy, sandbox egress of its own).
 
 Cases:
 - ``helm lint --strict`` passes for both value sets.
@@ -18,7 +18,8 @@ Cases:
 - RBAC: defaults give one ClusterRole (+ binding) with the operator's rules; listed
   namespaces give a Role and RoleBinding in each and a ClusterRole that only reads CRDs;
   both give a Role (+ binding) in the release's namespace that creates Leases and gets
-  and updates the operator's Lease only; every binding names the operator's
+  and updates the operator's Lease only, and one in ``default`` that gets the EndpointSlice
+  ``kubernetes`` only (the API server's addresses); every binding names the operator's
   ServiceAccount; no wildcard, no pods/exec, pods/log or services.
 - The Deployment: non-root 10001, read-only root filesystem, no capabilities, seccomp
   RuntimeDefault, no privilege escalation; probes on /healthz and /readyz; the three
@@ -27,7 +28,14 @@ Cases:
   POD_NAME) including the Orchestrator URL, which names the Orchestrator Service, and
   the Lease; replicas, resources and scheduling from values.
 - The NetworkPolicy admits only sandbox pods (the labels the operator gives them) to the
-  Orchestrator port, from the watched namespaces when they are listed.
+  Orchestrator port, from the watched namespaces when they are listed (any namespace
+  when none is); metrics only from the release's namespace, plus ``metricsFrom``.
+- Sandbox egress: KUBETURN_SANDBOX_EGRESS is ``sandbox.egress`` as the operator's own model
+  reads it (the defaults: DNS anywhere on 53, the public internet on 443 and 22, no
+  rules); the sandbox NetworkPolicy the operator builds from it, for a Workspace with
+  every opt-in and an API server address, passes kubernetes-validate --strict for both
+  value sets and has Egress among its policy types; the NOTES say what a sandbox
+  reaches.
 - The providers ConfigMap is accepted by the Harness's own providers model and holds no
   apiKeySecret; the NOTES say how a Workspace gets the key.
 - Leader election: the Lease KUBETURN_LEASE names is the one the Role lets the operator
@@ -43,8 +51,10 @@ Cases:
   (skipped, with the reason, without promtool).
 - values.yaml: every key has a comment; the chart refuses an unknown top-level key, an
   unknown log format, an apiKeySecret without apiKeyEnv, a fractional lease duration, a
-  renew deadline not below the lease duration, a failed-Turns ratio above 1 and an alert
-  window that is not a duration.
+  renew deadline not below the lease duration, a failed-Turns ratio above 1, an alert
+  window that is not a duration, no public ports, an egress rule without destinations, a
+  peer that is both an ipBlock and selectors, a CIDR without its prefix, an endPort
+  without a port and a misspelt metricsFrom peer.
 """
 
 from __future__ import annotations
@@ -81,6 +91,8 @@ NO_SCHEMA = {
 
 LEADER_ROLE = f"{FULLNAME}-leader-election"
 """The Role (and RoleBinding) for the operator's Lease, in the release's namespace."""
+API_SERVER_ROLE = f"{FULLNAME}-{NAMESPACE}-api-server"
+"""The Role (and RoleBinding) in ``default`` for the API server's EndpointSlice."""
 
 HELM_SECONDS = 60.0
 """helm lint or template takes ~0.1 s; a minute means something hangs."""
@@ -289,8 +301,10 @@ def _bound_to_operator(binding: Object, custom: bool) -> None:
 
 
 def _namespace_roles(objects: list[Object], kind: str) -> list[Object]:
-    """The Roles (or RoleBindings) for watched namespaces: all but the Lease's."""
-    return [o for o in _of_kind(objects, kind) if o["metadata"]["name"] != LEADER_ROLE]
+    """The Roles (or RoleBindings) for watched namespaces: all but the Lease's and the API
+    server's."""
+    others = {LEADER_ROLE, API_SERVER_ROLE}
+    return [o for o in _of_kind(objects, kind) if o["metadata"]["name"] not in others]
 
 
 def test_rbac_is_one_cluster_role_when_every_namespace_is_watched(
@@ -369,6 +383,36 @@ def test_rbac_lets_the_operator_keep_its_lease_in_its_own_namespace(
     _bound_to_operator(binding, custom="custom" in rendering)
 
 
+@pytest.mark.parametrize("rendering", ["default_objects", "custom_objects"])
+def test_rbac_lets_the_operator_read_the_api_servers_endpoint_slice_only(
+    rendering: str, request: pytest.FixtureRequest
+) -> None:
+    objects: list[Object] = request.getfixturevalue(rendering)
+    role = _one(objects, "Role", API_SERVER_ROLE)
+    assert role["metadata"]["namespace"] == "default"
+    _assert_least_privilege(role)
+    assert role["rules"] == [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "resourceNames": ["kubernetes"],
+            "verbs": ["get"],
+        }
+    ]
+    binding = _one(objects, "RoleBinding", API_SERVER_ROLE)
+    assert binding["metadata"]["namespace"] == "default"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": API_SERVER_ROLE,
+    }
+    _bound_to_operator(binding, custom="custom" in rendering)
+    # The operator reads that very object.
+    from kubeturn.k8s import apiserver
+
+    assert (apiserver.NAMESPACE, apiserver.NAME) == ("default", "kubernetes")
+
+
 # --------------------------------------------------------------------------- Deployment
 
 
@@ -442,6 +486,7 @@ def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
             "app.kubernetes.io/component=operator,"
             f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=kubeturn"
         ),
+        "KUBETURN_SANDBOX_EGRESS": env["KUBETURN_SANDBOX_EGRESS"],  # its own test
     }
     assert orchestrator["spec"]["ports"] == [
         {"name": "orchestrator", "port": 8081, "targetPort": "orchestrator", "protocol": "TCP"}
@@ -520,13 +565,112 @@ def test_network_policy_admits_only_sandbox_pods_to_the_orchestrator(
                 ]
             }
         assert metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
-    # Metrics: from any source by default, from the monitoring namespace when told.
+    # Metrics: from the release's namespace by default, the monitoring namespace too when told.
     default_metrics = _one(default_objects, "NetworkPolicy")["spec"]["ingress"][1]
-    assert "from" not in default_metrics
+    assert default_metrics["from"] == [{"podSelector": {}}]
     custom_metrics = _one(custom_objects, "NetworkPolicy")["spec"]["ingress"][1]
     assert custom_metrics["from"] == [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        {"podSelector": {}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
     ]
+
+
+def _sandbox_egress(objects: list[Object]) -> Any:
+    """``sandbox.egress`` as the operator reads it from its environment."""
+    from kubeturn.api.egress import SandboxEgress
+
+    return SandboxEgress.model_validate_json(_env(objects)["KUBETURN_SANDBOX_EGRESS"])
+
+
+def test_sandbox_egress_reaches_the_operator_as_its_model_reads_it(
+    default_objects: list[Object], custom_objects: list[Object]
+) -> None:
+    from kubeturn.api.egress import SandboxEgress
+
+    assert _sandbox_egress(default_objects) == SandboxEgress()
+    custom = _sandbox_egress(custom_objects)
+    assert custom.model_dump(mode="json", by_alias=True, exclude_defaults=True) == {
+        "dns": {
+            "to": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                    },
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ]
+        },
+        "public": {"ports": [{"port": 443}]},
+        "rules": [
+            {
+                "to": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "models"}
+                        },
+                        "podSelector": {"matchLabels": {"app": "vllm"}},
+                    }
+                ],
+                "ports": [{"port": 8000}],
+            },
+            {
+                "to": [{"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.99.0/24"]}}],
+                "ports": [{"port": 22}],
+            },
+        ],
+    }
+
+
+@pytest.mark.parametrize("rendering", ["default_objects", "custom_objects"])
+def test_sandbox_network_policies_from_the_values_are_valid(
+    rendering: str, request: pytest.FixtureRequest
+) -> None:
+    """The operator's policy for a Workspace of every opt-in, one rule of its own, and an
+    API server at a loopback address: what the API server would be sent."""
+    from kubeturn.api.egress import WorkspaceEgress
+    from kubeturn.k8s import egress, objects
+
+    objects_: list[Object] = request.getfixturevalue(rendering)
+    env = _env(objects_)
+    operator = egress.Operator(
+        tuple(pair.split("=", 1) for pair in env["KUBETURN_OPERATOR_LABELS"].split(",")),
+        NAMESPACE,
+        8081,
+    )
+    spec = WorkspaceEgress.model_validate(
+        {
+            "cloudMetadata": True,
+            "apiServer": True,
+            "rules": [{"to": [{"podSelector": {"matchLabels": {"app": "git"}}}]}],
+        }
+    )
+    for workspace_egress in (WorkspaceEgress(), spec):
+        planned = egress.plan(
+            _sandbox_egress(objects_),
+            workspace_egress,
+            operator,
+            egress.ApiServer(("127.0.0.1",), (6443,)),
+        )
+        assert not planned.withheld
+        workspace = {
+            "apiVersion": "kubeturn.dev/v1alpha1",
+            "kind": "Workspace",
+            "metadata": {"name": "ws", "namespace": "team-a", "uid": "u-1"},
+        }
+        policy = objects.network_policy(workspace, operator, planned.rules)
+        assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+        problems = _validate([policy])
+        assert not problems, "\n".join(problems)
+
+
+def test_notes_say_what_a_sandbox_reaches(helm: str) -> None:
+    args = ["install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    default = _helm(helm, *args, "--set", "metrics.serviceMonitor.enabled=true").stdout
+    assert "the public internet on 443/TCP, 22/TCP;" in default
+    assert "Metrics (9090) admit only pods of kubeturn-system" in default
+    custom = _helm(helm, *args, "--values", str(CUSTOM_VALUES)).stdout
+    assert "on 443/TCP and 2 rule(s) of sandbox.egress.rules;" in custom
+    assert "Metrics (9090)" not in custom  # metricsFrom names the monitoring namespace
 
 
 def test_metrics_service_and_service_monitor(
@@ -910,6 +1054,18 @@ def test_every_values_key_has_a_comment() -> None:
         ),
         ("metrics.prometheusRule.failedTurns.ratio=2", "ratio"),
         ("metrics.prometheusRule.sweepLatency.window=ten", "window"),
+        ("sandbox.egress.public.ports=[]", "/sandbox/egress/public/ports"),
+        ('sandbox.egress.rules=[{"ports":[{"port":80}]}]', "missing property 'to'"),
+        (
+            'sandbox.egress.rules=[{"to":[{"ipBlock":{"cidr":"10.0.0.0/8"},"podSelector":{}}]}]',
+            "/sandbox/egress/rules/0/to/0/podSelector",
+        ),
+        (
+            'sandbox.egress.rules=[{"to":[{"ipBlock":{"cidr":"10.0.0.1"}}]}]',
+            "/sandbox/egress/rules/0/to/0/ipBlock/cidr",
+        ),
+        ('sandbox.egress.public.ports=[{"endPort":90}]', "'port' required"),
+        ('networkPolicy.metricsFrom=[{"namespaceSelectr":{}}]', "'namespaceSelectr'"),
     ],
     ids=[
         "unknown-key",
@@ -920,9 +1076,16 @@ def test_every_values_key_has_a_comment() -> None:
         "retry-period-too-long",
         "failed-ratio-above-one",
         "alert-window-not-a-duration",
+        "no-public-ports",
+        "rule-without-destinations",
+        "ip-block-and-selector",
+        "cidr-without-prefix",
+        "end-port-without-port",
+        "misspelt-metrics-peer",
     ],
 )
 def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:
-    result = _helm(helm, *_template_args(None), "--set", setting, check=False)
+    flag = "--set-json" if setting.startswith(("sandbox.", "networkPolicy.")) else "--set"
+    result = _helm(helm, *_template_args(None), flag, setting, check=False)
     assert result.returncode != 0, f"--set {setting} was accepted"
     assert complaint in result.stderr, result.stderr

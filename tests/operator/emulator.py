@@ -105,6 +105,7 @@ BUILTIN_RESOURCES = (
     "events.k8s.io/v1/events",
     "coordination.k8s.io/v1/leases",
     "networking.k8s.io/v1/networkpolicies",
+    "discovery.k8s.io/v1/endpointslices",
 )
 """Built-in resources served, described as KMock's bundled discovery data describes them."""
 

@@ -26,7 +26,9 @@ Cases:
   field and a missing required field are refused;
 - CEL rules (x-kubernetes-validations): each compiles with the ``cel`` package, and each
   means what it says on sample objects (exactly one of workspace name/template; signals
-  append-only; cancel not undone; an AgentTurn's spec immutable); every rule has samples.
+  append-only; cancel not undone; an AgentTurn's spec immutable; an egress peer is an
+  ipBlock or selectors; an egress endPort follows a port, in a Workspace and in a Run's
+  template); every rule has samples, and the models refuse what the egress rules refuse.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ from typing import Any
 import cel
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from kubeturn.api import crds
+from kubeturn.api.egress import Peer, PolicyPort
 from kubeturn.api.validation import validate_run
 from kubeturn.api.workspace import Workspace
 
@@ -598,6 +602,27 @@ def test_rules_compile(kind: str, path: str, rule: str) -> None:
     assert set(program.variables()) & {"self", "oldSelf"}, f"{kind} {path}: reads neither"
 
 
+PEER_SAMPLES: list[tuple[Any, Any, bool]] = [
+    ({"ipBlock": {"cidr": "203.0.113.0/24"}}, None, True),
+    ({"podSelector": {}}, None, True),
+    ({"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "vllm"}}}, None, True),
+    ({"ipBlock": {"cidr": "203.0.113.0/24"}, "namespaceSelector": {}}, None, False),
+    ({}, None, False),
+]
+"""An egress rule's peer: an ipBlock, or selectors, never both nor neither."""
+PORT_SAMPLES: list[tuple[Any, Any, bool]] = [
+    ({"port": 443}, None, True),
+    ({"port": 8000, "endPort": 8100}, None, True),
+    ({"protocol": "UDP"}, None, True),
+    ({"endPort": 8100}, None, False),
+]
+"""An egress port: an endPort only after a port."""
+EGRESS_RULES = {
+    "spec.egress.rules[].to[]": PEER_SAMPLES,
+    "spec.egress.rules[].ports[]": PORT_SAMPLES,
+    "spec.egress.public.ports[]": PORT_SAMPLES,
+}
+"""The egress rules of a Workspace's spec, which a Run's template holds too."""
 SIGNAL_A = {"id": "a", "event": "approve"}
 SIGNAL_B = {"id": "b", "event": "reject", "data": {"notes": "no"}}
 TURN_SPEC = {"runRef": {"name": "r"}, "turn": "t1", "prompt": "do it", "menu": [{"name": "x"}]}
@@ -627,6 +652,11 @@ SAMPLES: dict[tuple[str, str], list[tuple[Any, Any, bool]]] = {
         ({**TURN_SPEC, "prompt": "do it again"}, TURN_SPEC, False),
         ({**TURN_SPEC, "menu": []}, TURN_SPEC, False),
     ],
+    **{("Workspace", path): samples for path, samples in EGRESS_RULES.items()},
+    **{
+        ("Run", path.replace("spec.", "spec.workspace.template.", 1)): samples
+        for path, samples in EGRESS_RULES.items()
+    },
 }
 
 
@@ -639,6 +669,21 @@ def test_rules_mean_what_they_say(kind: str, path: str, rule: str) -> None:
         if old_value is not None:
             context["oldSelf"] = old_value
         assert program.execute(context) is expected, (rule, self_value, old_value)
+
+
+@pytest.mark.parametrize(
+    ("model", "samples"), [(Peer, PEER_SAMPLES), (PolicyPort, PORT_SAMPLES)], ids=["peer", "port"]
+)
+def test_models_refuse_what_the_egress_rules_refuse(
+    model: type[Peer | PolicyPort], samples: list[tuple[Any, Any, bool]]
+) -> None:
+    for value, _, accepted in samples:
+        try:
+            model.model_validate(value)
+        except ValidationError:
+            assert not accepted, value
+        else:
+            assert accepted, value
 
 
 def test_every_sampled_rule_exists() -> None:

@@ -95,9 +95,12 @@ _COPIED = frozenset(
         "maxItems",
         "minProperties",
         "maxProperties",
+        "x-kubernetes-validations",
     }
 )
-"""JSON Schema keywords that mean the same in a CRD schema and are copied as they are."""
+"""JSON Schema keywords that mean the same in a CRD schema and are copied as they are; a
+model declares the CEL rules of its own node (``x-kubernetes-validations`` in its
+``json_schema_extra``), so they hold wherever it appears."""
 
 _DROPPED = frozenset({"title", "examples"})
 """JSON Schema keywords a CRD has no use for (``kubectl explain`` shows descriptions)."""

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeAlias
 from pydantic import Field, field_validator
 
 from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_slot_names
+from kubeturn.api.egress import WorkspaceEgress
 from kubeturn.api.status import WorkspaceStatus
 
 
@@ -122,6 +123,14 @@ class WorkspaceSpec(Spec):
     envFrom: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Environment from ConfigMaps or Secrets, as a container's envFrom list.",
+    )
+    egress: WorkspaceEgress = Field(
+        default_factory=WorkspaceEgress,
+        description=(
+            "What the sandbox may reach besides the Orchestrator: by default DNS and the "
+            "public internet on the operator's ports (443 and 22), never the cloud metadata "
+            "endpoints or the API server unless asked for here."
+        ),
     )
 
     @field_validator("repos")

@@ -12,7 +12,8 @@ READY = "Ready"
 """Run: the manifest loaded and the Run is being driven. Workspace: the Harness answers."""
 
 INVALID = "Invalid"
-"""The manifest has problems; the message lists every one with its path."""
+"""The Run's manifest, or the Workspace's spec, has problems; the message lists every one
+with its path."""
 RUNNING = "Running"
 """The Run's Machine is running."""
 FINISHED = "Finished"

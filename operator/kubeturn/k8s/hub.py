@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from kubeturn.api.egress import SandboxEgress
+from kubeturn.k8s.apiserver import ApiServerAddresses
 from kubeturn.k8s.kube import Kube
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.api import Registry
@@ -43,7 +45,16 @@ class OperatorSettings:
     )
     """Labels of the operator's pods: the only ones sandbox NetworkPolicies admit."""
     operator_namespace: str | None = None
-    """The operator's namespace; sandbox NetworkPolicies admit its pods from there only."""
+    """The operator's namespace; sandbox NetworkPolicies admit its pods from there only,
+    and let sandboxes reach them there only."""
+    sandbox_egress: SandboxEgress = field(default_factory=SandboxEgress)
+    """What every sandbox may reach (the chart's ``sandbox.egress``); a Workspace's
+    ``spec.egress`` adds to it (ADR 0034). Default: DNS, and the public internet on 443
+    and 22."""
+    api_server_look_s: float = 30.0
+    """How often the API server's addresses are read again (one GET, shared by every
+    Workspace): a new address is kept out of sandboxes within this plus a Workspace's
+    look (20 s). Control planes change addresses rarely (an upgrade, a failover)."""
     health_port: int = 8080
     """``/healthz`` (the event loop answers) and ``/readyz`` (the handlers run)."""
     metrics_port: int = 9090
@@ -62,6 +73,8 @@ class OperatorSettings:
 class Hub:
     kube: Kube
     settings: OperatorSettings
+    api_server: ApiServerAddresses = field(init=False)
+    """The API server's addresses, which sandboxes' egress keeps out."""
     registry: Registry = field(default_factory=Registry)
     harnesses: dict[tuple[str, str], HarnessClient] = field(default_factory=dict)
     """(namespace, Workspace) → its Harness's client, once the Workspace is Ready."""
@@ -78,6 +91,9 @@ class Hub:
     _resuming: set[str] = field(default_factory=set)
     _resume_by: float = 0.0
     _resumed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.api_server = ApiServerAddresses(self.kube, self.settings.api_server_look_s)
 
     def expect(self, runs: Iterable[str], grace_s: float) -> None:
         """The Runs (``namespace/name``) to resume before the Orchestrator API may say

@@ -52,6 +52,7 @@ CLAIMS = Kind("", "v1", "persistentvolumeclaims")
 NETWORK_POLICIES = Kind("networking.k8s.io", "v1", "networkpolicies")
 EVENTS = Kind("", "v1", "events")
 LEASES = Kind("coordination.k8s.io", "v1", "leases")
+ENDPOINT_SLICES = Kind("discovery.k8s.io", "v1", "endpointslices")
 
 KINDS = {
     ("kubeturn.dev/v1alpha1", "Run"): RUNS,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.k8s import clones as clone_containers
-from kubeturn.k8s import sandboxes
+from kubeturn.k8s import egress, sandboxes
 from kubeturn.k8s.sandboxes import HARNESS_CONTAINER, TOOLS_CONTAINER
 from kubeturn.orchestrator import ids
 from kubeturn.orchestrator.effects import Admit
@@ -320,35 +320,26 @@ def sandbox_pod(
 
 
 def network_policy(
-    workspace: Mapping[str, Any],
-    operator_labels: Mapping[str, str],
-    operator_namespace: str | None = None,
+    workspace: Mapping[str, Any], operator: egress.Operator, rules: Sequence[Object]
 ) -> Object:
-    """Only the operator may reach the sandbox's Harness."""
+    """Only the operator may reach the sandbox's Harness; the sandbox reaches only what
+    ``rules`` allow (``egress.plan``): with Egress among the policy types, a sandbox with
+    no rule reaches nothing."""
     meta = workspace["metadata"]
-    namespaces: Object = (
-        {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}}
-        if operator_namespace
-        else {}
-    )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": _metadata(f"{meta['name']}-kubeturn-sandbox", meta["namespace"], workspace),
         "spec": {
             "podSelector": {"matchLabels": workspace_labels(meta["name"])},
-            "policyTypes": ["Ingress"],
+            "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
-                    "from": [
-                        {
-                            "namespaceSelector": namespaces,
-                            "podSelector": {"matchLabels": dict(operator_labels)},
-                        }
-                    ],
+                    "from": [operator.peer()],
                     "ports": [{"port": HARNESS_PORT, "protocol": "TCP"}],
                 }
             ],
+            "egress": list(rules),
         },
     }
 

@@ -9,9 +9,11 @@ The daemon makes the sandbox Pod again when it was deleted or ended (``sandboxes
 decides, with a bounded back-off), and when it runs an older spec than the Workspace
 asks for now, once no Turn runs on it (ADR 0032); it gives ``hub.harnesses`` a new
 client when the Pod or its address changes (closing the old one), and writes what
-kubectl shows: the phase, the endpoint, ``Ready`` and why, ``SandboxCurrent``,
+kubectl shows: the phase, the endpoint, ``Ready`` and why (``Invalid``, every problem
+with its path, for a spec the operator cannot take), ``SandboxCurrent``,
 ``VolumeCurrent``, the clones the Harness reports (``repos``, ``repoCount``). It brings
-the providers ConfigMap and the NetworkPolicy up to date, and drops the ``worktrees``
+the providers ConfigMap and the NetworkPolicy up to date (the policy also when the API
+server's addresses change, ``apiserver``), and drops the ``worktrees``
 entries of Runs that finished or are gone (the Run controller writes them). Its Pod's
 events, a new generation of it and Runs that finish wake it (and, while its Pod waits to
 be made anew, its AgentTurns' and Runs' changes); it looks again every few seconds
@@ -26,6 +28,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +38,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from kubeturn.api.status import RunPhase, WorkspacePhase
+from kubeturn.api.validation import definition_errors
 from kubeturn.api.workspace import WorkspaceSpec
-from kubeturn.k8s import conditions, events, metrics, objects, sandboxes
+from kubeturn.k8s import conditions, egress, events, metrics, objects, sandboxes
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, KINDS, PODS, RUNS, SECRETS, WORKSPACES
 from kubeturn.orchestrator.harness_client import HarnessClient
@@ -69,6 +73,16 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 
 
+@dataclass(frozen=True)
+class Looked:
+    """What a Workspace's other objects were made from: its generation and the API
+    server's addresses (its NetworkPolicy keeps them out); and when, in monotonic time."""
+
+    generation: int | None
+    api_server: egress.ApiServer | None
+    at: float
+
+
 @dataclass
 class Sandbox:
     """What a Workspace's daemon keeps between its looks, and across its own restarts."""
@@ -79,8 +93,8 @@ class Sandbox:
     """(Pod uid, endpoint) of the Harness that ``hub.harnesses`` has a client of."""
     written: tuple[Any, ...] | None = None
     """The status last written, so an unchanged one is not written again."""
-    synced: tuple[int | None, float] | None = None
-    """(generation, monotonic time) at which the other objects were last brought up to date."""
+    synced: Looked | None = None
+    """What the other objects were last brought up to date from, and when."""
     volume: sandboxes.Said | None = None
     """``VolumeCurrent`` as last found."""
     tokens: str | None = None
@@ -97,6 +111,8 @@ class Synced:
     tokens: str
     """The token Secret's ``harness-token-sha256``: a sandbox made with other tokens is
     made again."""
+    api_server: egress.ApiServer | None
+    """The API server's addresses the NetworkPolicy was made with (None: unknown)."""
 
 
 async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> Synced:
@@ -109,9 +125,11 @@ async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -
 
 async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> Synced:
     """Create what the Workspace lacks but its Pod, and patch the providers ConfigMap's
-    data and the NetworkPolicy's spec where they differ from what the operator makes now.
-    Creation is idempotent; tokens are made once (two makers at once both end up with
-    the Secret that was stored), and made anew only when the Secret is gone."""
+    data and the NetworkPolicy's spec where they differ from what the operator makes now
+    (the policy's egress from ``spec.egress``, the operator's settings and the API
+    server's addresses as last read). Creation is idempotent; tokens are made once (two
+    makers at once both end up with the Secret that was stored), and made anew only when
+    the Secret is gone."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     stored = await hub.kube.get(SECRETS, namespace, f"{name}-kubeturn-tokens")
@@ -123,14 +141,22 @@ async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> 
     _, orchestrator_token = _tokens(stored)
     hub.registry.add_token(f"{namespace}/{name}", orchestrator_token)
     await _up_to_date(hub, objects.providers_config_map(body, hub.settings.providers_yaml), "data")
-    policy = objects.network_policy(
-        body, dict(hub.settings.operator_labels), hub.settings.operator_namespace
-    )
-    await _up_to_date(hub, policy, "spec")
+    api_server = await hub.api_server.look()
+    operator = operator_peer(hub)
+    planned = egress.plan(hub.settings.sandbox_egress, spec.egress, operator, api_server)
+    policy = objects.network_policy(body, operator, planned.rules)
+    # Equality, not coverage: a stored rule wider than the one asked for is put right.
+    if await _up_to_date(hub, policy, "spec", same=egress.same_spec) and planned.withheld:
+        log.warning(
+            "Workspace %s/%s: its sandbox's egress leaves out: %s",
+            namespace,
+            name,
+            "; ".join(planned.withheld),
+        )
     claims = [objects.volume_claim(body, spec), objects.harness_claim(body, spec)]
     found = [await _claim(hub, claim) for claim in claims]
     volume = sandboxes.volume_said(found[0], spec.storage)
-    return Synced(volume, _token_sha256(stored))
+    return Synced(volume, _token_sha256(stored), api_server)
 
 
 async def _claim(hub: Hub, claim: dict[str, Any]) -> dict[str, Any]:
@@ -140,16 +166,30 @@ async def _claim(hub: Hub, claim: dict[str, Any]) -> dict[str, Any]:
     return await hub.kube.get(kind, meta["namespace"], meta["name"]) or await hub.kube.create(claim)
 
 
-async def _up_to_date(hub: Hub, wanted: dict[str, Any], part: str) -> None:
-    """Create ``wanted``, or patch its ``part`` where the stored object does not hold it
-    (it may hold the API server's defaults besides)."""
+def operator_peer(hub: Hub) -> egress.Operator:
+    """The operator's pods as its sandboxes' NetworkPolicy admits and reaches them."""
+    settings = hub.settings
+    return egress.Operator(settings.operator_labels, settings.operator_namespace, settings.api_port)
+
+
+async def _up_to_date(
+    hub: Hub,
+    wanted: dict[str, Any],
+    part: str,
+    *,
+    same: Callable[[Any, Any], bool] = sandboxes.covers,
+) -> bool:
+    """Create ``wanted``, or patch its ``part`` where the stored one is not the ``same``
+    (by default: where it does not hold it; it may hold the API server's defaults
+    besides); whether it was written."""
     meta = wanted["metadata"]
     kind = KINDS[(wanted["apiVersion"], wanted["kind"])]
     stored = await hub.kube.get(kind, meta["namespace"], meta["name"])
+    created = stored is None
     if stored is None:
         stored = await hub.kube.create(wanted)
-    if sandboxes.covers(stored.get(part), wanted[part]):
-        return
+    if same(stored.get(part), wanted[part]):
+        return created
     log.info(
         "%s %s/%s: bringing its %s up to date",
         wanted["kind"],
@@ -158,6 +198,7 @@ async def _up_to_date(hub: Hub, wanted: dict[str, Any], part: str) -> None:
         part,
     )
     await hub.kube.patch(kind, meta["namespace"], meta["name"], {part: wanted[part]})
+    return True
 
 
 def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec, tokens: str) -> dict[str, Any]:
@@ -241,13 +282,18 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     key = (namespace, name)
-    spec = WorkspaceSpec.model_validate(body["spec"])
+    try:
+        spec = WorkspaceSpec.model_validate(body["spec"])
+    except ValidationError as error:
+        await _refuse(hub, body, sandbox, error)
+        return RESYNC_S  # nothing to do until its spec changes, and that wakes the daemon
     now = time.monotonic()
     deleting = bool(meta.get("deletionTimestamp"))  # what it owns goes with it: no sync
-    if not deleting and _sync_due(sandbox.synced, meta.get("generation"), now):
+    looking = Looked(meta.get("generation"), await hub.api_server.look(), now)
+    if not deleting and _sync_due(sandbox.synced, looking):
         synced = await sync_children(hub, body, spec)
         sandbox.volume, sandbox.tokens = synced.volume, synced.tokens
-        sandbox.synced = (meta.get("generation"), now)
+        sandbox.synced = Looked(looking.generation, synced.api_server, now)
     pod = sandboxes.read_pod(await hub.kube.get(PODS, namespace, objects.sandbox_name(name)))
     changes: tuple[str, ...] = ()
     if pod.state in sandboxes.LIVE and not deleting:
@@ -295,7 +341,7 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
         try:
             synced = await ensure_children(hub, body, spec)
             sandbox.volume, sandbox.tokens = synced.volume, synced.tokens
-            sandbox.synced = (meta.get("generation"), now)
+            sandbox.synced = Looked(looking.generation, synced.api_server, now)
         except ApiException as refused:
             said = f"the API refused the sandbox: HTTP {refused.status} {refused.reason}"
             if said != refused_before:  # one Event per refusal, not one per try
@@ -329,10 +375,26 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     return plan.wait_s if plan.wait_s is not None else PROBE_S
 
 
-def _sync_due(synced: tuple[int | None, float] | None, generation: int | None, now: float) -> bool:
-    """Whether the other objects are to be compared: first, then on a new generation, and
-    every ``RESYNC_S``."""
-    return synced is None or synced[0] != generation or now - synced[1] >= RESYNC_S
+def _sync_due(synced: Looked | None, now: Looked) -> bool:
+    """Whether the other objects are to be compared: first, then on a new generation or
+    new API server addresses, and every ``RESYNC_S``."""
+    return (
+        synced is None
+        or (synced.generation, synced.api_server) != (now.generation, now.api_server)
+        or now.at - synced.at >= RESYNC_S
+    )
+
+
+async def _refuse(hub: Hub, body: dict[str, Any], sandbox: Sandbox, error: ValidationError) -> None:
+    """Say in the status why the Workspace's spec is refused, every problem with its path
+    (the CRD's schema cannot check them all: CIDRs, guarded addresses). Its objects and
+    its Pod are left as they were made from the last spec that was valid."""
+    problems = [
+        f"spec.{problem.path}: {problem.message}" if problem.path else f"spec: {problem.message}"
+        for problem in definition_errors(error, WorkspaceSpec)
+    ]
+    said = sandboxes.Said(False, conditions.INVALID, "; ".join(problems))
+    await _write(hub, body, sandbox, WorkspacePhase.FAILED, None, said, None, None)
 
 
 async def _busy(hub: Hub, namespace: str, name: str) -> str | None:
@@ -475,7 +537,10 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     @kopf.on.create(GROUP, VERSION, "workspaces", registry=registry)
     @metrics.counting_errors("workspaces")
     async def create(body: kopf.Body, **_: Any) -> None:
-        spec = WorkspaceSpec.model_validate(dict(body["spec"]))
+        try:
+            spec = WorkspaceSpec.model_validate(dict(body["spec"]))
+        except ValidationError:
+            return  # its daemon says why in the status
         await ensure_children(hub, _plain(body), spec)
 
     @kopf.daemon(GROUP, VERSION, "workspaces", cancellation_timeout=5, registry=registry)
