@@ -67,7 +67,7 @@ async def test_a_request_without_a_known_token_is_401(system: StartSystem) -> No
 async def test_another_workspaces_token_is_403(system: StartSystem) -> None:
     world = await _held_run(system)
     iid = await _live(world)
-    world.registry.add_token("another-workspace", "another-token")
+    world.registry.set_token("another-workspace", "another-token")
     status, body = await _get(world, _agents(iid, "surface"), "another-token")
     assert status == 403
     assert iid in body["message"]

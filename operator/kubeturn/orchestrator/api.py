@@ -1,6 +1,7 @@
 """The Orchestrator API that Harnesses call: surfaces, picks, and delivery answers.
 
-Each Workspace's Harness holds its own token; a token may address only Instance IDs of
+Each Workspace's Harness holds its own token, and a Workspace has one token at a time:
+the one its Secret holds now (``Registry``). A token may address only Instance IDs of
 Turns admitted to its Workspace (403 otherwise), and nothing at all without one (401).
 ``GET …/surface`` answers 404 when no live Turn has that Instance ID: a Turn that is
 over is never prompted. Delivery ids make a repeated poll safe.
@@ -36,21 +37,38 @@ LONG_POLL_S = 25.0
 
 @dataclass
 class Registry:
-    """The Run actors this process holds, and which Workspace each token belongs to."""
+    """The Run actors this process holds, and the one token each Workspace has now."""
 
     actors: dict[str, RunActor] = field(default_factory=dict)
     """Run key (``namespace/name``) → actor."""
     workspaces: dict[str, str] = field(default_factory=dict)
     """Run key → the Workspace its Turns run in."""
     tokens: dict[str, str] = field(default_factory=dict)
-    """SHA-256 of a Harness's token → its Workspace."""
+    """Workspace (``namespace/name``) → the SHA-256 of its token now. Keyed by the
+    Workspace, not by the token, so a Workspace holds exactly one: a token set anew (its
+    Secret made anew, or the Workspace made again under its name) replaces the one before,
+    which is refused from the next request on."""
 
-    def add_token(self, workspace: str, token: str) -> None:
-        self.tokens[hashlib.sha256(token.encode()).hexdigest()] = workspace
+    def set_token(self, workspace: str, token: str) -> None:
+        """``token`` is the Workspace's from now on; the one it had is revoked."""
+        self.tokens[workspace] = hashlib.sha256(token.encode()).hexdigest()
+
+    def revoke(self, workspace: str, token: str) -> None:
+        """``token`` is no longer the Workspace's (the Secret that held it went): refused
+        from now on. A token the Workspace got since stays its own."""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        if hmac.compare_digest(self.tokens.get(workspace, ""), digest):
+            del self.tokens[workspace]
+
+    def forget_token(self, workspace: str) -> None:
+        """The Workspace has no token (it was deleted, or its Secret was): its last one
+        is revoked."""
+        self.tokens.pop(workspace, None)
 
     def workspace_of(self, token: str) -> str | None:
+        """The Workspace whose token this is now; None for a token no Workspace has."""
         digest = hashlib.sha256(token.encode()).hexdigest()
-        for known, workspace in self.tokens.items():
+        for workspace, known in list(self.tokens.items()):
             if hmac.compare_digest(known, digest):
                 return workspace
         return None
