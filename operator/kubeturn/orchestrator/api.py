@@ -4,7 +4,9 @@ Each Workspace's Harness holds its own token, and a Workspace has one token at a
 the one its Secret holds now (``Registry``). A token may address only Instance IDs of
 Turns admitted to its Workspace (403 otherwise), and nothing at all without one (401).
 ``GET …/surface`` answers 404 when no live Turn has that Instance ID: a Turn that is
-over is never prompted. Delivery ids make a repeated poll safe.
+over is never prompted. Delivery ids make a repeated poll safe. A body is read by
+``bodies`` alone: one it cannot read is a 4xx JSON error naming the field or the body,
+whatever its depth or size.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from prometheus_client import Counter
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from kubeturn.errors import WireError
+from kubeturn.orchestrator import bodies
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import Gone, Invalid
 from kubeturn_harness.wire import ErrorBody, Receipt, Refusal, Surface
@@ -111,6 +115,17 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     return await handler(request)
 
 
+async def _json_body(request: web.Request) -> Any:
+    """The request's body as ``bodies.parse`` reads it (the API's one reader of bodies);
+    ``WireError`` for a body it refuses, or one too large to read (413)."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as large:
+        limit = request.client_max_size
+        raise WireError(f"the body is larger than {limit} bytes", status=413) from large
+    return bodies.parse(raw)
+
+
 def _actor(request: web.Request) -> RunActor | web.Response:
     registry = request.app[REGISTRY]
     instance_id = request.match_info["iid"]
@@ -138,9 +153,9 @@ async def pick(request: web.Request) -> web.Response:
     if isinstance(actor, web.Response):
         return actor
     try:
-        body = await request.json()
-    except ValueError:
-        return _error(400, "invalid", "the pick's body must be a JSON object")
+        body = await _json_body(request)
+    except WireError as refused:
+        return _error(refused.status, "invalid", refused.message, refused.field)
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
         return _error(400, "invalid", "the pick's body needs a string 'type'", "type")
     event = body.pop("type")
@@ -218,7 +233,14 @@ def document() -> dict[str, Any]:
                     "summary": "A pick: {type, ...payload}. Never retried by Harnesses.",
                     "responses": {
                         "200": answer("Receipt", "Delivered."),
+                        "400": answer(
+                            "ErrorBody",
+                            "Not a JSON object with a string `type`: not JSON, nested deeper "
+                            f"than {bodies.MAX_DEPTH} levels, or a number that is not finite "
+                            "(NaN, Infinity); `field` names where.",
+                        ),
                         "409": answer("Refusal", "Refused; nothing delivered."),
+                        "413": answer("ErrorBody", "The body is larger than the API reads."),
                         "422": answer("ErrorBody", "The payload does not fit."),
                         "404": answer("ErrorBody", "The Turn is over."),
                     },
