@@ -44,7 +44,16 @@ from kubeturn.api.status import RunPhase, WorkspacePhase
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.k8s import conditions, events, metrics, objects, sandboxes
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import AGENTTURNS, KINDS, PODS, RUNS, SECRETS, WORKSPACES, Conflict
+from kubeturn.k8s.kube import (
+    AGENTTURNS,
+    KINDS,
+    PODS,
+    RUNS,
+    SECRETS,
+    WORKSPACES,
+    Conflict,
+    NotFound,
+)
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import ReposResponse
 
@@ -111,7 +120,10 @@ async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -
     """Create what the Workspace lacks, its Pod included (a Pod there is left as it is);
     bring the rest up to date (``sync_children``, whose answer this is)."""
     synced = await sync_children(hub, body, spec)
-    await hub.kube.create(sandbox_pod(hub, body, spec, synced.tokens))
+    # A Pod there that went before it was read (the daemon deleted it to make it anew, or
+    # the garbage collector took an earlier Workspace's): the daemon makes the next one.
+    with contextlib.suppress(NotFound):
+        await hub.kube.create(sandbox_pod(hub, body, spec, synced.tokens))
     return synced
 
 
