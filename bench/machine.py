@@ -151,7 +151,7 @@ async def api_pick_latency(run: LoadedRun, rounds: int) -> list[float]:
         core, turns=InstantTurns(), execs=NoExecs(), store=MemoryStore(), clock=time.time
     )
     registry = api.Registry()
-    registry.add_token("bench", "bench-token")
+    registry.set_token("bench", "bench-token")
     registry.workspaces["default/task-with-review"] = "bench"
     registry.actors["default/task-with-review"] = actor
     runner = web.AppRunner(api.make_app(registry), access_log=None)

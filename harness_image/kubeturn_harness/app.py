@@ -2,7 +2,10 @@
 
 Auth is a middleware that runs before any handler, so an unauthenticated request gets
 401 whether or not its route exists. Every refusal is a JSON ``ErrorBody`` naming the
-field at fault; an unexpected error is logged and answered 500 without a traceback.
+field at fault; an unexpected error is logged and answered 500 without a traceback. Every
+body is read by ``bodies`` (the Harness's one reader of JSON): one it cannot read, of
+whatever depth or size, is a 4xx naming the field or the body; only the sweep takes any
+body, as it must (docs/turn-semantics.md §3).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from kubeturn_harness import openapi
-from kubeturn_harness.errors import WireError
+from kubeturn_harness import bodies, openapi
+from kubeturn_harness.errors import NotJson, WireError
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.wire import (
@@ -86,20 +89,32 @@ async def answer_errors(request: web.Request, handler: Handler) -> web.StreamRes
         return error(500, "the Harness failed to answer; see its log", kind="internal")
 
 
-async def _body(request: web.Request, model: type[Body]) -> Body:
-    """The request's JSON body as ``model``; a WireError naming the first bad field."""
+async def _read(request: web.Request) -> bytes:
+    """The request's body; a WireError (413) for one larger than the app reads."""
     try:
-        return model.model_validate_json(await request.read())
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge as large:
+        limit = request.client_max_size
+        raise WireError(f"the body is larger than {limit} bytes", status=413) from large
+
+
+async def _body(request: web.Request, model: type[Body]) -> Body:
+    """The request's JSON body as ``model``; a WireError naming the first bad field, or
+    the body."""
+    try:
+        return model.model_validate(bodies.parse(await _read(request)))
+    except NotJson as unread:
+        raise WireError(unread.message, field=unread.field) from unread
     except ValidationError as invalid:
         raise _wire_error(invalid) from invalid
 
 
 def _wire_error(invalid: ValidationError) -> WireError:
-    """The first problem of a body, naming its field."""
+    """The first problem of a body, naming its field (or the body)."""
     first = invalid.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or None
     message = first["msg"].removeprefix("Value error, ")
-    return WireError(f"{field}: {message}" if field else message, field=field)
+    return WireError(f"{field or 'the body'}: {message}", field=field)
 
 
 def _agent(request: web.Request) -> tuple[str, str]:
@@ -158,8 +173,14 @@ async def read(request: web.Request) -> web.Response:
 
 
 async def abort(request: web.Request) -> web.Response:
+    """The sweep: any body, also one that cannot be read, settles what runs (a body that
+    names nothing settles it ``aborted``), so a sweep is never refused for its body."""
     name, instance_id = _agent(request)
-    swept = await request.app[HARNESS].sweep(name, instance_id, Sweep.parse(await request.read()))
+    try:
+        raw = await _read(request)
+    except WireError:
+        raw = b""
+    swept = await request.app[HARNESS].sweep(name, instance_id, Sweep.parse(raw))
     return web.json_response(AbortResponse(aborted=swept).model_dump())
 
 

@@ -4,6 +4,8 @@
 
     HarnessError
     ├── ConfigError      bad flags, environment or providers file: the process exits
+    ├── NotJson          JSON the Harness cannot read (``bodies``): its reader decides
+    │                    (a WireError for a request body; also a ``ValueError``)
     ├── WireError        a request the Harness refuses: a 4xx body naming the field
     ├── ToolboxUnavailable  the toolbox (where the Agents' tools run) cannot serve a
     │                    session now: a tool call fails, the run goes on
@@ -26,6 +28,18 @@ class HarnessError(Exception):
 
 class ConfigError(HarnessError):
     """The Harness cannot start as configured; the message says what to change."""
+
+
+class NotJson(HarnessError, ValueError):
+    """Text that is not JSON the Harness reads: not JSON at all, nested deeper than
+    ``bodies.MAX_DEPTH``, or a number that is not finite (NaN, Infinity)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        """What is wrong, naming the field at fault or the whole."""
+        self.field = field
+        """The dotted path of the value at fault (``notices.0.text``); None for the whole."""
 
 
 class WireError(HarnessError):

@@ -3,7 +3,8 @@
 The tool loop sees only ``ModelPort``: one streamed chat completion per step. Text
 arrives in ``Partial`` as it streams, so a run cut mid-answer (a sweep cancels its task,
 which closes the HTTP stream) still has the words the model had said. Every SDK error is
-translated to ``ProviderFailure`` here and nowhere else.
+translated to ``ProviderFailure`` here and nowhere else, and so is the ``RecursionError``
+the SDK's ``json`` raises reading a streamed chunk nested too deep.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ class OpenAIModels:
                 await stream.close()
         except openai.APIError as error:
             raise ProviderFailure(_describe(request.model, error)) from error
+        except RecursionError as error:  # raised and unwound inside the SDK's reading
+            said = f"{_where(request.model)} answered JSON nested too deep to read"
+            raise ProviderFailure(said) from error
 
 
 async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
@@ -136,10 +140,14 @@ async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
     return ModelAnswer(text=partial.content, tool_calls=tool_calls, usage=usage)
 
 
-def _describe(model: ModelName, error: openai.APIError) -> str:
-    where = (
+def _where(model: ModelName) -> str:
+    return (
         f"provider {model.provider.name!r} ({model.provider.spec.baseUrl}), model {model.model!r}"
     )
+
+
+def _describe(model: ModelName, error: openai.APIError) -> str:
+    where = _where(model)
     status = getattr(error, "status_code", None)
     if status is not None:
         return f"{where} answered HTTP {status} after {MODEL_RETRIES} retries: {error.message}"

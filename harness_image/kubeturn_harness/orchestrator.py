@@ -4,13 +4,14 @@ Retry policy lives here, once: a surface read is retried (503 or a transport fai
 with jittered backoff for up to 90 s, because reading is safe and an Orchestrator may be
 changing leader; a pick is never retried, because delivering it twice would move the
 workflow twice; a delivery poll is retried, because a delivery id makes it safe.
-Every aiohttp and pydantic error is translated here.
+Every aiohttp and pydantic error is translated here; the Orchestrator's answers are read
+by pydantic or ``bodies``, whose depth limits keep an answer nested arbitrarily deep from
+raising ``RecursionError``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -21,8 +22,9 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import ValidationError
 
+from kubeturn_harness import bodies
 from kubeturn_harness.clock import Clock
-from kubeturn_harness.errors import MenuUnreadable
+from kubeturn_harness.errors import MenuUnreadable, NotJson
 from kubeturn_harness.wire import DeliveryId, Receipt, Refusal, Surface
 
 log = logging.getLogger(__name__)
@@ -209,9 +211,11 @@ def _first(error: ValidationError) -> str:
 
 
 def _error_message(raw: bytes, status: int) -> str:
+    """The Orchestrator's words in an error answer, or the start of its text: an answer
+    that is not JSON the Harness reads (one nested 200,000 deep) is only text here."""
     try:
-        body = json.loads(raw)
-    except ValueError:
+        body = bodies.parse(raw)
+    except NotJson:
         body = None
     if isinstance(body, dict):
         for key in ("message", "error", "refused"):

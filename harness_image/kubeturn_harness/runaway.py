@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from kubeturn_harness import bodies
+from kubeturn_harness.errors import NotJson
+
 DEFAULT_MAX_IDENTICAL = 4
 DEFAULT_MAX_STEPS = 256
 
@@ -42,7 +45,8 @@ class RunawayWatch:
 
 
 def _canonical(arguments: str) -> str:
+    """The arguments as sorted, compact JSON; as written when they are not JSON it reads."""
     try:
-        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
-    except ValueError:
+        return json.dumps(bodies.parse(arguments), sort_keys=True, separators=(",", ":"))
+    except NotJson:
         return arguments

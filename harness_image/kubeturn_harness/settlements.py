@@ -5,9 +5,10 @@ Pure functions only. The Harness never judges a Turn; it reads the sweep's body.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from kubeturn_harness import bodies
+from kubeturn_harness.errors import NotJson
 from kubeturn_harness.wire import Outcome, SubmissionId
 
 PICK_CAUSE = "pick"
@@ -23,9 +24,8 @@ class Sweep:
     @classmethod
     def parse(cls, raw: bytes) -> Sweep:
         try:
-            body = json.loads(raw) if raw.strip() else None
-        except (ValueError, RecursionError):
-            # UnicodeDecodeError is a ValueError; RecursionError is a body nested too deep.
+            body = bodies.parse(raw) if raw.strip() else None
+        except NotJson:
             return cls(None, None)
         if not isinstance(body, dict):
             return cls(None, None)

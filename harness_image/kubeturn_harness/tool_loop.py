@@ -16,7 +16,6 @@ conversation settles it. The rules it keeps (docs/turn-semantics.md §3):
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,9 +24,9 @@ from typing import Any
 
 import jsonschema
 
-from kubeturn_harness import briefing, receipts
+from kubeturn_harness import bodies, briefing, receipts
 from kubeturn_harness.clock import Clock
-from kubeturn_harness.errors import MenuUnreadable, RunFailed, ToolboxUnavailable
+from kubeturn_harness.errors import MenuUnreadable, NotJson, RunFailed, ToolboxUnavailable
 from kubeturn_harness.history import SubmissionRecord
 from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import ModelAnswer, ModelPort, ModelRequest, Partial
@@ -426,8 +425,8 @@ class _MenuTool:
 
 def _pick_payload(arguments: str, tool: _MenuTool) -> dict[str, Any]:
     try:
-        payload = json.loads(arguments or "{}")
-    except ValueError as error:
+        payload = bodies.parse(arguments or "{}", what="the arguments object")
+    except NotJson as error:
         raise ToolArgumentError(f"its arguments are not JSON ({error})") from error
     if not isinstance(payload, dict):
         raise ToolArgumentError("its arguments must be a JSON object")

@@ -7,6 +7,8 @@
     ├── DefinitionErrors   every problem of one manifest at once: the Run cannot start
     ├── ExpressionError    a CEL expression failed at run time: its source and the cause
     ├── CommandError       a ``kubeturn`` command cannot do what it was asked: one line
+    ├── WireError          a request body the Orchestrator API refuses: a 4xx naming the
+    │                      field, or the body (also a ``ValueError``)
     └── LeadershipLost     (``kubeturn.k8s.leader``) the operator lost its Lease: it exits
 
 A definition error is the user's to fix; the operator shows it as a status condition
@@ -94,3 +96,17 @@ class CommandError(KubeturnError):
     Its message is one line that says what is wrong, where, and what to do; the CLI prints
     it after ``kubeturn:`` and exits 1.
     """
+
+
+class WireError(KubeturnError, ValueError):
+    """A body the Orchestrator API refuses: not JSON, nested too deep, a number JSON does
+    not have, too large. The API answers ``status`` with a JSON error body carrying the
+    message and the field at fault; never a 500, never a traceback."""
+
+    def __init__(self, message: str, *, field: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        """What is wrong, naming the field or "the body"."""
+        self.field = field
+        """The dotted path of the value at fault (``items.2.score``); None for the body."""
+        self.status = status

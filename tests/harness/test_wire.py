@@ -21,12 +21,19 @@ Cases:
   refuses a slot with no clone, naming it;
 - ``GET /repos`` answers each slot's clone with the commit it has checked out (a
   worktree of it is no clone), and nothing when there is no clone; ``/openapi.json``
-  documents both routes.
+  documents both routes;
+- bodies it cannot read, on each route that takes one (admit, exec, worktrees): arrays
+  or objects nested 200,000 deep, ``NaN``, ``Infinity``, ``-Infinity``, a number beyond a
+  double (400, naming the field or the body) and a body over 1 MiB (413), each a JSON
+  error body, with nothing admitted and no model asked; the sweep takes any of them and
+  settles the running Submission ``aborted`` (a body that names nothing); the routes that
+  take no body (stream, repos, readyz, forgetting a Run) answer as without one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import shutil
 import subprocess
@@ -402,3 +409,78 @@ class TestWireRepos:
         assert worktrees["content"]["application/json"]["schema"]["$ref"].endswith(
             "/WorktreesRequest"
         )
+
+
+# ----------------------------------------------------------------------------- bodies
+
+DEEP = 200_000
+NOT_FINITE = "is not a finite number: JSON has no NaN or Infinity, and a number must fit a double"
+TOO_DEEP = {"error": "invalid", "message": "the body nests deeper than 64 levels"}
+UNREADABLE = [
+    pytest.param(b"[" * DEEP + b"]" * DEEP, 400, TOO_DEEP, id="arrays-200000-deep"),
+    pytest.param(b'{"":' * DEEP + b"1" + b"}" * DEEP, 400, TOO_DEEP, id="objects-200000-deep"),
+    *(
+        pytest.param(
+            b'{"prompt": "x", "n": [' + number + b"]}",
+            400,
+            {"error": "invalid", "field": "n.0", "message": f"n.0 {NOT_FINITE}"},
+            id=number.decode(),
+        )
+        for number in (b"NaN", b"Infinity", b"-Infinity", b"1e999")
+    ),
+    pytest.param(
+        b'{"prompt": "' + b"x" * 2**20 + b'"}',
+        413,
+        {"error": "invalid", "message": f"the body is larger than {2**20} bytes"},
+        id="over-1MiB",
+    ),
+]
+"""Bodies the Harness cannot read: (raw, status, error body)."""
+BODY_ROUTES = [f"/agents/{AGENT}/{IID}", "/exec", "/worktrees"]
+
+
+class TestWireBodies:
+    @pytest.mark.parametrize("path", BODY_ROUTES)
+    @pytest.mark.parametrize(("raw", "status", "said"), UNREADABLE)
+    async def test_a_body_it_cannot_read_is_a_4xx_naming_why(
+        self, world: StartWorld, path: str, raw: bytes, status: int, said: dict[str, str]
+    ) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        answer = await call(w, "POST", path, headers=w.harness.headers(), data=io.BytesIO(raw))
+        assert answer[0] == status
+        assert answer[1]["Content-Type"].startswith("application/json")
+        assert json.loads(answer[2]) == said
+        assert not await admitted(w)
+        assert await w.model.requests() == []
+
+    @pytest.mark.parametrize(("raw", "status", "said"), UNREADABLE)
+    async def test_a_sweep_with_any_of_them_settles_the_running_submission(
+        self, world: StartWorld, raw: bytes, status: int, said: dict[str, str]
+    ) -> None:
+        w = await world(script(PROMPT, {"text": "Working", "hold": True}), orchestrated=False)
+        sid = await w.harness.admit(IID, PROMPT)
+        await w.model.wait_requests(1, held=True)
+        async with w.harness.session.post(
+            agent_url(w.harness.url, AGENT, IID, "abort"),
+            data=io.BytesIO(raw),
+            headers=w.harness.headers(),
+        ) as response:
+            assert (response.status, await response.json()) == (200, {"aborted": True})
+        assert (await w.harness.settlement(IID, sid))["outcome"] == "aborted"
+
+    async def test_routes_that_take_no_body_answer_as_without_one(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        await settled_once(w)
+        routes = [
+            ("GET", f"/agents/{AGENT}/{IID}?offset=0"),
+            ("GET", "/repos"),
+            ("GET", "/readyz"),
+            ("DELETE", "/runs/default.review-1?branch=kubeturn%2Freview-1"),
+        ]
+        headers = w.harness.headers()
+        plain = [await call(w, method, path, headers=headers) for method, path in routes]
+        assert [status for status, _, _ in plain] == [200, 200, 200, 200]
+        for raw in (b"[" * DEEP + b"]" * DEEP, b'{"n": NaN}'):
+            for (method, path), (status, _, body) in zip(routes, plain, strict=True):
+                again = await call(w, method, path, headers=headers, data=raw)
+                assert (again[0], again[2]) == (status, body)

@@ -205,11 +205,20 @@ def events(k8s: emulator.KubernetesApi, reason: str) -> list[Body]:
 
 def harness_token(k8s: emulator.KubernetesApi, workspace: str) -> str:
     """The token a Workspace's Harness accepts, from the Workspace's token Secret."""
+    return _token(k8s, workspace, "harness-token")
+
+
+def orchestrator_token(k8s: emulator.KubernetesApi, workspace: str) -> str:
+    """The token a Workspace's Harness presents to the Orchestrator API, from its Secret."""
+    return _token(k8s, workspace, "orchestrator-token")
+
+
+def _token(k8s: emulator.KubernetesApi, workspace: str, key: str) -> str:
     secret = read(k8s, "v1/secrets", f"{workspace}-kubeturn-tokens")
     assert secret is not None, f"no token Secret for Workspace {workspace}"
-    if "harness-token" in (secret.get("stringData") or {}):
-        return str(secret["stringData"]["harness-token"])
-    return base64.b64decode(secret["data"]["harness-token"]).decode()
+    if key in (secret.get("stringData") or {}):
+        return str(secret["stringData"][key])
+    return base64.b64decode(secret["data"][key]).decode()
 
 
 class AgentTurnWatch:

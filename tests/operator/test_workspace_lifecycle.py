@@ -25,9 +25,16 @@ Cases:
   serving: ``SandboxCurrent=False`` names the running AgentTurn, ``Ready`` stays True,
   the Turn runs on; once a signal sweeps it (``aborted``, not cut by the roll) the Pod is
   made anew;
-- the token Secret deleted: the operator makes new tokens, and the sandbox (whose Harness
-  knows only the old ones) is made anew, with a ``SandboxUpdated`` Event naming the
-  tokens; a Turn then runs on it.
+- the token Secret deleted (rotated, ADR 0038) while a Turn runs (its model request
+  held): within seconds, well before the Workspace's next look, the old Orchestrator
+  token is answered 401; the sandbox is made anew at once with new tokens (a
+  ``SandboxUpdated`` Event names them), cutting the Turn (``failed``, the Harness
+  restarted); the new Harness refuses the old Harness token and takes the new one, the
+  Orchestrator takes the new token only, and a Turn then runs on the new sandbox;
+- the Workspace deleted and made again under its name: its token is forgotten with it
+  (401), though its Secret and Pod are still there (no garbage collector); the one made
+  again makes its own Secret (owned by it) with new tokens rather than taking the old
+  one's, makes its sandbox anew, refuses the old token, and a Turn runs on it.
 
 Each scenario's Workspace is a named one that its Runs share. The emulator has no
 garbage collection and no admission; the kubelet's limits are in :mod:`kubelet`.
@@ -43,11 +50,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
 
-from kubeturn.k8s import workspaces
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.operator_support import (
@@ -65,6 +72,7 @@ from tests.operator.operator_support import (
     harness_token,
     make_origin,
     model_requests,
+    orchestrator_token,
     read,
     script,
     scripted_operator,
@@ -162,6 +170,8 @@ class World(Writes):
     that hold a model request."""
     versions: list[Body] = field(default_factory=list)
     """Every version of the Workspace the API served on a watch, in order."""
+    orchestrator: str = ""
+    """The Orchestrator API's base URL."""
 
     def status(self) -> Body:
         return status(self.k8s, WORKSPACES, WORKSPACE)
@@ -194,6 +204,19 @@ class World(Writes):
             return current.get("state") == "waiting" and current.get("turnCount") == 1
 
         await eventually(recorded, f"Run {name} to wait, its Turn recorded", describe=said)
+
+    async def surface(self, iid: str, token: str) -> int:
+        """The status the Orchestrator API answers a surface read of ``iid`` with ``token``."""
+        url = f"{self.orchestrator}/agents/{quote(iid, safe='')}/surface"
+        headers = {"Authorization": f"Bearer {token}"}
+        async with self.session.get(url, headers=headers) as answer:
+            return answer.status
+
+    async def readyz(self, harness: str, token: str) -> int:
+        """The status a Harness answers ``/readyz`` with ``token``."""
+        headers = {"Authorization": f"Bearer {token}"}
+        async with self.session.get(f"{harness}/readyz", headers=headers) as answer:
+            return answer.status
 
     async def harness(self) -> HarnessReader:
         sandbox = await self.kubelet.running(POD)
@@ -235,6 +258,7 @@ async def world(
                 make_origin(tmp_path / "git"),
                 scripted.model,
                 versions,
+                f"http://127.0.0.1:{scripted.operator.settings.api_port}",
             )
             await made.create(workspace(made.origin))
             await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
@@ -541,26 +565,112 @@ async def test_a_changed_spec_waits_for_the_running_turn(world: World) -> None:
     assert (record["outcome"], record.get("cause")) == ("aborted", None)
 
 
-@pytest.fixture
-def quick_looks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Ready Workspace is looked at every 20 s; these scenarios look every second (set
-    before the operator starts: ask for it before ``world``)."""
-    monkeypatch.setattr(workspaces, "READY_PROBE_S", 1.0)
+# ----------------------------------------------------------------------------- tokens
+
+RESTARTED = "the Harness restarted while this Submission ran"
+SECRET_PATH = f"/api/v1/namespaces/{NAMESPACE}/secrets/{WORKSPACE}-kubeturn-tokens"
+REVOKED_WITHIN_S = 5.0
+"""How soon a rotated token is refused: the token Secrets' watch, not the Workspace's
+next look at a Ready sandbox (20 s away), revokes it."""
 
 
-async def test_a_token_secret_made_anew_makes_the_sandbox_anew(
-    quick_looks: None, world: World
-) -> None:
-    old = world.status()["endpoint"]
-    await world.delete(f"/api/v1/namespaces/{NAMESPACE}/secrets/{WORKSPACE}-kubeturn-tokens")
+def cut_run(name: str) -> Body:
+    """A Run whose coder's model request is held; the Turn's failure ends the Run."""
+    body = long_run(name)
+    body["spec"]["machine"]["states"]["working"]["invoke"]["onError"] = "done"
+    return body
+
+
+async def test_rotating_the_token_secret_revokes_the_old_tokens_at_once(world: World) -> None:
+    name = "long"
+    await world.create(cut_run(name))
+
+    async def held() -> bool:
+        return any(r["held"] for r in await model_requests(world.session, world.model, LONG))
+
+    await world.until(held, "the Turn's model request held")
+    turn = f"{name}-t1"
     await world.until(
-        lambda: world.status().get("phase") == "Ready" and world.status()["endpoint"] != old,
+        lambda: status(world.k8s, AGENTTURNS, turn).get("phase") == "Running",
+        "the AgentTurn Running",
+    )
+    iid = stored(world.k8s, AGENTTURNS, turn)["spec"]["instanceId"]
+    old = (orchestrator_token(world.k8s, WORKSPACE), harness_token(world.k8s, WORKSPACE))
+    old_sandbox = await world.kubelet.running(POD)
+    assert await world.surface(iid, old[0]) == 200
+
+    # The response to a leak: kubectl delete secret <workspace>-kubeturn-tokens.
+    await world.delete(SECRET_PATH)
+
+    async def revoked() -> bool:
+        return await world.surface(iid, old[0]) == 401
+
+    await eventually(revoked, "the old Orchestrator token refused", timeout=REVOKED_WITHIN_S)
+
+    # The sandbox is made anew at once with new tokens, cutting the Turn that ran.
+    await world.until(
+        lambda: (
+            world.status().get("phase") == "Ready" and world.status()["endpoint"] != old_sandbox.url
+        ),
         "the Workspace Ready at a new sandbox with the new tokens",
     )
-    assert len(world.kubelet.started) == 2
+    new = (orchestrator_token(world.k8s, WORKSPACE), harness_token(world.k8s, WORKSPACE))
+    assert set(new).isdisjoint(old)
     (updated,) = events(world.k8s, "SandboxUpdated")
-    assert "tokens" in updated["message"]
+    assert "tokens changed" in updated["message"]
+    await world.until(
+        lambda: (
+            status(world.k8s, RUNS, name).get("phase") == "Succeeded"
+            and status(world.k8s, RUNS, name).get("turnCount") == 1
+        ),
+        f"{name} to end, its Turn recorded",
+    )
+    (record,) = status(world.k8s, RUNS, name)["turns"]
+    assert (record["outcome"], record["message"]) == ("failed", RESTARTED)
 
-    # A Turn runs on the new sandbox, which accepts the new tokens both ways.
+    # Both ways, only the new tokens are taken.
+    assert await world.surface(iid, old[0]) == 401
+    assert await world.surface(iid, new[0]) == 404  # known, and the Turn is over
+    sandbox = await world.kubelet.running(POD)
+    assert [await world.readyz(sandbox.url, token) for token in (old[1], new[1])] == [401, 200]
     await world.create(run(FIRST))
     await world.waiting(FIRST)
+
+
+async def test_a_workspace_made_again_under_its_name_takes_none_of_the_old_tokens(
+    world: World,
+) -> None:
+    old_token = orchestrator_token(world.k8s, WORKSPACE)
+    old_uid = stored(world.k8s, WORKSPACES, WORKSPACE)["metadata"]["uid"]
+    old_endpoint = world.status()["endpoint"]
+    await world.delete(WORKSPACE_PATH)
+    await world.until(lambda: read(world.k8s, WORKSPACES, WORKSPACE) is None, "the Workspace gone")
+    # Forgotten with its Workspace. Its Secret and Pod are still there, as on a cluster
+    # until the garbage collector takes them (the emulator has none).
+    assert await world.surface("any", old_token) == 401
+    assert objects_owner(stored(world.k8s, "v1/secrets", f"{WORKSPACE}-kubeturn-tokens")) == (
+        old_uid
+    )
+
+    await world.create(workspace(world.origin))
+    await world.until(
+        lambda: (
+            world.status().get("phase") == "Ready" and world.status()["endpoint"] != old_endpoint
+        ),
+        "the Workspace made again Ready at a new sandbox",
+    )
+    new_uid = stored(world.k8s, WORKSPACES, WORKSPACE)["metadata"]["uid"]
+    secret = stored(world.k8s, "v1/secrets", f"{WORKSPACE}-kubeturn-tokens")
+    assert objects_owner(secret) == new_uid != old_uid
+    new_token = orchestrator_token(world.k8s, WORKSPACE)
+    assert new_token != old_token
+    assert await world.surface("any", old_token) == 401
+    assert await world.surface("any", new_token) == 404
+    await world.create(run(FIRST))
+    await world.waiting(FIRST)
+
+
+def objects_owner(body: Body) -> str:
+    """The uid of the object's one owner."""
+    (owner,) = body["metadata"]["ownerReferences"]
+    return str(owner["uid"])

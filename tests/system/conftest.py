@@ -46,7 +46,7 @@ async def system(tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[StartSys
         cleanups.append(model_runner.cleanup)
 
         registry = api.Registry()
-        registry.add_token(WORKSPACE, WORKSPACE_TOKEN)
+        registry.set_token(WORKSPACE, WORKSPACE_TOKEN)
         app = api.make_app(registry)
         if pick_answer_delay_s:
             app.middlewares.append(delay_picks(pick_answer_delay_s))

@@ -24,8 +24,9 @@ Cases:
   ``HarnessUnreachable`` that sent nothing; a connection cut before any answer is
   ``HarnessUnreachable`` that may have reached the Harness; an error status is
   ``HarnessRefused`` with the status and the Harness's own words; a body not of the
-  wire is ``HarnessRefused``; the port calls do not raise: ``sweep`` answers no
-  settlement, ``run`` an exec result whose error says why.
+  wire is ``HarnessRefused``, and so is one nested 200,000 deep (arrays or objects), as
+  an answer or as an error body (never ``RecursionError``); the port calls do not
+  raise: ``sweep`` answers no settlement, ``run`` an exec result whose error says why.
 """
 
 from __future__ import annotations
@@ -415,6 +416,20 @@ class TestFailures:
         assert isinstance(error, HarnessRefused)
         assert (error.status, error.said) == (503, "still rebuilding")
         assert "(HTTP 503)" in str(error)
+
+    @pytest.mark.parametrize("status", [200, 503])
+    @pytest.mark.parametrize(
+        "body",
+        [b"[" * 200_000 + b"]" * 200_000, b'{"a":' * 200_000 + b"1" + b"}" * 200_000],
+        ids=["arrays", "objects"],
+    )
+    async def test_an_answer_nested_200000_deep_is_a_refusal(
+        self, name: str, status: int, body: bytes
+    ) -> None:
+        async with answering(status, body) as url:
+            error = await failure(url, CALLS[name])
+        assert isinstance(error, HarnessRefused)
+        assert error.status == status
 
     async def test_a_body_not_of_the_wire_is_a_refusal(self, name: str) -> None:
         async with answering(200, b'{"unexpected": true}') as url:

@@ -3,11 +3,19 @@
 Cases:
 - auth: no token or an unknown token is 401; a token of another Workspace may not
   address this Run's Instance IDs (403); ``/openapi.json`` and ``/healthz`` are open;
+- a Workspace has one token: one set anew (its Secret made anew) is the only one from the
+  next request on, the old one 401 (ADR 0038);
 - ``GET …/surface`` of a live Turn: its Menu (names, descriptions, schemas), the allowed
   picks and its cwd; an Instance ID with no live Turn is 404;
 - ``POST …/events``: a payload that does not fit the schema is 422 naming ``payload``;
   an event the Turn's state does not handle is 409 ``not-allowed`` with the allowed list;
   a body without a string ``type`` is 400;
+- bodies it cannot read, on a live Turn's pick: arrays or objects nested 200,000 deep
+  (within 1 MiB),
+  ``NaN``, ``Infinity``, ``-Infinity``, a number beyond a double, text that is not JSON
+  (400, naming the field or the body) and a body over 1 MiB (413) are answered with a
+  JSON error body and deliver nothing (the Machine stays where it was); the routes that
+  take no body (surface, deliveries) answer as they do without one;
 - ``GET …/deliveries/{id}``: an outstanding pick's poll parks and answers 204, then the
   answer once the work is done, and the same answer again (a repeated poll is safe); an
   unknown delivery is 404.
@@ -15,17 +23,22 @@ Cases:
 
 from __future__ import annotations
 
+import io
 from typing import Any
 from urllib.parse import quote
 
+import pytest
 from aiohttp import web
 
 from kubeturn.orchestrator import api
 from tests.harness.support import script
 from tests.system.conftest import StartSystem
-from tests.system.support import MACHINES, WORKSPACE_TOKEN, System
+from tests.system.support import MACHINES, WORKSPACE, WORKSPACE_TOKEN, System, token_digest
 
 HELD = "Make the tests pass."
+DEEP = 200_000
+NOT_FINITE = "is not a finite number: JSON has no NaN or Infinity, and a number must fit a double"
+TOO_DEEP = {"error": "invalid", "message": "the body nests deeper than 64 levels"}
 
 
 async def _get(
@@ -67,10 +80,22 @@ async def test_a_request_without_a_known_token_is_401(system: StartSystem) -> No
 async def test_another_workspaces_token_is_403(system: StartSystem) -> None:
     world = await _held_run(system)
     iid = await _live(world)
-    world.registry.add_token("another-workspace", "another-token")
+    world.registry.set_token("another-workspace", "another-token")
     status, body = await _get(world, _agents(iid, "surface"), "another-token")
     assert status == 403
     assert iid in body["message"]
+
+
+async def test_a_token_set_anew_is_the_workspaces_only_one(system: StartSystem) -> None:
+    world = await _held_run(system)
+    iid = await _live(world)
+    assert (await _get(world, _agents(iid, "surface")))[0] == 200
+
+    world.registry.set_token(WORKSPACE, "rotated-token")
+    status, body = await _get(world, _agents(iid, "surface"))
+    assert (status, body["error"]) == (401, "unauthorized")
+    assert (await _get(world, _agents(iid, "surface"), "rotated-token"))[0] == 200
+    assert world.registry.tokens == {WORKSPACE: token_digest("rotated-token")}
 
 
 async def test_the_surface_of_a_live_turn_and_of_none(system: StartSystem) -> None:
@@ -99,6 +124,70 @@ async def test_picks_that_do_not_fit_are_refused_naming_why(system: StartSystem)
         assert response.status == 400
         assert (await response.json())["field"] == "type"
     assert world.state == "coding.editing"
+
+
+def _not_finite(field: str) -> dict[str, str]:
+    return {"error": "invalid", "field": field, "message": f"{field} {NOT_FINITE}"}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "said"),
+    [
+        pytest.param(b"[" * DEEP + b"]" * DEEP, 400, TOO_DEEP, id="arrays-200000-deep"),
+        pytest.param(b'{"":' * DEEP + b"1" + b"}" * DEEP, 400, TOO_DEEP, id="objects-200000-deep"),
+        pytest.param(b'{"type": "run_tests", "n": NaN}', 400, _not_finite("n"), id="NaN"),
+        pytest.param(b'{"type": "run_tests", "n": Infinity}', 400, _not_finite("n"), id="Infinity"),
+        pytest.param(
+            b'{"type": "run_tests", "n": [-Infinity]}', 400, _not_finite("n.0"), id="-Infinity"
+        ),
+        pytest.param(b'{"type": "run_tests", "n": 1e999}', 400, _not_finite("n"), id="1e999"),
+        pytest.param(
+            b'{"type": "run_tests",',
+            400,
+            {
+                "error": "invalid",
+                "message": "the body is not JSON: EOF while parsing a value at line 1 column 21",
+            },
+            id="not-json",
+        ),
+        pytest.param(
+            b'{"type": "run_tests", "pad": "' + b"x" * 2**20 + b'"}',
+            413,
+            {"error": "invalid", "message": f"the body is larger than {2**20} bytes"},
+            id="over-1MiB",
+        ),
+    ],
+)
+async def test_a_pick_body_it_cannot_read_is_a_4xx_naming_why(
+    system: StartSystem, body: bytes, status: int, said: dict[str, str]
+) -> None:
+    world = await _held_run(system)
+    iid = await _live(world)
+    headers = {"Authorization": f"Bearer {WORKSPACE_TOKEN}", "Content-Type": "application/json"}
+    url = f"{world.api_url}{_agents(iid, 'events')}"
+    async with world.session.post(url, data=io.BytesIO(body), headers=headers) as response:
+        assert response.status == status
+        assert response.content_type == "application/json"
+        assert await response.json() == said
+    assert world.state == "coding.editing"
+    assert (await _get(world, _agents(iid, "surface")))[0] == 200
+
+
+async def test_routes_that_take_no_body_answer_as_without_one(system: StartSystem) -> None:
+    world = await _held_run(system)
+    iid = await _live(world)
+    headers = {"Authorization": f"Bearer {WORKSPACE_TOKEN}"}
+    plain = {
+        path: await _get(world, path)
+        for path in (_agents(iid, "surface"), _agents(iid, "deliveries", "nope"))
+    }
+    assert [status for status, _ in plain.values()] == [200, 404]
+    for body in (b"[" * DEEP + b"]" * DEEP, b'{"n": NaN}'):
+        for path, answer in plain.items():
+            async with world.session.get(
+                f"{world.api_url}{path}", data=body, headers=headers
+            ) as response:
+                assert (response.status, await response.json()) == answer
 
 
 async def test_an_invalid_payload_is_422_naming_payload(system: StartSystem) -> None:

@@ -7,7 +7,8 @@ Cases:
   and the tool, and every identical call after it trips too;
 - the same arguments under another tool name are not identical;
 - arguments are compared canonically: key order and whitespace do not matter, values
-  do; arguments that are not JSON are compared as written;
+  do; arguments that are not JSON are compared as written, those nested 200,000 deep or
+  holding ``NaN`` too (never ``RecursionError``);
 - the step budget: ``max_steps`` steps pass, step ``max_steps + 1`` trips, naming the
   budget; steps and calls are counted apart;
 - hypothesis: over any sequence of calls, a call trips exactly when it and the three
@@ -70,6 +71,12 @@ class TestIdenticalCalls:
             assert watch.call("bash", "{not json") is None
         assert watch.call("bash", "{not  json") is None
         assert watch.call("bash", "{not  json") is None
+
+    def test_arguments_nested_too_deep_or_not_finite_are_compared_as_written(self) -> None:
+        watch = RunawayWatch()
+        deep = "[" * 200_000 + "]" * 200_000
+        for arguments in (deep, deep, '{"a": NaN}', '{"a":NaN}'):
+            assert watch.call("bash", arguments) is None
 
     def test_a_smaller_limit_trips_sooner(self) -> None:
         watch = RunawayWatch(max_identical=2)

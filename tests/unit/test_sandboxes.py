@@ -29,7 +29,8 @@ Cases:
   deleted (``ROLL``) and made anew at once, during a back-off too, taking no back-off
   step, with no ``Ready`` of its own until the new Harness answers; a busy one is probed
   and serves on, ``SandboxCurrent=False`` (``SpecChanged``) saying what it waits for;
-  a Workspace being deleted is not rolled;
+  a busy one whose tokens changed (revoked, ADR 0038) is rolled at once all the same,
+  saying what it cuts; a Workspace being deleted is not rolled;
 - ``what_runs``: the Workspace's AgentTurns that have not settled (named, at most three)
   and the Runs running an exec on it; None when nothing runs;
 - ``volume_said``: equal quantities in other units match; a changed size or class is
@@ -469,6 +470,19 @@ class TestPlanAChangedSpec:
             f"runs on it ({busy})",
         )
         assert not memory.rolling
+
+    def test_a_busy_pod_whose_tokens_changed_is_made_anew_at_once(self) -> None:
+        memory = Recreation()
+        busy = "AgentTurn r-t1 running"
+        changes = ("env", sandboxes.TOKENS)
+        decided = plan(RUNNING, memory, now=0.0, deleting=False, changes=changes, busy=busy)
+        older = "the sandbox Pod runs an older spec (env, tokens changed)"
+        assert (decided.action, decided.reason) == (Action.ROLL, "Recreating")
+        assert decided.message == (
+            f"{older}; its tokens were revoked; {busy}: deleting it to make anew"
+        )
+        assert decided.current == sandboxes.Said(False, "SpecChanged", f"{older}; making it anew")
+        assert memory.rolling
 
     def test_an_unrecorded_pod_is_said_so(self) -> None:
         decided = plan(

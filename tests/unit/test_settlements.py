@@ -4,7 +4,8 @@ Cases:
 - ``Sweep.parse`` of every body shape: empty, whitespace only, invalid JSON, non-UTF-8
   bytes, JSON that is not an object (a list, a string, a number, null), a dict with a
   non-string ``cause`` or ``submissionId``, a full body, a body with unknown fields, a
-  body padded with whitespace, a body nested too deep to parse;
+  body padded with whitespace, a body nested too deep to parse (arrays or objects,
+  200,000 levels), a body holding ``NaN`` or ``Infinity`` (not JSON: it names nothing);
 - ``Sweep.parse`` never raises and names only strings, for any bytes (hypothesis);
 - ``running_outcome`` as a table: only cause ``pick`` with the running id gives
   ``ended``; every other cause (none, unknown, a different case) and every other id
@@ -49,6 +50,12 @@ class TestParse:
             pytest.param(b"42", id="number"),
             pytest.param(b"null", id="null"),
             pytest.param(b"[" * 100_000, id="nested-too-deep"),
+            pytest.param(b"[" * 200_000 + b"]" * 200_000, id="arrays-200000-deep"),
+            pytest.param(b'{"a":' * 200_000 + b"1" + b"}" * 200_000, id="objects-200000-deep"),
+            pytest.param(b'{"cause": "pick", "submissionId": "s-running", "n": NaN}', id="NaN"),
+            pytest.param(
+                b'{"cause": "pick", "submissionId": "s-running", "n": -Infinity}', id="inf"
+            ),
         ],
     )
     def test_a_body_that_is_no_object_names_nothing(self, raw: bytes) -> None:
@@ -102,7 +109,11 @@ class TestParse:
 
     @given(
         st.recursive(
-            st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+            st.none()
+            | st.booleans()
+            | st.integers()
+            | st.floats(allow_nan=False, allow_infinity=False)
+            | st.text(),
             lambda inner: (
                 st.lists(inner, max_size=3)
                 | st.dictionaries(

@@ -6,7 +6,8 @@ Cases:
   read, grep, glob; none offers nothing;
 - each spec's OpenAI shape; schemas derived from the argument models, with no titles,
   no $defs and no null defaults; descriptions state the limits;
-- parse_arguments: valid arguments come back; bad JSON, a non-object, a missing field,
+- parse_arguments: valid arguments come back; bad JSON (nested 200,000 deep, or with
+  ``NaN``, among them: never ``RecursionError``), a non-object, a missing field,
   a wrong type (including "5" for an integer), an unknown argument and a value out of
   range raise ToolArgumentError naming the argument; a spec that is not a Working tool
   is a ValueError;
@@ -130,6 +131,8 @@ class TestParseArguments:
         [
             ("read", "{path: 'a'}", "not valid JSON"),
             ("read", "", "not valid JSON"),
+            ("read", "[" * 200_000 + "]" * 200_000, "nests deeper than 64 levels"),
+            ("read", '{"path": "a", "offset": NaN}', "offset is not a finite number"),
             ("read", '["a.txt"]', "must be a JSON object, got an array"),
             ("read", '"a.txt"', "must be a JSON object, got a string"),
             ("read", "{}", "`path` is required"),

@@ -8,11 +8,11 @@ where it stops. Nothing here does IO or runs a tool.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from kubeturn_harness import wire
+from kubeturn_harness import bodies, wire
+from kubeturn_harness.errors import NotJson
 from kubeturn_harness.tools import errors, limits, schemas
 
 
@@ -105,8 +105,8 @@ def parse_arguments(spec: ToolSpec, arguments: str) -> dict[str, Any]:
     except ValueError:
         raise ValueError(f"{spec.name!r} is not a Working tool") from None
     try:
-        data = json.loads(arguments)
-    except json.JSONDecodeError as error:
+        data = bodies.parse(arguments, what="the arguments object")
+    except NotJson as error:
         raise errors.ToolArgumentError(
             f"The arguments of {tool} are not valid JSON ({error}); "
             "send one JSON object of the tool's arguments."

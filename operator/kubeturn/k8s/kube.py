@@ -204,9 +204,16 @@ class Kube:
                 raise NotFound(f"{kind.plural}/{name} is gone") from error
             raise
 
-    async def delete(self, kind: Kind, namespace: str, name: str) -> None:
+    async def delete(
+        self, kind: Kind, namespace: str, name: str, *, uid: str | None = None
+    ) -> None:
+        """Delete, if there (gone already is done). With ``uid``, only that very object:
+        one made anew under its name meanwhile is left (``Conflict``)."""
+        options = {"preconditions": {"uid": uid}} if uid is not None else None
         try:
-            await self._call("DELETE", kind.path(namespace, name))
+            await self._call("DELETE", kind.path(namespace, name), options)
         except ApiException as error:
+            if error.status == 409:
+                raise Conflict(f"{kind.plural}/{name} was made anew meanwhile") from error
             if error.status != 404:
                 raise

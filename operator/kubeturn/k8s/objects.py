@@ -115,6 +115,28 @@ def workspace_of(run: Mapping[str, Any]) -> str | None:
     return str(ref["name"]) if ref.get("name") else owned_workspace_name(run["metadata"]["name"])
 
 
+TOKENS_SUFFIX = "-kubeturn-tokens"
+
+
+def token_secret_name(workspace: str) -> str:
+    """The name of a Workspace's token Secret."""
+    return f"{workspace}{TOKENS_SUFFIX}"
+
+
+def token_secret_workspace(secret: str) -> str | None:
+    """The Workspace whose token Secret is named ``secret``; None for another Secret."""
+    workspace = secret.removesuffix(TOKENS_SUFFIX)
+    return workspace if workspace and workspace != secret else None
+
+
+def owned_by(child: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+    """Whether ``child`` belongs to this very ``owner`` (its uid), not to an earlier
+    object of the same name that the garbage collector has not caught up with."""
+    uid = owner["metadata"].get("uid")
+    references = (child.get("metadata") or {}).get("ownerReferences") or []
+    return any(reference.get("uid") == uid for reference in references)
+
+
 def token_secret(
     workspace: Mapping[str, Any], harness_token: str, orchestrator_token: str
 ) -> Object:
@@ -123,7 +145,7 @@ def token_secret(
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(f"{meta['name']}-kubeturn-tokens", meta["namespace"], workspace),
+        "metadata": _metadata(token_secret_name(meta["name"]), meta["namespace"], workspace),
         "type": "Opaque",
         "stringData": {
             "harness-token-sha256": hashlib.sha256(harness_token.encode()).hexdigest(),
@@ -198,7 +220,7 @@ def sandbox_pod(
     """
     meta = workspace["metadata"]
     name = meta["name"]
-    tokens = f"{name}-kubeturn-tokens"
+    tokens = token_secret_name(name)
     image = spec.image or image
     security = {
         "runAsNonRoot": True,

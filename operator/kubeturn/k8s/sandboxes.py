@@ -7,10 +7,11 @@ A Pod ends (``Failed``) only when it is evicted, its node shuts down or it is de
 then a new one is made, with the same name and volume, once the old one is gone (so two
 Harnesses never share the conversation logs; ADR 0024).
 
-A Pod carries the fingerprint of what it was made from (its spec and the providers
-file); one whose fingerprint is not the one the Workspace asks for now is made again,
-without a back-off step, once no Turn runs on it (ADR 0032). The volume is compared with
-``spec.storage`` and only reported. Pure: no IO, no clock, no kopf.
+A Pod carries the fingerprint of what it was made from (its spec, the providers file
+and its tokens); one whose fingerprint is not the one the Workspace asks for now is made
+again, without a back-off step, once no Turn runs on it (ADR 0032), or at once when its
+tokens were made anew (ADR 0038). The volume is compared with ``spec.storage`` and only
+reported. Pure: no IO, no clock, no kopf.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ again (10 minutes, as the kubelet resets a container's back-off)."""
 DELETED = "the sandbox Pod was deleted"
 
 HASH_ANNOTATION = "kubeturn.dev/sandbox-hash"
-"""The sha256 of what a sandbox Pod was made from: its spec and the providers file."""
+"""The sha256 of what a sandbox Pod was made from: its spec, the providers file and the
+SHA-256 of the token its Harness accepts."""
 PARTS_ANNOTATION = "kubeturn.dev/sandbox-parts"
 """A short digest of each part of that (JSON), so that what changed can be named."""
 PART_DIGEST_CHARS = 12
@@ -56,6 +58,9 @@ TOOLS_CONTAINER = "tools"
 """The sandbox Pod's container where the Agents' tools run (the toolbox)."""
 UNRECORDED = "unrecorded"
 """What changed, for a Pod that carries no fingerprint (made before Pods carried one)."""
+TOKENS = "tokens"
+"""The part that is the token Secret's ``harness-token-sha256``: a Pod whose tokens were
+made anew (revoked) is made again at once, whatever runs on it (ADR 0038)."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,9 @@ def fingerprint(pod_spec: Mapping[str, Any], providers_yaml: str, tokens: str) -
     Secret made anew, after someone deleted it, holds tokens the running Harness does not
     know): equal inputs give an equal fingerprint in every process, whatever the order of
     their maps' keys."""
-    parts = {**_parts(pod_spec, providers_yaml), "tokens": tokens}
+    parts = {**_parts(pod_spec, providers_yaml), TOKENS: tokens}
     return Fingerprint(
-        _digest({"spec": pod_spec, "providers": providers_yaml, "tokens": tokens}),
+        _digest({"spec": pod_spec, "providers": providers_yaml, TOKENS: tokens}),
         {name: _digest(value)[:PART_DIGEST_CHARS] for name, value in parts.items()},
     )
 
@@ -317,7 +322,10 @@ def plan(
     ``changes`` are the parts in which a live Pod differs from one made now (``changed``);
     ``busy`` says what runs on the Workspace (a Turn, an exec), None when nothing does. A
     Pod of an older spec is deleted, to be made anew at once, only when nothing runs on
-    it; until then it serves on, and ``current`` says why it waits.
+    it; until then it serves on, and ``current`` says why it waits. A Pod whose tokens
+    changed does not wait: they were revoked (a leak is answered by making them anew),
+    so its Harness can no longer reach the Orchestrator, and the operator no longer
+    presents the token it accepts; what runs on it is cut (ADR 0038).
 
     ``memory`` learns here that a Pod was seen and why a recreation began; the caller
     tells it when it makes a Pod (``making``) and how the Harness answered. A ``PROBE``
@@ -339,8 +347,9 @@ def plan(
         )
         if changes:
             older = _older(changes)
-            if busy is None:
-                memory.why, memory.rolling = f"{older}; no Turn runs on it", True
+            if busy is None or TOKENS in changes:
+                why = "no Turn runs on it" if busy is None else f"its tokens were revoked; {busy}"
+                memory.why, memory.rolling = f"{older}; {why}", True
                 return Plan(
                     Action.ROLL,
                     pending,

@@ -3,7 +3,13 @@ daemon per Workspace that keeps the sandbox running and says how it is.
 
 Each Workspace gets two tokens, kept in its Secret: the one its Harness accepts (the
 pod sees only its SHA-256) and the one its Harness presents to the Orchestrator API,
-which accepts it only for Turns admitted to this Workspace.
+which accepts it only for Turns admitted to this Workspace. The Secret is the one truth
+about them (ADR 0038): the Orchestrator API holds the token it holds now and no other,
+and the operator presents the Harness the one it holds now. Deleting the Secret rotates
+both: the watch of token Secrets revokes the old Orchestrator token and closes the
+Harness client of the old Harness token at once; the daemon makes new tokens and makes
+the sandbox anew with them, whatever runs on it. A Workspace made again under its name
+takes none of the tokens of the one before, and a deleted one's token is forgotten.
 
 The daemon makes the sandbox Pod again when it was deleted or ended (``sandboxes``
 decides, with a bounded back-off), and when it runs an older spec than the Workspace
@@ -42,7 +48,16 @@ from kubeturn.api.validation import definition_errors
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.k8s import conditions, egress, events, metrics, objects, sandboxes
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import AGENTTURNS, KINDS, PODS, RUNS, SECRETS, WORKSPACES
+from kubeturn.k8s.kube import (
+    AGENTTURNS,
+    KINDS,
+    PODS,
+    RUNS,
+    SECRETS,
+    WORKSPACES,
+    Conflict,
+    NotFound,
+)
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import ReposResponse
 
@@ -89,8 +104,9 @@ class Sandbox:
 
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     memory: sandboxes.Recreation = field(default_factory=sandboxes.Recreation)
-    harness: tuple[str | None, str] | None = None
-    """(Pod uid, endpoint) of the Harness that ``hub.harnesses`` has a client of."""
+    harness: tuple[str | None, str, str | None] | None = None
+    """(Pod uid, endpoint, ``harness-token-sha256``) of the Harness that ``hub.harnesses``
+    has a client of: a client of another Pod, address or token is closed."""
     written: tuple[Any, ...] | None = None
     """The status last written, so an unchanged one is not written again."""
     synced: Looked | None = None
@@ -98,7 +114,8 @@ class Sandbox:
     volume: sandboxes.Said | None = None
     """``VolumeCurrent`` as last found."""
     tokens: str | None = None
-    """The token Secret's ``harness-token-sha256`` as last read."""
+    """The token Secret's ``harness-token-sha256`` as last read (and its Orchestrator
+    token set in the registry with it)."""
     outdated: bool = False
     """Its Pod runs an older spec and waits for no Turn to run: changes of AgentTurns and
     Runs wake the daemon."""
@@ -119,7 +136,10 @@ async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -
     """Create what the Workspace lacks, its Pod included (a Pod there is left as it is);
     bring the rest up to date (``sync_children``, whose answer this is)."""
     synced = await sync_children(hub, body, spec)
-    await hub.kube.create(sandbox_pod(hub, body, spec, synced.tokens))
+    # A Pod there that went before it was read (the daemon deleted it to make it anew, or
+    # the garbage collector took an earlier Workspace's): the daemon makes the next one.
+    with contextlib.suppress(NotFound):
+        await hub.kube.create(sandbox_pod(hub, body, spec, synced.tokens))
     return synced
 
 
@@ -127,19 +147,13 @@ async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> 
     """Create what the Workspace lacks but its Pod, and patch the providers ConfigMap's
     data and the NetworkPolicy's spec where they differ from what the operator makes now
     (the policy's egress from ``spec.egress``, the operator's settings and the API
-    server's addresses as last read). Creation is idempotent; tokens are made once (two
-    makers at once both end up with the Secret that was stored), and made anew only when
-    the Secret is gone."""
+    server's addresses as last read). Creation is idempotent. The Orchestrator API takes
+    the token Secret's token as the Workspace's one token from now on."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    stored = await hub.kube.get(SECRETS, namespace, f"{name}-kubeturn-tokens")
-    if stored is None:
-        harness_token, orchestrator_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        stored = await hub.kube.create(
-            objects.token_secret(body, harness_token, orchestrator_token)
-        )
+    stored = await _token_secret(hub, body)
     _, orchestrator_token = _tokens(stored)
-    hub.registry.add_token(f"{namespace}/{name}", orchestrator_token)
+    hub.registry.set_token(f"{namespace}/{name}", orchestrator_token)
     await _up_to_date(hub, objects.providers_config_map(body, hub.settings.providers_yaml), "data")
     api_server = await hub.api_server.look()
     operator = operator_peer(hub)
@@ -170,6 +184,30 @@ def operator_peer(hub: Hub) -> egress.Operator:
     """The operator's pods as its sandboxes' NetworkPolicy admits and reaches them."""
     settings = hub.settings
     return egress.Operator(settings.operator_labels, settings.operator_namespace, settings.api_port)
+
+
+async def _token_secret(hub: Hub, body: dict[str, Any]) -> dict[str, Any]:
+    """The Workspace's token Secret, made with new tokens when it has none (two makers at
+    once both end up with the one stored). A Secret of its name that an earlier
+    Workspace of the same name owns is not its own (the garbage collector takes that
+    one's children in its own time): it is deleted and made anew, so a Workspace made
+    again never takes over the tokens of the one before."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], objects.token_secret_name(meta["name"])
+    stored = await hub.kube.get(SECRETS, namespace, name)
+    if stored is not None and not objects.owned_by(stored, body):
+        log.info(
+            "Workspace %s/%s: its token Secret is an earlier Workspace's; making it anew",
+            namespace,
+            meta["name"],
+        )
+        with contextlib.suppress(Conflict):  # made anew meanwhile: the create finds it
+            await hub.kube.delete(SECRETS, namespace, name, uid=stored["metadata"]["uid"])
+        stored = None
+    if stored is None:
+        tokens = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        stored = await hub.kube.create(objects.token_secret(body, *tokens))
+    return stored
 
 
 async def _up_to_date(
@@ -242,15 +280,22 @@ class Answer:
     token: str = ""
     repos: ReposResponse | None = None
     tokens_differ: bool = False
-    """The token Secret is gone, or the Harness refuses its token (it was made anew): the
-    other objects are synced at the next look, and a sandbox of other tokens is made anew."""
+    """The token Secret is gone or is not the one last read, or the Harness refuses its
+    token (it was made anew): the other objects are synced at the next look, and a
+    sandbox of other tokens is made anew."""
 
 
-async def ask_harness(hub: Hub, namespace: str, name: str, endpoint: str) -> Answer:
-    """``/readyz``, then ``/repos`` once ready (a Harness without it reports no clones)."""
-    secret = await hub.kube.get(SECRETS, namespace, f"{name}-kubeturn-tokens")
+async def ask_harness(
+    hub: Hub, namespace: str, name: str, endpoint: str, tokens: str | None
+) -> Answer:
+    """``/readyz``, then ``/repos`` once ready (a Harness without it reports no clones),
+    with the token Secret's Harness token, as long as it is the one whose SHA-256 is
+    ``tokens`` (the one last read): a Secret made anew since is read again first."""
+    secret = await hub.kube.get(SECRETS, namespace, objects.token_secret_name(name))
     if secret is None:
         return Answer(False, "the token Secret is missing", tokens_differ=True)
+    if _token_sha256(secret) != tokens:
+        return Answer(False, "the token Secret was made anew", tokens_differ=True)
     token, _ = _tokens(secret)
     timeout = aiohttp.ClientTimeout(total=HARNESS_TIMEOUT_S)
     headers = {"Authorization": f"Bearer {token}"}
@@ -321,7 +366,7 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     sandbox.outdated = bool(changes) and plan.action is not sandboxes.Action.ROLL
     phase, reason, message = plan.phase, plan.reason, plan.message
     endpoint = f"http://{pod.ip}:{objects.HARNESS_PORT}" if pod.ip else None
-    await _forget_harness(hub, key, sandbox, keep=(pod.uid, endpoint or ""))
+    await _forget_harness(hub, key, sandbox, keep=(pod.uid, endpoint or "", sandbox.tokens))
     repos = None
     if plan.action is sandboxes.Action.DELETE:
         await hub.kube.delete(PODS, namespace, objects.sandbox_name(name))
@@ -352,13 +397,14 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
             if again and not rolled:  # a roll said so when it deleted the old Pod
                 await events.post(hub.kube, body, events.SANDBOX_RECREATED, message)
     elif plan.action is sandboxes.Action.PROBE and endpoint is not None:
-        answer = await ask_harness(hub, namespace, name, endpoint)
+        answer = await ask_harness(hub, namespace, name, endpoint, sandbox.tokens)
         if answer.ready:
             memory.ready(now)
             phase, reason, message = WorkspacePhase.READY, conditions.HARNESS_READY, answer.said
-            if key not in hub.harnesses:
+            # Not while the tokens are to be read again: the Secret went during the probe.
+            if key not in hub.harnesses and sandbox.synced is not None:
                 hub.harnesses[key] = HarnessClient(endpoint, answer.token)
-                sandbox.harness = (pod.uid, endpoint)
+                sandbox.harness = (pod.uid, endpoint, sandbox.tokens)
             repos = answer.repos
         else:
             message = "; ".join(part for part in (message, answer.said) if part)
@@ -414,16 +460,20 @@ async def _busy(hub: Hub, namespace: str, name: str) -> str | None:
 
 
 async def _forget_harness(
-    hub: Hub, key: Key, sandbox: Sandbox, *, keep: tuple[str | None, str]
+    hub: Hub, key: Key, sandbox: Sandbox, *, keep: tuple[str | None, str, str | None] | None
 ) -> None:
-    """Close the client of a Harness other than the Pod's now (a new Pod, a new address,
-    or no running Pod): callers that look the client up get the new one, or wait."""
+    """Close the client unless it is of ``keep``, the Harness of the Pod now with the
+    tokens now (None: keep none): callers that look the client up get the new one, or
+    wait. A client of other tokens is never used again: they were revoked."""
     client = hub.harnesses.get(key)
     if client is None or sandbox.harness == keep:
         return
     hub.harnesses.pop(key, None)
     sandbox.harness = None
-    log.info("Workspace %s/%s: its sandbox Pod changed; closing the old Harness client", *key)
+    log.info(
+        "Workspace %s/%s: its sandbox Pod or its tokens changed; closing the old Harness client",
+        *key,
+    )
     await client.close()
 
 
@@ -529,9 +579,12 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.startup(registry=registry)
     async def watch_only_sandboxes(settings: kopf.OperatorSettings, **_: Any) -> None:
-        """Watch the sandbox Pods alone (a server-side selector), not every Pod."""
+        """Watch the sandbox Pods alone (a server-side selector), not every Pod, and the
+        Secrets kubeturn makes (the token Secrets) alone, never the cluster's others."""
         selector = ",".join(f"{k}={v}" for k, v in SANDBOX_LABELS.items())
         settings.watching.label_selectors["v1", "pods"] = selector
+        managed = ",".join(f"{k}={v}" for k, v in objects.MANAGED_BY.items())
+        settings.watching.label_selectors["v1", "secrets"] = managed
 
     @kopf.on.resume(GROUP, VERSION, "workspaces", registry=registry)
     @kopf.on.create(GROUP, VERSION, "workspaces", registry=registry)
@@ -555,7 +608,10 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         finally:
             reason = stopped.reason or kopf.DaemonStoppingReason(0)
             if kopf.DaemonStoppingReason.RESOURCE_DELETED in reason:
+                # Before kopf lets the Workspace go (its finalizer): one made again under
+                # its name registers its own token after this.
                 kept.pop(key, None)
+                hub.registry.forget_token(f"{key[0]}/{key[1]}")
                 client = hub.harnesses.pop(key, None)
                 if client is not None:
                     await client.close()
@@ -563,6 +619,23 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     @kopf.on.event("v1", "pods", labels=SANDBOX_LABELS, registry=registry)
     async def sandbox_changed(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
         wake(namespace, labels.get("kubeturn.dev/workspace"))
+
+    @kopf.on.event("v1", "secrets", labels=objects.MANAGED_BY, registry=registry)
+    async def tokens_changed(
+        event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str | None, **_: Any
+    ) -> None:
+        """A token Secret deleted (rotated) or changed by hand: what it held is revoked at
+        once (``revoke``), and the Workspace reads its tokens again now."""
+        workspace = objects.token_secret_workspace(name)
+        if workspace is None or event.get("type") not in ("DELETED", "MODIFIED"):
+            return
+        key = (namespace or "", workspace)
+        if event.get("type") == "DELETED":
+            await revoke(hub, key, kept.get(key), dict(body))
+        sandbox = kept.get(key)
+        if sandbox is not None:
+            sandbox.synced = None
+            sandbox.wake.set()
 
     @kopf.on.event(GROUP, VERSION, "workspaces", registry=registry)
     async def workspace_changed(
@@ -589,6 +662,25 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         with contextlib.suppress(KeyError, TypeError):
             ended = event.get("type") == "DELETED" or _finished(plain)
             wake(namespace, objects.workspace_of(plain), if_outdated=not ended)
+
+
+async def revoke(hub: Hub, key: Key, sandbox: Sandbox | None, secret: dict[str, Any]) -> None:
+    """The token Secret ``secret`` of the Workspace ``key`` was deleted: its Orchestrator
+    token is refused from now on, and the Harness client that presents its Harness token
+    is closed. Tokens read since (from a Secret made anew) stay."""
+    workspace = f"{key[0]}/{key[1]}"
+    try:
+        _, orchestrator_token = _tokens(secret)
+    except (KeyError, ValueError):  # edited by hand: revoke whatever the Workspace has
+        hub.registry.forget_token(workspace)
+    else:
+        hub.registry.revoke(workspace, orchestrator_token)
+    if (
+        sandbox is not None
+        and sandbox.harness is not None
+        and sandbox.harness[2] == _token_sha256(secret)
+    ):
+        await _forget_harness(hub, key, sandbox, keep=None)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

@@ -284,7 +284,7 @@ class LocalRun:
 
             registry = api.Registry()
             workspace_token = secrets.token_urlsafe(32)
-            registry.add_token(WORKSPACE, workspace_token)
+            registry.set_token(WORKSPACE, workspace_token)
             started.api_runner = web.AppRunner(
                 api.make_app(registry),
                 handler_cancellation=True,

@@ -1,9 +1,12 @@
 """The Orchestrator API that Harnesses call: surfaces, picks, and delivery answers.
 
-Each Workspace's Harness holds its own token; a token may address only Instance IDs of
+Each Workspace's Harness holds its own token, and a Workspace has one token at a time:
+the one its Secret holds now (``Registry``). A token may address only Instance IDs of
 Turns admitted to its Workspace (403 otherwise), and nothing at all without one (401).
 ``GET …/surface`` answers 404 when no live Turn has that Instance ID: a Turn that is
-over is never prompted. Delivery ids make a repeated poll safe.
+over is never prompted. Delivery ids make a repeated poll safe. A body is read by
+``bodies`` alone: one it cannot read is a 4xx JSON error naming the field or the body,
+whatever its depth or size.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from prometheus_client import Counter
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from kubeturn.errors import WireError
+from kubeturn.orchestrator import bodies
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import Gone, Invalid
 from kubeturn_harness.wire import ErrorBody, Receipt, Refusal, Surface
@@ -36,21 +41,38 @@ LONG_POLL_S = 25.0
 
 @dataclass
 class Registry:
-    """The Run actors this process holds, and which Workspace each token belongs to."""
+    """The Run actors this process holds, and the one token each Workspace has now."""
 
     actors: dict[str, RunActor] = field(default_factory=dict)
     """Run key (``namespace/name``) → actor."""
     workspaces: dict[str, str] = field(default_factory=dict)
     """Run key → the Workspace its Turns run in."""
     tokens: dict[str, str] = field(default_factory=dict)
-    """SHA-256 of a Harness's token → its Workspace."""
+    """Workspace (``namespace/name``) → the SHA-256 of its token now. Keyed by the
+    Workspace, not by the token, so a Workspace holds exactly one: a token set anew (its
+    Secret made anew, or the Workspace made again under its name) replaces the one before,
+    which is refused from the next request on."""
 
-    def add_token(self, workspace: str, token: str) -> None:
-        self.tokens[hashlib.sha256(token.encode()).hexdigest()] = workspace
+    def set_token(self, workspace: str, token: str) -> None:
+        """``token`` is the Workspace's from now on; the one it had is revoked."""
+        self.tokens[workspace] = hashlib.sha256(token.encode()).hexdigest()
+
+    def revoke(self, workspace: str, token: str) -> None:
+        """``token`` is no longer the Workspace's (the Secret that held it went): refused
+        from now on. A token the Workspace got since stays its own."""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        if hmac.compare_digest(self.tokens.get(workspace, ""), digest):
+            del self.tokens[workspace]
+
+    def forget_token(self, workspace: str) -> None:
+        """The Workspace has no token (it was deleted, or its Secret was): its last one
+        is revoked."""
+        self.tokens.pop(workspace, None)
 
     def workspace_of(self, token: str) -> str | None:
+        """The Workspace whose token this is now; None for a token no Workspace has."""
         digest = hashlib.sha256(token.encode()).hexdigest()
-        for known, workspace in self.tokens.items():
+        for workspace, known in list(self.tokens.items()):
             if hmac.compare_digest(known, digest):
                 return workspace
         return None
@@ -93,6 +115,17 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     return await handler(request)
 
 
+async def _json_body(request: web.Request) -> Any:
+    """The request's body as ``bodies.parse`` reads it (the API's one reader of bodies);
+    ``WireError`` for a body it refuses, or one too large to read (413)."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as large:
+        limit = request.client_max_size
+        raise WireError(f"the body is larger than {limit} bytes", status=413) from large
+    return bodies.parse(raw)
+
+
 def _actor(request: web.Request) -> RunActor | web.Response:
     registry = request.app[REGISTRY]
     instance_id = request.match_info["iid"]
@@ -120,9 +153,9 @@ async def pick(request: web.Request) -> web.Response:
     if isinstance(actor, web.Response):
         return actor
     try:
-        body = await request.json()
-    except ValueError:
-        return _error(400, "invalid", "the pick's body must be a JSON object")
+        body = await _json_body(request)
+    except WireError as refused:
+        return _error(refused.status, "invalid", refused.message, refused.field)
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
         return _error(400, "invalid", "the pick's body needs a string 'type'", "type")
     event = body.pop("type")
@@ -200,7 +233,14 @@ def document() -> dict[str, Any]:
                     "summary": "A pick: {type, ...payload}. Never retried by Harnesses.",
                     "responses": {
                         "200": answer("Receipt", "Delivered."),
+                        "400": answer(
+                            "ErrorBody",
+                            "Not a JSON object with a string `type`: not JSON, nested deeper "
+                            f"than {bodies.MAX_DEPTH} levels, or a number that is not finite "
+                            "(NaN, Infinity); `field` names where.",
+                        ),
                         "409": answer("Refusal", "Refused; nothing delivered."),
+                        "413": answer("ErrorBody", "The body is larger than the API reads."),
                         "422": answer("ErrorBody", "The payload does not fit."),
                         "404": answer("ErrorBody", "The Turn is over."),
                     },
