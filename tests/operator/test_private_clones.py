@@ -432,7 +432,7 @@ async def test_ssh_clones_with_the_mounted_key_alone(
     assert clone.code == 0, clone.log
     assert clone.git("rev-parse", "HEAD") == ssh.commits[0]
     assert clone.credentials is not None
-    command = clones.ssh_command(known_hosts=known_hosts)
+    command = clones.ssh_command(key=True, known_hosts=known_hosts)
     expected = shlex.split(command.replace(clones.CREDENTIALS_PATH, str(clone.credentials)))
     assert ssh.arguments[: len(expected) - 1] == expected[1:]
     assert ssh.arguments[-2:] == ["git.invalid", f"git-upload-pack '{ssh.origin}'"]
