@@ -26,7 +26,8 @@ Cases:
   field and a missing required field are refused;
 - CEL rules (x-kubernetes-validations): each compiles with the ``cel`` package, and each
   means what it says on sample objects (exactly one of workspace name/template; signals
-  append-only; cancel not undone; an AgentTurn's spec immutable); every rule has samples.
+  append-only; cancel not undone; an AgentTurn's spec immutable; a repo's url carries
+  no credentials, in a Workspace and in a Run's template); every rule has samples.
 """
 
 from __future__ import annotations
@@ -601,6 +602,15 @@ def test_rules_compile(kind: str, path: str, rule: str) -> None:
 SIGNAL_A = {"id": "a", "event": "approve"}
 SIGNAL_B = {"id": "b", "event": "reject", "data": {"notes": "no"}}
 TURN_SPEC = {"runRef": {"name": "r"}, "turn": "t1", "prompt": "do it", "menu": [{"name": "x"}]}
+CLONE_URLS: list[tuple[Any, Any, bool]] = [
+    ("https://git.example.invalid/team/a.git", None, True),
+    ("git@github.com:org/repo.git", None, True),
+    ("ssh://git@git.example.invalid:2222/team/a.git", None, True),
+    ("https://bot:ghp-token@git.example.invalid/team/a.git", None, False),
+    ("https://ghp-token@git.example.invalid/team/a.git", None, False),
+    ("ssh://git:password@git.example.invalid/team/a.git", None, False),
+]
+"""tests/unit/test_repo_urls.py holds many more, checked against the model too."""
 SAMPLES: dict[tuple[str, str], list[tuple[Any, Any, bool]]] = {
     # (kind, path): [(self, oldSelf or None on create, expected)]
     ("Run", "spec.workspace"): [
@@ -622,6 +632,8 @@ SAMPLES: dict[tuple[str, str], list[tuple[Any, Any, bool]]] = {
         (False, False, True),
         (False, True, False),
     ],
+    ("Run", "spec.workspace.template.repos.*.url"): CLONE_URLS,
+    ("Workspace", "spec.repos.*.url"): CLONE_URLS,
     ("AgentTurn", "spec"): [
         (TURN_SPEC, TURN_SPEC, True),
         ({**TURN_SPEC, "prompt": "do it again"}, TURN_SPEC, False),

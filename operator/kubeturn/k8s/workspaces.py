@@ -16,6 +16,10 @@ entries of Runs that finished or are gone (the Run controller writes them). Its 
 events, a new generation of it and Runs that finish wake it (and, while its Pod waits to
 be made anew, its AgentTurns' and Runs' changes); it looks again every few seconds
 regardless. It never deletes, resizes or replaces the volume, nor changes the tokens.
+
+A Workspace whose spec does not validate (a repo ``url`` carrying credentials, which the
+CRD refuses too) gets no objects: it is ``Failed`` with ``Ready=False``, ``Invalid``, and
+every problem at its path, and is looked at again when its spec changes.
 """
 
 from __future__ import annotations
@@ -34,8 +38,10 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from kubeturn.api import validation
 from kubeturn.api.status import RunPhase, WorkspacePhase
 from kubeturn.api.workspace import WorkspaceSpec
+from kubeturn.errors import DefinitionErrors
 from kubeturn.k8s import conditions, events, metrics, objects, sandboxes
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, KINDS, PODS, RUNS, SECRETS, WORKSPACES
@@ -235,7 +241,12 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     key = (namespace, name)
-    spec = WorkspaceSpec.model_validate(body["spec"])
+    try:
+        spec = _validated(body)
+    except DefinitionErrors as errors:
+        invalid = sandboxes.Said(False, conditions.INVALID, str(errors))
+        await _write(hub, body, sandbox, WorkspacePhase.FAILED, None, invalid, None, None)
+        return READY_PROBE_S  # a new generation wakes the daemon at once
     now = time.monotonic()
     deleting = bool(meta.get("deletionTimestamp"))  # what it owns goes with it: no sync
     if not deleting and _sync_due(sandbox.synced, meta.get("generation"), now):
@@ -321,6 +332,18 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     if phase is WorkspacePhase.READY:
         return READY_PROBE_S
     return plan.wait_s if plan.wait_s is not None else PROBE_S
+
+
+def _validated(body: dict[str, Any]) -> WorkspaceSpec:
+    """The Workspace's spec; ``DefinitionErrors`` naming each problem's path otherwise."""
+    meta = body["metadata"]
+    document = {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "spec": body["spec"],
+    }
+    return validation.validate_workspace(document).spec
 
 
 def _sync_due(synced: tuple[int | None, float] | None, generation: int | None, now: float) -> bool:
@@ -469,7 +492,10 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     @kopf.on.create(GROUP, VERSION, "workspaces", registry=registry)
     @metrics.counting_errors("workspaces")
     async def create(body: kopf.Body, **_: Any) -> None:
-        spec = WorkspaceSpec.model_validate(dict(body["spec"]))
+        try:
+            spec = _validated(_plain(body))
+        except DefinitionErrors:
+            return  # the daemon says what is wrong in the status
         await ensure_children(hub, _plain(body), spec)
 
     @kopf.daemon(GROUP, VERSION, "workspaces", cancellation_timeout=5, registry=registry)
