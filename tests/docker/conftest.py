@@ -21,6 +21,10 @@ Network rule: tests send traffic to 127.0.0.1 only. Containers run with
 ``--network=host`` and bind 127.0.0.1; builds use ``--network=host``; the private dockerd
 has no bridge, so no container ever gets a private-range address.
 
+``harness_image`` (session): the Harness image (harness_image/Dockerfile) built under a
+tag of its own, untagged when the session ends: the tests of the image and of what runs
+in it share one build.
+
 The time each phase took is gathered in ``docker_timings`` and printed at the end of the
 session.
 """
@@ -40,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.docker.images import HARNESS_DOCKERFILE, built
 
 DEBIAN_BASE = "debian:bookworm-slim"
 """The tag the Dockerfiles build FROM; made locally when no registry can be reached."""
@@ -178,6 +184,22 @@ def debian_base(docker_engine: DockerEngine, docker_timings: dict[str, float]) -
     docker_engine("import", "--change", 'CMD ["bash"]', str(tarball), DEBIAN_BASE, timeout=300)
     docker_timings["base import"] = time.monotonic() - started
     return DEBIAN_BASE
+
+
+@pytest.fixture(scope="session")
+def harness_image(
+    docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
+) -> Iterator[str]:
+    """The Harness image under a tag of its own; untagged afterwards."""
+    with built(
+        docker_engine,
+        debian_base,
+        HARNESS_DOCKERFILE,
+        "kubeturn-harness",
+        docker_timings,
+        "harness image build",
+    ) as tag:
+        yield tag
 
 
 # --------------------------------------------------------------------------- engine
