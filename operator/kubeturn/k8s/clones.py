@@ -43,11 +43,12 @@ SAFE_GIT = (
     ("GIT_CEILING_DIRECTORIES", REPOS),
     ("GIT_TERMINAL_PROMPT", "0"),
 )
-"""The environment every clone script sets before git runs: no system or global
-configuration (the image's passwd home, and ``$HOME`` if it were on the volume, could
-hold an Agent's ``.gitconfig``); ``HOME`` in the container's own ``/tmp``; no repository
-above a clone's own directory is ever discovered (a ``.git`` planted in ``/work`` or
-``/work/.repos``); and no terminal prompt, so git fails at once rather than ask."""
+"""The environment every clone script sets before git runs, whatever it was given: no
+system or global configuration (a ``$HOME`` on the volume would hold an Agent's
+``.gitconfig`` and ``.config/git/config``), ``HOME`` in the container's own ``/tmp``
+besides; no repository above a clone's own directory is ever discovered (a ``.git``
+planted in ``/work`` or ``/work/.repos``); no terminal prompt, so git fails at once
+rather than ask."""
 SAFE_GIT_OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 """On every git command: no hook and no fsmonitor command runs, whatever a repository's
 configuration or template says."""

@@ -18,8 +18,8 @@ be made anew, its AgentTurns' and Runs' changes); it looks again every few secon
 regardless. It never deletes, resizes or replaces the volume, nor changes the tokens.
 
 A Workspace whose spec does not validate (a repo ``url`` carrying credentials, which the
-CRD refuses too) gets no objects: it is ``Failed`` with ``Ready=False``, ``Invalid``, and
-every problem at its path, and is looked at again when its spec changes.
+CRD refuses too) has nothing made or changed for it: it is ``Failed`` with
+``Ready=False``, ``Invalid``, every problem at its path, until its spec changes.
 """
 
 from __future__ import annotations
