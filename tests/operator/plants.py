@@ -11,7 +11,8 @@ the volume (``.loot-<plant>``), where the Agent reads it:
 - ``gitconfig``: ``~/.gitconfig`` of a ``$HOME`` on the volume, rewriting ``ssh://`` URLs
   to git's ``ext::`` transport (a command), which it allows;
 - ``xdg-config``: ``~/.config/git/config`` there too, with a hooks directory whose
-  ``post-checkout`` hook, and an fsmonitor command, copy the key;
+  ``post-checkout`` hook, and an fsmonitor command, copy the key, and an ssh command
+  that does (``GIT_SSH_COMMAND`` overrides it: it leaks only where that is unset);
 - ``git-dirs``: repositories at ``/work`` and ``/work/.repos`` with all of the above in
   their ``.git/config``, for a git that would discover one.
 
@@ -58,7 +59,10 @@ def plant(volume: Path, *, seen_at: str, key: str, plants: tuple[str, ...] = PLA
     if "xdg-config" in plants or "git-dirs" in plants:
         for name, loot_name in (("post-checkout", "hook"), ("fsmonitor", "fsmonitor")):
             _write(hooks / name, f"#!/bin/sh\n{_copy(key, seen_at, loot_name)}\n", mode=0o755)
-    hooked = f"[core]\n\thooksPath = {seen_at}/.hooks\n\tfsmonitor = {seen_at}/.hooks/fsmonitor\n"
+    hooked = (
+        f"[core]\n\thooksPath = {seen_at}/.hooks\n\tfsmonitor = {seen_at}/.hooks/fsmonitor\n"
+        f'\tsshCommand = "{_copy(key, seen_at, "ssh-command")}"\n'
+    )
     if "xdg-config" in plants:
         _write(volume / ".config" / "git" / "config", hooked)
     if "git-dirs" in plants:
