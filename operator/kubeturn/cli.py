@@ -1,7 +1,8 @@
 """The ``kubeturn`` command. The only place that reads the operator's environment.
 
-``kubeturn operator`` runs the operator; ``kubeturn validate FILE...`` checks manifests
-with the same checks the operator runs, and prints every problem with its path;
+``kubeturn operator`` runs the operator; ``kubeturn validate FILE...`` checks Run and
+Workspace manifests with the same checks the operator runs, and prints every problem
+with its path;
 ``kubeturn run FILE`` runs a Run on this machine (``kubeturn.local``); ``send``,
 ``cancel``, ``turns`` and ``status`` work on a local Run, or with ``--kube`` on a Run in a
 cluster (``kubeturn.k8s.control``, imported only then: a local run needs no cluster).
@@ -28,12 +29,13 @@ import yaml
 from pydantic import ValidationError
 
 from kubeturn.api.egress import SandboxEgress
-from kubeturn.api.validation import definition_errors
+from kubeturn.api.validation import definition_errors, validate_workspace
+from kubeturn.api.workspace import carries_credentials, redacted
 from kubeturn.errors import CommandError, DefinitionErrors
 from kubeturn.local import control as local
 from kubeturn.local import view
 from kubeturn.local.workdir import DEFAULT_ROOT
-from kubeturn.machine.load import load_run_yaml
+from kubeturn.machine.load import load_run, parse_yaml
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     operator.add_argument("--kubeconfig", default=env("KUBECONFIG"))
     operator.add_argument("--log-level", default=env("KUBETURN_LOG_LEVEL", "INFO"))
 
-    validate = commands.add_parser("validate", help="check Run manifests; exit 1 on any problem")
+    validate = commands.add_parser(
+        "validate", help="check Run and Workspace manifests; exit 1 on any problem"
+    )
     validate.add_argument("files", nargs="+", type=Path)
     validate.add_argument(
         "--cluster",
@@ -227,7 +231,11 @@ def validate(files: Sequence[Path], *, cluster: bool = False) -> int:
     failed = False
     for path in files:
         try:
-            load_run_yaml(path.read_text(encoding="utf-8"), str(path), workspace_required=cluster)
+            document = parse_yaml(path.read_text(encoding="utf-8"), str(path))
+            if isinstance(document, dict) and document.get("kind") == "Workspace":
+                validate_workspace(document)
+            else:
+                load_run(document, workspace_required=cluster)
         except OSError as error:
             print(f"{path}: cannot read it: {error.strerror}", file=sys.stderr)
             failed = True
@@ -255,7 +263,15 @@ def run(args: argparse.Namespace) -> int:
     for item in args.repo:
         slot, sep, url = item.partition("=")
         if not sep or not slot or not url:
-            raise CommandError(f"--repo {item!r} is not SLOT=URL|PATH, e.g. --repo target=.")
+            raise CommandError(
+                f"--repo {redacted(item)!r} is not SLOT=URL|PATH, e.g. --repo target=."
+            )
+        if carries_credentials(url):
+            raise CommandError(
+                f"--repo {slot}: the URL must not carry credentials, which the clone's "
+                ".git/config would keep for the Agents to read; let git's credential helper "
+                "or ssh key give them"
+            )
         overrides[slot] = url
     options = Options(
         manifest=args.file,

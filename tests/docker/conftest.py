@@ -21,6 +21,10 @@ Network rule: tests send traffic to 127.0.0.1 only. Containers run with
 ``--network=host`` and bind 127.0.0.1; builds use ``--network=host``; the private dockerd
 has no bridge, so no container ever gets a private-range address.
 
+``harness_image`` (session): the Harness image (harness_image/Dockerfile) built under a
+tag of its own, untagged when the session ends: the tests of the image and of what runs
+in it share one build.
+
 The time each phase took is gathered in ``docker_timings`` and printed at the end of the
 session.
 """
@@ -41,7 +45,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker.images import built
+from tests.docker.images import HARNESS_DOCKERFILE, built
 
 DEBIAN_BASE = "debian:bookworm-slim"
 """The tag the Dockerfiles build FROM; made locally when no registry can be reached."""
@@ -152,19 +156,6 @@ def docker_engine(docker_timings: dict[str, float]) -> Iterator[DockerEngine]:
 
 
 @pytest.fixture(scope="session")
-def harness_image(
-    docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
-) -> Iterator[str]:
-    """The Harness image, built once for the session under a tag of its own; untagged
-    afterwards."""
-    dockerfile = _HERE.parents[1] / "harness_image" / "Dockerfile"
-    with built(
-        docker_engine, debian_base, dockerfile, "kubeturn-harness", docker_timings, "image build"
-    ) as tag:
-        yield tag
-
-
-@pytest.fixture(scope="session")
 def debian_base(docker_engine: DockerEngine, docker_timings: dict[str, float]) -> str:
     """The tag of a Debian bookworm base image present in the engine: there already,
     pulled (only when ``KUBETURN_DOCKER_PULL=1``), or imported from a debootstrapped
@@ -193,6 +184,22 @@ def debian_base(docker_engine: DockerEngine, docker_timings: dict[str, float]) -
     docker_engine("import", "--change", 'CMD ["bash"]', str(tarball), DEBIAN_BASE, timeout=300)
     docker_timings["base import"] = time.monotonic() - started
     return DEBIAN_BASE
+
+
+@pytest.fixture(scope="session")
+def harness_image(
+    docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
+) -> Iterator[str]:
+    """The Harness image under a tag of its own; untagged afterwards."""
+    with built(
+        docker_engine,
+        debian_base,
+        HARNESS_DOCKERFILE,
+        "kubeturn-harness",
+        docker_timings,
+        "harness image build",
+    ) as tag:
+        yield tag
 
 
 # --------------------------------------------------------------------------- engine

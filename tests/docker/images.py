@@ -28,6 +28,10 @@ HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 """The host's trust store, handed to pip in the build: HTTPS may be intercepted here."""
 BUILD_SECONDS = 900.0
 """A cold build is ~30-40 s here (apt ~12 s, pip ~14 s); 15 min covers slow mirrors."""
+DEBOOTSTRAP_AND_BUILD_SECONDS = 1800.0
+"""The timeout of a test whose setup may make the base image and build one: both bounds
+and more."""
+HARNESS_DOCKERFILE = REPO / "harness_image" / "Dockerfile"
 
 
 def hadolint() -> str | None:

@@ -35,17 +35,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from tests.docker.images import assert_lints_clean
+from tests.docker.images import (
+    DEBOOTSTRAP_AND_BUILD_SECONDS,
+    HARNESS_DOCKERFILE,
+    assert_lints_clean,
+)
 
 if TYPE_CHECKING:
     from tests.docker.conftest import DockerEngine
 
-REPO = Path(__file__).resolve().parents[2]
-DOCKERFILE = REPO / "harness_image" / "Dockerfile"
 
 HARNESS_UID = "10001"
-DEBOOTSTRAP_AND_BUILD_SECONDS = 1800.0
-"""The test's own timeout, its fixtures' setup included: both bounds below and more."""
 READY_SECONDS = 30.0
 """The server answers /healthz in ~1 s; 30 s leaves room for a loaded machine."""
 SETTLE_SECONDS = 60.0
@@ -56,7 +56,7 @@ SETTLE_SECONDS = 60.0
 
 
 def test_dockerfile_lints_clean() -> None:
-    assert_lints_clean(DOCKERFILE)
+    assert_lints_clean(HARNESS_DOCKERFILE)
 
 
 # --------------------------------------------------------------------------- image

@@ -7,7 +7,8 @@ both ends: a clone asks without credentials, is refused, asks its credential hel
 asks again. While it serves an authorized request the server looks at every process's
 command line and environment for the password (:attr:`GitServer.exposed`): a clone
 running then must not hold it in either. A server can stand for a moved one, redirecting
-every request elsewhere (:attr:`GitServer.moved_to`).
+every request elsewhere (:attr:`GitServer.moved_to`), and can serve https with a
+certificate made for 127.0.0.1 (:func:`certificate`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import base64
 import contextlib
 import dataclasses
 import os
+import ssl
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -42,9 +44,12 @@ class GitServer:
     """Processes seen holding the password in their command line or environment."""
     moved_to: str | None = None
     """When set, every request is redirected (302) to this base URL, as a moved forge's."""
+    redirected: int = 0
+    """Requests answered with that redirect."""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if self.moved_to is not None:
+            self.redirected += 1
             raise web.HTTPFound(self.moved_to + request.path_qs)
         expected = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
         if request.headers.get("Authorization") != f"Basic {expected}":
@@ -125,17 +130,39 @@ def _holding(secret: bytes) -> list[str]:
     return found
 
 
+def certificate(directory: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server context for 127.0.0.1 with a new self-signed certificate (openssl), and the
+    certificate's file, which a client trusts through ``GIT_SSL_CAINFO``."""
+    key, cert = directory / "tls.key", directory / "tls.crt"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-nodes", "-days", "1"),
+            *("-pkeyopt", "ec_paramgen_curve:prime256v1", "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context, cert
+
+
 @contextlib.asynccontextmanager
-async def serving(root: Path, username: str, password: str) -> AsyncIterator[GitServer]:
-    """A :class:`GitServer` on a free port of 127.0.0.1 until the block ends."""
+async def serving(
+    root: Path, username: str, password: str, *, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[GitServer]:
+    """A :class:`GitServer` on a free port of 127.0.0.1 until the block ends; https with
+    ``tls``."""
     await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
     server = GitServer(root, username, password)
     app = web.Application()
     app.router.add_route("*", "/{path:.*}", server.handle)
     runner = web.AppRunner(app)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    server.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls).start()
+    scheme = "http" if tls is None else "https"
+    server.url = f"{scheme}://127.0.0.1:{runner.addresses[0][1]}"
     try:
         yield server
     finally:

@@ -1,13 +1,18 @@
 """Workspaces clone private repositories and start from commits: the sandbox Pod's clone
-init containers (``kubeturn.k8s.clones``) run for real against a private git server.
+init containers (``kubeturn.k8s.clones``) run for real against private git servers, and
+read nothing an Agent planted on the volume.
 
 Each clone container is taken from the Pod ``objects.sandbox_pod`` builds and run as a
-node would run it: ``sh`` with its command and env, as the Pod's uid (10001), every mount
-path replaced by a directory (the kubelet's rules, :mod:`kubelet`), the Secret's keys as
-files the kubelet would leave them (root's, group 10001, ``defaultMode`` plus group read).
-The git server is git's smart HTTP behind basic auth on 127.0.0.1 (:mod:`git_http`); no
-sshd runs: ssh is a stand-in ``ssh`` that records its arguments, reads the key it is
-given and runs git's remote command on this machine.
+node would run it: ``sh`` with its command, env and working directory, as the Pod's uid
+(10001), every mount path replaced by a directory (the kubelet's rules, :mod:`kubelet`),
+the Secret's keys as files the kubelet would leave them (root's, group 10001,
+``defaultMode`` plus group read). The https server is git's smart HTTP behind basic auth
+on 127.0.0.1 (:mod:`git_http`), plain or with a certificate made for it. For ssh, most
+tests use a stand-in ``ssh`` that records its arguments, reads the key it is given and
+runs git's remote command on this machine; the Agent's plants meet a real sshd
+(:mod:`git_ssh`), with the clone run as the Workspace's user (10002, in the fsGroup
+10001) in a mount namespace whose passwd gives it its home on the planted volume. The
+docker tier (tests/docker/test_clone_isolation.py) runs the same in the Harness image.
 
 Cases:
 - https with the Secret's username and password: cloned on its branch after a 401; no
@@ -17,7 +22,11 @@ Cases:
   and leaves no directory;
 - a Secret without 'password': fails before git runs, naming the Secret and the key;
 - no ``secretRef`` for a private repository: fails at once (no terminal prompt);
-- a redirect to another host: the credentials are not given there;
+- a redirect to another port: git follows, and the helper gives it nothing; a redirect
+  from https to plain http: git does not follow (the URL's protocol alone), and the
+  plain server hears nothing; the credential helper, asked as git asks, answers the
+  URL's own protocol, host and port alone (not http, another port, the default port
+  the URL does not write, another host);
 - a commit ``ref``, full or abbreviated, not the branch's tip: cloned detached at it;
   a commit the repository lacks fails, naming it, and leaves nothing on the volume;
 - a clone found on the volume is kept without asking the server; a half-made one left by
@@ -26,6 +35,13 @@ Cases:
   and the Secret's ``known_hosts``, or without it ``accept-new`` (the log says the host
   key is trusted on first use); the key is readable by the clone's user; a Secret
   without 'ssh-privatekey' fails before ssh runs;
+- an Agent's plants (:mod:`plants`: ssh and git configuration in the passwd home and
+  ``$HOME``, both on the volume, and repositories to discover): the clone made again,
+  with ``known_hosts`` at a commit or without it on a branch, succeeds, and no loot and
+  no trace of the key is on the volume or in its log; each plant does leak the key from
+  a clone as they ran before (the attack is real);
+- a Workspace whose url carries a token: the operator makes no Pod nor Secret, says
+  ``Failed``, ``Ready=False``, ``Invalid`` with the path, and writes the token nowhere;
 - the whole path: the real operator and kubelet make a Workspace of a private repository
   at a commit Ready, ``status.repos`` reports that commit, and a Run's worktree made by
   the Harness (``POST /worktrees``) starts there.
@@ -34,6 +50,7 @@ Cases:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -47,9 +64,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kubeturn.api.workspace import WorkspaceSpec
+from kubeturn.api.workspace import URL_CREDENTIALS, WorkspaceSpec
 from kubeturn.k8s import clones, objects
-from tests.operator import emulator, git_http
+from tests.operator import emulator, git_http, git_ssh, plants
 from tests.operator import kubelet as kubelet_
 from tests.operator.operator_support import (
     GROUP_VERSION,
@@ -60,6 +77,7 @@ from tests.operator.operator_support import (
     eventually,
     fail_on_logged_errors,
     harness_token,
+    names,
     settings,
     status,
 )
@@ -152,36 +170,72 @@ async def run_clone(
     keys: dict[str, str] | None = None,
     *,
     path: str | None = None,
+    env: dict[str, str] | None = None,
+    home: Path | None = None,
 ) -> Clone:
     """Run the Pod's clone container of ``SLOT`` with the Secret's ``keys``; ``work`` is
-    the volume's directory (``work`` in it stands for /work), ``path`` the PATH."""
+    the volume's directory (``work`` in it stands for /work), ``path`` the PATH, ``env``
+    more of the environment.
+
+    It runs as the Pod's uid (10001). With ``home``, it runs as the Workspace's user
+    (10002, in the Pod's fsGroup 10001) in a mount namespace of its own whose
+    ``/etc/passwd`` gives that user ``home``: an image whose user's home is on the volume."""
     (init,) = [c for c in body["spec"]["initContainers"] if c["name"] == clones.name(SLOT)]
     volumes = {"workspace": work}
     credentials = None
     for volume in body["spec"]["volumes"]:
         if "secret" in volume:
             assert keys is not None, "the Pod mounts a Secret: give its keys"
-            credentials = volumes[volume["name"]] = work.parent / f"{volume['name']}-secret"
+            credentials = volumes[volume["name"]] = secret_directory(work)
             _secret_files(credentials, keys, volume["secret"]["defaultMode"])
     mounts = kubelet_._mounts(init, volumes)
     argv = [kubelet_._rewrite(arg, mounts) for arg in init["command"]]
-    env = {"PATH": path or os.environ["PATH"]}
-    env |= {v["name"]: kubelet_._rewrite(v["value"], mounts) for v in init["env"]}
+    environment = {"PATH": path or os.environ["PATH"]}
+    environment |= {v["name"]: kubelet_._rewrite(v["value"], mounts) for v in init["env"]}
+    environment |= env or {}
     uid = objects.TOOL_UID
+    user: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": [uid]}
+    if home is not None:
+        passwd = work.parent / "passwd"
+        passwd.write_text(_passwd_with(plants.WORKSPACE_UID, home))
+        namespace = ["unshare", "--mount", "--propagation", "private", "sh", "-c", AS_WORKSPACE]
+        argv = [*namespace, str(passwd), *argv]
+        user = {}
     process = await asyncio.create_subprocess_exec(
         *argv,
-        env=env,
-        cwd="/",
-        user=uid,
-        group=uid,
-        extra_groups=[uid],
+        env=environment,
+        cwd=init["workingDir"],
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        **user,
     )
     out, _ = await process.communicate()
     assert process.returncode is not None
     return Clone(process.returncode, out.decode(), mounts[objects.WORK_ROOT], credentials)
+
+
+AS_WORKSPACE = (
+    'mount --bind "$0" /etc/passwd && exec setpriv --reuid=10002 --regid=10002'
+    ' --groups=10001 --inh-caps=-all --no-new-privs -- "$@"'
+)
+"""Run as root in a new mount namespace: its /etc/passwd becomes ``$0``, then the rest runs
+as the Workspace's user in the Pod's fsGroup, with no capability, as a container does."""
+
+
+def _passwd_with(uid: int, home: Path) -> str:
+    """This machine's /etc/passwd with ``uid`` the Workspace's user, at home in ``home``."""
+    kept = [
+        line
+        for line in Path("/etc/passwd").read_text().splitlines()
+        if line.split(":")[2:3] != [str(uid)]
+    ]
+    return "\n".join([*kept, f"workspace:x:{uid}:{uid}::{home}:/bin/bash", ""])
+
+
+def secret_directory(work: Path) -> Path:
+    """Where ``run_clone`` puts the Secret's volume of a Pod whose volume is ``work``."""
+    return work.parent / f"{clones.name(SLOT)}-secret"
 
 
 def _secret_files(directory: Path, keys: dict[str, str], mode: int) -> None:
@@ -283,7 +337,7 @@ async def test_a_private_repository_without_a_secret_fails_at_once(
     assert clone.last_line.startswith(f"kubeturn: cannot clone repo slot '{SLOT}': git could")
 
 
-async def test_the_credentials_are_not_given_to_the_host_a_redirect_leads_to(
+async def test_the_credentials_are_not_given_to_another_port_a_redirect_leads_to(
     server: git_http.GitServer, scratch: Path
 ) -> None:
     async with git_http.serving(scratch / "elsewhere", USER, PASSWORD) as elsewhere:
@@ -297,9 +351,89 @@ async def test_the_credentials_are_not_given_to_the_host_a_redirect_leads_to(
         )
 
         assert clone.code == 1
+        assert server.redirected >= 1
+        # git followed, was refused, asked the helper for 127.0.0.1:<other port>: nothing.
         assert "terminal prompts disabled" in clone.log
         assert elsewhere.refused >= 1
         assert elsewhere.served == 0
+
+
+async def test_https_redirected_to_plain_http_gets_nothing(
+    server: git_http.GitServer, scratch: Path
+) -> None:
+    """The token would cross the network in clear: git does not even follow."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make the https server's certificate")
+    server.bare("private", "one")
+    tls, certificate = git_http.certificate(scratch)
+    async with git_http.serving(scratch / "secure", USER, PASSWORD, tls=tls) as secure:
+        secure.bare("private", "one")
+        trusted = {"GIT_SSL_CAINFO": str(certificate)}
+        keys = {"username": USER, "password": PASSWORD}
+        body = pod(f"{secure.url}/private.git")
+
+        straight = await run_clone(body, work_volume(scratch), keys, env=trusted)
+        assert straight.code == 0, straight.log  # the certificate is trusted: https works
+
+        secure.moved_to = server.url
+        (scratch / "moved").mkdir()
+        clone = await run_clone(body, work_volume(scratch / "moved"), keys, env=trusted)
+
+    assert clone.code == 1, clone.log
+    assert secure.redirected >= 1
+    # git speaks the URL's protocol alone: curl is told not to follow to another.
+    assert 'Protocol "http" not supported or disabled' in clone.log
+    assert (server.refused, server.served) == (0, 0)
+    assert server.exposed == []
+
+
+def test_the_credential_helper_answers_the_urls_protocol_host_and_port_alone(
+    scratch: Path,
+) -> None:
+    """git asks the helper with what the URL it is at says: ``protocol``, and ``host``
+    with a port when the URL writes one. Asked of anything else, it answers nothing, and
+    git, with no terminal, gives up."""
+    body = pod("https://git.example.invalid:8443/team/a.git")
+    (init,) = body["spec"]["initContainers"]
+    env = {v["name"]: v["value"] for v in init["env"]}
+    script = init["command"][2].splitlines()
+    words = shlex.split(next(line for line in script if " clone --" in line))
+    (helper,) = [w for w in words if w.startswith("credential.helper=!")]
+    credentials = scratch / "credentials"
+    credentials.mkdir()
+    (credentials / "username").write_text(USER)
+    (credentials / "password").write_text(PASSWORD)
+    helper = helper.replace(clones.CREDENTIALS_PATH, str(credentials))
+
+    def fill(protocol: str, host: str) -> str | None:
+        asked = subprocess.run(
+            ["git", "-c", "credential.helper=", "-c", helper, "credential", "fill"],
+            input=f"protocol={protocol}\nhost={host}\n\n",
+            env={
+                "PATH": os.environ["PATH"],
+                "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_CONFIG_GLOBAL": "/dev/null",
+                "GIT_TERMINAL_PROMPT": "0",
+                **{k: v for k, v in env.items() if k in ("REPO_PROTOCOL", "REPO_HOST")},
+            },
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return asked.stdout if asked.returncode == 0 else None
+
+    assert fill("https", "git.example.invalid:8443") == (
+        f"protocol=https\nhost=git.example.invalid:8443\nusername={USER}\npassword={PASSWORD}\n"
+    )
+    for protocol, host in [
+        ("http", "git.example.invalid:8443"),
+        ("https", "git.example.invalid"),
+        ("https", "git.example.invalid:443"),
+        ("https", "git.example.invalid:8080"),
+        ("https", "other.invalid:8443"),
+        ("https", "git.example.invalid:8443.other.invalid"),
+    ]:
+        assert fill(protocol, host) is None, (protocol, host)
 
 
 # ----------------------------------------------------------------------------- commits
@@ -432,7 +566,7 @@ async def test_ssh_clones_with_the_mounted_key_alone(
     assert clone.code == 0, clone.log
     assert clone.git("rev-parse", "HEAD") == ssh.commits[0]
     assert clone.credentials is not None
-    command = clones.ssh_command(known_hosts=known_hosts)
+    command = clones.ssh_command(key=True, known_hosts=known_hosts)
     expected = shlex.split(command.replace(clones.CREDENTIALS_PATH, str(clone.credentials)))
     assert ssh.arguments[: len(expected) - 1] == expected[1:]
     assert ssh.arguments[-2:] == ["git.invalid", f"git-upload-pack '{ssh.origin}'"]
@@ -461,6 +595,85 @@ async def test_ssh_without_a_private_key_fails_before_ssh_runs(ssh: Ssh, scratch
         " 'ssh-privatekey' (or it is empty); an ssh URL needs 'ssh-privatekey'"
     )
     assert not ssh.record.exists()
+
+
+# ----------------------------------------------------------------------------- an Agent's plants
+
+
+@pytest.fixture
+def sshd(scratch: Path) -> Iterator[git_ssh.SshServer]:
+    """A real sshd on 127.0.0.1 (:mod:`git_ssh`); the test skips, saying why, without one."""
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(git_ssh.serving(scratch / "sshd"))
+        except git_ssh.Unavailable as why:
+            pytest.skip(str(why))
+        yield server
+
+
+@pytest.fixture
+def namespaces() -> None:
+    """The clone runs in a mount namespace of its own (its passwd): skip where none can be."""
+    if shutil.which("unshare") is None or shutil.which("setpriv") is None:
+        pytest.skip("no unshare or setpriv (util-linux) to give the clone a passwd of its own")
+    made = subprocess.run(["unshare", "--mount", "true"], capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a mount namespace here: {made.stderr.decode().strip()}")
+
+
+def planted(scratch: Path, which: tuple[str, ...] = plants.PLANTS) -> Path:
+    """A volume whose ``work`` (the clone's /work) an Agent has planted ``which`` in, to
+    leak the key the clone container will find in its Secret's volume."""
+    volume = work_volume(scratch)
+    key = secret_directory(volume) / "ssh-privatekey"
+    plants.plant(volume / "work", seen_at=str(volume / "work"), key=str(key), plants=which)
+    return volume
+
+
+@pytest.mark.usefixtures("namespaces")
+@pytest.mark.parametrize(
+    ("known_hosts", "at_commit"),
+    [(True, True), (False, False)],
+    ids=["known-hosts-at-a-commit", "first-use-on-a-branch"],
+)
+async def test_a_clone_reads_nothing_an_agent_planted(
+    sshd: git_ssh.SshServer, scratch: Path, known_hosts: bool, at_commit: bool
+) -> None:
+    """The Pod made again after an Agent planted everything: its passwd home and ``$HOME``
+    are the planted volume, as in an image whose user lived there."""
+    url, commits = sshd.bare("private", "one", "two")
+    volume = planted(scratch)
+    work = volume / "work"
+    keys = {"ssh-privatekey": sshd.key}
+    keys |= {"known_hosts": sshd.known_hosts} if known_hosts else {}
+    body = pod(url, commits[0][:7] if at_commit else "main")
+
+    clone = await run_clone(body, volume, keys, env={"HOME": str(work)}, home=work)
+
+    assert clone.code == 0, clone.log
+    assert clone.git("rev-parse", "HEAD") == (commits[0] if at_commit else commits[-1])
+    assert plants.loot(work) == []
+    assert plants.holding(work, sshd.key) == []
+    assert not plants.holds(clone.log, sshd.key)
+
+
+@pytest.mark.usefixtures("namespaces")
+@pytest.mark.parametrize("plant", sorted(plants.LEAKS))
+async def test_each_plant_leaks_the_key_from_a_clone_that_reads_it(
+    sshd: git_ssh.SshServer, scratch: Path, plant: str
+) -> None:
+    """The attack is real: the clone containers' ssh before ``-F /dev/null``, with git
+    reading ``$HOME``, hands the key over."""
+    url, _ = sshd.bare("private", "one")
+    volume = planted(scratch, (plant,))
+    work = volume / "work"
+    body = pod(url)
+    body["spec"]["initContainers"][0]["command"] = ["sh", "-c", plants.NAIVE_CLONE]
+
+    await run_clone(body, volume, {"ssh-privatekey": sshd.key}, env={"HOME": str(work)}, home=work)
+
+    assert plants.loot(work) == [work / plants.LEAKS[plant]]
+    assert (work / plants.LEAKS[plant]).read_text() == sshd.key
 
 
 # ----------------------------------------------------------------------------- the whole path
@@ -535,3 +748,44 @@ async def test_a_workspace_of_a_private_repository_starts_runs_at_its_commit(
     finally:
         await operator.stop()
     fail_on_logged_errors(caplog, kubelet.started)
+
+
+async def test_a_workspace_whose_url_carries_a_token_is_refused_naming_the_path(
+    k8s: emulator.KubernetesApi,
+    k8s_client: aiohttp.ClientSession,
+    kubeconfig: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The CRD refuses it; an older CRD, or this emulator (no admission), does not: the
+    operator makes nothing of it and says where the problem is, never what the URL holds."""
+    api = Api(k8s_client)
+    operator = OperatorThread(settings(providers_yaml=PROVIDERS), kubeconfig)
+    await operator.start()
+    try:
+        repo = {"url": f"https://{USER}:{PASSWORD}@127.0.0.1:9/private.git"}
+        await api.create(
+            {
+                "apiVersion": GROUP_VERSION,
+                "kind": "Workspace",
+                "metadata": {"name": NAME, "namespace": NAMESPACE},
+                "spec": {"repos": {SLOT: repo}},
+            }
+        )
+        await eventually(
+            lambda: status(k8s, WORKSPACES, NAME).get("phase") == "Failed",
+            "the Workspace Failed",
+            describe=lambda: f"{status(k8s, WORKSPACES, NAME)}",
+        )
+    finally:
+        await operator.stop()
+    said = status(k8s, WORKSPACES, NAME)
+    (ready,) = [c for c in said["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "Invalid")
+    assert ready["message"] == f"spec.repos.{SLOT}.url: {URL_CREDENTIALS}"
+    assert names(k8s, "v1/pods") == []
+    assert names(k8s, "v1/secrets") == []
+    others = [key for key in list(k8s.objects) if key[0].plural != "workspaces"]
+    assert others, "the operator wrote nothing else (an Event, at least)?"
+    assert not [key for key in others if PASSWORD in repr(k8s.read_object(*key))]
+    assert not [r for r in caplog.records if PASSWORD in r.getMessage()]
+    fail_on_logged_errors(caplog, [])

@@ -6,14 +6,23 @@ Cases:
   that slot's clone container only: not into another slot's, not into the Harness's,
   whose env does not name the Secret either; the Pod's ``fsGroup`` is the clone's uid
   (how it reads a 0400 file); a slot without one mounts the work directory alone;
-- the clone container's env: the URL, ref, Secret's name, the https URL's host (without
-  its user), no terminal prompt; its failure message reaches the Pod's status
+- the clone container's env: the URL, ref, Secret's name, the https URL's protocol and
+  host with its port (what the credential helper answers); it starts in ``/``, not the
+  image's ``/work``; its failure message reaches the Pod's status
   (``FallbackToLogsOnError``);
-- ``transport``: https, ssh (URL and scp-like), other; ``is_commit``: 7-64 hex digits;
-- ``ssh_command``: the mounted key alone, no prompt, ``StrictHostKeyChecking=yes`` with
-  the Secret's ``known_hosts``, else ``accept-new`` with no file kept;
+- ``protocol`` and ``transport``: https, ssh (URL, aliases and scp-like), other;
+  ``is_commit``: 7-64 hex digits;
+- ``ssh_command``: no configuration file, no prompt; the mounted key alone, or no
+  identity at all; ``StrictHostKeyChecking=yes`` with the Secret's ``known_hosts``, else
+  ``accept-new`` with no file kept;
+- the script trusts nothing on the volume: it starts in ``/`` and exports ``SAFE_GIT``
+  before git runs; every git command has no hooks and no fsmonitor; ``clone`` speaks the
+  URL's protocol alone (a redirect to another is refused) and writes a directory the
+  script has just removed; ``checkout`` names that clone as its repository and work tree
+  (nothing is discovered); git runs nowhere else;
 - the script: a commit is cloned without checkout then checked out detached; a branch or
   tag with ``--branch``; a ``secretRef`` on another kind of URL fails before git runs;
+  ssh without a ``secretRef`` says the host key is trusted on first use;
 - names: a slot that is a DNS label names its container as it is; slots the label cannot
   spell (``a_b``, ``a-b``, ``a.b``, capitals, long ones) never share a name.
 """
@@ -37,7 +46,7 @@ SPEC = WorkspaceSpec.model_validate(
     {
         "repos": {
             "target": {
-                "url": "https://bot@git.example.invalid:8443/team/a.git",
+                "url": "https://git.example.invalid:8443/team/a.git",
                 "secretRef": {"name": "target-credentials"},
             },
             "docs": {"url": "https://git.example.invalid/team/docs.git"},
@@ -103,32 +112,49 @@ class TestCredentials:
 
 
 class TestEnvironment:
-    def test_the_clone_gets_its_repo_and_no_prompt(self) -> None:
+    def test_the_clone_gets_its_repo_and_what_the_helper_answers(self) -> None:
         assert env("clone-target") == {
-            "REPO_URL": "https://bot@git.example.invalid:8443/team/a.git",
+            "REPO_URL": "https://git.example.invalid:8443/team/a.git",
             "REPO_REF": "main",
-            "HOME": "/tmp",
-            "GIT_TERMINAL_PROMPT": "0",
             "REPO_SECRET": "target-credentials",
+            "REPO_PROTOCOL": "https",
             "REPO_HOST": "git.example.invalid:8443",
         }
-        assert "REPO_SECRET" not in env("clone-docs")
-        assert "REPO_HOST" not in env("clone-docs")
+        assert env("clone-docs") == {
+            "REPO_URL": "https://git.example.invalid/team/docs.git",
+            "REPO_REF": "main",
+        }
 
     def test_no_host_for_ssh(self) -> None:
         repo = Repo(url="git@git.example.invalid:team/a.git", secretRef={"name": "key"})
         built = clones.container("target", repo, image="i", work={}, security={})
-        assert {v["name"] for v in built["env"]} == {
-            "REPO_URL",
-            "REPO_REF",
-            "HOME",
-            "GIT_TERMINAL_PROMPT",
-            "REPO_SECRET",
-        }
+        assert {v["name"] for v in built["env"]} == {"REPO_URL", "REPO_REF", "REPO_SECRET"}
+
+    def test_it_starts_off_the_volume(self) -> None:
+        for name in ("clone-target", "clone-docs"):
+            assert container(name)["workingDir"] == "/"
 
     def test_a_failure_reaches_the_pods_status(self) -> None:
         for name in ("clone-target", "clone-docs"):
             assert container(name)["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://github.com/a/b.git", "https"),
+        ("HTTP://127.0.0.1:8080/b.git", "http"),
+        ("ssh://git@github.com/a/b.git", "ssh"),
+        ("git+ssh://github.com/a/b.git", "ssh"),
+        ("ssh+git://github.com/a/b.git", "ssh"),
+        ("git@github.com:a/b.git", "ssh"),
+        ("file:///srv/b.git", "file"),
+        ("git://github.com/a/b.git", "git"),
+        ("/srv/b.git", "file"),
+    ],
+)
+def test_protocol(url: str, expected: str) -> None:
+    assert clones.protocol(url) == expected
 
 
 @pytest.mark.parametrize(
@@ -170,14 +196,64 @@ def test_is_commit(ref: str, expected: bool) -> None:
 
 def test_ssh_command() -> None:
     key = f"{clones.CREDENTIALS_PATH}/ssh-privatekey"
-    common = f"ssh -i {key} -o IdentitiesOnly=yes -o BatchMode=yes"
-    assert clones.ssh_command(known_hosts=True) == (
-        f"{common} -o StrictHostKeyChecking=yes"
+    common = "ssh -F /dev/null -o BatchMode=yes"
+    first_use = "-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=/dev/null"
+    assert clones.ssh_command(key=True, known_hosts=True) == (
+        f"{common} -i {key} -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes"
         f" -o UserKnownHostsFile={clones.CREDENTIALS_PATH}/known_hosts"
     )
-    assert clones.ssh_command(known_hosts=False) == (
-        f"{common} -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=/dev/null"
+    assert clones.ssh_command(key=True, known_hosts=False) == (
+        f"{common} -i {key} -o IdentitiesOnly=yes {first_use}"
     )
+    assert clones.ssh_command(key=False, known_hosts=False) == (
+        f"{common} -o IdentityFile=none {first_use}"
+    )
+
+
+SAFE = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false"
+PARTIAL = f"{clones.REPOS}/.partial-target"
+REPOS = [
+    Repo(url="https://h/a.git", ref="3f2a9c1", secretRef={"name": "s"}),
+    Repo(url="http://h:8080/a.git"),
+    Repo(url="ssh://git@h/a.git", ref="3f2a9c1", secretRef={"name": "s"}),
+    Repo(url="git@h:a.git"),
+    Repo(url="file:///srv/a.git", ref="3f2a9c1"),
+]
+
+
+@pytest.mark.parametrize("repo", REPOS, ids=[repo.url for repo in REPOS])
+class TestScriptTrustsNothingOnTheVolume:
+    def test_it_starts_in_the_root_with_safe_git_before_git_runs(self, repo: Repo) -> None:
+        lines = clones.script("target", repo).splitlines()
+        assert lines[:3] == [
+            "set -eu",
+            "cd /",
+            "export HOME=/tmp GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null"
+            f" GIT_CEILING_DIRECTORIES={clones.REPOS} GIT_TERMINAL_PROMPT=0",
+        ]
+        assert dict(clones.SAFE_GIT)["HOME"] == "/tmp"
+
+    def test_git_runs_only_in_what_it_has_just_made(self, repo: Repo) -> None:
+        script = clones.script("target", repo)
+        runs = [line for line in script.splitlines() if line.startswith("git ")]
+        assert len(runs) == (2 if clones.is_commit(repo.ref) else 1)
+        assert all(line.startswith(f"{SAFE} ") for line in runs)
+        checkout = "--no-checkout" if clones.is_commit(repo.ref) else '--branch "$REPO_REF"'
+        assert runs[0].endswith(
+            f' clone --quiet {checkout} -- "$REPO_URL" "{PARTIAL}"'
+            ' || fail "git could not clone $REPO_URL at $REPO_REF (its words are above)"'
+        )
+        assert script.index(f'rm -rf "{PARTIAL}"') < script.index(runs[0])
+        if clones.is_commit(repo.ref):
+            assert runs[1].startswith(
+                f'{SAFE} --git-dir="{PARTIAL}/.git" --work-tree="{PARTIAL}" checkout '
+            )
+        assert script.count("git ") == len(runs) + script.count("git could not")
+
+    def test_clone_speaks_the_urls_protocol_alone(self, repo: Repo) -> None:
+        clone = [line for line in clones.script("target", repo).splitlines() if " clone --" in line]
+        allowed = f"-c protocol.allow=never -c protocol.{clones.protocol(repo.url)}.allow=always"
+        assert f"{SAFE} {allowed} " in clone[0]
 
 
 class TestScript:
@@ -199,6 +275,14 @@ class TestScript:
             'fail "a secretRef takes an https or ssh URL, not $REPO_URL"'
         )
         assert "git " not in script
+
+    def test_ssh_without_a_secret_trusts_the_host_on_first_use_and_says_so(self) -> None:
+        script = clones.script("target", Repo(url="git@h:a.git"))
+        command = clones.ssh_command(key=False, known_hosts=False)
+        assert f"GIT_SSH_COMMAND='{command}'\nexport GIT_SSH_COMMAND\n" in script
+        assert (
+            "kubeturn: repo slot 'target' has no secretRef: the host key is trusted on first use"
+        ) in script
 
 
 class TestNames:

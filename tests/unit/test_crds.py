@@ -28,7 +28,9 @@ Cases:
   means what it says on sample objects (exactly one of workspace name/template; signals
   append-only; cancel not undone; an AgentTurn's spec immutable; an egress peer is an
   ipBlock or selectors; an egress endPort follows a port, in a Workspace and in a Run's
-  template); every rule has samples, and the models refuse what the egress rules refuse.
+  template; a repo's url carries no credentials, in a Workspace and in a Run's
+  template); every rule has samples, and the models refuse what the egress and url
+  rules refuse.
 """
 
 from __future__ import annotations
@@ -626,6 +628,15 @@ EGRESS_RULES = {
 SIGNAL_A = {"id": "a", "event": "approve"}
 SIGNAL_B = {"id": "b", "event": "reject", "data": {"notes": "no"}}
 TURN_SPEC = {"runRef": {"name": "r"}, "turn": "t1", "prompt": "do it", "menu": [{"name": "x"}]}
+CLONE_URLS: list[tuple[Any, Any, bool]] = [
+    ("https://git.example.invalid/team/a.git", None, True),
+    ("git@github.com:org/repo.git", None, True),
+    ("ssh://git@git.example.invalid:2222/team/a.git", None, True),
+    ("https://bot:ghp-token@git.example.invalid/team/a.git", None, False),
+    ("https://ghp-token@git.example.invalid/team/a.git", None, False),
+    ("ssh://git:password@git.example.invalid/team/a.git", None, False),
+]
+"""tests/unit/test_repo_urls.py holds many more, checked against the model too."""
 SAMPLES: dict[tuple[str, str], list[tuple[Any, Any, bool]]] = {
     # (kind, path): [(self, oldSelf or None on create, expected)]
     ("Run", "spec.workspace"): [
@@ -647,6 +658,8 @@ SAMPLES: dict[tuple[str, str], list[tuple[Any, Any, bool]]] = {
         (False, False, True),
         (False, True, False),
     ],
+    ("Run", "spec.workspace.template.repos.*.url"): CLONE_URLS,
+    ("Workspace", "spec.repos.*.url"): CLONE_URLS,
     ("AgentTurn", "spec"): [
         (TURN_SPEC, TURN_SPEC, True),
         ({**TURN_SPEC, "prompt": "do it again"}, TURN_SPEC, False),

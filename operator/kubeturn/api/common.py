@@ -27,9 +27,15 @@ MODEL_NAME = re.compile(r"^[^/\s]+/\S+$")
 
 
 class Spec(BaseModel):
-    """A part of a resource: camelCase as written, unknown fields refused, immutable."""
+    """A part of a resource: camelCase as written, unknown fields refused, immutable.
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    pydantic's own error text never quotes what was written (``hide_input_in_errors``): a
+    manifest can hold a secret (an env value, a URL with a token), and such text can
+    reach a log. ``kubeturn.api.validation`` says what is wrong without it."""
+
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, frozen=True, hide_input_in_errors=True
+    )
 
 
 class ObjectMeta(BaseModel):

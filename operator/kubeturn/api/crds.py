@@ -38,7 +38,7 @@ from pydantic import BaseModel
 from kubeturn.api.agentturn import AgentTurn
 from kubeturn.api.common import API_GROUP
 from kubeturn.api.run import Run
-from kubeturn.api.workspace import Workspace
+from kubeturn.api.workspace import URL_CREDENTIALS, URL_RULE, Workspace
 
 VERSION = "v1alpha1"
 CATEGORY = "kubeturn"
@@ -148,9 +148,9 @@ class Rule:
 
 @dataclass(frozen=True)
 class Amendment:
-    """What a resource adds to the node at ``path`` (dotted, from the object's root)
-    beyond what its model says: Kubernetes-only keys, CEL rules, and a sentence for
-    the description saying why."""
+    """What a resource adds to the node at ``path`` (dotted, from the object's root; ``*``
+    steps into a map's values) beyond what its model says: Kubernetes-only keys, CEL
+    rules, and a sentence for the description saying why."""
 
     path: str
     keys: Mapping[str, Any] = field(default_factory=dict)
@@ -184,6 +184,10 @@ class Resource:
     def file_name(self) -> str:
         return f"{self.crd_name}.yaml"
 
+
+CLONE_URL = Rule(URL_RULE, f"a repo's url {URL_CREDENTIALS}")
+"""A repo slot's ``url`` carries no credentials (``Repo``'s own check, in the API server):
+a Workspace's, and a Run's Workspace template's."""
 
 RUN = Resource(
     model=Run,
@@ -233,6 +237,7 @@ RUN = Resource(
             "spec.cancel",
             rules=(Rule("!oldSelf || self", "cannot be undone: once true, it stays true"),),
         ),
+        Amendment("spec.workspace.template.repos.*.url", rules=(CLONE_URL,)),
     ),
 )
 
@@ -245,6 +250,7 @@ WORKSPACE = Resource(
         PrinterColumn("Repos", ".status.repoCount", "integer", "Repo slots cloned."),
         AGE,
     ),
+    amendments=(Amendment("spec.repos.*.url", rules=(CLONE_URL,)),),
 )
 
 AGENT_TURN = Resource(
@@ -359,7 +365,7 @@ def _amend(root: Schema, amendment: Amendment) -> None:
     node = root
     for name in amendment.path.split("."):
         try:
-            node = node["properties"][name]
+            node = node["additionalProperties"] if name == "*" else node["properties"][name]
         except KeyError:
             raise ValueError(f"no schema node at {amendment.path!r} to amend") from None
     node.update(amendment.keys)

@@ -4,7 +4,7 @@ pydantic reports where in the document a problem is as a tuple; this turns it in
 manifest path users read (``spec.agents.coder.workspace``, ``…on.approve[1].target``)
 and rewrites pydantic's wording where it speaks Python (``Extra inputs are not
 permitted``) into what to change (``unknown field 'gaurd' (did you mean 'guard'?)``).
-No IO.
+A value it quotes has any URL credentials in it redacted. No IO.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pydantic_core import ErrorDetails
 
 from kubeturn.api.machine import TRANSITION_SHAPES
 from kubeturn.api.run import Run
+from kubeturn.api.workspace import Workspace, redacted
 from kubeturn.errors import DefinitionError, DefinitionErrors, manifest_path
 
 _KEY = "[key]"
@@ -37,6 +38,15 @@ def validate_run(document: Any) -> Run:
         return Run.model_validate(on_keys_restored(document))
     except ValidationError as error:
         raise DefinitionErrors(definition_errors(error, Run)) from error
+
+
+def validate_workspace(document: Any) -> Workspace:
+    """``document`` as a ``Workspace``; ``DefinitionErrors`` with every shape problem
+    otherwise, each at its path (``spec.repos.target.url``)."""
+    try:
+        return Workspace.model_validate(document)
+    except ValidationError as error:
+        raise DefinitionErrors(definition_errors(error, Workspace)) from error
 
 
 def on_keys_restored(document: Any) -> Any:
@@ -103,6 +113,8 @@ def _translate(detail: ErrorDetails, model: type[BaseModel]) -> DefinitionError:
         return DefinitionError(path, str(cause) if cause is not None else detail["msg"])
     message = _lower(detail["msg"])
     given = detail.get("input")
+    if isinstance(given, str):
+        given = redacted(given)
     if isinstance(given, str | int | float | bool) and kind != "transition_shape":
         message += f"; got {given!r}"
     return DefinitionError(path, message)
@@ -188,7 +200,7 @@ def _type_name(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):
-        return f"the string {value!r}"
+        return f"the string {redacted(value)!r}"
     if value is None:
         return "null"
     return f"{type(value).__name__} {value!r}"

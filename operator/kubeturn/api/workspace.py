@@ -6,6 +6,7 @@ Workspace resource's own spec is the same model. Nothing here does IO.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, TypeAlias
 
 from pydantic import Field, field_validator
@@ -13,6 +14,51 @@ from pydantic import Field, field_validator
 from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_slot_names
 from kubeturn.api.egress import WorkspaceEgress
 from kubeturn.api.status import WorkspaceStatus
+
+MAX_URL_LENGTH = 2048
+"""A clone URL's length: room for any forge's. The API server prices the CEL rule below
+before it runs it, by this bound (see ``MAX_REPOS``)."""
+
+MAX_REPOS = 64
+"""Repo slots in one Workspace. The API server prices the rule on each slot's ``url`` as
+``MAX_REPOS`` runs of it: its two ``matches`` on 2048 characters cost 4.1·10³ units a
+run, 2.6·10⁵ in all, under the 10⁶ it allows one rule per request (unbounded, the map and
+the string would price it in billions, and the CRD would be refused). Workspaces have a
+handful."""
+
+URL_USERINFO = "^[^:/?#]+://[^/?#]*@"
+"""A URL whose authority (between ``scheme://`` and the path) holds ``@``: a user, and
+perhaps a password or a token, written into the URL."""
+
+SSH_USER = "(?i)^(ssh|git[+]ssh|ssh[+]git)://[^/?#:@]*@[^/?#@]*([/?#]|$)"
+"""An ssh URL that names its login user and nothing else (``ssh://git@host/repo.git``):
+ssh takes no password from a URL, so the user is not a secret."""
+
+URL_CREDENTIALS = (
+    "must not carry credentials: put them in the Secret that secretRef names, whose keys "
+    "only the slot's clone container reads; an ssh URL may name its user "
+    "(ssh://git@host/repo.git, git@host:repo.git) but no password"
+)
+"""Why a URL with credentials is refused. It never quotes the URL, which holds them."""
+
+URL_RULE = f"!self.matches('{URL_USERINFO}') || self.matches('{SSH_USER}')"
+"""The CRDs' CEL rule on ``url`` (``kubeturn.api.crds``): what :func:`carries_credentials`
+says, in the API server. Both regexes are RE2 and Python alike."""
+
+
+def carries_credentials(url: str) -> bool:
+    """Whether ``url`` holds a user or password that is not an ssh login user: such a URL
+    lands in the clone's ``.git/config``, the Pod's spec and status messages, all of
+    which the Agents or anyone reading the Workspace can see (ADR 0033)."""
+    return re.match(URL_USERINFO, url) is not None and re.match(SSH_USER, url) is None
+
+
+def redacted(text: str) -> str:
+    """``text`` with the user and password of a URL that :func:`carries_credentials` put
+    as ``***``: what a message may quote of a value written where a URL goes."""
+    if not carries_credentials(text):
+        return text
+    return re.sub("^([^:/?#]+://)[^/?#]*@", r"\1***@", text, count=1)
 
 
 class SecretRef(Spec):
@@ -26,7 +72,11 @@ class Repo(Spec):
 
     url: str = Field(
         min_length=1,
-        description="The clone URL: https (or http), or ssh (ssh://… or user@host:path).",
+        max_length=MAX_URL_LENGTH,
+        description=(
+            "The clone URL: https (or http), or ssh (ssh://… or user@host:path). It carries "
+            "no credentials: those go in the Secret that secretRef names."
+        ),
     )
     ref: str = Field(
         default="main",
@@ -45,6 +95,13 @@ class Repo(Spec):
             "container mounts it; the Harness and the Agents never see it."
         ),
     )
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials(cls, url: str) -> str:
+        if carries_credentials(url):
+            raise ValueError(URL_CREDENTIALS)
+        return url
 
 
 Quantity: TypeAlias = int | str
@@ -91,9 +148,11 @@ class WorkspaceSpec(Spec):
 
     repos: dict[str, Repo] = Field(
         min_length=1,
+        max_length=MAX_REPOS,
         description=(
-            "Repo slots: slot name to repository. Each Run gets a worktree of every slot at "
-            "/work/<slot>/<run-branch>; templates reach it as workspace.repos.<slot>."
+            "Repo slots: slot name to repository (at most 64). Each Run gets a worktree of "
+            "every slot at /work/<slot>/<run-branch>; templates reach it as "
+            "workspace.repos.<slot>."
         ),
     )
     image: str | None = Field(

@@ -24,6 +24,10 @@ entries of Runs that finished or are gone (the Run controller writes them). Its 
 events, a new generation of it and Runs that finish wake it (and, while its Pod waits to
 be made anew, its AgentTurns' and Runs' changes); it looks again every few seconds
 regardless. It never deletes, resizes or replaces the volume, nor changes the tokens.
+
+A Workspace whose spec does not validate (a repo ``url`` carrying credentials, which the
+CRD refuses too) has nothing made or changed for it: it is ``Failed`` with
+``Ready=False``, ``Invalid``, every problem at its path, until its spec changes.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from kubeturn.api import validation
 from kubeturn.api.status import RunPhase, WorkspacePhase
-from kubeturn.api.validation import definition_errors
 from kubeturn.api.workspace import WorkspaceSpec
+from kubeturn.errors import DefinitionErrors
 from kubeturn.k8s import conditions, egress, events, metrics, objects, sandboxes
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import (
@@ -328,10 +333,11 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     namespace, name = meta["namespace"], meta["name"]
     key = (namespace, name)
     try:
-        spec = WorkspaceSpec.model_validate(body["spec"])
-    except ValidationError as error:
-        await _refuse(hub, body, sandbox, error)
-        return RESYNC_S  # nothing to do until its spec changes, and that wakes the daemon
+        spec = _validated(body)
+    except DefinitionErrors as errors:
+        invalid = sandboxes.Said(False, conditions.INVALID, str(errors))
+        await _write(hub, body, sandbox, WorkspacePhase.FAILED, None, invalid, None, None)
+        return READY_PROBE_S  # a new generation wakes the daemon at once
     now = time.monotonic()
     deleting = bool(meta.get("deletionTimestamp"))  # what it owns goes with it: no sync
     looking = Looked(meta.get("generation"), await hub.api_server.look(), now)
@@ -421,6 +427,18 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     return plan.wait_s if plan.wait_s is not None else PROBE_S
 
 
+def _validated(body: dict[str, Any]) -> WorkspaceSpec:
+    """The Workspace's spec; ``DefinitionErrors`` naming each problem's path otherwise."""
+    meta = body["metadata"]
+    document = {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "spec": body["spec"],
+    }
+    return validation.validate_workspace(document).spec
+
+
 def _sync_due(synced: Looked | None, now: Looked) -> bool:
     """Whether the other objects are to be compared: first, then on a new generation or
     new API server addresses, and every ``RESYNC_S``."""
@@ -429,18 +447,6 @@ def _sync_due(synced: Looked | None, now: Looked) -> bool:
         or (synced.generation, synced.api_server) != (now.generation, now.api_server)
         or now.at - synced.at >= RESYNC_S
     )
-
-
-async def _refuse(hub: Hub, body: dict[str, Any], sandbox: Sandbox, error: ValidationError) -> None:
-    """Say in the status why the Workspace's spec is refused, every problem with its path
-    (the CRD's schema cannot check them all: CIDRs, guarded addresses). Its objects and
-    its Pod are left as they were made from the last spec that was valid."""
-    problems = [
-        f"spec.{problem.path}: {problem.message}" if problem.path else f"spec: {problem.message}"
-        for problem in definition_errors(error, WorkspaceSpec)
-    ]
-    said = sandboxes.Said(False, conditions.INVALID, "; ".join(problems))
-    await _write(hub, body, sandbox, WorkspacePhase.FAILED, None, said, None, None)
 
 
 async def _busy(hub: Hub, namespace: str, name: str) -> str | None:
@@ -591,9 +597,9 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     @metrics.counting_errors("workspaces")
     async def create(body: kopf.Body, **_: Any) -> None:
         try:
-            spec = WorkspaceSpec.model_validate(dict(body["spec"]))
-        except ValidationError:
-            return  # its daemon says why in the status
+            spec = _validated(_plain(body))
+        except DefinitionErrors:
+            return  # the daemon says what is wrong in the status
         await ensure_children(hub, _plain(body), spec)
 
     @kopf.daemon(GROUP, VERSION, "workspaces", cancellation_timeout=5, registry=registry)

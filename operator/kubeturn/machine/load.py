@@ -25,7 +25,14 @@ from kubeturn.machine.compiler import compile_machine
 from kubeturn.machine.menus import MenuEntry
 from kubeturn.machine.menus import build as build_menus
 
-__all__ = ["DEFAULT_NAMESPACE", "LoadedRun", "MenuEntry", "load_run", "load_run_yaml"]
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "LoadedRun",
+    "MenuEntry",
+    "load_run",
+    "load_run_yaml",
+    "parse_yaml",
+]
 
 DEFAULT_NAMESPACE = "default"
 """The namespace of a manifest that names none, as kubectl's default context gives it;
@@ -115,8 +122,13 @@ def load_run_yaml(
     text: str, source: str = "<manifest>", *, workspace_required: bool = False
 ) -> LoadedRun:
     """``load_run`` of one YAML document; ``source`` (a file name) names it in YAML errors."""
+    return load_run(parse_yaml(text, source), workspace_required=workspace_required)
+
+
+def parse_yaml(text: str, source: str = "<manifest>") -> Any:
+    """One YAML document; ``DefinitionErrors`` naming ``source`` and the place otherwise."""
     try:
-        document = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -124,4 +136,3 @@ def load_run_yaml(
         raise DefinitionErrors(
             [DefinitionError(f"{source}{at}", f"not valid YAML: {problem}")]
         ) from error
-    return load_run(document, workspace_required=workspace_required)
