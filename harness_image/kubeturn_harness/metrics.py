@@ -39,6 +39,13 @@ class HarnessMetrics:
             ["tool"],
             registry=self.registry,
         )
+        self.tool_sessions = Counter(
+            "kubeturn_harness_tool_sessions",
+            "Toolbox sessions opened for Submissions, by the Landlock ABI that confined "
+            "them (0: none; the kernel has no Landlock).",
+            ["landlock"],
+            registry=self.registry,
+        )
         self.picks = Counter(
             "kubeturn_harness_picks",
             "Menu calls, by what became of them (delivered, turn-complete, stale, refused, ...).",

@@ -198,7 +198,7 @@ async def run_submission(
     run.record(run.message(Role.USER, request.prompt, briefing=block))
 
     specs = [*(spec.openai() for spec in tools), *(_menu_tool(item) for item in menu)]
-    working = _Tools(env.toolbox, Path(request.resolved_cwd), access)
+    working = _Tools(env.toolbox, Path(request.resolved_cwd), access, env.metrics)
     watch = RunawayWatch(
         max_identical=env.limits.max_identical_calls, max_steps=env.limits.max_steps
     )
@@ -229,6 +229,7 @@ class _Tools:
     toolbox: Toolbox
     cwd: Path
     access: WorkspaceAccess
+    metrics: HarnessMetrics
     session: Session | None = None
 
     async def run(self, name: str, arguments: dict[str, Any]) -> str:
@@ -237,6 +238,10 @@ class _Tools:
                 self.session = await self.toolbox.session(
                     Kind.TOOLS, cwd=self.cwd, access=self.access
                 )
+                confined = self.session.opened.landlock
+                self.metrics.tool_sessions.labels(landlock=str(confined)).inc()
+                if not confined:
+                    log.warning("the tools in %s run unconfined: no Landlock here", self.cwd)
             result = await self.session.call(name, arguments)
         except ToolboxUnavailable as error:
             await self.close()

@@ -5,7 +5,10 @@ Cases:
   with the Run's own path and branch, every worktree is checked out on its branch, and
   each is a repository of its own that borrows the clone's objects (ADR 0036), the clone
   itself untouched (no linked worktree, no Run's branch);
-- the same Run asking 10 times at once gets one worktree, the same answer each time.
+- the same Run asking 10 times at once gets one worktree, the same answer each time;
+- a linked worktree an earlier kubeturn made (``git worktree add``) becomes a repository
+  of its own on the same branch and commit, its files kept, the clone's record of it
+  gone.
 """
 
 from __future__ import annotations
@@ -125,3 +128,39 @@ async def test_one_run_asking_many_times_at_once_gets_one_worktree(
     assert sorted(p.name for p in (work_root / SLOT).iterdir()) == ["kubeturn-review-1"]
     assert git_lines(Path(path), "branch", "--show-current") == ["kubeturn/review-1"]
     assert_clone_untouched(work_root / ".repos" / SLOT)
+
+
+def make_linked_worktree(clone: Path, tree: Path) -> None:
+    """A Run's worktree as an earlier kubeturn made it (``git worktree add``), with a commit
+    of its Agent's and a file not committed."""
+    git = ["git", "-c", "safe.directory=*", "-c", "user.name=a", "-c", "user.email=a@b.invalid"]
+    subprocess.run(
+        [*git, "-C", str(clone), "worktree", "add", "-q", "-B", "kubeturn/old", str(tree)],
+        check=True,
+    )
+    (tree / "made.txt").write_text("committed\n")
+    subprocess.run([*git, "-C", str(tree), "add", "made.txt"], check=True)
+    subprocess.run([*git, "-C", str(tree), "commit", "-q", "-m", "the Agent's"], check=True)
+    (tree / "draft.txt").write_text("not committed\n")
+    subprocess.run(["chown", "-R", "65534:65534", str(clone.parents[1])], check=True)
+
+
+async def test_a_linked_worktree_of_an_earlier_kubeturn_becomes_a_repository_of_its_own(
+    world: StartWorld, work_root: Path
+) -> None:
+    clone, tree = work_root / ".repos" / SLOT, work_root / SLOT / "kubeturn-old"
+    await asyncio.to_thread(make_linked_worktree, clone, tree)
+    w = await world(TEXT_ONLY, orchestrated=False, work_root=work_root)
+
+    assert await ask(w, "old") == (
+        200,
+        {"worktrees": {SLOT: {"path": str(tree), "branch": "kubeturn/old"}}},
+    )
+
+    assert (tree / ".git").is_dir()
+    assert borrowed(tree) == [str(clone / ".git" / "objects")]
+    assert git_lines(tree, "branch", "--show-current") == ["kubeturn/old"]
+    assert git_lines(tree, "log", "-1", "--format=%s") == ["the Agent's"]
+    assert git_lines(tree, "status", "--porcelain") == ["?? draft.txt"]
+    listed = git_lines(clone, "worktree", "list", "--porcelain")
+    assert [line for line in listed if line.startswith("worktree ")] == [f"worktree {clone}"]

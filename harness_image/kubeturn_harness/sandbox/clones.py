@@ -224,7 +224,7 @@ class Clones:
         (partial / ".git").rename(path / ".git")
         partial.rmdir()
         await self._must(path, slot, "index the worktree of", "reset", "--quiet")
-        await self._must(clone, slot, "forget the linked worktree of", "worktree", "prune")
+        await asyncio.to_thread(_forget_linked, clone, path)
         log.info("made the linked worktree %s a repository of its own", path)
 
     async def _linked(self, clone: Path, path: Path, slot: str) -> tuple[str | None, str]:
@@ -314,6 +314,22 @@ class Clones:
             yield
         finally:
             os.close(fd)
+
+
+def _forget_linked(clone: Path, path: Path) -> None:
+    """Remove what the clone records of the linked worktree that was at ``path``: the
+    administrative directory whose ``gitdir`` names it (found from the clone's side, never
+    from a file in the worktree, which an Agent could point anywhere)."""
+    records = clone / ".git" / "worktrees"
+    if not records.is_dir():
+        return
+    for record in records.iterdir():
+        try:
+            named = (record / "gitdir").read_text().strip()
+        except OSError:
+            continue
+        if Path(named) == path / ".git" and not record.is_symlink():
+            _remove_tree(record)
 
 
 def _is_repo(path: Path) -> bool:

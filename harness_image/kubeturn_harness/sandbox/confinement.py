@@ -132,11 +132,12 @@ def plan(
 def cut(grant: Grant, private: Iterable[Path], listing: Listing) -> list[Grant]:
     """``grant``, or, when it holds a private path, a grant of each of its other
     children (down to the private path's parent); nothing when it lies in one."""
-    holds = [p for p in private if p == grant.path or p.is_relative_to(grant.path)]
+    private = list(private)
+    if any(grant.path.is_relative_to(p) for p in private):
+        return []
+    holds = [p for p in private if p.is_relative_to(grant.path)]
     if not holds:
         return [grant]
-    if any(p == grant.path for p in holds) or any(grant.path.is_relative_to(p) for p in holds):
-        return []
     try:
         children = sorted(listing(grant.path))
     except OSError:

@@ -1,0 +1,142 @@
+"""What one session of the Agent's tools may touch (``kubeturn_harness.sandbox.confinement``),
+as a plan, before any Landlock call.
+
+Cases:
+- ``reach``: a cwd inside a Run's worktree reaches that Run's worktree of every slot that
+  has one (not another Run's); a cwd anywhere else reaches itself alone;
+- ``plan`` with write access: the reach read-write, the scratch read-write, the clones
+  read only, ``/dev`` listable and only the named devices open, the system's directories
+  read only; never the work root itself, ``/tmp`` or ``/home``;
+- with read access: the reach read only;
+- a private path is never granted, even beneath a granted one: the grant is cut into its
+  other children, down to the private path's parent; a grant inside a private path goes;
+  a work root under a system directory is cut out of it;
+- ``path_readable``: each PATH directory, and the installation around a ``bin`` or
+  ``shims`` directory, but never a home or ``/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from kubeturn_harness.sandbox import confinement, landlock
+from kubeturn_harness.sandbox.confinement import Grant
+
+WORK = Path("/work")
+TREES = {WORK / "app" / "kubeturn-a", WORK / "docs" / "kubeturn-a", WORK / "app" / "kubeturn-b"}
+SCRATCH = Path("/tmp/kubeturn/session-1")
+
+
+def exists(path: Path) -> bool:
+    return path in TREES
+
+
+def listing(tree: dict[str, list[str]]) -> confinement.Listing:
+    def entries(path: Path) -> Iterable[Path]:
+        return [path / name for name in tree.get(str(path), [])]
+
+    return entries
+
+
+def plan(cwd: Path, *, writable: bool = True, **extra: object) -> confinement.Plan:
+    arguments: dict[str, object] = {
+        "cwd": cwd,
+        "work_root": WORK,
+        "slots": ["app", "docs"],
+        "writable": writable,
+        "scratch": SCRATCH,
+        "private": [Path("/var/lib/kubeturn/data")],
+        "readable": [],
+        "exists": exists,
+        "listing": listing({"/var": ["/var/lib", "/var/tmp"], "/var/lib": ["kubeturn", "dpkg"]}),
+    }
+    arguments.update(extra)
+    return confinement.plan(**arguments)  # type: ignore[arg-type]
+
+
+def access(found: confinement.Plan, path: str) -> landlock.Access | None:
+    granted = [g.access for g in found.grants if g.path == Path(path)]
+    assert len(granted) <= 1, granted
+    return granted[0] if granted else None
+
+
+class TestReach:
+    def test_a_runs_worktree_reaches_that_runs_worktree_of_every_slot(self) -> None:
+        reached = confinement.reach(
+            WORK / "app" / "kubeturn-a" / "src", WORK, ["app", "docs"], exists
+        )
+        assert reached == (WORK / "app" / "kubeturn-a", WORK / "docs" / "kubeturn-a")
+
+    def test_any_other_cwd_reaches_itself(self) -> None:
+        for cwd in (Path("/srv/project"), WORK, WORK / ".repos" / "app", WORK / "app"):
+            assert confinement.reach(cwd, WORK, ["app", "docs"], exists) == (cwd,)
+
+
+class TestPlan:
+    def test_write_access(self) -> None:
+        found = plan(WORK / "app" / "kubeturn-a")
+        assert found.reach == (WORK / "app" / "kubeturn-a", WORK / "docs" / "kubeturn-a")
+        assert access(found, "/work/app/kubeturn-a") == landlock.WRITE
+        assert access(found, "/work/docs/kubeturn-a") == landlock.WRITE
+        assert access(found, "/work/app/kubeturn-b") is None
+        assert access(found, str(SCRATCH)) == landlock.WRITE
+        assert access(found, "/work/.repos") == landlock.READ
+        assert access(found, "/dev") == landlock.Access.READ_DIR
+        assert access(found, "/dev/null") == landlock.DEVICES
+        assert access(found, "/dev/sda") is None
+        assert access(found, "/usr") == access(found, "/etc") == landlock.READ
+        for never in ("/work", "/tmp", "/home", "/root", "/run", "/"):
+            assert access(found, never) is None, never
+
+    def test_read_access(self) -> None:
+        found = plan(WORK / "app" / "kubeturn-a", writable=False)
+        assert access(found, "/work/app/kubeturn-a") == landlock.READ
+        assert not found.writable
+
+    def test_a_private_path_is_cut_out_of_a_grant(self) -> None:
+        found = plan(Path("/srv/x"))
+        assert access(found, "/var") is None
+        assert access(found, "/var/tmp") == landlock.READ
+        assert access(found, "/var/lib/dpkg") == landlock.READ
+        assert access(found, "/var/lib/kubeturn") is None
+
+    def test_a_grant_inside_a_private_path_goes(self) -> None:
+        found = plan(Path("/var/lib/kubeturn/data/x"))
+        assert found.reach == (Path("/var/lib/kubeturn/data/x"),)
+        assert [g for g in found.grants if g.path.is_relative_to("/var/lib/kubeturn")] == []
+
+    def test_a_work_root_under_a_system_directory_is_cut_out_of_it(self) -> None:
+        tree = {"/srv": ["/srv/work", "/srv/www"]}
+        found = plan(
+            Path("/srv/work/app/kubeturn-a"), work_root=Path("/srv/work"), listing=listing(tree)
+        )
+        assert access(found, "/srv") is None
+        assert access(found, "/srv/www") == landlock.READ
+        assert access(found, "/srv/work") is None
+
+    def test_the_clones_are_never_writable_even_from_the_work_root(self) -> None:
+        tree = {"/work": ["/work/.repos", "/work/app", "/work/notes.md"]}
+        found = plan(WORK, listing=listing(tree))
+        assert access(found, "/work/.repos") == landlock.READ
+        assert access(found, "/work/app") == landlock.WRITE
+        assert access(found, "/work/notes.md") == landlock.WRITE
+
+
+def test_cut_leaves_a_grant_that_holds_no_private_path() -> None:
+    grant = Grant(Path("/usr"), landlock.READ)
+    assert confinement.cut(grant, [Path("/var/lib/kubeturn")], listing({})) == [grant]
+
+
+def test_path_readable() -> None:
+    path = "/root/.pyenv/shims:/usr/local/bin:/home/ann/bin:/opt/tool/bin:relative:/bin"
+    assert confinement.path_readable(path, "/root") == [
+        Path("/root/.pyenv/shims"),
+        Path("/root/.pyenv"),
+        Path("/usr/local/bin"),
+        Path("/usr/local"),
+        Path("/home/ann/bin"),
+        Path("/opt/tool/bin"),
+        Path("/opt/tool"),
+        Path("/bin"),
+    ]
