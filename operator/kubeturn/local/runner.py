@@ -624,6 +624,9 @@ def _harness_command(
         str(workdir.harness_data),
         "--work-root",
         str(workdir.root),
+        # The Run's state and logs sit in the work root; no tool may reach them.
+        "--private",
+        str(workdir.state),
         "--providers",
         str(providers),
         # On one machine the Agent's tools run as you (the worktrees and clones are
