@@ -61,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
         "--harness-image", default=env("KUBETURN_HARNESS_IMAGE", "ghcr.io/kubeturn/harness:latest")
     )
     operator.add_argument(
+        "--require-confinement",
+        action="store_true",
+        default=env("KUBETURN_REQUIRE_CONFINEMENT", "") == "true",
+        help="refuse to run tools where a node's kernel has no Landlock "
+        "(env KUBETURN_REQUIRE_CONFINEMENT=true)",
+    )
+    operator.add_argument(
         "--orchestrator-url",
         default=env("KUBETURN_ORCHESTRATOR_URL", "http://kubeturn-orchestrator:8081"),
     )
@@ -403,6 +410,7 @@ def operator(args: argparse.Namespace) -> int:
         operator_labels=tuple(_labels(args.operator_labels)),
         operator_namespace=args.operator_namespace,
         sandbox_egress=sandbox_egress,
+        require_confinement=args.require_confinement,
     )
     election = None
     if args.lease is not None:

@@ -487,6 +487,7 @@ def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
             f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=kubeturn"
         ),
         "KUBETURN_SANDBOX_EGRESS": env["KUBETURN_SANDBOX_EGRESS"],  # its own test
+        "KUBETURN_REQUIRE_CONFINEMENT": "false",
     }
     assert orchestrator["spec"]["ports"] == [
         {"name": "orchestrator", "port": 8081, "targetPort": "orchestrator", "protocol": "TCP"}
@@ -1006,6 +1007,12 @@ def test_no_kopf_peering_is_left(
     # The env the operator reads the Lease's namespace from is the pod's own namespace.
     env = _env(default_objects)
     assert env["KUBETURN_OPERATOR_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+def test_require_confinement_reaches_the_operator(helm: str) -> None:
+    text = _helm(helm, *_template_args(None), "--set", "sandbox.requireConfinement=true").stdout
+    objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    assert _env(objects)["KUBETURN_REQUIRE_CONFINEMENT"] == "true"
 
 
 def test_recreate_renders_without_rolling_update(helm: str) -> None:

@@ -563,3 +563,21 @@ class TestVolume:
 )
 def test_covers(have: Any, want: Any, covered: bool) -> None:
     assert sandboxes.covers(have, want) is covered
+
+
+def test_the_tools_refuse_to_run_unconfined_when_the_operator_requires_it() -> None:
+    def tools_args(required: bool) -> list[str]:
+        pod = objects.sandbox_pod(
+            WORKSPACE,
+            SPEC,
+            image="harness:1",
+            orchestrator_url="http://o",
+            providers_yaml="{}\n",
+            harness_token_sha256="t1",
+            require_confinement=required,
+        )
+        (tools,) = [c for c in pod["spec"]["containers"] if c["name"] == "tools"]
+        return list(tools["args"])
+
+    assert "--require-confinement" not in tools_args(False)
+    assert tools_args(True)[-1] == "--require-confinement"

@@ -47,6 +47,11 @@ class OperatorSettings:
     operator_namespace: str | None = None
     """The operator's namespace; sandbox NetworkPolicies admit its pods from there only,
     and let sandboxes reach them there only."""
+    require_confinement: bool = False
+    """Refuse to run an Agent's tools where the node's kernel cannot confine them
+    (Landlock): on such a node the tools hold no secret, but the Runs of one Workspace
+    are not isolated from each other (ADR 0035). Off by default, so that a cluster of
+    older kernels works on its first day; a Turn's tool calls fail, saying why, when on."""
     sandbox_egress: SandboxEgress = field(default_factory=SandboxEgress)
     """What every sandbox may reach (the chart's ``sandbox.egress``); a Workspace's
     ``spec.egress`` adds to it (ADR 0034). Default: DNS, and the public internet on 443

@@ -204,6 +204,7 @@ def sandbox_pod(
     orchestrator_url: str,
     providers_yaml: str,
     harness_token_sha256: str,
+    require_confinement: bool = False,
 ) -> Object:
     """The sandbox: an init container clones each repo slot; the ``harness`` container
     serves Turns; the ``tools`` container runs every Agent's tool (ADR 0035).
@@ -292,6 +293,7 @@ def sandbox_pod(
             str(HARNESS_UID),
             "--scratch-root",
             f"{SCRATCH}/kubeturn",
+            *(["--require-confinement"] if require_confinement else []),
         ],
         "volumeMounts": [work, toolbox, {"name": "scratch", "mountPath": SCRATCH}],
         "resources": (
