@@ -205,20 +205,10 @@ async def _attack(scene: PodScene) -> Attack:
             outside_pid=await asyncio.to_thread(scene.toolbox_pid),
             disk_full=scene.disk_full,
         )
-        secret_task = f"run B's task, {scene.secrets.marker}"
-        extra = {secret_task: "noted", "after the volume filled": "still here"}
-        await scene.answer(agent.script(scene.secrets, target, extra=extra))
-        await scene.settled(agent.RUN_B, await scene.turn(agent.RUN_B, secret_task, tree_b))
-        sid = await scene.turn(agent.RUN_A, agent.PROMPT, tree_a)
-        settled = await scene.settled(agent.RUN_A, sid)
-        names = [name for name, _ in agent.probes(scene.secrets, target)]
-        results = agent.results(names, (await scene.history(agent.RUN_A))["messages"])
+        results, settled = await scene.hostile_turn(target, tree_a, tree_b)
         after = await asyncio.to_thread(_found, scene, scene.on_host(tree_b))
         if scene.disk_full:
-            again = await scene.turn(agent.RUN_A, "after the volume filled", tree_a, name="again")
-            after["second turn"] = (await scene.settled(agent.RUN_A, again, name="again"))[
-                "outcome"
-            ]
+            after["second turn"] = await scene.turn_after_full(tree_a)
         await asyncio.to_thread((scene.on_host(tree_a) / "big").unlink, True)
         after["run c"] = await hooks_never_run(scene)
         after["left after the harness died"] = await _harness_death(scene, tree_a)

@@ -36,6 +36,7 @@ NOBODY = 65534
 VOLUME_MIB = 24
 """The work volume's size: a clone and three worktrees take well under a MiB; the Agent's
 64 MiB cannot fit."""
+AFTER_FULL = "after the volume filled"
 SETTLE_S = 300.0
 """The hostile Turn runs ~20 calls, one a search of the readable filesystem."""
 
@@ -244,6 +245,27 @@ class Scene:
         ) as response:
             assert response.status == 200, await response.text()
             return dict(await response.json())
+
+    async def hostile_turn(
+        self, target: agent.Target, tree_a: Path, tree_b: Path
+    ) -> tuple[dict[str, str], dict[str, Any]]:
+        """Start the model with the hostile script; give Run B a conversation whose
+        prompt holds the marker (the logs must stay out of reach); run Run A's hostile
+        Turn. Its tool results by probe, and its settlement."""
+        secret_task = f"run B's task, {self.secrets.marker}"
+        extra = {secret_task: "noted", AFTER_FULL: "still here"}
+        await self.answer(agent.script(self.secrets, target, extra=extra))
+        await self.settled(agent.RUN_B, await self.turn(agent.RUN_B, secret_task, tree_b))
+        settled = await self.settled(
+            agent.RUN_A, await self.turn(agent.RUN_A, agent.PROMPT, tree_a)
+        )
+        names = [name for name, _ in agent.probes(self.secrets, target)]
+        return agent.results(names, (await self.history(agent.RUN_A))["messages"]), settled
+
+    async def turn_after_full(self, tree_a: Path) -> str:
+        """The outcome of one more Turn, once the Agent filled the work volume."""
+        sid = await self.turn(agent.RUN_A, AFTER_FULL, tree_a, name="again")
+        return str((await self.settled(agent.RUN_A, sid, name="again"))["outcome"])
 
     async def settled(self, run: str, sid: str, *, name: str = agent.AGENT) -> dict[str, Any]:
         async with asyncio.timeout(SETTLE_S):

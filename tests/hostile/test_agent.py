@@ -117,15 +117,7 @@ async def _attack(variant: str, tmp: Path, work_root: Path, volume: Path | None)
             toolbox_socket=socket_path,
             disk_full=scene.disk_full,
         )
-        secret_task = f"run B's task, {scene.secrets.marker}"
-        extra = {secret_task: "noted", "after the volume filled": "still here"}
-        await scene.answer(agent.script(scene.secrets, target, extra=extra))
-        await scene.settled(agent.RUN_B, await scene.turn(agent.RUN_B, secret_task, tree_b))
-
-        sid = await scene.turn(agent.RUN_A, agent.PROMPT, tree_a)
-        settled = await scene.settled(agent.RUN_A, sid)
-        names = [name for name, _ in agent.probes(scene.secrets, target)]
-        results = agent.results(names, (await scene.history(agent.RUN_A))["messages"])
+        results, settled = await scene.hostile_turn(target, tree_a, tree_b)
         after = {
             "escapes": processes_running(*agent.ESCAPES, agent.BOMB),
             "planted": sorted(
@@ -137,8 +129,7 @@ async def _attack(variant: str, tmp: Path, work_root: Path, volume: Path | None)
             "owned": sorted(p.name for p in tree_b.iterdir() if p.name.startswith("owned")),
         }
         if scene.disk_full:
-            sid = await scene.turn(agent.RUN_A, "after the volume filled", tree_a, name="second")
-            after["second turn"] = (await scene.settled(agent.RUN_A, sid, name="second"))["outcome"]
+            after["second turn"] = await scene.turn_after_full(tree_a)
         await asyncio.to_thread((tree_a / "big").unlink, True)
         after["run c"] = await hooks_never_run(scene)
         after["etc"] = await asyncio.to_thread(Path("/etc/kubeturn-hostile").exists)

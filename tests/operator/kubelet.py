@@ -295,20 +295,7 @@ class Kubelet:
         argv = [*TOOLBOX, *args, "--run-as", f"{NOBODY}:{NOBODY}"]
         env = {name: os.environ[name] for name in ("PATH", "LANG") if name in os.environ}
         log = self._logs / f"{meta['namespace']}.{meta['name']}.{meta['uid'][:8]}.tools.log"
-        with log.open("ab") as stderr:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-            )
-        assert process.stdout is not None
-        try:
-            async with asyncio.timeout(START_S):
-                line = (await process.stdout.readline()).decode().strip()
-        except TimeoutError:
-            line = ""
+        process, line = await _started(argv, env, log)
         if not line.startswith(TOOLBOX_LISTENING):
             await _stop(process)
             said = await asyncio.to_thread(log.read_text)
@@ -510,6 +497,24 @@ async def _spawn(
     argv: Sequence[str], env: dict[str, str], log: Path
 ) -> asyncio.subprocess.Process | None:
     """Start a Harness; return it once it listens, or None when its address was taken."""
+    process, line = await _started(argv, env, log)
+    if line.startswith(LISTENING):
+        return process
+    if process.returncode is None:
+        process.kill()
+    await process.wait()
+    said = await asyncio.to_thread(log.read_text)
+    last = said.strip().splitlines()[-1] if said.strip() else ""
+    if "cannot listen" in last:
+        return None
+    raise PodFailed(f"the Harness did not start ({line!r}); its log:\n{said[-3000:]}")
+
+
+async def _started(
+    argv: Sequence[str], env: dict[str, str], log: Path
+) -> tuple[asyncio.subprocess.Process, str]:
+    """Start ``argv`` with its stderr appended to ``log``; the process and the first line
+    it printed within :data:`START_S` (empty if none)."""
     with log.open("ab") as stderr:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -521,19 +526,9 @@ async def _spawn(
     assert process.stdout is not None
     try:
         async with asyncio.timeout(START_S):
-            line = (await process.stdout.readline()).decode().strip()
+            return process, (await process.stdout.readline()).decode().strip()
     except TimeoutError:
-        line = ""
-    if line.startswith(LISTENING):
-        return process
-    if process.returncode is None:
-        process.kill()
-    await process.wait()
-    said = await asyncio.to_thread(log.read_text)
-    last = said.strip().splitlines()[-1] if said.strip() else ""
-    if "cannot listen" in last:
-        return None
-    raise PodFailed(f"the Harness did not start ({line!r}); its log:\n{said[-3000:]}")
+        return process, ""
 
 
 @contextlib.asynccontextmanager

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from kubeturn_harness.sandbox import privileges
@@ -35,10 +36,8 @@ def on_parent_death(signum: int) -> None:
     privileges.prctl(privileges.PR_SET_PDEATHSIG, signum)
 
 
-def _parents() -> dict[int, int]:
-    """Every visible live process id → its parent's id (zombies left out: they are
-    already dead, and only waiting for their parent to collect them)."""
-    found: dict[int, int] = {}
+def _processes() -> Iterator[tuple[int, str, int]]:
+    """Every visible process: its id, its state (``Z`` for a zombie) and its parent's id."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -48,9 +47,14 @@ def _parents() -> dict[int, int]:
             continue
         # The command name (field 2) may hold spaces and parentheses: read past its last ')'.
         fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and fields[0] != "Z":
-            found[int(entry.name)] = int(fields[1])
-    return found
+        if len(fields) > 1:
+            yield int(entry.name), fields[0], int(fields[1])
+
+
+def _parents() -> dict[int, int]:
+    """Every live process id → its parent's id (zombies left out: they are already dead,
+    and only waiting for their parent to collect them)."""
+    return {pid: parent for pid, state, parent in _processes() if state != "Z"}
 
 
 def descendants(pid: int) -> set[int]:
@@ -71,18 +75,11 @@ def descendants(pid: int) -> set[int]:
 def reap(spare: frozenset[int] = frozenset()) -> None:
     """Collect the exit of every child of this process that has ended, but ``spare``
     (children whose exit someone else waits for)."""
-    me = str(os.getpid())
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in spare:
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and fields[0] == "Z" and fields[1] == me:
+    me = os.getpid()
+    for pid, state, parent in _processes():
+        if state == "Z" and parent == me and pid not in spare:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(int(entry.name), os.WNOHANG)
+                os.waitpid(pid, os.WNOHANG)
 
 
 def kill_descendants(*, spare: frozenset[int] = frozenset()) -> int:
