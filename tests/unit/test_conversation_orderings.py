@@ -36,15 +36,19 @@ Cases:
   prompt, marked as cut;
 - a ``supersede`` admission and then a sweep before the cut lands: the sweep settles
   the run, and the reply stays superseded, out of the next prompt (a regression test).
+
+Every step of a hypothesis scenario, its drain and its close are bounded
+(``STEP_LIMIT_S``): a hang fails naming the step and every Submission's state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +117,13 @@ FINISH = MenuItem(
 )
 SWEEP_MARK = (MessageStatus.INTERRUPTED, Projection.ASSISTANT_MARKED)
 ORDERINGS = settings(max_examples=60, deadline=None)
+STEP_LIMIT_S = 5.0
+"""How long one operation of a scenario (or its drain, or its close) may take before the
+scenario fails naming it. Each takes milliseconds (the longest waits are the 50 ms of
+``time`` and a drain's waits for the 30 ms sweep wait), so 5 s means stuck, even on a
+loaded machine. The scenario bounds itself because pytest-timeout cannot end a hung
+hypothesis test: its one alarm raises ``Failed``, which hypothesis catches as a failing
+example and runs again, with no alarm left, to report it."""
 
 
 # ----------------------------------------------------------------------------- fakes
@@ -313,6 +324,19 @@ def request(
 
 def sweep_body(cause: str | None, sid: str | None) -> bytes:
     return json.dumps({"cause": cause, "submissionId": sid}).encode()
+
+
+@contextlib.asynccontextmanager
+async def bounded(world: World, what: str) -> AsyncIterator[None]:
+    """Fail, naming ``what`` and every Submission's state, if it takes ``STEP_LIMIT_S``."""
+    try:
+        async with asyncio.timeout(STEP_LIMIT_S):
+            yield
+    except TimeoutError:
+        states = {sid: record.state.value for sid, record in world.records().items()}
+        raise AssertionError(
+            f"stuck for {STEP_LIMIT_S:g} s in {what}; the Submissions: {states}"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- the driver
@@ -635,9 +659,11 @@ def test_any_ordering_settles_every_submission_once_as_the_orchestrator_says(
         world = make_world(directory, sweep_wait_s=DRAIN_WAIT_S)
         driver = Driver(world)
         try:
-            for op in ops:
-                await driver.run(op)
-            await driver.drain(drain)
+            for step, op in enumerate(ops):
+                async with bounded(world, f"step {step} {op}"):
+                    await driver.run(op)
+            async with bounded(world, f"the drain by {drain}"):
+                await driver.drain(drain)
             before = world.log.next_offset
             assert await world.conversation.sweep(Sweep.parse(sweep_body("pick", "s-1"))) is False
             assert world.log.next_offset == before
@@ -647,7 +673,8 @@ def test_any_ordering_settles_every_submission_once_as_the_orchestrator_says(
                     f"settled {settlement.outcome.value}: {settlement.message or ''}"[:40]
                 )
         finally:
-            await world.conversation.close()
+            async with bounded(world, "the close"):
+                await world.conversation.close()
         assert asyncio.all_tasks() == {asyncio.current_task()}
 
     with tempfile.TemporaryDirectory() as directory:
