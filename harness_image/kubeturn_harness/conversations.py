@@ -15,6 +15,9 @@ settlement. What ends a run and how it settles (docs/turn-semantics.md §2, §5,
   throws settles ``failed``;
 - after a restart, a run that was under way settles ``failed``/``harness_restarted``,
   one that was waiting for its sweep ``aborted``, and queued ones run.
+
+A closed conversation starts no run: ``close`` stops the one under way and leaves the
+rest queued for the next process, even when its cancellation races a settlement.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ class Conversation:
         self._running: _Live | None = None
         self._task: asyncio.Task[object] | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._closed = False
         self.touched = env.clock.monotonic()
         """When it was last asked for or last finished a run (monotonic seconds): how long
         it has been idle, for eviction."""
@@ -172,7 +176,11 @@ class Conversation:
         return swept
 
     async def close(self) -> None:
-        """Stop without settling: a restarted Harness settles what this leaves open."""
+        """Stop without settling: a restarted Harness settles what this leaves open.
+
+        No run starts once it is called, so the worker ends with the run under way even
+        if its cancellation is lost on the way (it must not start the next one)."""
+        self._closed = True
         for task in (self._worker, self._task):
             if task is not None:
                 task.cancel()
@@ -222,12 +230,12 @@ class Conversation:
     # ------------------------------------------------------------------ the worker
 
     def _wake(self) -> None:
-        if self._worker is None and self._queue:
+        if self._worker is None and self._queue and not self._closed:
             self._worker = asyncio.create_task(self._work(), name=f"conversation {self.log.id}")
 
     async def _work(self) -> None:
         try:
-            while self._queue:
+            while self._queue and not self._closed:
                 live = self._live[self._queue[0]]
                 if live.record.settlement is None:
                     await self._run(live)
@@ -286,8 +294,12 @@ class Conversation:
             EventType.RUN_ENDED, {"submissionId": live.record.id, "reason": "turn-over"}
         )
         live.record.run_ended = True
+        # Not ``asyncio.wait_for``: on Python 3.11 it returns the wait's result when a
+        # cancellation (a ``close``) lands in the loop iteration the sweep's settlement
+        # wakes it, losing the cancellation. ``asyncio.timeout`` never drops one.
         try:
-            await asyncio.wait_for(live.settled.wait(), self._sweep_wait_s)
+            async with asyncio.timeout(self._sweep_wait_s):
+                await live.settled.wait()
         except TimeoutError:
             self._settle(live, Outcome.ABORTED, message=NO_SWEEP.format(wait=self._sweep_wait_s))
 

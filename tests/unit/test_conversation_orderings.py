@@ -35,22 +35,30 @@ Cases:
   request: ``ended``, the partial reply kept and projected into the next continued
   prompt, marked as cut;
 - a ``supersede`` admission and then a sweep before the cut lands: the sweep settles
-  the run, and the reply stays superseded, out of the next prompt (a regression test).
+  the run, and the reply stays superseded, out of the next prompt (a regression test);
+- a close right after a sweep woke the run waiting for it, with a Submission admitted
+  behind it: the close returns at once and starts nothing; a restart runs that
+  Submission (a regression test: the close's cancellation used to be lost, and it
+  started the queued run and waited for it forever).
+
+Every step of a hypothesis scenario, its drain and its close are bounded
+(``STEP_LIMIT_S``): a hang fails naming the step and every Submission's state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import hypothesis
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kubeturn_harness import history
@@ -113,6 +121,13 @@ FINISH = MenuItem(
 )
 SWEEP_MARK = (MessageStatus.INTERRUPTED, Projection.ASSISTANT_MARKED)
 ORDERINGS = settings(max_examples=60, deadline=None)
+STEP_LIMIT_S = 5.0
+"""How long one operation of a scenario (or its drain, or its close) may take before the
+scenario fails naming it. Each takes milliseconds (the longest waits are the 50 ms of
+``time`` and a drain's waits for the 30 ms sweep wait), so 5 s means stuck, even on a
+loaded machine. The scenario bounds itself because pytest-timeout cannot end a hung
+hypothesis test: its one alarm raises ``Failed``, which hypothesis catches as a failing
+example and runs again, with no alarm left, to report it."""
 
 
 # ----------------------------------------------------------------------------- fakes
@@ -313,6 +328,19 @@ def request(
 
 def sweep_body(cause: str | None, sid: str | None) -> bytes:
     return json.dumps({"cause": cause, "submissionId": sid}).encode()
+
+
+@contextlib.asynccontextmanager
+async def bounded(world: World, what: str) -> AsyncIterator[None]:
+    """Fail, naming ``what`` and every Submission's state, if it takes ``STEP_LIMIT_S``."""
+    try:
+        async with asyncio.timeout(STEP_LIMIT_S):
+            yield
+    except TimeoutError:
+        states = {sid: record.state.value for sid, record in world.records().items()}
+        raise AssertionError(
+            f"stuck for {STEP_LIMIT_S:g} s in {what}; the Submissions: {states}"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- the driver
@@ -628,6 +656,30 @@ def check_nothing_after_turn_over(events: list[StreamEvent], sid: str) -> None:
     ops=st.lists(OPERATIONS, min_size=4, max_size=16),
     drain=st.sampled_from(["sweep", "answer"]),
 )
+@example(
+    # A restart right after a sweep woke the run waiting for it, with a Submission
+    # admitted behind it: the close lost its cancellation and started that Submission,
+    # then waited for its run forever.
+    ops=[
+        ("time", None),
+        ("admit", (InputPolicy.QUEUE, Projection.ASSISTANT_MARKED)),
+        ("answer", "pick-over-then-more"),
+        ("admit", (InputPolicy.INTERRUPT, Projection.ASSISTANT_MARKED)),
+        ("answer", "pick-over-then-more"),
+        ("reach-model", None),
+        ("reach-model", None),
+        ("admit", (InputPolicy.QUEUE, Projection.SYSTEM_NOTE)),
+        ("reach-model", None),
+        ("reach-model", None),
+        ("sweep", "pick-running"),
+        ("admit", (InputPolicy.QUEUE, Projection.ASSISTANT_MARKED)),
+        ("restart", None),
+        ("answer", "pick-open"),
+        ("answer", "pick-over-then-more"),
+        ("sweep", "pick-running"),
+    ],
+    drain="answer",
+)
 def test_any_ordering_settles_every_submission_once_as_the_orchestrator_says(
     ops: list[Op], drain: str
 ) -> None:
@@ -635,9 +687,11 @@ def test_any_ordering_settles_every_submission_once_as_the_orchestrator_says(
         world = make_world(directory, sweep_wait_s=DRAIN_WAIT_S)
         driver = Driver(world)
         try:
-            for op in ops:
-                await driver.run(op)
-            await driver.drain(drain)
+            for step, op in enumerate(ops):
+                async with bounded(world, f"step {step} {op}"):
+                    await driver.run(op)
+            async with bounded(world, f"the drain by {drain}"):
+                await driver.drain(drain)
             before = world.log.next_offset
             assert await world.conversation.sweep(Sweep.parse(sweep_body("pick", "s-1"))) is False
             assert world.log.next_offset == before
@@ -647,7 +701,8 @@ def test_any_ordering_settles_every_submission_once_as_the_orchestrator_says(
                     f"settled {settlement.outcome.value}: {settlement.message or ''}"[:40]
                 )
         finally:
-            await world.conversation.close()
+            async with bounded(world, "the close"):
+                await world.conversation.close()
         assert asyncio.all_tasks() == {asyncio.current_task()}
 
     with tempfile.TemporaryDirectory() as directory:
@@ -872,5 +927,41 @@ async def test_a_sweep_after_a_supersede_keeps_the_reply_superseded(tmp_path: Pa
         assert [(d.messageId, d.projectedAs) for d in projection.decisions] == [(cut.id, None)]
         prompt = json.dumps(world.model.prompts[-1])
         assert "Partial words of s-1" not in prompt
+    finally:
+        await world.conversation.close()
+
+
+async def test_a_close_right_after_a_sweep_woke_the_run_starts_nothing(tmp_path: Path) -> None:
+    """The sweep settles the run waiting for it and wakes its worker; the close lands
+    before the worker runs again. The close must still stop it: the Submission admitted
+    behind stays queued, unstarted, for the next process to run."""
+    world = make_world(tmp_path, sweep_wait_s=5.0)
+    first, second = SubmissionId("s-1"), SubmissionId("s-2")
+    try:
+        world.conversation.admit(first, request(first))
+        assert await world.model.wait_pending() is not None
+        world.model.release(model_answer("pick-over", first, 1))
+        async with asyncio.timeout(STEP_LIMIT_S):
+            while not world.records()[first].run_ended:
+                await asyncio.sleep(0)
+        # No await from the sweep to the close: the worker has not run in between.
+        assert await world.conversation.sweep(Sweep.parse(sweep_body("pick", first))) is True
+        world.conversation.admit(second, request(second))
+        async with bounded(world, "the close after the sweep"):
+            await world.conversation.close()
+
+        assert world.model.requests == [first]
+        assert not world.records()[second].started
+        assert [(s.submissionId, s.outcome) for s in world.settlements()] == [
+            (first, Outcome.ENDED)
+        ]
+        await world.restart()
+        await world.model.wait_request_of(second)
+        world.model.release(model_answer("text", second, 1))
+        await world.wait_idle()
+        assert [(s.submissionId, s.outcome) for s in world.settlements()] == [
+            (first, Outcome.ENDED),
+            (second, Outcome.COMPLETED),
+        ]
     finally:
         await world.conversation.close()
