@@ -131,7 +131,8 @@ async def _serve(connection: socket.socket, settings: ToolboxSettings, scratch: 
 async def _requests(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler
 ) -> None:
-    """Answer requests in order; a closed connection cuts the one that runs."""
+    """Answer requests in order. The Harness sends nothing while a call runs: its closing
+    the connection (or anything it sends meanwhile) cuts the call."""
     while line := await reader.readline():
         work = asyncio.ensure_future(handler(line))
         closed = asyncio.ensure_future(reader.read(1))

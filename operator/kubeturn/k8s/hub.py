@@ -122,7 +122,8 @@ class Hub:
         left = min(seconds, self._resume_by - time.monotonic())
         if left > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._resumed.wait(), left)
+                async with asyncio.timeout(left):  # not wait_for: see sweep_result
+                    await self._resumed.wait()
 
     def swept(self, key: tuple[str, str], settled: list[Settled]) -> None:
         """The finalizer's report, kept for its Run (taken once); reports nobody took
@@ -148,7 +149,10 @@ class Hub:
     async def sweep_result(self, key: tuple[str, str], seconds: float) -> list[Settled] | None:
         event = self._swept.setdefault(key, asyncio.Event())
         try:
-            await asyncio.wait_for(event.wait(), seconds)
+            # Not ``wait_for``: on Python 3.11 it drops a cancellation that lands once the
+            # event is set, and a finalizer cut by the operator's stop must stop here.
+            async with asyncio.timeout(seconds):
+                await event.wait()
         except TimeoutError:
             return None
         self._swept.pop(key, None)

@@ -144,7 +144,10 @@ class RunActor:
             return answer
         ready = self._answers.setdefault(delivery_id, asyncio.Event())
         try:
-            await asyncio.wait_for(ready.wait(), wait_s)
+            # Not ``wait_for``: on Python 3.11 it drops a cancellation that lands once the
+            # wait is done, and a request the operator cuts must end here.
+            async with asyncio.timeout(wait_s):
+                await ready.wait()
         except TimeoutError:
             return None
         return self.core.delivery(delivery_id)
