@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -116,18 +117,25 @@ def serve(settings: worker.ToolboxSettings, clients: Clients) -> int:
         with contextlib.suppress(FileNotFoundError):
             settings.socket.unlink()
         _stop_sessions(sessions)
+        shutil.rmtree(settings.scratch_root, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            settings.socket.parent.rmdir()  # gone with its last file, if nothing else is there
     return 0
 
 
 def _listen(path: Path) -> socket.socket:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    """Listen at ``path``, which appears only once connections are taken (bound under
+    another name, then renamed): a client that finds it is never refused."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    binding = path.with_name(f".{path.name}.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        binding.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
+    listener.bind(str(binding))
     # Anyone may connect: who is served is decided by the peer's credentials.
-    os.chmod(path, 0o666)
+    os.chmod(binding, 0o666)
     listener.listen(BACKLOG)
+    binding.rename(path)
     return listener
 
 
