@@ -180,6 +180,15 @@ def probes(s: Secrets, t: Target) -> list[tuple[str, dict[str, Any]]]:
             ),
         ),
         ("fork bomb", bash(f"/usr/bin/python3 -c {_quote(_BOMB)}")),
+        ("limits", bash("echo processes=$(ulimit -u) data=$(ulimit -d) core=$(ulimit -c)")),
+        (
+            "read a disk",
+            bash(
+                "for d in /dev/[svx]d[a-z] /dev/nvme[0-9]n[0-9] /dev/loop[0-9] /dev/mem; do "
+                '[ -e "$d" ] && { head -c 16 "$d" >/dev/null && echo "read $d"; }; done; echo .'
+            ),
+        ),
+        ("write /tmp", bash("echo x > /tmp/kubeturn-hostile && echo wrote")),
     ]
     environ = f"/proc/{t.outside_pid}/environ"
     oracle = f"/proc/{t.outside_pid}/task/{t.outside_pid}/environ"

@@ -62,6 +62,12 @@ class TestFileTools:
             pytest.skip("one user, root here: on one machine the tools run as the person")
         assert attack.results["read /etc/shadow"] == "Permission denied: /etc/shadow"
 
+    def test_no_disk_and_no_shared_tmp(self, attack: Attack) -> None:
+        disks = attack.results["read a disk"]
+        assert "read /dev" not in disks, disks
+        tmp = attack.results["write /tmp"]
+        assert agent.denied(tmp), tmp
+
     def test_nothing_is_written_into_etc(self, attack: Attack) -> None:
         said = attack.results["write into /etc"]
         assert agent.denied(said), said
@@ -120,6 +126,11 @@ class TestProcesses:
         refused = int(said.split("refused=")[1].split()[0])
         assert started <= agent.TOOL_PROCESSES, said
         assert refused >= agent.TOOL_PROCESSES * 2, said
+
+    def test_the_session_runs_under_its_limits(self, attack: Attack) -> None:
+        said = attack.results["limits"]
+        assert "data=8388608 core=0" in said, said  # 8 GiB in KiB
+        assert "processes=unlimited" not in said, said
 
     @pytest.mark.skipif(ABI < 6, reason="Landlock scopes signals from ABI 6 (Linux 6.12)")
     def test_no_process_outside_the_session_can_be_signalled(self, attack: Attack) -> None:
