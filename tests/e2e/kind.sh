@@ -150,6 +150,14 @@ providers:
   scripted:
     type: openai
     baseUrl: $PROVIDER_URL
+# The sandboxes reach the in-cluster model and git server (private addresses, which the
+# default egress denies), as a cluster's own model or git host would be allowed.
+sandbox:
+  egress:
+    rules:
+      - to:
+          - podSelector: {matchLabels: {app.kubernetes.io/part-of: kubeturn-e2e}}
+        ports: [{port: $MODEL_PORT, protocol: TCP}, {port: $GIT_PORT, protocol: TCP}]
 logFormat: text
 EOF
 
