@@ -76,8 +76,9 @@ def _parser() -> argparse.ArgumentParser:
         "--private",
         type=Path,
         action="append",
-        default=[],
-        help="a path no tool may reach, besides the data dir (repeatable)",
+        default=[Path(p) for p in env("KUBETURN_PRIVATE", "").split(os.pathsep) if p],
+        help="a path no tool may reach, besides the data dir (repeatable; env "
+        "KUBETURN_PRIVATE, paths separated by ':')",
     )
     serve.add_argument(
         "--sweep-wait",

@@ -5,13 +5,15 @@ Cases:
   with exit 2 and one line naming the flag, never a traceback;
 - no token hash, or one that is not 64 hex digits, is refused with exit 2 and one line
   naming the variable;
-- the memory settings of idle conversations come from their flags or environment.
+- the memory settings of idle conversations come from their flags or environment;
+- the toolbox's socket and the private paths come from their flags or environment.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +37,7 @@ def run_serve(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
     [
         ("KUBETURN_HARNESS_PORT", "--port"),
         ("KUBETURN_TOOL_UID", "--tool-uid"),
+        ("KUBETURN_TOOL_PROCESSES", "--tool-processes"),
         ("KUBETURN_SWEEP_WAIT_S", "--sweep-wait"),
         ("KUBETURN_IDLE_EVICTION_S", "--idle-eviction"),
         ("KUBETURN_IDLE_CONVERSATIONS_KEPT", "--idle-conversations-kept"),
@@ -73,3 +76,16 @@ def test_the_idle_conversation_settings_come_from_flags_or_environment(
     argv = ["serve", "--idle-eviction", "1.5", "--idle-conversations-kept", "2"]
     from_flags = settings_from(_parser().parse_args(argv))
     assert (from_flags.idle_eviction_s, from_flags.idle_conversations_kept) == (1.5, 2)
+
+
+def test_the_toolbox_and_private_paths_come_from_their_flags_or_environment() -> None:
+    env = {"KUBETURN_TOOLBOX_SOCKET": "/run/t.sock", "KUBETURN_PRIVATE": "/a:/b"}
+    args = _parser().parse_args(["serve", "--token-sha256", TOKEN])
+    assert (args.toolbox, args.private) == (None, [])
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        args = _parser().parse_args(["serve", "--token-sha256", TOKEN, "--private", "/c"])
+    settings = settings_from(args)
+    assert settings.tools.socket == Path("/run/t.sock")
+    assert settings.private == (Path("/a"), Path("/b"), Path("/c"))
