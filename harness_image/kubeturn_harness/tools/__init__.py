@@ -1,10 +1,11 @@
 """The Harness's Working tools: ``read``, ``write``, ``edit``, ``bash``, ``grep`` and
 ``glob``, rooted at a Turn's ``cwd`` and filtered by the Agent slot's Workspace access.
 
-The tool loop offers ``working_tools(access)``, checks each call with
-``parse_arguments`` and runs it with ``run_tool``. Subprocesses get
-``scrubbed_environment`` and, when the Harness can switch user, ``tool_identity``.
-Nothing here imports aiohttp, kopf or kubernetes, or talks to the Orchestrator.
+The tool loop offers ``working_tools(access)`` and checks each call with
+``parse_arguments``; a session of the toolbox (``kubeturn_harness.sandbox``) runs it
+with ``run_tool``, confined, with ``scrubbed_environment``; ``tool_identity`` is the user
+a toolbox started by a root Harness makes its sessions. Nothing here imports aiohttp,
+kopf or kubernetes, or talks to the Orchestrator.
 """
 
 from kubeturn_harness.tools.context import RunAs, ToolContext, ToolResult

@@ -41,8 +41,8 @@ def scrubbed_environment(base: Mapping[str, str], *, home: str) -> dict[str, str
 
 
 def tool_identity(uid: int, gid: int) -> context.RunAs | None:
-    """``RunAs(uid, gid)`` when this process is root and so can switch user; else ``None``
-    (an unprivileged Harness runs its tools as itself)."""
+    """``RunAs(uid, gid)`` when this process is root and so its toolbox's sessions can
+    switch user; else ``None`` (an unprivileged Harness's tools run as itself)."""
     if os.geteuid() == 0:
         return context.RunAs(uid=uid, gid=gid)
     return None

@@ -2,8 +2,9 @@
 
 Every path a tool touches passes through ``resolve`` first: relative to the Turn's
 ``cwd``, symbolic links resolved, so a link cannot lead into a denied path. Absolute
-paths are taken as given; the tools are rooted at ``cwd``, not confined to it (file
-permissions and the sandbox bound what the Agent can reach). Must not open files.
+paths are taken as given; the tools are rooted at ``cwd``, not confined to it here (the
+toolbox's session confines them, with Landlock, to their Run's worktrees). Must not
+open files.
 """
 
 from __future__ import annotations
