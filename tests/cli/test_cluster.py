@@ -101,7 +101,9 @@ async def spec_of(api: emulator.KubernetesApi, name: str, namespace: str = "team
 async def test_send_appends_to_spec_signals(
     cluster: emulator.KubernetesApi, tmp_path: Path
 ) -> None:
-    config = emulator.write_kubeconfig(tmp_path / "kubeconfig", str(cluster.url), "team")
+    config = emulator.write_kubeconfig(
+        tmp_path / "kubeconfig", str(cluster.url), "team", token=cluster.admin_token
+    )
     await make_run(cluster, "review", status={"phase": "Running", "state": "humanReview"})
 
     code, out, err = await kubeturn(
@@ -125,7 +127,9 @@ async def test_send_appends_to_spec_signals(
 
 
 async def test_namespace_flag_and_cancel(cluster: emulator.KubernetesApi, tmp_path: Path) -> None:
-    config = emulator.write_kubeconfig(tmp_path / "kubeconfig", str(cluster.url), "team")
+    config = emulator.write_kubeconfig(
+        tmp_path / "kubeconfig", str(cluster.url), "team", token=cluster.admin_token
+    )
     await make_run(cluster, "job", namespace="other", status={"phase": "Running"})
 
     code, out, err = await kubeturn("cancel", "job", "-n", "other", config=config)
@@ -140,7 +144,9 @@ async def test_namespace_flag_and_cancel(cluster: emulator.KubernetesApi, tmp_pa
 async def test_status_and_turns_read_run_status(
     cluster: emulator.KubernetesApi, tmp_path: Path
 ) -> None:
-    config = emulator.write_kubeconfig(tmp_path / "kubeconfig", str(cluster.url), "team")
+    config = emulator.write_kubeconfig(
+        tmp_path / "kubeconfig", str(cluster.url), "team", token=cluster.admin_token
+    )
     record = {
         "name": "t1",
         "agent": "coder",
@@ -181,7 +187,9 @@ async def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    config = emulator.write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}", "team")
+    config = emulator.write_kubeconfig(
+        tmp_path / "kubeconfig", f"http://127.0.0.1:{port}", "team", token="unused"
+    )
     code, _, err = await kubeturn("status", "any", config=config)
     assert code == 1
     assert "Traceback" not in err

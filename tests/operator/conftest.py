@@ -1,16 +1,25 @@
-"""Fixtures of the operator tier: a Kubernetes API emulator over HTTP, its kubeconfig, kubectl.
+"""Fixtures of the operator tier: a Kubernetes API emulator over HTTP, the chart's identity
+for the operator in it, kubeconfigs, kubectl.
 
 ``k8s`` is a fresh :class:`emulator.KubernetesApi` per test, serving on 127.0.0.1 with
 the kubeturn CRDs and the core resources (Leases among them) discoverable; a test
 fails if the emulator itself raised (an error in a request, not a refusal). Override
 ``printer_columns`` in a module to serve other printer columns (e.g. the CRDs' own).
-``kubectl`` skips the test, with the reason, where the kubectl wheel is not installed.
+The tests' own requests (``k8s_client``, KMock's client, kubectl, the kubelet) present
+the emulator's admin token.
+
+``installation`` installs the chart's ServiceAccount and RBAC objects, rendered by helm
+in the ``chart_shape`` (every namespace by default; a test parametrizes ``chart_shape``
+to run in both), and ``kubeconfig`` is the operator's: its requests are allowed only
+what the chart grants. Each such request is recorded for the session, and
+``test_chart_rbac.py``'s audit, run last, fails on a grant no request used. Without the
+helm wheel these fixtures skip their test, with the reason, as ``kubectl`` does.
 ``kubelet`` runs the sandbox Pods the operator creates as real Harness processes.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -18,8 +27,46 @@ import kmock
 import pytest
 
 from tests import tools
-from tests.operator import emulator
+from tests.operator import emulator, rbac
+from tests.operator import installation as installation_
 from tests.operator import kubelet as kubelet_
+
+TIER = Path(__file__).parent
+AUDIT = "test_chart_rbac.py::test_the_chart_grants_only_what_the_operator_used"
+"""The test that reads what every other test of the tier recorded: it runs last."""
+USAGE = pytest.StashKey[installation_.Usage]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[USAGE] = installation_.Usage()
+
+
+@pytest.hookimpl(trylast=True)  # after -k, -m and --deselect have taken their items
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the audit last; it judges only a session given the whole tier (the tier's
+    directory or one above it, no node id) from which nothing was deselected."""
+    for item in [item for item in items if item.nodeid.endswith(AUDIT)]:
+        items.remove(item)
+        items.append(item)
+    here = config.invocation_params.dir
+    if not any(
+        "::" not in arg and TIER.is_relative_to((here / arg).resolve()) for arg in config.args
+    ):
+        config.stash[USAGE].partial = "the session was not given the whole tier"
+
+
+def pytest_deselected(items: Sequence[pytest.Item]) -> None:
+    if any(item.path.is_relative_to(TIER) for item in items):
+        items[0].config.stash[USAGE].partial = "tests of the tier were deselected"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Note the tier's failed tests: what they recorded may fall short of what they need."""
+    report: pytest.TestReport = yield
+    if report.failed and item.path.is_relative_to(TIER):
+        item.config.stash[USAGE].failed.append(item.nodeid)
+    return report
 
 
 @pytest.fixture
@@ -51,14 +98,10 @@ async def k8s_client(k8s: emulator.KubernetesApi) -> AsyncIterator[aiohttp.Clien
     connections alive).
     """
     connector = aiohttp.TCPConnector(force_close=True)
-    async with aiohttp.ClientSession(k8s.url, connector=connector) as session:
+    async with aiohttp.ClientSession(
+        k8s.url, connector=connector, headers=k8s.admin_headers
+    ) as session:
         yield session
-
-
-@pytest.fixture
-def kubeconfig(k8s: emulator.KubernetesApi, tmp_path: Path) -> Path:
-    """A kubeconfig file whose current context is the emulator (plain HTTP, no user)."""
-    return emulator.write_kubeconfig(tmp_path / "kubeconfig", str(k8s.url))
 
 
 @pytest.fixture(scope="session")
@@ -70,12 +113,62 @@ def kube_binaries() -> tools.Binaries:
     return found
 
 
+@pytest.fixture(scope="session")
+def chart(kube_binaries: tools.Binaries) -> Callable[[installation_.Shape], list[emulator.Body]]:
+    """The chart's objects as helm renders them in a shape; rendered once a session each."""
+    rendered: dict[installation_.Shape, list[emulator.Body]] = {}
+
+    def render(shape: installation_.Shape) -> list[emulator.Body]:
+        if shape not in rendered:
+            rendered[shape] = installation_.render(kube_binaries.helm, shape)
+        return rendered[shape]
+
+    return render
+
+
 @pytest.fixture
-def kubectl(kube_binaries: tools.Binaries, kubeconfig: Path, tmp_path: Path) -> tools.Kubectl:
-    """Run kubectl against the emulator: ``await kubectl("get", "runs")``."""
+def chart_shape() -> installation_.Shape:
+    """The chart's RBAC shape the operator runs in; parametrize it to run in both."""
+    return installation_.Shape.EVERY_NAMESPACE
+
+
+@pytest.fixture
+def installation(
+    k8s: emulator.KubernetesApi,
+    chart: Callable[[installation_.Shape], list[emulator.Body]],
+    chart_shape: installation_.Shape,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[installation_.Installation]:
+    """The chart's ServiceAccount and RBAC objects in the emulator, and the operator's
+    kubeconfig. What the operator was allowed is recorded for the tier's audit; a request
+    it was refused fails the test, even one it could do without (kopf goes on, with a
+    warning, without the namespaces it may not list)."""
+    made = installation_.install(k8s, chart(chart_shape), chart_shape, tmp_path / "operator")
+    yield made
+    refused = request.config.stash[USAGE].record(made, k8s.authorizations)
+    if refused:
+        said = "\n".join(rbac.forbidden(attributes).message for attributes in refused)
+        pytest.fail(f"the chart's RBAC refused the operator:\n{said}")
+
+
+@pytest.fixture
+def kubeconfig(installation: installation_.Installation) -> Path:
+    """The operator's kubeconfig: the emulator, as the chart's ServiceAccount."""
+    return installation.kubeconfig
+
+
+@pytest.fixture
+async def kubectl(
+    k8s: emulator.KubernetesApi, kube_binaries: tools.Binaries, tmp_path: Path
+) -> AsyncIterator[tools.Kubectl]:
+    """Run kubectl against the emulator, as its admin (through :func:`emulator.
+    admin_proxy`): ``await kubectl("get", "runs")``."""
     home = tmp_path / "home"
     home.mkdir()
-    return tools.Kubectl(binary=kube_binaries.kubectl, kubeconfig=kubeconfig, home=home)
+    async with emulator.admin_proxy(k8s) as url:
+        config = emulator.write_kubeconfig(tmp_path / "kubectl", url, token=None)
+        yield tools.Kubectl(binary=kube_binaries.kubectl, kubeconfig=config, home=home)
 
 
 @pytest.fixture
@@ -84,7 +177,7 @@ async def kubelet(k8s: emulator.KubernetesApi, tmp_path: Path) -> AsyncIterator[
     fails if a Pod could not be run. Each Harness's log is in ``tmp_path/harness-logs``."""
     logs = tmp_path / "harness-logs"
     logs.mkdir()
-    async with kubelet_.running(str(k8s.url), logs) as running:
+    async with kubelet_.running(str(k8s.url), logs, token=k8s.admin_token) as running:
         yield running
         if running.errors:
             pytest.fail(f"the kubelet could not run Pods: {running.errors}")

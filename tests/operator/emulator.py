@@ -66,7 +66,7 @@ import kmock
 import yaml
 from kmock._internal import dsl, rendering  # for the mirrored RawHandler methods
 
-from tests.operator import apimachinery
+from tests.operator import apimachinery, rbac
 
 Body = apimachinery.Body
 Column = apimachinery.Column
@@ -106,11 +106,24 @@ BUILTIN_RESOURCES = (
     "coordination.k8s.io/v1/leases",
     "networking.k8s.io/v1/networkpolicies",
     "discovery.k8s.io/v1/endpointslices",
+    "v1/serviceaccounts",
+    "rbac.authorization.k8s.io/v1/roles",
+    "rbac.authorization.k8s.io/v1/rolebindings",
+    "rbac.authorization.k8s.io/v1/clusterroles",
+    "rbac.authorization.k8s.io/v1/clusterrolebindings",
 )
 """Built-in resources served, described as KMock's bundled discovery data describes them."""
 
 SEEDED_NAMESPACES = ("default", "kube-system")
 NAMESPACES = kmock.resource(group="", version="v1", plural="namespaces")
+SERVICE_ACCOUNTS = kmock.resource(group="", version="v1", plural="serviceaccounts")
+RBAC_RESOURCES = {
+    kind: kmock.resource(group=rbac.GROUP, version="v1", plural=f"{kind.lower()}s")
+    for kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+}
+ADMIN = rbac.User("kubeturn-tests-admin", (rbac.PRIVILEGED_GROUP, rbac.AUTHENTICATED))
+"""Whom :attr:`KubernetesApi.admin_token` authenticates: the tests themselves (setting
+objects up, kubectl, the kubelet), allowed everything as a cluster's admin is."""
 CRUD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 HISTORY_LIMIT = 1000
 """Changes retained for ``?resourceVersion=`` watches: more than any one test makes, so
@@ -322,12 +335,22 @@ class KubernetesApi(kmock.KubernetesEmulator):
     ``printer_columns`` maps a kind to its printer columns for Table responses (kinds
     not in it get an Age column, as a CRD without columns does); ``history_limit`` is how
     many changes ``?resourceVersion=`` watches can replay; ``clock`` gives timestamps.
+    Every request presents :attr:`admin_token` (allowed everything), a token of
+    :meth:`issue_token` (a ServiceAccount, allowed what the stored RBAC objects grant it)
+    or none (anonymous: discovery is refused too); ``authorizations`` records each
+    decision about a request that is not the admin's.
     """
 
     printer_columns: Mapping[str, Sequence[Column]] = KUBETURN_PRINTER_COLUMNS
     history_limit: int = HISTORY_LIMIT
     clock: Callable[[], datetime.datetime] = utc_now
+    admin_token: str = attrs.field(factory=lambda: secrets.token_urlsafe(32))
+    authorizations: list[tuple[rbac.Attributes, rbac.Decision]] = attrs.field(
+        init=False, factory=list
+    )
     _changes: ChangeLog = attrs.field(init=False)
+    _tokens: dict[str, rbac.User] = attrs.field(init=False, factory=dict)
+    _policy: rbac.Policy | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         # KMock's discovery, but not KMock's own object handlers: this class's replace them.
@@ -338,6 +361,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
             self.resources[key] = info
         for name in SEEDED_NAMESPACES:
             self.create_object(NAMESPACES, {"metadata": {"name": name}})
+        for body in rbac.BOOTSTRAP:
+            self.create_object(RBAC_RESOURCES[body["kind"]], body)
+        self._tokens[self.admin_token] = ADMIN
 
     # --- Public helpers for tests (no HTTP) ---
 
@@ -384,6 +410,139 @@ class KubernetesApi(kmock.KubernetesEmulator):
         """End all live watch streams, as a server going away does."""
         self._changes.close()
 
+    def issue_token(self, namespace: str, name: str) -> str:
+        """A new bearer token of the ServiceAccount ``namespace/name``, which must exist
+        (as a TokenRequest gives one): its requests are allowed what RBAC grants it."""
+        if self._current((SERVICE_ACCOUNTS, namespace, name)) is None:
+            raise LookupError(f"no ServiceAccount {namespace}/{name}")
+        token = secrets.token_urlsafe(32)
+        self._tokens[token] = rbac.service_account(namespace, name)
+        return token
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The ``Authorization`` header of the tests' own requests."""
+        return {"Authorization": f"Bearer {self.admin_token}"}
+
+    # --- Authentication, authorization and the admission that asks it ---
+
+    def _user_of(self, request: kmock.Request) -> rbac.User | None:
+        """Who sent the request: its bearer token's user, anonymous without credentials,
+        None for credentials no one issued (401)."""
+        given = header(request, "Authorization")
+        if not given:
+            return rbac.ANONYMOUS
+        scheme, _, token = given.partition(" ")
+        return self._tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+
+    def _policy_now(self) -> rbac.Policy:
+        """The stored RBAC objects' policy (made again after each write of one of them)."""
+        if self._policy is None:
+            stored = (body for key, body in self._stored() if key[0].group == rbac.GROUP)
+            self._policy = rbac.policy_of(stored)
+        return self._policy
+
+    def _authorize(self, attributes: rbac.Attributes) -> rbac.Decision:
+        decision = rbac.authorize(self._policy_now(), attributes)
+        if rbac.PRIVILEGED_GROUP not in attributes.user.groups:
+            self.authorizations.append((attributes, decision))
+        return decision
+
+    def _refusal(self, request: kmock.Request) -> apimachinery.ApiError | None:
+        """401 or 403 for a request that may not go on (before any reaction sees it)."""
+        user = self._user_of(request)
+        if user is None:
+            return rbac.unauthorized()
+        method = request.method.value
+        attributes = rbac.attributes_of(user, method, request.url.path, request.params)
+        decision = self._authorize(attributes)
+        return None if decision.allowed else rbac.forbidden(attributes, decision.reason)
+
+    def _admit_owner_references(
+        self,
+        request: kmock.Request,
+        resource: kmock.resource,
+        route: apimachinery.Route,
+        old: Body | None,
+        new: Any,
+    ) -> None:
+        """The OwnerReferencesPermissionEnforcement admission plugin (on where clusters
+        turn it on, e.g. OpenShift; always on here, the stricter): whoever changes an
+        object's ownerReferences must be allowed to delete it (a create excepted), and
+        whoever makes a reference ``blockOwnerDeletion`` must be allowed to ``update`` the
+        owner's ``finalizers`` subresource. Its refusals are 403s of its own words."""
+        user = self._user_of(request)
+        if user is None or not isinstance(new, dict):
+            return
+        after = (new.get("metadata") or {}).get("ownerReferences") or []
+        before = ((old or {}).get("metadata") or {}).get("ownerReferences") or []
+        if (old is None and not after) or after == before:
+            return
+        meta = new.get("metadata") or {}
+        namespace, name = route.namespace or meta.get("namespace"), str(meta.get("name") or "")
+        group, version = resource.group or "", str(resource.version)
+        asked = functools.partial(
+            rbac.Attributes,
+            user,
+            resource_request=True,
+            api_group=group,
+            api_version=version,
+            resource=str(resource.plural),
+            namespace=namespace or "",
+            name=name,
+        )
+        if old is not None:
+            decision = self._authorize(asked(verb="delete"))
+            if not decision.allowed:
+                said = f"cannot set an ownerRef on a resource you can't delete: {decision.reason}"
+                raise rbac.refusal(asked(verb="delete"), f"{said}, <nil>")
+        earlier = {ref.get("uid"): ref for ref in before}
+        blocking = [
+            ref
+            for ref in after
+            if ref.get("blockOwnerDeletion")
+            and not (earlier.get(ref.get("uid")) or {}).get("blockOwnerDeletion")
+        ]
+        anything = rbac.Attributes(
+            user, "update", True, api_group="*", resource="*", subresource="finalizers"
+        )
+        # A probe, not a refusal of the request: asked without being recorded.
+        if not blocking or rbac.authorize(self._policy_now(), anything).allowed:
+            return
+        for ref in blocking:
+            owner_group, _, owner_version = str(ref.get("apiVersion", "")).rpartition("/")
+            owners = [
+                known
+                for known, info in self.resources.items()
+                if (known.group or "", known.version) == (owner_group, owner_version)
+                and info.kind == ref.get("kind")
+            ]
+            if not owners:
+                said = (
+                    "cannot set blockOwnerDeletion in this case because cannot find "
+                    f"RESTMapping for APIVersion {ref.get('apiVersion')} Kind {ref.get('kind')}"
+                )
+                raise rbac.refusal(asked(verb="update"), said)
+            for owner in owners:
+                finalizers = rbac.Attributes(
+                    user,
+                    "update",
+                    True,
+                    api_group=owner_group,
+                    api_version=owner_version,
+                    resource=str(owner.plural),
+                    subresource="finalizers",
+                    namespace=namespace or "",
+                    name=str(ref.get("name", "")),
+                )
+                decision = self._authorize(finalizers)
+                if not decision.allowed:
+                    said = (
+                        "cannot set blockOwnerDeletion if an ownerReference refers to a "
+                        f"resource you can't set finalizers on: {decision.reason}, <nil>"
+                    )
+                    raise rbac.refusal(asked(verb="update"), said)
+
     # --- HTTP plumbing ---
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
@@ -416,7 +575,11 @@ class KubernetesApi(kmock.KubernetesEmulator):
         request: kmock decides whether a reaction sees a request by filtering the whole
         request log again, which made every request cost O(requests served) — minutes for
         a benchmark's tens of thousands of calls. Chains other than plain filters (slices,
-        exclusions, groups) keep kmock's exact way."""
+        exclusions, groups) keep kmock's exact way. Authentication and authorization come
+        first, as in kube-apiserver: a refused request reaches no reaction."""
+        refused = self._refusal(request)
+        if refused is not None:
+            return await _respond(refused.code, refused.status())(request)
         ordered = sorted(self._payloads, key=_precedence)
         for payload in ordered:
             sees = _sees(payload._source, request)
@@ -508,13 +671,21 @@ class KubernetesApi(kmock.KubernetesEmulator):
             case "get":
                 return _respond(200, self._get(request, resource, key))
             case "create":
-                return _respond(201, self._create(resource, route, self._body(request), dry_run))
+                body = self._body(request)
+                self._admit_owner_references(request, resource, route, None, body)
+                return _respond(201, self._create(resource, route, body, dry_run))
             case "update":
                 body = self._body(request)
+                if route.subresource is None:
+                    old = self._existing(resource, key)
+                    self._admit_owner_references(request, resource, route, old, body)
                 return _respond(200, self._update(resource, key, route, body, dry_run))
             case "patch":
                 patch = apimachinery.patcher(header(request, "Content-Type").split(";")[0].strip())
-                patched = patch(self._existing(resource, key), request.data)
+                old = self._existing(resource, key)
+                patched = patch(old, request.data)
+                if route.subresource is None:
+                    self._admit_owner_references(request, resource, route, old, patched)
                 return _respond(200, self._update(resource, key, route, patched, dry_run))
             case "delete":
                 options = request.data if isinstance(request.data, dict) else {}
@@ -733,6 +904,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
         if dry_run:
             return new
         new["metadata"]["resourceVersion"] = str(self._changes.next_revision())
+        if resource.group == rbac.GROUP:
+            self._policy = None
         if old is None and key not in self.objects:
             self.objects[key] = copy.deepcopy(new)
         elif remove:
@@ -827,15 +1000,19 @@ def _sees(view: dsl.View, request: kmock.Request) -> bool | None:
         node = node._source
 
 
-def write_kubeconfig(path: pathlib.Path, server: str, namespace: str = "default") -> pathlib.Path:
-    """A kubeconfig file at ``path`` whose current context is ``server`` (plain HTTP, no
-    user) and ``namespace``: what kubectl, kopf and the official client read."""
+def write_kubeconfig(
+    path: pathlib.Path, server: str, namespace: str = "default", *, token: str | None
+) -> pathlib.Path:
+    """A kubeconfig file at ``path`` whose current context is ``server`` (plain HTTP),
+    ``namespace`` and the user of the bearer ``token`` (None: no credentials, for an
+    :func:`admin_proxy`): what kubectl, kopf and the official client read."""
     context = {"cluster": "emulator", "user": "tester", "namespace": namespace}
+    user = {"token": token} if token is not None else {}
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "emulator", "cluster": {"server": server.rstrip("/")}}],
-        "users": [{"name": "tester", "user": {}}],
+        "users": [{"name": "tester", "user": user}],
         "contexts": [{"name": "emulator", "context": context}],
         "current-context": "emulator",
     }
@@ -847,11 +1024,61 @@ def write_kubeconfig(path: pathlib.Path, server: str, namespace: str = "default"
 async def serve(api: KubernetesApi | None = None) -> AsyncIterator[KubernetesApi]:
     """Run ``api`` (a new one by default) over HTTP on 127.0.0.1, on a free port.
 
-    Watches are ended before the server stops, so stopping does not wait for them.
+    KMock's own client (``api.get(...)``) presents the admin token. Watches are ended
+    before the server stops, so stopping does not wait for them.
     """
     api = api if api is not None else KubernetesApi()
-    async with api, kmock.Server(api, host="127.0.0.1"):
+    async with api, kmock.Server(api, host="127.0.0.1") as server:
+        server.client.headers.update(api.admin_headers)
         try:
             yield api
         finally:
             api.close_watches()
+
+
+PROXIED_HEADERS = ("content-type", "content-encoding")
+"""What the admin proxy passes back of an answer's headers (the length it sets itself)."""
+
+
+@contextlib.asynccontextmanager
+async def admin_proxy(api: KubernetesApi) -> AsyncIterator[str]:
+    """A plain-HTTP front of ``api`` on 127.0.0.1 that adds the admin token to each request,
+    as ``kubectl proxy`` adds its user's credentials; its URL.
+
+    For kubectl: client-go reads a kubeconfig's user only for a TLS server, so kubectl
+    sends the emulator (plain HTTP) no token, and an anonymous request is refused. Answers
+    are streamed through, watches too.
+    """
+    target = str(api.url).rstrip("/")
+    connector = aiohttp.TCPConnector(force_close=True)
+    timeout = aiohttp.ClientTimeout()
+    async with aiohttp.ClientSession(
+        connector=connector, headers=api.admin_headers, auto_decompress=False, timeout=timeout
+    ) as session:
+
+        async def forward(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+            headers = {
+                key: value
+                for key, value in request.headers.items()
+                if key.lower() not in ("host", "authorization", "content-length")
+            }
+            async with session.request(
+                request.method, target + request.path_qs, headers=headers, data=await request.read()
+            ) as upstream:
+                passed = {k: v for k, v in upstream.headers.items() if k.lower() in PROXIED_HEADERS}
+                response = aiohttp.web.StreamResponse(status=upstream.status, headers=passed)
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+
+        app = aiohttp.web.Application()
+        app.router.add_route("*", "/{path:.*}", forward)
+        runner = aiohttp.web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await aiohttp.web.TCPSite(runner, "127.0.0.1", 0).start()
+        try:
+            yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+        finally:
+            await runner.cleanup()

@@ -127,8 +127,9 @@ class Sandbox:
 class Kubelet:
     """Runs the emulator's sandbox Pods; ``errors`` lists every Pod it could not run."""
 
-    def __init__(self, api_url: str, logs: Path) -> None:
+    def __init__(self, api_url: str, logs: Path, *, token: str) -> None:
         self._api_url = api_url.rstrip("/")
+        self._token = token
         self._logs = logs
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -147,7 +148,8 @@ class Kubelet:
     async def start(self) -> None:
         # force_close: no idle keep-alive connection stays behind in the API server.
         connector = aiohttp.TCPConnector(force_close=True)
-        self._session = aiohttp.ClientSession(self._api_url, connector=connector)
+        headers = {"Authorization": f"Bearer {self._token}"}
+        self._session = aiohttp.ClientSession(self._api_url, connector=connector, headers=headers)
         self._task = asyncio.create_task(self._run(), name="kubelet")
 
     async def stop(self) -> None:
@@ -532,9 +534,10 @@ async def _started(
 
 
 @contextlib.asynccontextmanager
-async def running(api_url: str, logs: Path) -> AsyncIterator[Kubelet]:
-    """A kubelet for the emulator at ``api_url`` until the block ends; Harness logs in ``logs``."""
-    kubelet = Kubelet(api_url, logs)
+async def running(api_url: str, logs: Path, *, token: str) -> AsyncIterator[Kubelet]:
+    """A kubelet for the emulator at ``api_url``, presenting ``token``, until the block
+    ends; Harness logs in ``logs``."""
+    kubelet = Kubelet(api_url, logs, token=token)
     await kubelet.start()
     try:
         yield kubelet

@@ -30,6 +30,7 @@ from kubeturn.k8s import operator
 from kubeturn.k8s.hub import OperatorSettings
 from kubeturn_harness.scripted import parse_script, serve
 from tests.operator import emulator
+from tests.operator.installation import Installation
 from tests.operator.kubelet import Sandbox
 
 GROUP_VERSION = "kubeturn.dev/v1alpha1"
@@ -140,11 +141,13 @@ class OperatorThread:
             raise AssertionError("the operator failed") from self.error
 
 
-def settings(*, providers_yaml: str) -> OperatorSettings:
-    """The operator's settings for one test: loopback, free ports, namespace default."""
+def settings(installation: Installation, *, providers_yaml: str) -> OperatorSettings:
+    """The operator's settings for one test: loopback and free ports; the namespaces it
+    serves and its own as the chart installed gives them."""
     api_port = free_port()
     return OperatorSettings(
-        namespaces=(NAMESPACE,),
+        namespaces=installation.namespaces,
+        operator_namespace=installation.operator_namespace,
         harness_image="kubeturn-harness:test",
         orchestrator_url=f"http://127.0.0.1:{api_port}",
         providers_yaml=providers_yaml,
@@ -309,15 +312,16 @@ class Scripted:
 
 @contextlib.asynccontextmanager
 async def scripted_operator(
-    kubeconfig: Path, script_text: str, **changes: Any
+    installation: Installation, script_text: str, **changes: Any
 ) -> AsyncIterator[Scripted]:
     """The scripted model serving ``script_text`` and the operator (its settings from
-    :func:`settings`, with ``changes``) started against ``kubeconfig``; both stopped after."""
+    :func:`settings`, with ``changes``) started as the chart ``installation`` made it;
+    both stopped after."""
     runner, url = await serve(parse_script(script_text))
     providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-    operating = dataclasses.replace(settings(providers_yaml=providers), **changes)
+    operating = dataclasses.replace(settings(installation, providers_yaml=providers), **changes)
     made = Scripted(
-        OperatorThread(operating, kubeconfig),
+        OperatorThread(operating, installation.kubeconfig),
         url.removesuffix("/v1"),
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)),
     )

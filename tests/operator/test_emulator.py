@@ -565,11 +565,13 @@ async def test_a_reaction_overrides_a_write_which_is_then_not_stored(
 
 
 async def test_the_official_client_works(k8s: emulator.KubernetesApi) -> None:
-    await asyncio.to_thread(_official_client_round_trip, str(k8s.url).rstrip("/"))
+    await asyncio.to_thread(_official_client_round_trip, str(k8s.url).rstrip("/"), k8s.admin_token)
 
 
-def _official_client_round_trip(host: str) -> None:
-    configuration = kubernetes.client.Configuration(host=host)
+def _official_client_round_trip(host: str, token: str) -> None:
+    configuration = kubernetes.client.Configuration(
+        host=host, api_key={"authorization": token}, api_key_prefix={"authorization": "Bearer"}
+    )
     with kubernetes.client.ApiClient(configuration) as client:
         custom = kubernetes.client.CustomObjectsApi(client)
         args = (GROUP, VERSION, "default", "runs")
@@ -606,13 +608,13 @@ def _official_client_round_trip(host: str) -> None:
 # --- A real kopf operator ---
 
 
-def build_operator(server: str, seen: list[str]) -> kopf.OperatorRegistry:
+def build_operator(server: str, token: str, seen: list[str]) -> kopf.OperatorRegistry:
     """A tiny operator: a Run's creation sets its phase; deleting one is recorded."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
     async def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=server, default_namespace="default")
+        return kopf.ConnectionInfo(server=server, token=token, default_namespace="default")
 
     @kopf.on.create(GROUP, VERSION, "runs", registry=registry)
     async def created(patch: kopf.Patch, name: str, **_: Any) -> None:
@@ -655,7 +657,8 @@ async def test_a_kopf_operator_runs_a_full_cycle(
     k8s: emulator.KubernetesApi, k8s_client: aiohttp.ClientSession
 ) -> None:
     seen: list[str] = []
-    async with running(build_operator(str(k8s.url).rstrip("/"), seen), standalone=True):
+    registry = build_operator(str(k8s.url).rstrip("/"), k8s.admin_token, seen)
+    async with running(registry, standalone=True):
         async with k8s_client.post(RUNS, json=run("r", spec={"x": 1})) as response:
             assert response.status == 201
         await until(lambda: phase_of(k8s, "r") == "Accepted")

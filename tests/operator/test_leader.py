@@ -40,7 +40,6 @@ import contextlib
 import datetime
 import threading
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -51,9 +50,12 @@ from kubeturn import cli
 from kubeturn.k8s import leader, operator
 from kubeturn.k8s.kube import Kube
 from tests.operator import emulator
-from tests.operator.operator_support import NAMESPACE, START_S, eventually, settings
+from tests.operator.installation import RELEASE, RELEASE_NAMESPACE, Installation
+from tests.operator.operator_support import START_S, eventually, settings
 
-LEASE = "kubeturn"
+NAMESPACE, LEASE = RELEASE_NAMESPACE, RELEASE
+"""Where the operator keeps its Lease, and its name, as the chart names them (the Lease is
+the release's full name, which is the release's name here)."""
 LEASES = "coordination.k8s.io/v1/leases"
 
 Body = dict[str, Any]
@@ -78,8 +80,10 @@ class Clock:
 
 
 @pytest.fixture
-def kube(kubeconfig: Path) -> Iterator[Kube]:
-    client = operator.kube_client(str(kubeconfig))
+def kube(installation: Installation) -> Iterator[Kube]:
+    """The operator's Kube facade, as the chart's ServiceAccount: only the chart's Lease."""
+    assert (installation.operator_namespace, installation.lease) == (NAMESPACE, LEASE)
+    client = operator.kube_client(str(installation.kubeconfig))
     yield Kube(client)
     client.close()
 
@@ -310,7 +314,9 @@ async def write_spec(k8s: emulator.KubernetesApi, **changes: Any) -> None:
     """Change the Lease's spec as another writer would: a PUT over the version read,
     again when the leader renewed it meanwhile (409)."""
     connector = aiohttp.TCPConnector(force_close=True)
-    async with aiohttp.ClientSession(str(k8s.url), connector=connector) as session:
+    async with aiohttp.ClientSession(
+        str(k8s.url), connector=connector, headers=k8s.admin_headers
+    ) as session:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{LEASE}"
 
         async def put() -> bool:
@@ -339,12 +345,15 @@ unrenewed Lease."""
 class Replica:
     """``operator.run`` with an election, in a thread with its own loop (as in its pod)."""
 
-    def __init__(self, name: str, kubeconfig: Path, timing: dict[str, Any]) -> None:
-        self.settings = settings(providers_yaml="{}\n")
+    def __init__(self, name: str, installation: Installation, timing: dict[str, Any]) -> None:
+        self.settings = settings(installation, providers_yaml="{}\n")
         self.election = leader.Election(
-            namespace=NAMESPACE, name=LEASE, identity=leader.identity(name), **timing
+            namespace=installation.operator_namespace,
+            name=installation.lease,
+            identity=leader.identity(name),
+            **timing,
         )
-        self._kubeconfig = kubeconfig
+        self._kubeconfig = installation.kubeconfig
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
@@ -417,9 +426,12 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.fixture
-async def replicas(kubeconfig: Path) -> AsyncIterator[list[Replica]]:
+async def replicas(installation: Installation) -> AsyncIterator[list[Replica]]:
     """Two replicas, ``a`` and ``b`` (patient), not started; stopped at the end of the test."""
-    made = [Replica("a", kubeconfig, OPERATOR_TIMING), Replica("b", kubeconfig, PATIENT_TIMING)]
+    made = [
+        Replica("a", installation, OPERATOR_TIMING),
+        Replica("b", installation, PATIENT_TIMING),
+    ]
     yield made
     for replica in made:
         if replica.running:

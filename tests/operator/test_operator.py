@@ -55,6 +55,7 @@ from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
+from tests.operator.installation import Installation
 from tests.operator.operator_support import (
     AGENTTURNS,
     RUNS,
@@ -112,6 +113,7 @@ class Cluster:
     """The ``file://`` URL of a bare git repository with a ``main`` branch."""
     operator: OperatorThread
     watch: AgentTurnWatch
+    installation: Installation
     operators: list[OperatorThread] = field(default_factory=list)
 
     async def apply(self, manifest: dict[str, Any]) -> None:
@@ -171,7 +173,7 @@ class Cluster:
 
     async def restart_operator(self) -> None:
         await self.operator.stop()
-        self.operator = OperatorThread(self.operator.settings, self.kubectl.kubeconfig)
+        self.operator = OperatorThread(self.operator.settings, self.installation.kubeconfig)
         self.operators.append(self.operator)
         await self.operator.start()
 
@@ -183,7 +185,7 @@ StartCluster = Callable[[str], Awaitable[Cluster]]
 async def cluster(
     k8s: emulator.KubernetesApi,
     kubectl: tools.Kubectl,
-    kubeconfig: Path,
+    installation: Installation,
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -193,7 +195,9 @@ async def cluster(
     origin = make_origin(tmp_path / "git")
     connector = aiohttp.TCPConnector(force_close=True)
     session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30))
-    api = aiohttp.ClientSession(str(k8s.url), connector=aiohttp.TCPConnector(force_close=True))
+    api = aiohttp.ClientSession(
+        str(k8s.url), connector=aiohttp.TCPConnector(force_close=True), headers=k8s.admin_headers
+    )
     started: list[Cluster] = []
     cleanups: list[Callable[[], Awaitable[Any]]] = []
 
@@ -201,7 +205,9 @@ async def cluster(
         runner, url = await serve(parse_script(text))
         cleanups.append(runner.cleanup)
         providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-        operator = OperatorThread(settings(providers_yaml=providers), kubeconfig)
+        operator = OperatorThread(
+            settings(installation, providers_yaml=providers), installation.kubeconfig
+        )
         watch = AgentTurnWatch(api)
         await watch.open()
         cleanups.append(watch.close)
@@ -215,6 +221,7 @@ async def cluster(
             origin=origin,
             operator=operator,
             watch=watch,
+            installation=installation,
             operators=[operator],
         )
         started.append(world)

@@ -68,6 +68,7 @@ from kubeturn.api.workspace import URL_CREDENTIALS, WorkspaceSpec
 from kubeturn.k8s import clones, objects
 from tests.operator import emulator, git_http, git_ssh, plants
 from tests.operator import kubelet as kubelet_
+from tests.operator.installation import Installation
 from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
@@ -691,14 +692,16 @@ async def test_a_workspace_of_a_private_repository_starts_runs_at_its_commit(
     server: git_http.GitServer,
     k8s: emulator.KubernetesApi,
     k8s_client: aiohttp.ClientSession,
-    kubeconfig: Path,
+    installation: Installation,
     kubelet: kubelet_.Kubelet,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     first, _tip = server.bare("private", "one", "two")
     name = NAME
     api = Api(k8s_client)
-    operator = OperatorThread(settings(providers_yaml=PROVIDERS), kubeconfig)
+    operator = OperatorThread(
+        settings(installation, providers_yaml=PROVIDERS), installation.kubeconfig
+    )
     await operator.start()
     try:
         await api.create(
@@ -753,13 +756,15 @@ async def test_a_workspace_of_a_private_repository_starts_runs_at_its_commit(
 async def test_a_workspace_whose_url_carries_a_token_is_refused_naming_the_path(
     k8s: emulator.KubernetesApi,
     k8s_client: aiohttp.ClientSession,
-    kubeconfig: Path,
+    installation: Installation,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The CRD refuses it; an older CRD, or this emulator (no admission), does not: the
     operator makes nothing of it and says where the problem is, never what the URL holds."""
     api = Api(k8s_client)
-    operator = OperatorThread(settings(providers_yaml=PROVIDERS), kubeconfig)
+    operator = OperatorThread(
+        settings(installation, providers_yaml=PROVIDERS), installation.kubeconfig
+    )
     await operator.start()
     try:
         repo = {"url": f"https://{USER}:{PASSWORD}@127.0.0.1:9/private.git"}

@@ -29,6 +29,7 @@ import pytest
 from kubeturn.k8s import harnesses
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
+from tests.operator.installation import Installation
 from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
@@ -61,14 +62,14 @@ RUN_PATH = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{{name}}"
 async def world(
     k8s: emulator.KubernetesApi,
     k8s_client: aiohttp.ClientSession,
-    kubeconfig: Path,
+    installation: Installation,
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> AsyncIterator[World]:
     """The operator on the scripted model, the shared Workspace Ready; the test fails if
     the operator or a Harness logged an error."""
-    async with scripted_operator(kubeconfig, SCRIPT) as scripted:
+    async with scripted_operator(installation, SCRIPT) as scripted:
         made = World(k8s, k8s_client, scripted.session, kubelet, make_origin(tmp_path / "git"))
         await made.create(workspace(made.origin))
         await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")

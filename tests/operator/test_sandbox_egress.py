@@ -26,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.operator import emulator
+from tests.operator.installation import RELEASE_NAMESPACE, Installation
 from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
@@ -113,15 +113,15 @@ def api_server_slice(port: int, *, endpoints: bool = True) -> Body:
 async def world(
     k8s: emulator.KubernetesApi,
     k8s_client: aiohttp.ClientSession,
-    kubeconfig: Path,
+    installation: Installation,
     caplog: pytest.LogCaptureFixture,
 ) -> AsyncIterator[World]:
     """The emulator naming itself the API server, the operator, and a Workspace; the test
     fails if the operator logged an error."""
     operating = dataclasses.replace(
-        settings(providers_yaml="{}\n"), operator_namespace="kubeturn", api_server_look_s=LOOK_S
+        settings(installation, providers_yaml="{}\n"), api_server_look_s=LOOK_S
     )
-    made = World(k8s, k8s_client, OperatorThread(operating, kubeconfig))
+    made = World(k8s, k8s_client, OperatorThread(operating, installation.kubeconfig))
     await made.send("POST", SLICE_PATH, api_server_slice(k8s.url.port or 0))
     try:
         await made.operator.start()
@@ -169,7 +169,9 @@ async def test_a_workspace_gets_default_egress_that_keeps_the_api_server_out(wor
     assert orchestrator == {
         "to": [
             {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kubeturn"}},
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": RELEASE_NAMESPACE}
+                },
                 "podSelector": {"matchLabels": dict(world.operator.settings.operator_labels)},
             }
         ],

@@ -54,6 +54,7 @@ from kubeturn.k8s import harnesses
 from kubeturn.orchestrator import harness_client
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
+from tests.operator.installation import Installation
 from tests.operator.operator_support import (
     AGENTTURNS,
     GROUP_VERSION,
@@ -166,7 +167,7 @@ class World(Writes):
 async def world(
     k8s: emulator.KubernetesApi,
     k8s_client: aiohttp.ClientSession,
-    kubeconfig: Path,
+    installation: Installation,
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -178,7 +179,7 @@ async def world(
         await watch.open()
         # A Run waiting for a finalizer's report looks often whether its AgentTurn went,
         # so a test shows that it waits for the report past its looks.
-        async with scripted_operator(kubeconfig, SCRIPT, sweep_look_s=0.2) as scripted:
+        async with scripted_operator(installation, SCRIPT, sweep_look_s=0.2) as scripted:
             made = World(
                 k8s,
                 k8s_client,

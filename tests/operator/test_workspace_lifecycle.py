@@ -57,6 +57,7 @@ import pytest
 
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
+from tests.operator.installation import Installation
 from tests.operator.operator_support import (
     AGENTTURNS,
     GROUP_VERSION,
@@ -237,7 +238,7 @@ async def _watch(api: aiohttp.ClientSession, into: list[Body], opened: asyncio.E
 async def world(
     k8s: emulator.KubernetesApi,
     k8s_client: aiohttp.ClientSession,
-    kubeconfig: Path,
+    installation: Installation,
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -249,7 +250,7 @@ async def world(
     watch = asyncio.create_task(_watch(k8s_client, versions, opened))
     try:
         await eventually(opened.is_set, "the Workspace watch to open", timeout=5)
-        async with scripted_operator(kubeconfig, SCRIPT) as scripted:
+        async with scripted_operator(installation, SCRIPT) as scripted:
             made = World(
                 k8s,
                 k8s_client,
