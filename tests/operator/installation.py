@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.operator import emulator, rbac
@@ -153,3 +154,10 @@ class Usage:
             for grant in rbac.grants(policy, user)
             if not any(grant.allows(attributes) for attributes in self.requests)
         ]
+
+
+USAGE = pytest.StashKey[Usage]()
+"""Where a session keeps its :class:`Usage`."""
+
+IN_BOTH_SHAPES = pytest.mark.parametrize("chart_shape", list(Shape), ids=[s.value for s in Shape])
+"""Run a scenario in both of the chart's RBAC shapes (the default is every namespace)."""

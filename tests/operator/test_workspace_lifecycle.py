@@ -25,12 +25,17 @@ Cases:
   serving: ``SandboxCurrent=False`` names the running AgentTurn, ``Ready`` stays True,
   the Turn runs on; once a signal sweeps it (``aborted``, not cut by the roll) the Pod is
   made anew;
-- the token Secret deleted (rotated, ADR 0038) while a Turn runs (its model request
-  held): within seconds, well before the Workspace's next look, the old Orchestrator
-  token is answered 401; the sandbox is made anew at once with new tokens (a
-  ``SandboxUpdated`` Event names them), cutting the Turn (``failed``, the Harness
-  restarted); the new Harness refuses the old Harness token and takes the new one, the
-  Orchestrator takes the new token only, and a Turn then runs on the new sandbox;
+- the tokens rotated (ADR 0038, 0040: a new ``kubeturn.dev/rotate-tokens`` on the
+  Workspace) while a Turn runs (its model request held), in both RBAC shapes of the
+  chart: within seconds, well before the Workspace's next look, the old Orchestrator
+  token is answered 401; the token Secret is made anew, carrying the rotation; the
+  sandbox is made anew at once with new tokens (a ``SandboxUpdated`` Event names them),
+  cutting the Turn (``failed``, the Harness restarted); the new Harness refuses the old
+  Harness token and takes the new one, the Orchestrator takes the new token only, and a
+  Turn then runs on the new sandbox;
+- the token Secret deleted by hand (the operator watches no Secret): at the Workspace's
+  next look, within ``READY_PROBE_S``, it is made anew with new tokens, the old
+  Orchestrator token is refused and the sandbox is made anew;
 - the Workspace deleted and made again under its name: its token is forgotten with it
   (401), though its Secret and Pod are still there (no garbage collector); the one made
   again makes its own Secret (owned by it) with new tokens rather than taking the old
@@ -55,9 +60,10 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 
+from kubeturn.k8s import objects, workspaces
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
-from tests.operator.installation import Installation
+from tests.operator.installation import IN_BOTH_SHAPES, Installation
 from tests.operator.operator_support import (
     AGENTTURNS,
     GROUP_VERSION,
@@ -571,8 +577,11 @@ async def test_a_changed_spec_waits_for_the_running_turn(world: World) -> None:
 RESTARTED = "the Harness restarted while this Submission ran"
 SECRET_PATH = f"/api/v1/namespaces/{NAMESPACE}/secrets/{WORKSPACE}-kubeturn-tokens"
 REVOKED_WITHIN_S = 5.0
-"""How soon a rotated token is refused: the token Secrets' watch, not the Workspace's
-next look at a Ready sandbox (20 s away), revokes it."""
+"""How soon rotated tokens are refused: the Workspace's event, not its next look at a
+Ready sandbox (20 s away), makes them anew."""
+LOOKED_WITHIN_S = workspaces.READY_PROBE_S + 10
+"""How soon a token Secret deleted by hand is made anew: at the next look of a Ready
+Workspace, with room for a loaded machine."""
 
 
 def cut_run(name: str) -> Body:
@@ -582,7 +591,8 @@ def cut_run(name: str) -> Body:
     return body
 
 
-async def test_rotating_the_token_secret_revokes_the_old_tokens_at_once(world: World) -> None:
+@IN_BOTH_SHAPES
+async def test_rotating_the_tokens_revokes_the_old_ones_at_once(world: World) -> None:
     name = "long"
     await world.create(cut_run(name))
 
@@ -600,8 +610,8 @@ async def test_rotating_the_token_secret_revokes_the_old_tokens_at_once(world: W
     old_sandbox = await world.kubelet.running(POD)
     assert await world.surface(iid, old[0]) == 200
 
-    # The response to a leak: kubectl delete secret <workspace>-kubeturn-tokens.
-    await world.delete(SECRET_PATH)
+    # The response to a leak: kubectl annotate workspace shared kubeturn.dev/rotate-tokens=1.
+    await world.patch(WORKSPACE_PATH, {"metadata": {"annotations": {objects.ROTATE_TOKENS: "1"}}})
 
     async def revoked() -> bool:
         return await world.surface(iid, old[0]) == 401
@@ -617,6 +627,7 @@ async def test_rotating_the_token_secret_revokes_the_old_tokens_at_once(world: W
     )
     new = (orchestrator_token(world.k8s, WORKSPACE), harness_token(world.k8s, WORKSPACE))
     assert set(new).isdisjoint(old)
+    assert objects.rotation(stored(world.k8s, "v1/secrets", f"{WORKSPACE}-kubeturn-tokens")) == "1"
     (updated,) = events(world.k8s, "SandboxUpdated")
     assert "tokens changed" in updated["message"]
     await world.until(
@@ -634,6 +645,30 @@ async def test_rotating_the_token_secret_revokes_the_old_tokens_at_once(world: W
     assert await world.surface(iid, new[0]) == 404  # known, and the Turn is over
     sandbox = await world.kubelet.running(POD)
     assert [await world.readyz(sandbox.url, token) for token in (old[1], new[1])] == [401, 200]
+    await world.create(run(FIRST))
+    await world.waiting(FIRST)
+
+
+async def test_a_token_secret_deleted_by_hand_is_made_anew_at_the_next_look(
+    world: World,
+) -> None:
+    old = orchestrator_token(world.k8s, WORKSPACE)
+    old_endpoint = world.status()["endpoint"]
+    await world.delete(SECRET_PATH)
+
+    async def refused() -> bool:
+        return await world.surface("any", old) == 401
+
+    await eventually(refused, "the old Orchestrator token refused", timeout=LOOKED_WITHIN_S)
+    await world.until(
+        lambda: (
+            world.status().get("phase") == "Ready" and world.status()["endpoint"] != old_endpoint
+        ),
+        "the Workspace Ready at a new sandbox with the new tokens",
+    )
+    new = orchestrator_token(world.k8s, WORKSPACE)
+    assert new != old
+    assert await world.surface("any", new) == 404
     await world.create(run(FIRST))
     await world.waiting(FIRST)
 

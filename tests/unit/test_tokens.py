@@ -1,32 +1,26 @@
 """A Workspace's tokens: one at a time, revoked when rotated (``api.Registry``,
-``workspaces.revoke``, ``objects``' token Secret helpers; ADR 0038).
+``objects``' token Secret helpers; ADR 0038 and 0040).
 
 Cases:
 - the registry holds one token per Workspace: a token set anew (a Secret made anew, or a
   Workspace made again under its name) replaces the one before, which no longer
   authenticates, while other Workspaces' tokens stay; a token is found whichever
-  Workspace holds it; an unknown or empty token is nobody's;
-- ``revoke`` takes away the Workspace's token only when it is the one named (a token set
-  since, from a Secret made anew, stays); ``forget_token`` takes whatever it has;
-- a token Secret's name gives its Workspace, another Secret's none; ``owned_by`` tells a
-  Workspace's own Secret from one of an earlier Workspace of the same name (by uid);
-- ``workspaces.revoke`` of a deleted token Secret: its Orchestrator token stops
-  authenticating and the Harness client made with its Harness token is closed and
-  dropped (a call on it is refused, never sent); a client of newer tokens is kept; a
-  Secret that cannot be read revokes whatever the Workspace has.
+  Workspace holds it; an unknown or empty token is nobody's; ``forget_token`` takes
+  whatever the Workspace has;
+- a token Secret is named after its Workspace; ``owned_by`` tells a Workspace's own
+  Secret from one of an earlier Workspace of the same name (by uid);
+- rotation: a token Secret carries the ``kubeturn.dev/rotate-tokens`` its Workspace had
+  when it was made (none when it had none); its tokens are outdated once the Workspace
+  names another value, not while it names the same or none.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
+from typing import Any
 
-import pytest
-
-from kubeturn.k8s import objects, workspaces
-from kubeturn.k8s.hub import Hub, OperatorSettings
+from kubeturn.k8s import objects
 from kubeturn.orchestrator.api import Registry
-from kubeturn.orchestrator.harness_client import HarnessClient, HarnessUnreachable
 
 WORKSPACE = "team-a/ws"
 OTHER = "team-a/other"
@@ -55,18 +49,6 @@ class TestRegistry:
         assert registry.workspace_of("") is None
         assert registry.workspace_of("token ") is None
 
-    def test_revoke_takes_the_named_token_only(self) -> None:
-        registry = Registry()
-        registry.set_token(WORKSPACE, "old")
-        registry.set_token(WORKSPACE, "new")
-        registry.revoke(WORKSPACE, "old")  # the old Secret's deletion, heard late
-        assert registry.workspace_of("new") == WORKSPACE
-
-        registry.revoke(WORKSPACE, "new")
-        assert registry.workspace_of("new") is None
-        registry.revoke(WORKSPACE, "new")  # a Workspace with no token: nothing to do
-        assert registry.tokens == {}
-
     def test_forget_takes_whatever_the_workspace_has(self) -> None:
         registry = Registry()
         registry.set_token(WORKSPACE, "token")
@@ -77,20 +59,17 @@ class TestRegistry:
         assert registry.workspace_of("other") == OTHER
 
 
-def workspace_body(uid: str) -> dict[str, object]:
-    return {
-        "apiVersion": "kubeturn.dev/v1alpha1",
-        "kind": "Workspace",
-        "metadata": {"name": "ws", "namespace": "team-a", "uid": uid},
-    }
+def workspace_body(uid: str, rotation: str | None = None) -> dict[str, Any]:
+    annotations = {objects.ROTATE_TOKENS: rotation} if rotation is not None else {}
+    meta = {"name": "ws", "namespace": "team-a", "uid": uid, "annotations": annotations}
+    return {"apiVersion": "kubeturn.dev/v1alpha1", "kind": "Workspace", "metadata": meta}
 
 
 class TestTokenSecret:
-    def test_its_name_gives_its_workspace(self) -> None:
+    def test_it_is_named_after_its_workspace(self) -> None:
         assert objects.token_secret_name("ws") == "ws-kubeturn-tokens"
-        assert objects.token_secret_workspace("ws-kubeturn-tokens") == "ws"
-        assert objects.token_secret_workspace("-kubeturn-tokens") is None
-        assert objects.token_secret_workspace("repo-token") is None
+        secret = objects.token_secret(workspace_body("uid-1"), "h", "o")
+        assert secret["metadata"]["name"] == "ws-kubeturn-tokens"
 
     def test_owned_by_tells_an_earlier_workspaces_secret(self) -> None:
         secret = objects.token_secret(workspace_body("uid-1"), "h", "o")
@@ -99,57 +78,21 @@ class TestTokenSecret:
         assert not objects.owned_by({"metadata": {}}, workspace_body("uid-1"))
 
 
-def stored(secret: dict[str, object]) -> dict[str, object]:
-    """A token Secret as the API answers it: ``stringData`` written into ``data``."""
-    plain = secret.pop("stringData")
-    assert isinstance(plain, dict)
-    secret["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in plain.items()}
-    return secret
+class TestRotation:
+    def test_a_secret_carries_the_rotation_it_was_made_for(self) -> None:
+        made = objects.token_secret(workspace_body("uid-1", "2030-01-01"), "h", "o")
+        assert made["metadata"]["annotations"] == {"kubeturn.dev/rotate-tokens": "2030-01-01"}
+        assert objects.rotation(made) == "2030-01-01"
+        plain = objects.token_secret(workspace_body("uid-1"), "h", "o")
+        assert "annotations" not in plain["metadata"]
+        assert objects.rotation(plain) is None
 
-
-class TestRevokeOnDeletion:
-    def hub(self) -> Hub:
-        return Hub(kube=None, settings=OperatorSettings())  # type: ignore[arg-type]
-
-    async def test_the_deleted_secrets_tokens_are_revoked_both_ways(self) -> None:
-        hub = self.hub()
-        hub.registry.set_token(WORKSPACE, "orchestrator-1")
-        client = HarnessClient("http://127.0.0.1:1", "harness-1")
-        key = ("team-a", "ws")
-        hub.harnesses[key] = client
-        sandbox = workspaces.Sandbox(harness=("pod-uid", "http://127.0.0.1:1", digest("harness-1")))
-        secret = stored(
-            objects.token_secret(workspace_body("uid-1"), "harness-1", "orchestrator-1")
-        )
-
-        await workspaces.revoke(hub, key, sandbox, secret)
-        assert hub.registry.workspace_of("orchestrator-1") is None
-        assert key not in hub.harnesses
-        assert sandbox.harness is None
-        with pytest.raises(HarnessUnreachable, match="its client was closed"):
-            await client.worktrees("r", "kubeturn/r", ["target"])
-
-    async def test_tokens_read_since_stay(self) -> None:
-        hub = self.hub()
-        hub.registry.set_token(WORKSPACE, "orchestrator-2")
-        client = HarnessClient("http://127.0.0.1:1", "harness-2")
-        key = ("team-a", "ws")
-        hub.harnesses[key] = client
-        made = ("pod-uid", "http://127.0.0.1:1", digest("harness-2"))
-        sandbox = workspaces.Sandbox(harness=made)
-        earlier = stored(
-            objects.token_secret(workspace_body("uid-1"), "harness-1", "orchestrator-1")
-        )
-        try:
-            await workspaces.revoke(hub, key, sandbox, earlier)
-            assert hub.registry.workspace_of("orchestrator-2") == WORKSPACE
-            assert hub.harnesses[key] is client
-            assert sandbox.harness == made
-        finally:
-            await client.close()
-
-    async def test_a_secret_that_cannot_be_read_revokes_whatever_there_is(self) -> None:
-        hub = self.hub()
-        hub.registry.set_token(WORKSPACE, "orchestrator-1")
-        await workspaces.revoke(hub, ("team-a", "ws"), None, {"data": {}})
-        assert hub.registry.tokens == {}
+    def test_tokens_are_outdated_once_the_workspace_names_another_rotation(self) -> None:
+        plain = objects.token_secret(workspace_body("uid-1"), "h", "o")
+        first = objects.token_secret(workspace_body("uid-1", "1"), "h", "o")
+        assert not objects.tokens_rotated(plain, workspace_body("uid-1"))
+        assert objects.tokens_rotated(plain, workspace_body("uid-1", "1"))
+        assert not objects.tokens_rotated(first, workspace_body("uid-1", "1"))
+        assert objects.tokens_rotated(first, workspace_body("uid-1", "2"))
+        # The annotation removed: no rotation asked for, the tokens stay.
+        assert not objects.tokens_rotated(first, workspace_body("uid-1"))

@@ -116,6 +116,9 @@ def workspace_of(run: Mapping[str, Any]) -> str | None:
 
 
 TOKENS_SUFFIX = "-kubeturn-tokens"
+ROTATE_TOKENS = "kubeturn.dev/rotate-tokens"
+"""An annotation of a Workspace: each new value has its tokens made anew at once, the old
+ones refused; its token Secret carries the value it was made for (ADR 0040)."""
 
 
 def token_secret_name(workspace: str) -> str:
@@ -123,10 +126,18 @@ def token_secret_name(workspace: str) -> str:
     return f"{workspace}{TOKENS_SUFFIX}"
 
 
-def token_secret_workspace(secret: str) -> str | None:
-    """The Workspace whose token Secret is named ``secret``; None for another Secret."""
-    workspace = secret.removesuffix(TOKENS_SUFFIX)
-    return workspace if workspace and workspace != secret else None
+def rotation(body: Mapping[str, Any]) -> str | None:
+    """The ``kubeturn.dev/rotate-tokens`` annotation of a Workspace or a token Secret."""
+    value = ((body.get("metadata") or {}).get("annotations") or {}).get(ROTATE_TOKENS)
+    return None if value is None else str(value)
+
+
+def tokens_rotated(secret: Mapping[str, Any], workspace: Mapping[str, Any]) -> bool:
+    """Whether the Workspace asks for tokens newer than the Secret's: a rotation the
+    Secret was not made for. A Workspace that names none (its annotation removed too)
+    asks for none."""
+    wanted = rotation(workspace)
+    return wanted is not None and rotation(secret) != wanted
 
 
 def owned_by(child: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
@@ -140,12 +151,16 @@ def owned_by(child: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
 def token_secret(
     workspace: Mapping[str, Any], harness_token: str, orchestrator_token: str
 ) -> Object:
-    """The Workspace's two tokens: the one its Harness accepts, the one it presents."""
+    """The Workspace's two tokens: the one its Harness accepts, the one it presents; made
+    for the Workspace's rotation, if it names one."""
     meta = workspace["metadata"]
+    made_for = rotation(workspace)
+    annotations = {"annotations": {ROTATE_TOKENS: made_for}} if made_for is not None else {}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(token_secret_name(meta["name"]), meta["namespace"], workspace),
+        "metadata": _metadata(token_secret_name(meta["name"]), meta["namespace"], workspace)
+        | annotations,
         "type": "Opaque",
         "stringData": {
             "harness-token-sha256": hashlib.sha256(harness_token.encode()).hexdigest(),

@@ -5,11 +5,13 @@ Each Workspace gets two tokens, kept in its Secret: the one its Harness accepts 
 pod sees only its SHA-256) and the one its Harness presents to the Orchestrator API,
 which accepts it only for Turns admitted to this Workspace. The Secret is the one truth
 about them (ADR 0038): the Orchestrator API holds the token it holds now and no other,
-and the operator presents the Harness the one it holds now. Deleting the Secret rotates
-both: the watch of token Secrets revokes the old Orchestrator token and closes the
-Harness client of the old Harness token at once; the daemon makes new tokens and makes
-the sandbox anew with them, whatever runs on it. A Workspace made again under its name
-takes none of the tokens of the one before, and a deleted one's token is forgotten.
+and the operator presents the Harness the one it holds now. A new
+``kubeturn.dev/rotate-tokens`` on the Workspace rotates both at once (ADR 0040): the
+daemon makes the Secret anew with new tokens, which refuses the old Orchestrator token
+and closes the Harness client of the old Harness token, and makes the sandbox anew with
+them, whatever runs on it; a Secret deleted by hand is made anew the same way at the
+next look (Secrets are read by name, never watched). A Workspace made again under its
+name takes none of the tokens of the one before, and a deleted one's token is forgotten.
 
 The daemon makes the sandbox Pod again when it was deleted or ended (``sandboxes``
 decides, with a bounded back-off), and when it runs an older spec than the Workspace
@@ -121,6 +123,9 @@ class Sandbox:
     tokens: str | None = None
     """The token Secret's ``harness-token-sha256`` as last read (and its Orchestrator
     token set in the registry with it)."""
+    rotation: str | None = None
+    """The Workspace's ``kubeturn.dev/rotate-tokens`` when its tokens were last read: a
+    new one is to be read (and the tokens made anew) at once."""
     outdated: bool = False
     """Its Pod runs an older spec and waits for no Turn to run: changes of AgentTurns and
     Runs wake the daemon."""
@@ -135,6 +140,8 @@ class Synced:
     made again."""
     api_server: egress.ApiServer | None
     """The API server's addresses the NetworkPolicy was made with (None: unknown)."""
+    rotation: str | None
+    """The Workspace's ``kubeturn.dev/rotate-tokens`` the tokens were read for."""
 
 
 async def ensure_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> Synced:
@@ -175,7 +182,7 @@ async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> 
     claims = [objects.volume_claim(body, spec), objects.harness_claim(body, spec)]
     found = [await _claim(hub, claim) for claim in claims]
     volume = sandboxes.volume_said(found[0], spec.storage)
-    return Synced(volume, _token_sha256(stored), api_server)
+    return Synced(volume, _token_sha256(stored), api_server, objects.rotation(body))
 
 
 async def _claim(hub: Hub, claim: dict[str, Any]) -> dict[str, Any]:
@@ -195,17 +202,21 @@ async def _token_secret(hub: Hub, body: dict[str, Any]) -> dict[str, Any]:
     """The Workspace's token Secret, made with new tokens when it has none (two makers at
     once both end up with the one stored). A Secret of its name that an earlier
     Workspace of the same name owns is not its own (the garbage collector takes that
-    one's children in its own time): it is deleted and made anew, so a Workspace made
-    again never takes over the tokens of the one before."""
+    one's children in its own time), and one made before the rotation the Workspace asks
+    for holds the tokens to be revoked: either is deleted and made anew, so a Workspace
+    made again never takes over the tokens of the one before, and a rotation gets new
+    ones (the caller sets the new Orchestrator token, which refuses the old one)."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], objects.token_secret_name(meta["name"])
     stored = await hub.kube.get(SECRETS, namespace, name)
     if stored is not None and not objects.owned_by(stored, body):
-        log.info(
-            "Workspace %s/%s: its token Secret is an earlier Workspace's; making it anew",
-            namespace,
-            meta["name"],
-        )
+        why = "its token Secret is an earlier Workspace's"
+    elif stored is not None and objects.tokens_rotated(stored, body):
+        why = f"{objects.ROTATE_TOKENS} asks for new tokens"
+    else:
+        why = ""
+    if stored is not None and why:
+        log.info("Workspace %s/%s: %s; making it anew", namespace, meta["name"], why)
         with contextlib.suppress(Conflict):  # made anew meanwhile: the create finds it
             await hub.kube.delete(SECRETS, namespace, name, uid=stored["metadata"]["uid"])
         stored = None
@@ -345,6 +356,7 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     if not deleting and _sync_due(sandbox.synced, looking):
         synced = await sync_children(hub, body, spec)
         sandbox.volume, sandbox.tokens = synced.volume, synced.tokens
+        sandbox.rotation = synced.rotation
         sandbox.synced = Looked(looking.generation, synced.api_server, now)
     pod = sandboxes.read_pod(await hub.kube.get(PODS, namespace, objects.sandbox_name(name)))
     changes: tuple[str, ...] = ()
@@ -393,6 +405,7 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
         try:
             synced = await ensure_children(hub, body, spec)
             sandbox.volume, sandbox.tokens = synced.volume, synced.tokens
+            sandbox.rotation = synced.rotation
             sandbox.synced = Looked(looking.generation, synced.api_server, now)
         except ApiException as refused:
             said = f"the API refused the sandbox: HTTP {refused.status} {refused.reason}"
@@ -586,12 +599,11 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.startup(registry=registry)
     async def watch_only_sandboxes(settings: kopf.OperatorSettings, **_: Any) -> None:
-        """Watch the sandbox Pods alone (a server-side selector), not every Pod, and the
-        Secrets kubeturn makes (the token Secrets) alone, never the cluster's others."""
+        """Watch the sandbox Pods alone (a server-side selector), not every Pod. Secrets
+        are never listed or watched: RBAC cannot limit those to the labelled ones, so that
+        would take reading every Secret (ADR 0040); the token Secrets are read by name."""
         selector = ",".join(f"{k}={v}" for k, v in SANDBOX_LABELS.items())
         settings.watching.label_selectors["v1", "pods"] = selector
-        managed = ",".join(f"{k}={v}" for k, v in objects.MANAGED_BY.items())
-        settings.watching.label_selectors["v1", "secrets"] = managed
 
     @kopf.on.resume(GROUP, VERSION, "workspaces", registry=registry)
     @kopf.on.create(GROUP, VERSION, "workspaces", registry=registry)
@@ -627,28 +639,17 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     async def sandbox_changed(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
         wake(namespace, labels.get("kubeturn.dev/workspace"))
 
-    @kopf.on.event("v1", "secrets", labels=objects.MANAGED_BY, registry=registry)
-    async def tokens_changed(
-        event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str | None, **_: Any
-    ) -> None:
-        """A token Secret deleted (rotated) or changed by hand: what it held is revoked at
-        once (``revoke``), and the Workspace reads its tokens again now."""
-        workspace = objects.token_secret_workspace(name)
-        if workspace is None or event.get("type") not in ("DELETED", "MODIFIED"):
-            return
-        key = (namespace or "", workspace)
-        if event.get("type") == "DELETED":
-            await revoke(hub, key, kept.get(key), dict(body))
-        sandbox = kept.get(key)
-        if sandbox is not None:
-            sandbox.synced = None
-            sandbox.wake.set()
-
     @kopf.on.event(GROUP, VERSION, "workspaces", registry=registry)
     async def workspace_changed(
         body: kopf.Body, namespace: str | None, name: str, **_: Any
     ) -> None:
-        """A new generation (its spec changed): its Pod may be of an older spec now."""
+        """A new generation (its spec changed): its Pod may be of an older spec now. A new
+        ``kubeturn.dev/rotate-tokens``: its tokens are made anew now (ADR 0040), which
+        revokes the old ones and makes its sandbox anew (ADR 0038)."""
+        sandbox = kept.get((namespace or "", name))
+        if sandbox is not None and objects.rotation(body) != sandbox.rotation:
+            sandbox.synced = None
+            sandbox.wake.set()
         generation = body["metadata"].get("generation")
         if generation != (body.get("status") or {}).get("observedGeneration"):
             wake(namespace, name)
@@ -669,25 +670,6 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         with contextlib.suppress(KeyError, TypeError):
             ended = event.get("type") == "DELETED" or _finished(plain)
             wake(namespace, objects.workspace_of(plain), if_outdated=not ended)
-
-
-async def revoke(hub: Hub, key: Key, sandbox: Sandbox | None, secret: dict[str, Any]) -> None:
-    """The token Secret ``secret`` of the Workspace ``key`` was deleted: its Orchestrator
-    token is refused from now on, and the Harness client that presents its Harness token
-    is closed. Tokens read since (from a Secret made anew) stay."""
-    workspace = f"{key[0]}/{key[1]}"
-    try:
-        _, orchestrator_token = _tokens(secret)
-    except (KeyError, ValueError):  # edited by hand: revoke whatever the Workspace has
-        hub.registry.forget_token(workspace)
-    else:
-        hub.registry.revoke(workspace, orchestrator_token)
-    if (
-        sandbox is not None
-        and sandbox.harness is not None
-        and sandbox.harness[2] == _token_sha256(secret)
-    ):
-        await _forget_harness(hub, key, sandbox, keep=None)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

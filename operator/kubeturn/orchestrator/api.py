@@ -57,16 +57,8 @@ class Registry:
         """``token`` is the Workspace's from now on; the one it had is revoked."""
         self.tokens[workspace] = hashlib.sha256(token.encode()).hexdigest()
 
-    def revoke(self, workspace: str, token: str) -> None:
-        """``token`` is no longer the Workspace's (the Secret that held it went): refused
-        from now on. A token the Workspace got since stays its own."""
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        if hmac.compare_digest(self.tokens.get(workspace, ""), digest):
-            del self.tokens[workspace]
-
     def forget_token(self, workspace: str) -> None:
-        """The Workspace has no token (it was deleted, or its Secret was): its last one
-        is revoked."""
+        """The Workspace has no token (it was deleted): its last one is revoked."""
         self.tokens.pop(workspace, None)
 
     def workspace_of(self, token: str) -> str | None:
