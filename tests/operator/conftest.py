@@ -34,7 +34,7 @@ from tests.operator import kubelet as kubelet_
 TIER = Path(__file__).parent
 AUDIT = "test_chart_rbac.py::test_the_chart_grants_only_what_the_operator_used"
 """The test that reads what every other test of the tier recorded: it runs last."""
-USAGE = pytest.StashKey[installation_.Usage]()
+USAGE = installation_.USAGE
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -64,8 +64,9 @@ def pytest_deselected(items: Sequence[pytest.Item]) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """Note the tier's failed tests: what they recorded may fall short of what they need."""
     report: pytest.TestReport = yield
-    if report.failed and item.path.is_relative_to(TIER):
-        item.config.stash[USAGE].failed.append(item.nodeid)
+    failed = item.config.stash[USAGE].failed
+    if report.failed and item.path.is_relative_to(TIER) and item.nodeid not in failed:
+        failed.append(item.nodeid)
     return report
 
 

@@ -28,17 +28,32 @@ applies them to stored objects:
 - watches (:class:`ChangeLog`) subscribe before taking their snapshot, so no write is
   missed; ``?resourceVersion=N`` replays the retained changes after N, or ERROR 410 Gone
   when they are no longer retained; ``sendInitialEvents`` with its closing bookmark;
-  ``timeoutSeconds``; newline-delimited JSON as ``application/json``.
+  ``timeoutSeconds``; newline-delimited JSON as ``application/json``;
+- authentication by bearer token: :attr:`KubernetesApi.admin_token` (the tests' own,
+  in ``system:masters``), tokens :meth:`KubernetesApi.issue_token` gives ServiceAccounts,
+  none (``system:anonymous``); a token never issued is 401;
+- RBAC (:mod:`tests.operator.rbac`) over the stored Roles, ClusterRoles and their
+  bindings, and kube-apiserver's bootstrap discovery roles, before any reaction sees the
+  request: a refusal is kube-apiserver's 403 ``Status``; each decision about a request
+  that is not the admin's is kept in ``authorizations``;
+- the OwnerReferencesPermissionEnforcement admission plugin (off by default in
+  kube-apiserver, on in OpenShift; always on here): changing an object's
+  ownerReferences needs ``delete`` on it, a ``blockOwnerDeletion`` reference ``update``
+  on the owner's ``finalizers``;
+- :func:`admin_proxy`, a plain-HTTP front that adds the admin token, for kubectl (which
+  sends no credentials to a plain-HTTP server).
 
 Limits, accepted, that tests must not rely on: no admission, defaulting or schema
 validation of custom resources (any body is stored); no garbage collection of owned
 objects (:meth:`KubernetesApi.cascade_delete` does it when a test asks) and no deletion
-of a namespace's objects with it; no RBAC or authentication; no server-side apply, no
-protobuf bodies (``kubectl create configmap|secret`` sends them: 415), no OpenAPI
-documents (kubectl needs ``--validate=false``); strategic merge patches replace lists;
-no set-based selectors (400); no pagination; Tables only on list and get (not on watches,
-and only Name and Age for built-in kinds); no subresource but ``status``. It must not
-import kubeturn: it stands for the cluster, not for the operator.
+of a namespace's objects with it; no TLS, client certificates, TokenRequest or
+ServiceAccount token Secrets, no Node authorizer, webhooks, impersonation or aggregated
+ClusterRoles (refused), no RBAC escalation checks (only the admin writes RBAC objects);
+no server-side apply, no protobuf bodies (``kubectl create configmap|secret`` sends them:
+415), no OpenAPI documents (kubectl needs ``--validate=false``); strategic merge patches
+replace lists; no set-based selectors (400); no pagination; Tables only on list and get
+(not on watches, and only Name and Age for built-in kinds); no subresource but
+``status``. It must not import kubeturn: it stands for the cluster, not for the operator.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from kubeturn import cli
 from kubeturn.k8s import leader, operator
 from kubeturn.k8s.kube import Kube
 from tests.operator import emulator
-from tests.operator.installation import RELEASE, RELEASE_NAMESPACE, Installation
+from tests.operator.installation import IN_BOTH_SHAPES, RELEASE, RELEASE_NAMESPACE, Installation
 from tests.operator.operator_support import START_S, eventually, settings
 
 NAMESPACE, LEASE = RELEASE_NAMESPACE, RELEASE
@@ -438,6 +438,7 @@ async def replicas(installation: Installation) -> AsyncIterator[list[Replica]]:
             await replica.stop()
 
 
+@IN_BOTH_SHAPES
 async def test_only_the_leader_is_ready_and_a_stopping_leader_hands_over(
     k8s: emulator.KubernetesApi, http: aiohttp.ClientSession, replicas: list[Replica]
 ) -> None:

@@ -55,7 +55,7 @@ from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
-from tests.operator.installation import Installation
+from tests.operator.installation import IN_BOTH_SHAPES, Installation
 from tests.operator.operator_support import (
     AGENTTURNS,
     RUNS,
@@ -311,6 +311,7 @@ async def coder_running(cluster: StartCluster) -> tuple[Cluster, str]:
     return world, first
 
 
+@IN_BOTH_SHAPES
 async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None:
     # While the coder's first Turn runs (its model request held), kubectl shows it.
     world, first = await coder_running(cluster)

@@ -29,7 +29,7 @@ import pytest
 from kubeturn.k8s import harnesses
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
-from tests.operator.installation import Installation
+from tests.operator.installation import IN_BOTH_SHAPES, Installation
 from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
@@ -101,6 +101,7 @@ async def gone(world: World, name: str) -> None:
     await eventually(lambda: read(world.k8s, RUNS, name) is None, f"Run {name} to go")
 
 
+@IN_BOTH_SHAPES
 async def test_a_deleted_run_leaves_no_worktree_or_conversation_in_the_shared_workspace(
     world: World,
 ) -> None:

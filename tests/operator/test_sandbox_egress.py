@@ -32,7 +32,7 @@ import aiohttp
 import pytest
 
 from tests.operator import emulator
-from tests.operator.installation import RELEASE_NAMESPACE, Installation
+from tests.operator.installation import IN_BOTH_SHAPES, RELEASE_NAMESPACE, Installation
 from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
@@ -201,6 +201,7 @@ async def test_a_changed_spec_egress_changes_the_policy(world: World) -> None:
     assert not {"127.0.0.1/32", LOOPBACK_NAT64} & excepted(public_rule(world.egress()))
 
 
+@IN_BOTH_SHAPES
 async def test_a_changed_endpoint_slice_changes_the_policy(world: World) -> None:
     await world.send("PATCH", WORKSPACE_PATH, {"spec": {"egress": {"apiServer": True}}})
     port = world.k8s.url.port or 0

@@ -102,50 +102,61 @@ Harness refuses unknown keys, so apiKeySecret stays out of it.
 
 {{/*
 The operator's rules in a watched namespace (a Role there, or the ClusterRole when every
-namespace is watched). One list, so the two modes cannot drift apart.
-- runs: read and patch (kopf's annotations and finalizers, status); never created or
-  deleted by the operator.
-- workspaces (a Run's template becomes one) and agentturns (one per Turn): the full
-  lifecycle, no `update` (every write is a patch).
-- finalizers subresources, update, on the owners (runs, workspaces): setting blockOwnerDeletion in
-  an ownerReference needs it where OwnerReferencesPermissionEnforcement is on.
-- pods, persistentvolumeclaims, secrets (the Workspace's tokens), configmaps (its
-  providers file), networkpolicies (its sandbox policy): what the Workspace controller
-  creates, owns and deletes. No pods/log, pods/exec or services.
-- events, core and events.k8s.io: kopf posts handler progress as Events.
+namespace is watched): what its requests use, and nothing more. One list, so the two
+shapes cannot drift apart; the operator tier runs the operator with these rules in both
+shapes and fails on a request they refuse, or on a rule no request used
+(tests/operator/test_chart_rbac.py). ADR 0039.
+- runs: kopf watches them and patches its finalizer and annotations; the operator reads
+  them (a Run's Workspace lists them) and patches their status. Never made or deleted.
+- workspaces: watched; made from a Run's template; patched by kopf; status patched.
+- agentturns (one per Turn): the whole lifecycle (a sweep deletes one).
+- runs/finalizers, workspaces/finalizers, update: the objects the operator makes name
+  their owner with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
+  admission plugin allows only to who may update the owner's finalizers.
+- pods: the sandbox Pod, read, made and deleted by name; list and watch for kopf's watch
+  of sandbox Pods, which a label selector narrows but RBAC cannot (it does not see labels).
+- secrets: the Workspace's token Secret, read, made and deleted by name. Never listed or
+  watched: RBAC cannot narrow those to kubeturn's Secrets, so that would be reading every
+  Secret there (ADR 0040).
+- configmaps (the providers file) and networkpolicies (the sandbox's): read, made, and
+  patched when they drift; persistentvolumeclaims: read and made. By name; the garbage
+  collector deletes them with their Workspace.
+- events, core: the operator's and kopf's Events are created, never patched.
 */}}
 {{- define "kubeturn.namespacedRules" -}}
 - apiGroups: ["kubeturn.dev"]
   resources: ["runs"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["kubeturn.dev"]
-  resources: ["workspaces", "agentturns"]
+  resources: ["workspaces"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["kubeturn.dev"]
+  resources: ["agentturns"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["kubeturn.dev"]
   resources: ["runs/status", "workspaces/status", "agentturns/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 - apiGroups: ["kubeturn.dev"]
   resources: ["runs/finalizers", "workspaces/finalizers"]
   verbs: ["update"]
 - apiGroups: [""]
-  resources: ["pods", "persistentvolumeclaims", "secrets", "configmaps"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "create"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
-{{- end }}
-
-{{/* kopf reads the CRDs to learn the resources it serves (cluster-scoped: always a ClusterRole). */}}
-{{- define "kubeturn.crdRules" -}}
-- apiGroups: ["apiextensions.k8s.io"]
-  resources: ["customresourcedefinitions"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["create"]
 {{- end }}
 
 {{/*
