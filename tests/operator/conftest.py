@@ -19,7 +19,7 @@ helm wheel these fixtures skip their test, with the reason, as ``kubectl`` does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -61,7 +61,9 @@ def pytest_deselected(items: Sequence[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Note the tier's failed tests: what they recorded may fall short of what they need."""
     report: pytest.TestReport = yield
     failed = item.config.stash[USAGE].failed

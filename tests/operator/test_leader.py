@@ -23,8 +23,9 @@ not above 1.2 retry periods, is refused; identities differ per process; ``kubetu
 operator --lease`` refuses to start without the operator's namespace or with such
 timings, with one line on stderr.
 
-Two in-process operators (``operator.run``, each in a thread with its own loop, as in
-its own pod), sharing one Lease:
+The electors run as the chart's ServiceAccount (the Lease is the chart's, in the release's
+namespace). Two in-process operators (``operator.run``, each in a thread with its own loop,
+as in its own pod), sharing one Lease, in both of the chart's RBAC shapes for the first:
 - only the leader answers ``/readyz`` 200 and serves the Orchestrator API; the standby
   answers ``/healthz``, ``/readyz`` 503 ``standby``, and does not listen on its API port;
   stopping the leader releases the Lease and the standby leads and serves;

@@ -33,8 +33,10 @@ Cases:
 - ``kubectl delete run`` mid-Turn: the Run goes only after its live AgentTurn was swept
   (``aborted``, the held request cut).
 
-Limits of the emulator (no garbage collection, no admission) are the emulator's; the
-kubelet's are in :mod:`tests.operator.kubelet`.
+The operator runs as the chart's ServiceAccount, every namespace watched; the first
+scenario runs again with ``watchNamespaces`` (the chart's two RBAC shapes). Limits of the
+emulator (no garbage collection, no admission of custom resources) are the emulator's;
+the kubelet's are in :mod:`tests.operator.kubelet`.
 """
 
 from __future__ import annotations

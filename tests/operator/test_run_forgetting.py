@@ -7,7 +7,7 @@ Cases:
   (the directory is gone, its branch stays in the clone) and its
   conversation from the Harness (its history answers 404), and drops its entry from
   ``Workspace.status.worktrees``, while another Run's worktree, conversation and entry
-  stay;
+  stay; in both of the chart's RBAC shapes;
 - a Run whose Workspace was deleted first goes at once, without waiting for a Harness
   (its worktree stays on the volume the Workspace left behind: the emulator collects no
   garbage).

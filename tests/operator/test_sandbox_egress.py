@@ -12,7 +12,8 @@ Cases:
   the rule follows the operator's, and the API server is reached at its address and port
   and excepted no more;
 - a changed EndpointSlice changes the policy within a few looks: a new port is the opt-in
-  rule's; no endpoint left, nothing is excepted for the API server;
+  rule's; no endpoint left, nothing is excepted for the API server; in both of the
+  chart's RBAC shapes (the operator may get that one EndpointSlice, in ``default``);
 - a ``spec.egress`` the operator cannot take (an ipBlock inside the cloud metadata range)
   makes the Workspace ``Failed``, ``Ready=False`` with reason ``Invalid`` naming the
   field, and leaves the policy as last made; fixed, the policy follows the fix.
