@@ -20,8 +20,14 @@ applies them to stored objects:
   merge (as merge) patches; ``dryRun=All`` answered and never stored;
 - the ``status`` subresource: ``/status`` changes only ``.status``, and the main
   resource ignores ``.status``, for every resource served with one;
-- deletion: with finalizers, DELETE sets ``deletionTimestamp`` (MODIFIED); the object
-  goes (DELETED) when a write removes its last finalizer; none may be added meanwhile;
+- the lifecycle of objects (:mod:`tests.operator.lifecycle`): a Pod is deleted
+  gracefully (``deletionTimestamp``, ``deletionGracePeriodSeconds``) until the kubelet's
+  delete with no grace, at once when no node was given it (``pods/binding``) or it ended;
+  other kinds at once; an object with finalizers goes (DELETED) when a write removes the
+  last one, and none may be added meanwhile; ``DeleteOptions`` in the body or the query;
+  a garbage collector (:meth:`KubernetesApi.collect_garbage`, run by :func:`serve`)
+  deletes in the background what its owners no longer hold (Background, Foreground and
+  Orphan propagation); a Secret's ``stringData`` is folded into ``data``;
 - lists and watches with equality label selectors and ``metadata.name`` /
   ``metadata.namespace`` field selectors; Table answers for ``kubectl get`` from
   printer columns given per kind (:data:`KUBETURN_PRINTER_COLUMNS` by default);
@@ -31,13 +37,16 @@ applies them to stored objects:
   ``timeoutSeconds``; newline-delimited JSON as ``application/json``.
 
 Limits, accepted, that tests must not rely on: no admission, defaulting or schema
-validation of custom resources (any body is stored); no garbage collection of owned
-objects (:meth:`KubernetesApi.cascade_delete` does it when a test asks) and no deletion
-of a namespace's objects with it; no RBAC or authentication; no server-side apply, no
+validation of custom resources (any body is stored); no deletion of a namespace's
+objects with it (nor the other limits :mod:`tests.operator.lifecycle` lists); nothing
+runs a Pod but the operator tier's kubelet (:mod:`tests.operator.kubelet`), so a Pod
+bound to a node and deleted stays ``Terminating`` without it, as on a node that is
+gone; no RBAC or authentication; no server-side apply, no
 protobuf bodies (``kubectl create configmap|secret`` sends them: 415), no OpenAPI
 documents (kubectl needs ``--validate=false``); strategic merge patches replace lists;
 no set-based selectors (400); no pagination; Tables only on list and get (not on watches,
-and only Name and Age for built-in kinds); no subresource but ``status``. It must not
+and only Name and Age for built-in kinds); no subresource but ``status`` and
+``pods/binding``. It must not
 import kubeturn: it stands for the cluster, not for the operator.
 """
 
