@@ -258,23 +258,17 @@ def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec, tokens: str
 
 
 def _token_sha256(secret: dict[str, Any]) -> str:
+    """The Secret's ``harness-token-sha256`` (the API answers ``data`` alone: the
+    ``stringData`` the operator writes is folded into it)."""
     data = secret.get("data") or {}
-    plain = secret.get("stringData") or {}
-    if "harness-token-sha256" in plain:
-        return str(plain["harness-token-sha256"])
     return base64.b64decode(data.get("harness-token-sha256", "")).decode()
 
 
 def _tokens(secret: dict[str, Any]) -> tuple[str, str]:
+    """The Secret's Harness token and Orchestrator token."""
     data = secret.get("data") or {}
-    plain = secret.get("stringData") or {}
-
-    def read(key: str) -> str:
-        if key in plain:
-            return str(plain[key])
-        return base64.b64decode(data[key]).decode()
-
-    return read("harness-token"), read("orchestrator-token")
+    harness, orchestrator = (data["harness-token"], data["orchestrator-token"])
+    return base64.b64decode(harness).decode(), base64.b64decode(orchestrator).decode()
 
 
 @dataclass(frozen=True)
