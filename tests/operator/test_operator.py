@@ -33,8 +33,8 @@ Cases:
 - ``kubectl delete run`` mid-Turn: the Run goes only after its live AgentTurn was swept
   (``aborted``, the held request cut).
 
-Limits of the emulator (no garbage collection, no admission) are the emulator's; the
-kubelet's are in :mod:`tests.operator.kubelet`.
+Limits of the emulator (no admission) are the emulator's; the kubelet's are in
+:mod:`tests.operator.kubelet`.
 """
 
 from __future__ import annotations
