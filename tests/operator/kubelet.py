@@ -50,6 +50,9 @@ it ``PodScheduled=False``, ``Unschedulable``, until then. Per Pod (:class:`PodWo
   any case), at once the first time and after the kubelet's back-off (:class:`BackOff`:
   10 s, doubled each time up to 5 minutes, forgotten after 10 minutes of running)
   meanwhile ``waiting`` ``CrashLoopBackOff``; the Pod stays ``Running``;
+- a container is its process's group (the process leads a session of its own): what is
+  left of the group when the process ends is killed, as a container's processes end
+  with it;
 - a deleted Pod is ended: SIGTERM to every container, SIGKILL to those left after its
   ``deletionGracePeriodSeconds`` (a later, shorter one shortens the wait; never below
   the kubelet's 2 s); then its status says the containers ``terminated`` and the Pod
@@ -490,16 +493,18 @@ class Kubelet:
                 raise PodFailed(f"GET {path}: HTTP {answer.status}")
             return dict(await answer.json())
 
-    async def patch_status(self, path: str, status: Body, version: str | None = None) -> int:
+    async def patch_status(
+        self, path: str, status: Body, version: str | None = None
+    ) -> tuple[int, Body | None]:
         """Merge ``status`` into the Pod's (at ``version`` only, if given); the answer's
-        HTTP status."""
+        HTTP status, and the Pod as written."""
         patch: Body = {"status": status}
         if version is not None:
             patch["metadata"] = {"resourceVersion": version}
         headers = {"Content-Type": "application/merge-patch+json"}
         assert self.session is not None
         async with self.session.patch(f"{path}/status", json=patch, headers=headers) as answer:
-            return answer.status
+            return answer.status, (dict(await answer.json()) if answer.status == 200 else None)
 
 
 class PodWorker:
@@ -723,6 +728,7 @@ class PodWorker:
         try:
             await self._report()
             returncode = await process.wait()
+            _kill_group(process)
             if process.stdout is not None:  # what it said last, before it ended
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(helpers[-1]), STOP_S)
@@ -786,6 +792,7 @@ class PodWorker:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE if name == HARNESS_CONTAINER else log,
                 stderr=log,
+                start_new_session=True,  # its process group stands for the container
             )
 
     async def _read_harness(
@@ -887,9 +894,8 @@ class PodWorker:
                 if follow and shorter is not None:
                     deadline = min(deadline, begun + max(float(shorter), MIN_GRACE_S))
         finally:
-            for container in exits.values():
-                with contextlib.suppress(ProcessLookupError):
-                    live[container].kill()
+            for process in live.values():
+                _kill_group(process)
             await asyncio.gather(*exits, return_exceptions=True)
             for container in exits.values():
                 self._ended(container)
@@ -945,10 +951,11 @@ class PodWorker:
 
     async def _report(self, *, terminal: bool = False, keep_phase: bool = False) -> None:
         """Write the Pod's status as its containers now make it, if it changed, over the
-        version just read (a Pod someone else ended is left its phase)."""
+        version last seen (read again after a conflict): a Pod someone else ended (an
+        eviction) is never made to run again, and is left its phase."""
         async with self._lock:
+            current: Body | None = self.pod
             for _ in range(3):
-                current = await self.kubelet.get_or_none(self.path)
                 if current is None or current["metadata"]["uid"] != self.uid:
                     return
                 self.observe(current)
@@ -961,12 +968,14 @@ class PodWorker:
                 if status == self._written:
                     return
                 version = current["metadata"]["resourceVersion"]
-                answer = await self.kubelet.patch_status(self.path, status, version)
-                if answer == 200:
+                answer, written = await self.kubelet.patch_status(self.path, status, version)
+                if written is not None:
                     self._written = status
+                    self.observe(written)
                     return
                 if answer != 409:
                     return  # gone meanwhile
+                current = await self.kubelet.get_or_none(self.path)
 
     def _status(self, *, terminal: bool) -> Body:
         init = [c.status() for c in self.init]
@@ -1153,6 +1162,14 @@ def _give_to_nobody(root: Path) -> None:
     for directory, names, files in os.walk(root):
         for name in [*names, *files]:
             os.lchown(os.path.join(directory, name), NOBODY, NOBODY)
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL to what is left of a container (its process group): as a container's
+    processes end with it. The toolbox's sessions, each a process group of its own, are
+    ended by the toolbox itself."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _free(ip: str, port: int) -> bool:
