@@ -110,12 +110,14 @@ def workspace_manifest(origin: str) -> dict[str, Any]:
 
 OPERATOR_MAIN = """
 import asyncio, json, logging, sys
+from kubeturn.api.egress import SandboxEgress
 from kubeturn.k8s import operator
 from kubeturn.k8s.hub import OperatorSettings
 logging.basicConfig(level=logging.WARNING)
 fields = json.loads(sys.argv[1])
 fields["namespaces"] = tuple(fields["namespaces"])
 fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
+fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
 asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
 """
 """The operator's entry point as ``kubeturn operator`` has it, with the test's settings
@@ -133,6 +135,7 @@ class OperatorProcess:
 
     async def start(self) -> None:
         fields = dataclasses.asdict(self.settings)
+        fields["sandbox_egress"] = self.settings.sandbox_egress.model_dump(mode="json")
         self.process = await asyncio.create_subprocess_exec(
             *[sys.executable, "-c", OPERATOR_MAIN, json.dumps(fields), str(self._kubeconfig)],
             stdout=self._log,
