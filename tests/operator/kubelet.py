@@ -417,9 +417,15 @@ class Kubelet:
                 worker = self._workers.get(meta["uid"])
                 if worker is not None:
                     worker.observe(pod)
-                elif spec.get("nodeName") == NODE or (
-                    not spec.get("nodeName") and not self.held and await self._bind(pod)
-                ):
+                    continue
+                try:
+                    bound = spec.get("nodeName") == NODE or (
+                        not spec.get("nodeName") and not self.held and await self._bind(pod)
+                    )
+                except (PodFailed, aiohttp.ClientError) as failure:
+                    self.errors.append(f"binding Pod {meta['namespace']}/{meta['name']}: {failure}")
+                    continue
+                if bound:
                     self._take(pod)
             for uid, worker in list(self._workers.items()):
                 if uid not in seen:
