@@ -224,10 +224,13 @@ def pod_phase(spec: Body, init: Sequence[Body], main: Sequence[Body], *, termina
             stopped += 1
         else:
             waiting += 1
-    started = any(s["state"].get("running") or s.get("lastState") for s in main)
+    started = any(
+        "running" in s["state"] or "terminated" in s["state"] or "terminated" in s["lastState"]
+        for s in main
+    )
     if failed_init and policy == "Never":
         return "Failed"
-    if terminal and not running:  # an ending Pod whose containers never all ran
+    if terminal and not running:  # ending: Succeeded only if every container ran and did
         return "Succeeded" if stopped and stopped == succeeded and not waiting else "Failed"
     if (pending_init and not started) or waiting:
         return "Pending"
@@ -302,8 +305,6 @@ class Container:
                 message = log_tail(handle.read())
             if message:
                 terminated["message"] = message
-        if code in (128 + signal.SIGTERM, 128 + signal.SIGKILL):
-            terminated["signal"] = code - 128
         self.state, self.ready, self.process = {"terminated": terminated}, False, None
 
 
@@ -473,13 +474,13 @@ class Kubelet:
         worker.start()
 
     def forget(self, worker: PodWorker) -> None:
-        """A worker whose Pod's containers are stopped: its claims' volumes go once no
-        Pod uses them and their claims are gone."""
+        """A worker whose Pod's containers are stopped is done."""
         self._workers.pop(worker.uid, None)
         if self._last.get(worker.name) is worker:
             del self._last[worker.name]
 
     def in_use(self, claim_uid: str) -> bool:
+        """Whether a Pod here mounts the claim's volume."""
         return any(claim_uid in worker.claims for worker in self._workers.values())
 
     # ------------------------------------------------------------------ the API
@@ -624,8 +625,8 @@ class PodWorker:
                 return "ended", float(spec.get("terminationGracePeriodSeconds", 30))
 
     async def _live(self) -> None:
-        """Bind nothing, start everything: volumes, init containers, then the containers,
-        each restarted as the Pod's policy says, and their probes."""
+        """Run the Pod: its volumes, its init containers one after another, then its
+        containers, each started again as the Pod's policy says, with its probe."""
         try:
             await self._report()
             if self._after is not None:
@@ -633,7 +634,8 @@ class PodWorker:
             volumes = await self._volumes()
             for container in self.init:
                 self.mounts[container.name] = _mounts(container.spec, volumes)
-                await self._initialize(container)
+                if not await self._initialize(container):
+                    return  # the Pod Failed: nothing more starts
             self.initialized = True
             for path in sorted(self._claim_mounts(volumes)):
                 await asyncio.to_thread(_give_to_nobody, path)
@@ -656,18 +658,14 @@ class PodWorker:
                     }
             await self._report()
 
-    async def _initialize(self, container: Container) -> None:
+    async def _initialize(self, container: Container) -> bool:
         """Run an init container until it succeeds (a failure is run again after the
-        back-off, unless the Pod never restarts)."""
-        for later in self.init[self.init.index(container) + 1 :]:
-            later.state = {"waiting": {"reason": "PodInitializing"}}
+        back-off); False if it failed in a Pod that never restarts one (it Failed)."""
         while True:
-            code = await self._run_once(container)
-            if code == 0:
-                return
+            if await self._run_once(container) == 0:
+                return True
             if self.pod["spec"].get("restartPolicy", "Always") == "Never":
-                await self._report()
-                await asyncio.Event().wait()  # the Pod has Failed: it waits for its deletion
+                return False
             await self._back_off(container)
 
     async def _supervise(self, container: Container) -> None:
