@@ -451,7 +451,7 @@ class Kubelet:
                     "type": "PodScheduled",
                     "status": "False",
                     "reason": "Unschedulable",
-                    "message": f'persistentvolumeclaim "{claim}" {why}',
+                    "message": f'0/1 nodes are available: persistentvolumeclaim "{claim}" {why}.',
                 }
                 if condition not in ((pod.get("status") or {}).get("conditions") or []):
                     await self.patch_status(path, {"conditions": [condition]})

@@ -126,7 +126,7 @@ async def test_a_pod_is_bound_once_its_claim_exists_and_a_claim_made_anew_is_a_n
     )
     assert unschedulable == "Unschedulable"
     assert condition(read(k8s, "first"), "PodScheduled")["message"] == (
-        'persistentvolumeclaim "data" not found'
+        '0/1 nodes are available: persistentvolumeclaim "data" not found.'
     )
     assert "nodeName" not in read(k8s, "first")["spec"]
 
@@ -316,7 +316,7 @@ async def test_a_deleted_pod_gets_sigterm_then_sigkill_after_its_grace_and_is_re
     )
     await eventually(lambda: not read(k8s, "p"), "the Pod removed", timeout=10)
     took = time.monotonic() - begun
-    assert 3 <= took < 6, took
+    assert 3 <= took < 8, took  # its grace, then the kubelet's own steps
     *_, last, removed = versions(k8s, "p")
     assert removed is None
     assert last["status"]["phase"] == "Failed"
@@ -336,7 +336,7 @@ async def test_a_later_delete_with_a_shorter_grace_shortens_the_wait(
     await asyncio.sleep(0.5)
     k8s.delete_object(PODS, NAMESPACE, "p", {"gracePeriodSeconds": 2})
     await eventually(lambda: not read(k8s, "p"), "the Pod removed", timeout=10)
-    assert time.monotonic() - begun < 5
+    assert time.monotonic() - begun < 8  # far below the first grace, 30 s
 
 
 async def test_a_pod_someone_else_ended_has_its_containers_stopped_and_stays(
