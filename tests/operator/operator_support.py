@@ -219,8 +219,6 @@ def orchestrator_token(k8s: emulator.KubernetesApi, workspace: str) -> str:
 def _token(k8s: emulator.KubernetesApi, workspace: str, key: str) -> str:
     secret = read(k8s, "v1/secrets", f"{workspace}-kubeturn-tokens")
     assert secret is not None, f"no token Secret for Workspace {workspace}"
-    if key in (secret.get("stringData") or {}):
-        return str(secret["stringData"][key])
     return base64.b64decode(secret["data"][key]).decode()
 
 

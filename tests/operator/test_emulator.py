@@ -16,7 +16,25 @@ Cases:
   beyond the history; an object leaving a selection is DELETED; initial-events bookmark;
   ``timeoutSeconds``; Content-Type ``application/json``;
 - deletion with finalizers: deletionTimestamp, no new finalizers, gone after the last,
-  a watch sees MODIFIED then DELETED; cascade_delete removes owned objects;
+  a watch sees MODIFIED then DELETED;
+- graceful deletion of Pods (:mod:`lifecycle`): ``pods/binding`` assigns a Pod to a node
+  once (409 after, and for a Pod being deleted); a scheduled Pod gets
+  ``deletionTimestamp`` now + 30 s, ``deletionGracePeriodSeconds`` 30 and a new
+  generation, and stays, past its grace too, until a delete with grace 0; the grace is
+  the request's (body or query), else ``terminationGracePeriodSeconds``, a negative one
+  1 s; a later delete only shortens it, counted from the first; a Pod not scheduled, or
+  ``Failed``/``Succeeded``, goes at once; a Pod goes only once its grace and its
+  finalizers are both over; other kinds ignore the grace; an unknown propagation policy,
+  or one with ``orphanDependents``, is 422;
+- garbage collection in the background, with no test's help: Background dependents
+  (and theirs) go once the owner is gone, not while a finalizer holds it; a dependent
+  whose owner does not exist (no such name, another uid) goes, one whose owner's kind is
+  not served stays; one with an owner left loses only the gone reference; Foreground:
+  the owner gets ``foregroundDeletion``, its non-blocking dependent goes, and it stays
+  while a blocking dependent (a Pod in its grace) is there; Orphan (``orphanDependents``):
+  the dependent stays without the reference; 202 is kept for what is left in place;
+- a Secret's ``stringData`` is folded into ``data`` (winning over it) on create, PATCH
+  and PUT, and is in no answer, list or watch event; a non-map is 400;
 - a KMock reaction still overrides a response, and the overridden write is not stored;
 - the official sync ``kubernetes`` client: a Run with CustomObjectsApi, a Pod with CoreV1Api;
 - a real kopf operator (defined here), standalone, through create → finalizer → handler →
@@ -28,7 +46,9 @@ Cases:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import datetime
 import json
 import subprocess
 import time
@@ -519,23 +539,303 @@ async def test_deletion_waits_for_the_last_finalizer(
     assert await stream.until(3) == [("MODIFIED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
 
 
-async def test_cascade_delete_removes_owned_objects(k8s: emulator.KubernetesApi) -> None:
-    owner = await create_run(k8s, "owner")
-    reference = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Run", "name": "owner"}
-    reference["uid"] = owner["metadata"]["uid"]
-    turn = {"metadata": {"name": "t", "ownerReferences": [reference]}}
-    status, turn = await call(
-        k8s, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/default/agentturns", turn
-    )
+# --- Graceful deletion of Pods ---
+
+PODS = "/api/v1/namespaces/default/pods"
+CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
+SECRETS = "/api/v1/namespaces/default/secrets"
+AGENTTURNS = f"/apis/{GROUP}/{VERSION}/namespaces/default/agentturns"
+NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+
+
+def at(seconds: float) -> str:
+    """The timestamp ``seconds`` after NOW, as the API writes it."""
+    return apimachinery.timestamp(NOW + datetime.timedelta(seconds=seconds))
+
+
+@contextlib.asynccontextmanager
+async def clocked() -> AsyncIterator[tuple[emulator.KubernetesApi, list[float]]]:
+    """An emulator whose clock reads NOW plus the list's one number of seconds."""
+    elapsed = [0.0]
+    api = emulator.KubernetesApi(clock=lambda: NOW + datetime.timedelta(seconds=elapsed[0]))
+    async with emulator.serve(api):
+        yield api, elapsed
+
+
+async def scheduled_pod(api: emulator.KubernetesApi, name: str, **spec: Any) -> Body:
+    """A Pod the scheduler assigned to node ``n1`` (``pods/binding``), as it is then."""
+    body = {"metadata": {"name": name}, "spec": {"containers": [{"name": "c"}], **spec}}
+    status, _ = await call(api, "POST", PODS, body)
     assert status == 201
-    pod_owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentTurn", "name": "t"}
-    pod_owner["uid"] = turn["metadata"]["uid"]
-    pod = {"metadata": {"name": "p", "ownerReferences": [pod_owner]}, "spec": {}}
-    assert (await call(k8s, "POST", "/api/v1/namespaces/default/pods", pod))[0] == 201
+    binding = {"kind": "Binding", "metadata": {"name": name}, "target": {"name": "n1"}}
+    status, _ = await call(api, "POST", f"{PODS}/{name}/binding", binding)
+    assert status == 201
+    return (await call(api, "GET", f"{PODS}/{name}"))[1]
+
+
+async def test_binding_assigns_a_pod_to_a_node_once(k8s: emulator.KubernetesApi) -> None:
+    pod = await scheduled_pod(k8s, "p")
+    assert pod["spec"]["nodeName"] == "n1"
+    assert [c["type"] for c in pod["status"]["conditions"]] == ["PodScheduled"]
+    binding = {"kind": "Binding", "metadata": {"name": "p"}, "target": {"name": "n2"}}
+    status, body = await call(k8s, "POST", f"{PODS}/p/binding", binding)
+    assert (status, body["message"]) == (409, 'pod p is already assigned to node "n1"')
+    held = {"metadata": {"name": "q", "finalizers": ["f"]}, "spec": {}}
+    await call(k8s, "POST", PODS, held)
+    await call(k8s, "DELETE", f"{PODS}/q")
+    status, body = await call(k8s, "POST", f"{PODS}/q/binding", binding)
+    assert (status, body["reason"]) == (409, "Conflict")
+
+
+async def test_a_scheduled_pod_is_deleted_gracefully_until_a_delete_with_no_grace() -> None:
+    async with clocked() as (api, elapsed):
+        pod = await scheduled_pod(api, "p")
+        elapsed[0] = 2
+        status, body = await call(api, "DELETE", f"{PODS}/p")
+        assert status == 200
+        meta = body["metadata"]
+        assert (meta["deletionTimestamp"], meta["deletionGracePeriodSeconds"]) == (at(32), 30)
+        assert meta["generation"] == pod["metadata"]["generation"] + 1
+        elapsed[0] = 100  # long past its grace: only the kubelet's delete removes it
+        status, body = await call(api, "GET", f"{PODS}/p")
+        assert (status, body["metadata"]["deletionTimestamp"]) == (200, at(32))
+        status, body = await call(api, "DELETE", f"{PODS}/p", {"gracePeriodSeconds": 0})
+        assert (status, body["metadata"]["deletionGracePeriodSeconds"]) == (200, 0)
+        assert (await call(api, "GET", f"{PODS}/p"))[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("spec", "query", "options", "grace"),
+    [
+        ({"terminationGracePeriodSeconds": 5}, "", None, 5),
+        ({"terminationGracePeriodSeconds": 5}, "", {"gracePeriodSeconds": 3}, 3),
+        ({}, "?gracePeriodSeconds=7", None, 7),
+        ({}, "", {"gracePeriodSeconds": -5}, 1),
+    ],
+)
+async def test_a_pods_grace_is_the_requests_else_its_specs(
+    k8s: emulator.KubernetesApi, spec: Body, query: str, options: Body | None, grace: int
+) -> None:
+    await scheduled_pod(k8s, "p", **spec)
+    status, body = await call(k8s, "DELETE", f"{PODS}/p{query}", options)
+    assert (status, body["metadata"]["deletionGracePeriodSeconds"]) == (200, grace)
+
+
+async def test_a_later_delete_only_shortens_the_grace_counted_from_the_first() -> None:
+    async with clocked() as (api, elapsed):
+        await scheduled_pod(api, "p")
+        _, first = await call(api, "DELETE", f"{PODS}/p", {"gracePeriodSeconds": 20})
+        elapsed[0] = 5
+        status, body = await call(api, "DELETE", f"{PODS}/p", {"gracePeriodSeconds": 60})
+        assert (status, body) == (200, first)
+        _, body = await call(api, "DELETE", f"{PODS}/p")
+        assert body == first
+        _, body = await call(api, "DELETE", f"{PODS}/p", {"gracePeriodSeconds": 8})
+        meta = body["metadata"]
+        assert (meta["deletionTimestamp"], meta["deletionGracePeriodSeconds"]) == (at(8), 8)
+
+
+@pytest.mark.parametrize("status", [None, {"phase": "Failed"}, {"phase": "Succeeded"}])
+async def test_a_pod_no_node_runs_or_that_ended_goes_at_once(
+    k8s: emulator.KubernetesApi, status: Body | None
+) -> None:
+    if status is None:
+        await call(k8s, "POST", PODS, {"metadata": {"name": "p"}, "spec": {}})
+    else:
+        await scheduled_pod(k8s, "p")
+        await call(k8s, "PATCH", f"{PODS}/p/status", {"status": status})
+    assert (await call(k8s, "DELETE", f"{PODS}/p"))[0] == 200
+    assert (await call(k8s, "GET", f"{PODS}/p"))[0] == 404
+
+
+async def test_a_pod_goes_once_both_its_grace_and_its_finalizers_are_over(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    await scheduled_pod(k8s, "p", terminationGracePeriodSeconds=10)
+    await call(k8s, "PATCH", f"{PODS}/p", {"metadata": {"finalizers": ["f"]}})
+    await call(k8s, "DELETE", f"{PODS}/p")
+    _, body = await call(k8s, "PATCH", f"{PODS}/p", {"metadata": {"finalizers": None}})
+    assert body["metadata"]["deletionGracePeriodSeconds"] == 10  # the grace still runs
+    await call(k8s, "PATCH", f"{PODS}/p", {"metadata": {"finalizers": ["g"]}})  # refused
+    assert (await call(k8s, "GET", f"{PODS}/p"))[0] == 200
+    await call(k8s, "DELETE", f"{PODS}/p", {"gracePeriodSeconds": 0})
+    assert (await call(k8s, "GET", f"{PODS}/p"))[0] == 404
+
+
+async def test_other_kinds_ignore_the_grace_and_go_at_once(k8s: emulator.KubernetesApi) -> None:
+    await call(k8s, "POST", CONFIGMAPS, {"metadata": {"name": "c"}})
+    await create_run(k8s, "r", spec={"terminationGracePeriodSeconds": 30})
+    for path in (f"{CONFIGMAPS}/c", f"{RUNS}/r"):
+        status, body = await call(k8s, "DELETE", path, {"gracePeriodSeconds": 30})
+        assert (status, "deletionTimestamp" in body["metadata"]) == (200, False)
+        assert (await call(k8s, "GET", path))[0] == 404
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"propagationPolicy": "Cascade"},
+        {"propagationPolicy": "Orphan", "orphanDependents": True},
+    ],
+)
+async def test_invalid_delete_options_are_422(k8s: emulator.KubernetesApi, options: Body) -> None:
+    await create_run(k8s, "r")
+    status, body = await call(k8s, "DELETE", f"{RUNS}/r", options)
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert (await call(k8s, "GET", f"{RUNS}/r"))[0] == 200
+
+
+# --- Garbage collection ---
+
+
+def owned_by(owner: Body, *, block: bool = True) -> Body:
+    """An ownerReference to ``owner``."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "blockOwnerDeletion": block,
+    }
+
+
+async def dependent(api: emulator.KubernetesApi, path: str, name: str, *owners: Body) -> Body:
+    body = {"metadata": {"name": name, "ownerReferences": list(owners)}, "spec": {}}
+    status, made = await call(api, "POST", path, body)
+    assert status == 201, made
+    return made
+
+
+async def gone(api: emulator.KubernetesApi, path: str) -> None:
+    """Until ``path`` answers 404 (the collector works in the background)."""
+
+    async def answer() -> int:
+        return (await call(api, "GET", path))[0]
+
+    async with asyncio.timeout(5):
+        while await answer() != 404:
+            await asyncio.sleep(0.01)
+
+
+async def test_dependents_are_collected_once_their_owner_is_gone(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    owner = await create_run(k8s, "owner", metadata={"finalizers": ["hold"]})
+    turn = await dependent(k8s, AGENTTURNS, "t", owned_by(owner))
+    await dependent(k8s, CONFIGMAPS, "c", owned_by(owner))
+    await dependent(k8s, PODS, "p", owned_by(turn))
     await call(k8s, "DELETE", f"{RUNS}/owner")
-    deleted = k8s.cascade_delete(owner)
-    assert [body["metadata"]["name"] for body in deleted] == ["t", "p"]
-    assert k8s.read_object("v1/pods", "default", "p") is None
+    await asyncio.sleep(0.1)  # Background: while the owner is there, so are they
+    assert [(await call(k8s, "GET", path))[0] for path in (f"{AGENTTURNS}/t", f"{PODS}/p")] == [
+        200,
+        200,
+    ]
+    await call(k8s, "PATCH", f"{RUNS}/owner", {"metadata": {"finalizers": None}})
+    for path in (f"{AGENTTURNS}/t", f"{CONFIGMAPS}/c", f"{PODS}/p"):
+        await gone(k8s, path)
+
+
+async def test_an_object_whose_owner_does_not_exist_is_collected(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    await create_run(k8s, "r")
+    absent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Run", "name": "r", "uid": "not-r"}
+    await dependent(k8s, CONFIGMAPS, "wrong-uid", absent)
+    await dependent(k8s, CONFIGMAPS, "no-owner", absent | {"name": "nowhere"})
+    unserved = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u"}
+    await dependent(k8s, CONFIGMAPS, "unserved-kind", unserved)
+    await gone(k8s, f"{CONFIGMAPS}/wrong-uid")
+    await gone(k8s, f"{CONFIGMAPS}/no-owner")
+    assert (await call(k8s, "GET", f"{CONFIGMAPS}/unserved-kind"))[0] == 200
+
+
+async def test_a_dependent_with_an_owner_left_loses_only_the_gone_reference(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    first, second = await create_run(k8s, "first"), await create_run(k8s, "second")
+    await dependent(k8s, CONFIGMAPS, "c", owned_by(first), owned_by(second))
+    await call(k8s, "DELETE", f"{RUNS}/first")
+
+    async def references() -> list[str]:
+        body = (await call(k8s, "GET", f"{CONFIGMAPS}/c"))[1]
+        return [ref["name"] for ref in body["metadata"].get("ownerReferences", [])]
+
+    async with asyncio.timeout(5):
+        while await references() != ["second"]:
+            await asyncio.sleep(0.01)
+
+
+async def test_foreground_deletion_holds_the_owner_until_its_blocking_dependents_are_gone(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    owner = await create_run(k8s, "owner")
+    await scheduled_pod(k8s, "p")  # deleted gracefully: it stays until its kubelet is done
+    await call(k8s, "PATCH", f"{PODS}/p", {"metadata": {"ownerReferences": [owned_by(owner)]}})
+    await dependent(k8s, CONFIGMAPS, "free", owned_by(owner, block=False))
+    status, body = await call(k8s, "DELETE", f"{RUNS}/owner", {"propagationPolicy": "Foreground"})
+    assert (status, body["metadata"]["finalizers"]) == (200, ["foregroundDeletion"])
+    await gone(k8s, f"{CONFIGMAPS}/free")
+
+    async def terminating() -> bool:
+        pod = (await call(k8s, "GET", f"{PODS}/p"))[1]
+        return "deletionTimestamp" in pod["metadata"]
+
+    async with asyncio.timeout(5):
+        while not await terminating():
+            await asyncio.sleep(0.01)
+    status, body = await call(k8s, "GET", f"{RUNS}/owner")
+    assert (status, body["metadata"]["finalizers"]) == (200, ["foregroundDeletion"])
+    await call(k8s, "DELETE", f"{PODS}/p", {"gracePeriodSeconds": 0})  # the kubelet's
+    await gone(k8s, f"{RUNS}/owner")
+
+
+async def test_orphan_deletion_leaves_the_dependents_without_the_reference(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    owner = await create_run(k8s, "owner")
+    other = await create_run(k8s, "other")
+    await dependent(k8s, CONFIGMAPS, "c", owned_by(owner), owned_by(other))
+    status, body = await call(k8s, "DELETE", f"{RUNS}/owner", {"orphanDependents": True})
+    assert (status, body["metadata"]["finalizers"]) == (200, ["orphan"])
+    await gone(k8s, f"{RUNS}/owner")
+    _, kept = await call(k8s, "GET", f"{CONFIGMAPS}/c")
+    assert [ref["name"] for ref in kept["metadata"]["ownerReferences"]] == ["other"]
+    status, _ = await call(k8s, "DELETE", f"{RUNS}/other", {"orphanDependents": False})
+    assert status == 200  # gone at once: 202 only for what is left in place
+    await gone(k8s, f"{CONFIGMAPS}/c")
+
+
+# --- Secrets ---
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+async def test_a_secrets_string_data_is_folded_into_data_and_never_returned(
+    k8s: emulator.KubernetesApi, watch: OpenWatch
+) -> None:
+    stream = await watch(f"{SECRETS}?watch=true")
+    secret = {
+        "metadata": {"name": "s"},
+        "data": {"a": b64("old"), "b": b64("kept")},
+        "stringData": {"a": "new", "c": "plain"},
+    }
+    status, made = await call(k8s, "POST", SECRETS, secret)
+    assert status == 201
+    assert made["data"] == {"a": b64("new"), "b": b64("kept"), "c": b64("plain")}
+    _, patched = await call(k8s, "PATCH", f"{SECRETS}/s", {"stringData": {"d": "more"}})
+    assert patched["data"]["d"] == b64("more")
+    _, put = await call(k8s, "PUT", f"{SECRETS}/s", patched | {"stringData": {"b": "put"}})
+    assert put["data"] == made["data"] | {"b": b64("put"), "d": b64("more")}
+    _, read = await call(k8s, "GET", f"{SECRETS}/s")
+    _, listed = await call(k8s, "GET", SECRETS)
+    await stream.until(3)
+    seen = [read, *listed["items"], *(e["object"] for e in stream.events)]
+    assert not [body for body in seen if "stringData" in body]
+    status, body = await call(k8s, "POST", SECRETS, {"metadata": {"name": "t"}, "stringData": []})
+    assert (status, body["reason"]) == (400, "BadRequest")
 
 
 async def test_helpers_write_as_the_api_does(k8s: emulator.KubernetesApi, watch: OpenWatch) -> None:

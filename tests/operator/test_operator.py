@@ -31,12 +31,14 @@ Cases:
   once the Harness answers (the held request cut, ``aborted``), never leaving it running;
   the resumed Run's Machine gets ``agent.fault`` (``deleted``);
 - ``kubectl delete run`` mid-Turn: the Run goes only after its live AgentTurn was swept
-  (``aborted``, the held request cut).
+  (``aborted``, the held request cut), and its Harness recorded the Turn ``aborted`` (the
+  Run's Workspace, which the garbage collector takes after the Run, held meanwhile by a
+  finalizer standing for another controller's).
 
 The operator runs as the chart's ServiceAccount, every namespace watched; the first
 scenario runs again with ``watchNamespaces`` (the chart's two RBAC shapes). Limits of the
-emulator (no garbage collection, no admission of custom resources) are the emulator's;
-the kubelet's are in :mod:`tests.operator.kubelet`.
+emulator (no admission of custom resources) are the emulator's; the kubelet's are in
+:mod:`tests.operator.kubelet`.
 """
 
 from __future__ import annotations
@@ -660,8 +662,20 @@ async def test_a_turn_deleted_before_a_new_operator_knows_its_harness_is_still_s
 # ----------------------------------------------------------------------------- Run deletion
 
 
+HOLD = "tests.kubeturn.dev/hold"
+"""A finalizer standing for another controller's: it keeps an object being deleted."""
+
+
 async def test_deleting_a_run_sweeps_its_live_turn_before_it_goes(cluster: StartCluster) -> None:
     world, first = await coder_running(cluster)
+    # The Run owns its Workspace: once the Run is gone the garbage collector takes the
+    # Workspace, its token Secret and its sandbox. Another controller's finalizer keeps
+    # them while the Harness's record is read.
+    meta = read(world.k8s, WORKSPACES, WORKSPACE)["metadata"]
+    held = {"finalizers": [*meta.get("finalizers", []), HOLD]}
+    held["resourceVersion"] = meta["resourceVersion"]
+    patch = json.dumps({"metadata": held})
+    await world.kubectl("patch", "workspace", WORKSPACE, "--type=merge", "-p", patch)
 
     await world.kubectl("delete", "run", RUN, "--wait=false")
     await eventually(lambda: read(world.k8s, RUNS, RUN) is None, f"Run {RUN} to go")

@@ -9,11 +9,10 @@ Cases:
   ``Workspace.status.worktrees``, while another Run's worktree, conversation and entry
   stay; in both of the chart's RBAC shapes;
 - a Run whose Workspace was deleted first goes at once, without waiting for a Harness
-  (its worktree stays on the volume the Workspace left behind: the emulator collects no
-  garbage).
+  (the garbage collector took the Workspace's Pod and claims, and its volume with them).
 
-The emulator has no garbage collection and no admission; the kubelet's limits are in
-:mod:`kubelet`.
+The emulator has no admission; its lifecycle rules are :mod:`lifecycle`'s, the
+kubelet's are in :mod:`kubelet`.
 """
 
 from __future__ import annotations
@@ -142,4 +141,5 @@ async def test_a_run_whose_workspace_is_gone_goes_at_once(world: World) -> None:
 
     # The Run went within this test's bound, well below a wait for a Harness.
     assert WAIT_S < harnesses.WAIT_S
-    assert (work / "target" / f"kubeturn-{FIRST}" / "README.md").is_file()
+    await eventually(lambda: read(world.k8s, "v1/pods", POD) is None, "the sandbox collected")
+    await eventually(lambda: not work.exists(), "the volume gone with its claim")

@@ -18,8 +18,7 @@ Cases:
   makes the Workspace ``Failed``, ``Ready=False`` with reason ``Invalid`` naming the
   field, and leaves the policy as last made; fixed, the policy follows the fix.
 
-The emulator has no garbage collection and no admission (the CRD's schema is not
-applied).
+The emulator has no admission (the CRD's schema is not applied).
 """
 
 from __future__ import annotations

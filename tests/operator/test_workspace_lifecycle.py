@@ -36,13 +36,17 @@ Cases:
 - the token Secret deleted by hand (the operator watches no Secret): at the Workspace's
   next look, within ``READY_PROBE_S``, it is made anew with new tokens, the old
   Orchestrator token is refused and the sandbox is made anew;
-- the Workspace deleted and made again under its name: its token is forgotten with it
-  (401), though its Secret and Pod are still there (no garbage collector); the one made
-  again makes its own Secret (owned by it) with new tokens rather than taking the old
-  one's, makes its sandbox anew, refuses the old token, and a Turn runs on it.
+- the Workspace deleted, its token Secret held by another controller's finalizer, and
+  made again under its name: its token is forgotten with it (401); the garbage collector
+  takes its Pod (once its Harness stopped) and its other objects; the one made again
+  waits, ``Pending``, ``EarlierObjectsGoing``, naming the Secret, and makes no Pod
+  until that Secret is gone, then makes its own Secret (owned by it) with new tokens
+  rather than taking the old one's, makes its sandbox anew, refuses the old token, and
+  a Turn runs on it.
 
 Each scenario's Workspace is a named one that its Runs share. The emulator has no
-garbage collection and no admission; the kubelet's limits are in :mod:`kubelet`.
+admission; its lifecycle rules are :mod:`lifecycle`'s, the kubelet's are in
+:mod:`kubelet`.
 """
 
 from __future__ import annotations
@@ -673,22 +677,45 @@ async def test_a_token_secret_deleted_by_hand_is_made_anew_at_the_next_look(
     await world.waiting(FIRST)
 
 
+HOLD = "tests.kubeturn.dev/hold"
+"""A finalizer standing for another controller's: it keeps an object being deleted."""
+
+
 async def test_a_workspace_made_again_under_its_name_takes_none_of_the_old_tokens(
     world: World,
 ) -> None:
     old_token = orchestrator_token(world.k8s, WORKSPACE)
     old_uid = stored(world.k8s, WORKSPACES, WORKSPACE)["metadata"]["uid"]
     old_endpoint = world.status()["endpoint"]
+    # Another controller's finalizer holds the token Secret: it outlives its Workspace.
+    await world.patch(SECRET_PATH, {"metadata": {"finalizers": [HOLD]}})
     await world.delete(WORKSPACE_PATH)
     await world.until(lambda: read(world.k8s, WORKSPACES, WORKSPACE) is None, "the Workspace gone")
-    # Forgotten with its Workspace. Its Secret and Pod are still there, as on a cluster
-    # until the garbage collector takes them (the emulator has none).
-    assert await world.surface("any", old_token) == 401
-    assert objects_owner(stored(world.k8s, "v1/secrets", f"{WORKSPACE}-kubeturn-tokens")) == (
-        old_uid
+    assert await world.surface("any", old_token) == 401  # forgotten with its Workspace
+    # The garbage collector takes what it owned: the Pod once its Harness stopped.
+    await world.until(
+        lambda: all(read(world.k8s, *child) is None for child in (("v1/pods", POD), *CHILDREN)),
+        "the old Workspace's Pod and objects collected",
     )
+    held = stored(world.k8s, "v1/secrets", f"{WORKSPACE}-kubeturn-tokens")
+    assert held["metadata"]["deletionTimestamp"]
+    assert objects_owner(held) == old_uid
 
+    # Made again: it waits for the earlier Secret to go rather than take its tokens.
     await world.create(workspace(world.origin))
+    await world.until(
+        lambda: world.ready().get("reason") == "EarlierObjectsGoing", "the Workspace waiting"
+    )
+    waiting = world.ready()
+    assert waiting["status"] == "False"
+    assert waiting["message"] == (
+        f"the Secret {WORKSPACE}-kubeturn-tokens of an earlier Workspace of this name is "
+        "being deleted; this Workspace's is made once it is gone"
+    )
+    assert world.status()["phase"] == "Pending"
+    assert read(world.k8s, "v1/pods", POD) is None
+    await world.patch(SECRET_PATH, {"metadata": {"finalizers": None}})
+
     await world.until(
         lambda: (
             world.status().get("phase") == "Ready" and world.status()["endpoint"] != old_endpoint

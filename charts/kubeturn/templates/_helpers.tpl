@@ -115,12 +115,14 @@ shapes and fails on a request they refuse, or on a rule no request used
   admission plugin allows only to who may update the owner's finalizers.
 - pods: the sandbox Pod, read, made and deleted by name; list and watch for kopf's watch
   of sandbox Pods, which a label selector narrows but RBAC cannot (it does not see labels).
-- secrets: the Workspace's token Secret, read, made and deleted by name. Never listed or
-  watched: RBAC cannot narrow those to kubeturn's Secrets, so that would be reading every
-  Secret there (ADR 0040).
+- secrets: the Workspace's token Secret, read, made and deleted by name (deleted when its
+  tokens are rotated, or when it is an earlier Workspace's of the name, ADR 0043). Never
+  listed or watched: RBAC cannot narrow those to kubeturn's Secrets, so that would be
+  reading every Secret there (ADR 0040).
 - configmaps (the providers file) and networkpolicies (the sandbox's): read, made, and
   patched when they drift; persistentvolumeclaims: read and made. By name; the garbage
-  collector deletes them with their Workspace.
+  collector deletes them with their Workspace, and a Workspace made again waits for an
+  earlier one's rather than delete it (ADR 0043).
 - events, core: the operator's and kopf's Events are created, never patched.
 */}}
 {{- define "kubeturn.namespacedRules" -}}

@@ -32,6 +32,9 @@ RECREATING = "Recreating"
 """The sandbox pod was deleted, ended or ran an older spec; a new one is being made (why)."""
 TERMINATING = "Terminating"
 """The Workspace is being deleted."""
+EARLIER_OBJECTS_GOING = "EarlierObjectsGoing"
+"""An object the Workspace makes (its token Secret, a claim…) is still there being deleted,
+an earlier Workspace's of its name or its own: its own is made once it is gone."""
 
 SANDBOX_CURRENT = "SandboxCurrent"
 """Workspace: its sandbox Pod was made from its spec, harness image and providers as now."""

@@ -55,6 +55,14 @@ the container's own PID namespace, holding nothing but the image's environment."
 HARNESS_RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
 """The Harness container's: it waits on model streams and keeps a few hundred
 conversations in memory (ADR 0027); the Agents' work is the ``tools`` container's."""
+SANDBOX_GRACE_S = 10
+"""The sandbox Pod's ``terminationGracePeriodSeconds``: how long its containers have between
+SIGTERM and SIGKILL when it is deleted (ADR 0042). The Harness settles nothing on SIGTERM
+(the next Harness settles what it left open, from its log) and only closes its logs, the
+toolbox ends its sessions' processes: each takes a second or two. A SIGKILL loses nothing
+a Turn needs (a torn last record is dropped on load; settlements are fsynced), and a new
+Pod is made only once the old one is gone (ADR 0024): past a few seconds the grace only
+keeps the Workspace without a Harness, up to 30 s with Kubernetes' default."""
 TOOLS_RESOURCES = {
     "requests": {"cpu": "250m", "memory": "512Mi"},
     "limits": {"cpu": "2", "memory": "4Gi"},
@@ -232,7 +240,8 @@ def sandbox_pod(
     that outlive the Pod. ``restartPolicy: Always``: the kubelet restarts a container
     that exits, inside the same Pod; the Pod itself ends (``Failed``) only when it is
     evicted or its node goes, and then the operator makes a new one
-    (``kubeturn.k8s.sandboxes``).
+    (``kubeturn.k8s.sandboxes``). A deleted Pod's containers get ``SANDBOX_GRACE_S`` to
+    stop.
     """
     meta = workspace["metadata"]
     name = meta["name"]
@@ -348,6 +357,7 @@ def sandbox_pod(
                 *credentials,
             ],
             "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": SANDBOX_GRACE_S,
         },
     }
     if spec.serviceAccount:

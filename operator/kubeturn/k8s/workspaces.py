@@ -30,6 +30,15 @@ regardless. It never deletes, resizes or replaces the volume, nor changes the to
 A Workspace whose spec does not validate (a repo ``url`` carrying credentials, which the
 CRD refuses too) has nothing made or changed for it: it is ``Failed`` with
 ``Ready=False``, ``Invalid``, every problem at its path, until its spec changes.
+
+A Workspace made again under the name of one just deleted takes over none of its
+objects (ADR 0043): the garbage collector deletes them in the background, and until it
+has, the Workspace is ``Pending``, ``EarlierObjectsGoing``, naming what it waits for; so
+it is while any object it makes is being deleted (held by a finalizer). The operator
+deletes only an earlier (or orphaned) token Secret itself; the earlier providers
+ConfigMap, NetworkPolicy and claims it leaves to the collector, which takes them within
+moments: it is not granted to delete ConfigMaps or NetworkPolicies (ADR 0039), and never
+deletes a volume.
 """
 
 from __future__ import annotations
@@ -160,19 +169,21 @@ async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> 
     data and the NetworkPolicy's spec where they differ from what the operator makes now
     (the policy's egress from ``spec.egress``, the operator's settings and the API
     server's addresses as last read). Creation is idempotent. The Orchestrator API takes
-    the token Secret's token as the Workspace's one token from now on."""
+    the token Secret's token as the Workspace's one token from now on. ``Going`` while
+    an object of an earlier Workspace of its name, or one being deleted, is in the way."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     stored = await _token_secret(hub, body)
     _, orchestrator_token = _tokens(stored)
     hub.registry.set_token(f"{namespace}/{name}", orchestrator_token)
-    await _up_to_date(hub, objects.providers_config_map(body, hub.settings.providers_yaml), "data")
+    providers = objects.providers_config_map(body, hub.settings.providers_yaml)
+    await _up_to_date(hub, body, providers, "data")
     api_server = await hub.api_server.look()
     operator = operator_peer(hub)
     planned = egress.plan(hub.settings.sandbox_egress, spec.egress, operator, api_server)
     policy = objects.network_policy(body, operator, planned.rules)
     # Equality, not coverage: a stored rule wider than the one asked for is put right.
-    if await _up_to_date(hub, policy, "spec", same=egress.same_spec) and planned.withheld:
+    if await _up_to_date(hub, body, policy, "spec", same=egress.same_spec) and planned.withheld:
         log.warning(
             "Workspace %s/%s: its sandbox's egress leaves out: %s",
             namespace,
@@ -180,16 +191,100 @@ async def sync_children(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec) -> 
             "; ".join(planned.withheld),
         )
     claims = [objects.volume_claim(body, spec), objects.harness_claim(body, spec)]
-    found = [await _claim(hub, claim) for claim in claims]
+    found = [await _claim(hub, body, claim) for claim in claims]
     volume = sandboxes.volume_said(found[0], spec.storage)
     return Synced(volume, _token_sha256(stored), api_server, objects.rotation(body))
 
 
-async def _claim(hub: Hub, claim: dict[str, Any]) -> dict[str, Any]:
-    """The stored claim, made if missing (a claim is never changed once made)."""
-    meta = claim["metadata"]
-    kind = KINDS[(claim["apiVersion"], claim["kind"])]
-    return await hub.kube.get(kind, meta["namespace"], meta["name"]) or await hub.kube.create(claim)
+async def _claim(hub: Hub, body: dict[str, Any], claim: dict[str, Any]) -> dict[str, Any]:
+    """The stored claim, made if missing (a claim is never changed once made). An earlier
+    Workspace's is waited for, never deleted: the garbage collector takes it."""
+    stored = await _own(hub, body, claim, replace=None)
+    return stored or _checked(await hub.kube.create(claim), body)
+
+
+class Going(Exception):
+    """An object the Workspace makes is there from an earlier Workspace of its name, or is
+    being deleted: the Workspace's own is made once it is gone (the message says which)."""
+
+
+Replace = Callable[[dict[str, Any], dict[str, Any]], bool]
+"""Which stored object (first argument) a Workspace (second) deletes to make its own."""
+
+
+def _earlier(stored: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether ``stored`` is an earlier Workspace's: it names a Workspace of this name as
+    its owner, and not this one."""
+    name = body["metadata"]["name"]
+    references = stored["metadata"].get("ownerReferences") or []
+    return not objects.owned_by(stored, body) and any(
+        ref.get("kind") == "Workspace" and ref.get("name") == name for ref in references
+    )
+
+
+def _foreign(stored: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether ``stored`` is not this Workspace's (an earlier one's, or orphaned)."""
+    return not objects.owned_by(stored, body)
+
+
+def _outdated(stored: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether the token Secret ``stored`` is not one to keep: not this Workspace's
+    (``_foreign``), or made before the ``kubeturn.dev/rotate-tokens`` it asks for (its
+    tokens are to be revoked, ADR 0040)."""
+    return _foreign(stored, body) or objects.tokens_rotated(stored, body)
+
+
+async def _own(
+    hub: Hub, body: dict[str, Any], wanted: dict[str, Any], *, replace: Replace | None
+) -> dict[str, Any] | None:
+    """The stored object of ``wanted``'s kind and name, None if there is none. One that
+    ``replace`` says is not to be kept is deleted first (the garbage collector takes an
+    earlier Workspace's in its own time, and would take it from this Workspace too), so
+    that a Workspace made again takes over none of the one before's objects; ``Going``
+    while it, an earlier Workspace's, or any being deleted, is still there."""
+    meta = wanted["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    kind = KINDS[(wanted["apiVersion"], wanted["kind"])]
+    stored = await hub.kube.get(kind, namespace, name)
+    deleting = stored is not None and stored["metadata"].get("deletionTimestamp")
+    if stored is not None and not deleting and replace is not None and replace(stored, body):
+        if _foreign(stored, body):
+            why = "is not its own"
+        elif objects.tokens_rotated(stored, body):
+            why = f"was made before the {objects.ROTATE_TOKENS} it asks for"
+        else:
+            why = "is not to be kept"
+        log.info(
+            "Workspace %s/%s: its %s %s %s; making it anew",
+            namespace,
+            body["metadata"]["name"],
+            wanted["kind"],
+            name,
+            why,
+        )
+        with contextlib.suppress(Conflict):  # made anew meanwhile: looked at below
+            await hub.kube.delete(kind, namespace, name, uid=stored["metadata"]["uid"])
+        stored = await hub.kube.get(kind, namespace, name)
+    return None if stored is None else _checked(stored, body, replace)
+
+
+def _checked(
+    stored: dict[str, Any], body: dict[str, Any], replace: Replace | None = None
+) -> dict[str, Any]:
+    """``stored``, unless it is being deleted, an earlier Workspace's, or one ``replace``
+    says is not to be kept (``Going``)."""
+    earlier = _earlier(stored, body)
+    deleting = bool(stored["metadata"].get("deletionTimestamp"))
+    if not earlier and not deleting and not (replace is not None and replace(stored, body)):
+        return stored
+    what = f"the {stored['kind']} {stored['metadata']['name']}"
+    state = "is being deleted" if deleting else "is still there"
+    if earlier:
+        raise Going(
+            f"{what} of an earlier Workspace of this name {state}; this Workspace's is made "
+            "once it is gone"
+        )
+    raise Going(f"{what} {state}; it is made anew once it is gone")
 
 
 def operator_peer(hub: Hub) -> egress.Operator:
@@ -200,34 +295,22 @@ def operator_peer(hub: Hub) -> egress.Operator:
 
 async def _token_secret(hub: Hub, body: dict[str, Any]) -> dict[str, Any]:
     """The Workspace's token Secret, made with new tokens when it has none (two makers at
-    once both end up with the one stored). A Secret of its name that an earlier
-    Workspace of the same name owns is not its own (the garbage collector takes that
-    one's children in its own time), and one made before the rotation the Workspace asks
-    for holds the tokens to be revoked: either is deleted and made anew, so a Workspace
-    made again never takes over the tokens of the one before, and a rotation gets new
-    ones (the caller sets the new Orchestrator token, which refuses the old one)."""
-    meta = body["metadata"]
-    namespace, name = meta["namespace"], objects.token_secret_name(meta["name"])
-    stored = await hub.kube.get(SECRETS, namespace, name)
-    if stored is not None and not objects.owned_by(stored, body):
-        why = "its token Secret is an earlier Workspace's"
-    elif stored is not None and objects.tokens_rotated(stored, body):
-        why = f"{objects.ROTATE_TOKENS} asks for new tokens"
-    else:
-        why = ""
-    if stored is not None and why:
-        log.info("Workspace %s/%s: %s; making it anew", namespace, meta["name"], why)
-        with contextlib.suppress(Conflict):  # made anew meanwhile: the create finds it
-            await hub.kube.delete(SECRETS, namespace, name, uid=stored["metadata"]["uid"])
-        stored = None
-    if stored is None:
-        tokens = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        stored = await hub.kube.create(objects.token_secret(body, *tokens))
-    return stored
+    once both end up with the one stored). One that is not its own (an earlier
+    Workspace's of its name, whose children the garbage collector takes in its own time,
+    or an orphaned one), and one made before the rotation the Workspace asks for (it holds
+    the tokens to be revoked), is deleted and made anew, and waited for while it is being
+    deleted (``_own``): a Workspace made again never takes over the tokens of the one
+    before, and a rotation gets new ones (the caller sets the new Orchestrator token,
+    which refuses the old one)."""
+    tokens = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    made = objects.token_secret(body, *tokens)
+    stored = await _own(hub, body, made, replace=_outdated)
+    return stored or _checked(await hub.kube.create(made), body, _outdated)
 
 
 async def _up_to_date(
     hub: Hub,
+    body: dict[str, Any],
     wanted: dict[str, Any],
     part: str,
     *,
@@ -235,13 +318,15 @@ async def _up_to_date(
 ) -> bool:
     """Create ``wanted``, or patch its ``part`` where the stored one is not the ``same``
     (by default: where it does not hold it; it may hold the API server's defaults
-    besides); whether it was written."""
+    besides); whether it was written. An earlier Workspace's is waited for, never deleted
+    (``Going``, ADR 0043): the garbage collector takes it, and the operator may not delete
+    ConfigMaps or NetworkPolicies (ADR 0039); one made by hand (no owner) is kept."""
     meta = wanted["metadata"]
     kind = KINDS[(wanted["apiVersion"], wanted["kind"])]
-    stored = await hub.kube.get(kind, meta["namespace"], meta["name"])
+    stored = await _own(hub, body, wanted, replace=None)
     created = stored is None
     if stored is None:
-        stored = await hub.kube.create(wanted)
+        stored = _checked(await hub.kube.create(wanted), body)
     if same(stored.get(part), wanted[part]):
         return created
     log.info(
@@ -269,23 +354,17 @@ def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec, tokens: str
 
 
 def _token_sha256(secret: dict[str, Any]) -> str:
+    """The Secret's ``harness-token-sha256`` (the API answers ``data`` alone: the
+    ``stringData`` the operator writes is folded into it)."""
     data = secret.get("data") or {}
-    plain = secret.get("stringData") or {}
-    if "harness-token-sha256" in plain:
-        return str(plain["harness-token-sha256"])
     return base64.b64decode(data.get("harness-token-sha256", "")).decode()
 
 
 def _tokens(secret: dict[str, Any]) -> tuple[str, str]:
+    """The Secret's Harness token and Orchestrator token."""
     data = secret.get("data") or {}
-    plain = secret.get("stringData") or {}
-
-    def read(key: str) -> str:
-        if key in plain:
-            return str(plain[key])
-        return base64.b64decode(data[key]).decode()
-
-    return read("harness-token"), read("orchestrator-token")
+    harness, orchestrator = (data["harness-token"], data["orchestrator-token"])
+    return base64.b64decode(harness).decode(), base64.b64decode(orchestrator).decode()
 
 
 @dataclass(frozen=True)
@@ -354,7 +433,13 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     deleting = bool(meta.get("deletionTimestamp"))  # what it owns goes with it: no sync
     looking = Looked(meta.get("generation"), await hub.api_server.look(), now)
     if not deleting and _sync_due(sandbox.synced, looking):
-        synced = await sync_children(hub, body, spec)
+        try:
+            synced = await sync_children(hub, body, spec)
+        except Going as going:
+            await _write(
+                hub, body, sandbox, WorkspacePhase.PENDING, None, _going(going), None, None
+            )
+            return PROBE_S
         sandbox.volume, sandbox.tokens = synced.volume, synced.tokens
         sandbox.rotation = synced.rotation
         sandbox.synced = Looked(looking.generation, synced.api_server, now)
@@ -413,6 +498,10 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
                 await events.post(hub.kube, body, events.SANDBOX_REFUSED, said, events.WARNING)
             memory.refused(said)
             phase, reason, message = WorkspacePhase.FAILED, conditions.FAILED, said
+        except Going as going:
+            sandbox.synced = None
+            waiting = _going(going)
+            phase, reason, message = WorkspacePhase.PENDING, waiting.reason, waiting.message
         else:
             if again and not rolled:  # a roll said so when it deleted the old Pod
                 await events.post(hub.kube, body, events.SANDBOX_RECREATED, message)
@@ -439,6 +528,11 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     if phase is WorkspacePhase.READY:
         return READY_PROBE_S
     return plan.wait_s if plan.wait_s is not None else PROBE_S
+
+
+def _going(going: Going) -> sandboxes.Said:
+    """``Ready`` while an object in the Workspace's way is being deleted."""
+    return sandboxes.Said(False, conditions.EARLIER_OBJECTS_GOING, str(going))
 
 
 def _validated(body: dict[str, Any]) -> WorkspaceSpec:
@@ -613,7 +707,8 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             spec = _validated(_plain(body))
         except DefinitionErrors:
             return  # the daemon says what is wrong in the status
-        await ensure_children(hub, _plain(body), spec)
+        with contextlib.suppress(Going):  # the daemon says what it waits for, and waits
+            await ensure_children(hub, _plain(body), spec)
 
     @kopf.daemon(GROUP, VERSION, "workspaces", cancellation_timeout=5, registry=registry)
     @metrics.counting_errors("workspaces")
