@@ -512,7 +512,7 @@ async def test_an_invalid_run_says_where_and_a_fixed_spec_runs(cluster: StartClu
         "no state 'humanReveiw' (did you mean 'humanReview'?)"
     )
     assert condition["observedGeneration"] == 1
-    assert world.run(RUN).get("phase") is None
+    assert world.run(RUN).get("phase") == "Pending"  # the CRD's default: the operator set none
     assert names(world.k8s, WORKSPACES) == []
     assert names(world.k8s, AGENTTURNS) == []
 
