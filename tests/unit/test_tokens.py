@@ -8,7 +8,7 @@ Cases:
   Workspace holds it; an unknown or empty token is nobody's;
 - ``revoke`` takes away the Workspace's token only when it is the one named (a token set
   since, from a Secret made anew, stays); ``forget_token`` takes whatever it has;
-- a token Secret's name gives its Workspace, another Secret's none; ``owned_by`` tells a
+- a token Secret's controller is its Workspace, another Secret has none; ``owned_by`` tells a
   Workspace's own Secret from one of an earlier Workspace of the same name (by uid);
 - ``workspaces.revoke`` of a deleted token Secret: its Orchestrator token stops
   authenticating and the Harness client made with its Harness token is closed and
@@ -86,11 +86,12 @@ def workspace_body(uid: str) -> dict[str, object]:
 
 
 class TestTokenSecret:
-    def test_its_name_gives_its_workspace(self) -> None:
+    def test_its_controller_is_its_workspace(self) -> None:
         assert objects.token_secret_name("ws") == "ws-kubeturn-tokens"
-        assert objects.token_secret_workspace("ws-kubeturn-tokens") == "ws"
-        assert objects.token_secret_workspace("-kubeturn-tokens") is None
-        assert objects.token_secret_workspace("repo-token") is None
+        secret = objects.token_secret(workspace_body("uid-1"), "h", "o")
+        assert objects.controller_name(secret, "Workspace") == "ws"
+        assert objects.controller_name(secret, "Run") is None
+        assert objects.controller_name({"metadata": {"name": "repo-token"}}, "Workspace") is None
 
     def test_owned_by_tells_an_earlier_workspaces_secret(self) -> None:
         secret = objects.token_secret(workspace_body("uid-1"), "h", "o")

@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import Field, field_validator
 
-from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_slot_names
+from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_object_name, check_slot_names
 from kubeturn.api.egress import WorkspaceEgress
 from kubeturn.api.status import WorkspaceStatus
 
@@ -65,6 +65,11 @@ class SecretRef(Spec):
     """A Secret in the Workspace's namespace."""
 
     name: str = Field(min_length=1, description="The Secret's name.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_object_name(value)
 
 
 class Repo(Spec):
@@ -142,6 +147,11 @@ class Storage(Spec):
         description="The StorageClass of both; the cluster's default when absent.",
     )
 
+    @field_validator("class_")
+    @classmethod
+    def _class(cls, value: str | None) -> str | None:
+        return None if value is None else check_object_name(value)
+
 
 class WorkspaceSpec(Spec):
     """A sandbox: one pod running the Harness, with a volume of git clones."""
@@ -197,6 +207,11 @@ class WorkspaceSpec(Spec):
     def _slot_names(cls, repos: dict[str, Repo]) -> dict[str, Repo]:
         check_slot_names("a repo slot", repos)
         return repos
+
+    @field_validator("serviceAccount")
+    @classmethod
+    def _service_account(cls, value: str | None) -> str | None:
+        return None if value is None else check_object_name(value)
 
 
 class Workspace(Spec):

@@ -624,16 +624,18 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
                     await client.close()
 
     @kopf.on.event("v1", "pods", labels=SANDBOX_LABELS, registry=registry)
-    async def sandbox_changed(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
-        wake(namespace, labels.get("kubeturn.dev/workspace"))
+    async def sandbox_changed(namespace: str | None, body: kopf.Body, **_: Any) -> None:
+        """A sandbox Pod changed: its Workspace (its controller, whose name the Pod's
+        label may carry only shortened) looks at it now."""
+        wake(namespace, objects.controller_name(body, "Workspace"))
 
     @kopf.on.event("v1", "secrets", labels=objects.MANAGED_BY, registry=registry)
     async def tokens_changed(
-        event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str | None, **_: Any
+        event: kopf.RawEvent, body: kopf.Body, namespace: str | None, **_: Any
     ) -> None:
         """A token Secret deleted (rotated) or changed by hand: what it held is revoked at
-        once (``revoke``), and the Workspace reads its tokens again now."""
-        workspace = objects.token_secret_workspace(name)
+        once (``revoke``), and the Workspace that controls it reads its tokens again now."""
+        workspace = objects.controller_name(body, "Workspace")
         if workspace is None or event.get("type") not in ("DELETED", "MODIFIED"):
             return
         key = (namespace or "", workspace)
