@@ -6,7 +6,32 @@ Cases:
 - create stamps uid, resourceVersion (rising across objects), creationTimestamp and
   generation, answers 201, and 409 for an existing name; generateName;
 - generation counts changes outside metadata and status only; a write that changes
-  nothing keeps the resourceVersion;
+  nothing keeps the resourceVersion; Secrets have none, a Pod counts its spec, deletion
+  begun counts;
+- custom resources are the CRD files; an invalid one is 422 with the API server's Status
+  body (kind, status, reason, code, details with name, group, kind and causes, the
+  message); each schema keyword is enforced (type, int-or-string, enum, required,
+  minimum, maximum, pattern, minLength, maxLength, minItems, maxItems, minProperties,
+  maxProperties, additionalProperties, nullable; a null where none may be is dropped);
+  unknown fields are pruned silently on create, PUT, PATCH and /status; defaults come
+  from the schema; the CRDs' CEL rules are enforced, transition rules against the old
+  object (skipped on create); list-map items are unique by key; ``messageExpression``,
+  ``reason``, ``fieldPath``, ``optionalOldSelf``; a rule calling a function the emulator
+  does not evaluate, a schema keyword it does not apply, and a transition rule in an
+  atomic list refuse the CRD when loaded; every CEL function claimed evaluates; rules are
+  not run after a blocking error; a PUT without resourceVersion is 422 (a Lease's is not);
+- names: object names are DNS-1123 subdomains (253 at most, dots allowed), Namespaces
+  DNS-1123 labels, Services DNS-1035 labels; generateName is a checked prefix cut to 58;
+  label keys and values; a label selector that does not parse is 400; annotations hold
+  256 KiB at most; owner references and finalizers; a body over 3 MiB is 413; an object
+  over 1.5 MiB is refused as etcd refuses it;
+- built-in kinds: Pods (container, init container, port and volume names, images,
+  ports, mounts, sub-paths, resources, env, restart policy, probes; a spec that changes
+  but for images is refused); undecodable bodies are 400 (a type, a quantity, base64);
+  unknown fields dropped; Secrets fold stringData, keep their type, hold 1 MiB;
+  ConfigMap keys; claims need access modes and a size and keep their spec;
+  NetworkPolicies (ports, endPort, CIDRs and exceptions, peers, selectors); Events in
+  their object's namespace; Leases' durations;
 - a stale resourceVersion is 409 on PUT, merge PATCH and delete preconditions;
 - a failed JSON-patch ``test`` is 422; strategic merge is a merge; apply is 415;
 - status subresource: ``/status`` writes only status, the main resource ignores it;

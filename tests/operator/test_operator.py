@@ -33,7 +33,7 @@ Cases:
 - ``kubectl delete run`` mid-Turn: the Run goes only after its live AgentTurn was swept
   (``aborted``, the held request cut).
 
-Limits of the emulator (no garbage collection, no admission) are the emulator's; the
+Limits of the emulator (no garbage collection, no admission plugins) are the emulator's; the
 kubelet's are in :mod:`tests.operator.kubelet`.
 """
 

@@ -12,7 +12,7 @@ Cases:
   (its worktree stays on the volume the Workspace left behind: the emulator collects no
   garbage).
 
-The emulator has no garbage collection and no admission; the kubelet's limits are in
+The emulator has no garbage collection and no admission plugins; the kubelet's limits are in
 :mod:`kubelet`.
 """
 

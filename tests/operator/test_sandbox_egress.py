@@ -17,8 +17,8 @@ Cases:
   makes the Workspace ``Failed``, ``Ready=False`` with reason ``Invalid`` naming the
   field, and leaves the policy as last made; fixed, the policy follows the fix.
 
-The emulator has no garbage collection and no admission (the CRD's schema is not
-applied).
+The emulator has no garbage collection and no admission plugins (it applies the CRD's
+schema and rules as the API server does: see :mod:`emulator`).
 """
 
 from __future__ import annotations

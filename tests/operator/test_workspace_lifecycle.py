@@ -37,7 +37,7 @@ Cases:
   one's, makes its sandbox anew, refuses the old token, and a Turn runs on it.
 
 Each scenario's Workspace is a named one that its Runs share. The emulator has no
-garbage collection and no admission; the kubelet's limits are in :mod:`kubelet`.
+garbage collection and no admission plugins; the kubelet's limits are in :mod:`kubelet`.
 """
 
 from __future__ import annotations
