@@ -15,7 +15,8 @@ Cases:
   volume name of a Workspace's objects and of an AgentTurn valid;
 - the models refuse, each at its path, a ``metadata.name``, ``metadata.namespace``,
   ``spec.workspace.name``, ``secretRef.name``, ``serviceAccount`` and ``storage.class``
-  that no object could have.
+  that no object could have, and an ``env`` variable's name (or the Secret or ConfigMap
+  it, or ``envFrom``, reads) that the API server would refuse.
 """
 
 from __future__ import annotations
@@ -230,6 +231,18 @@ def test_a_run_whose_names_no_object_could_have_is_refused_at_the_path(
         ),
         ({"repos": {"a": {"url": "u"}}, "serviceAccount": "sa_1"}, "spec.serviceAccount"),
         ({"repos": {"a": {"url": "u"}}, "storage": {"class": "fast."}}, "spec.storage.class"),
+        ({"repos": {"a": {"url": "u"}}, "env": [{"name": "A=B", "value": "x"}]}, "spec.env"),
+        (
+            {
+                "repos": {"a": {"url": "u"}},
+                "env": [{"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "Keys"}}}],
+            },
+            "spec.env",
+        ),
+        (
+            {"repos": {"a": {"url": "u"}}, "envFrom": [{"configMapRef": {"name": "a_b"}}]},
+            "spec.envFrom",
+        ),
     ],
 )
 def test_a_workspace_naming_what_could_not_exist_is_refused_at_the_path(
