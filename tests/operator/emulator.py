@@ -113,7 +113,9 @@ KUBETURN_PRINTER_COLUMNS: Mapping[str, Sequence[Column]] = {
     resource.kind: resource.printer_columns for resource in CUSTOM_RESOURCES
 }
 """Printer columns per kind: the CRDs' own."""
-GENERATION_TRACKED = ("v1/pods", "networking.k8s.io/v1/networkpolicies")
+GENERATION_TRACKED = frozenset(
+    kmock.resource(key) for key in ("v1/pods", "networking.k8s.io/v1/networkpolicies")
+)
 """Built-in resources that keep ``metadata.generation`` (1, then one more per change of
 their spec): Pods since Kubernetes 1.33 (KEP-5067), NetworkPolicies. Others have none;
 custom resources all do."""
@@ -195,13 +197,16 @@ def _selection(route: apimachinery.Route, params: Mapping[str, str]) -> apimachi
     not parse (a key that is not a qualified name, a value that is not a label value)."""
     selection = apimachinery.Selection.of(route, params)
     for term in selection.labels:
-        problems = names.is_qualified_name(term.key) + (
-            names.is_label_value(term.value) if term.operator in ("=", "!=") else []
-        )
+        problems = [
+            f"key: Invalid value: {term.key!r}: {m}" for m in names.is_qualified_name(term.key)
+        ]
+        if term.operator in ("=", "!="):
+            problems += [
+                f"values[0][{term.key}]: Invalid value: {term.value!r}: {m}"
+                for m in names.is_label_value(term.value)
+            ]
         if problems:
-            raise apimachinery.ApiError(
-                400, f"unable to parse requirement: {term.key}={term.value}: {'; '.join(problems)}"
-            )
+            raise apimachinery.ApiError(400, f"unable to parse requirement: {'; '.join(problems)}")
     return selection
 
 
@@ -694,7 +699,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
         namespace = self._namespace_for(resource, route, meta)
         if not meta.get("name") and meta.get("generateName"):
             alphabet = string.ascii_lowercase + string.digits
-            # As names.SimpleNameGenerator: the prefix cut to leave room for 5 characters.
+            # As the API server's SimpleNameGenerator: the prefix cut to leave 5 characters.
             meta["name"] = meta["generateName"][: names.DNS1123_LABEL_MAX - 5] + "".join(
                 secrets.choice(alphabet) for _ in range(5)
             )
@@ -827,9 +832,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
             )
 
     def _tracks_generation(self, resource: kmock.resource) -> bool:
-        return resource in self._custom or resource in {
-            kmock.resource(key) for key in GENERATION_TRACKED
-        }
+        return resource in self._custom or resource in GENERATION_TRACKED
 
     def _spec_of(self, resource: kmock.resource, body: Body) -> Any:
         """What ``generation`` counts: a custom resource's everything but its metadata (and

@@ -89,6 +89,8 @@ def go_value(value: Any) -> str:
         return '"null"'  # ErrorBody prints a nil value as the string "null", quoted
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return str(int(value))  # Go's %v writes a whole float64 without a point
     if isinstance(value, int | float):
         return str(value)
     if isinstance(value, str):
