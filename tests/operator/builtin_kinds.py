@@ -545,8 +545,8 @@ def _config_map(body: Body, old: Body | None) -> list[FieldError]:
         errors.append(
             fielderrors.invalid(key("data", name), name, "duplicate of key present in binaryData")
         )
-    size = sum(len(k) + len(str(v).encode()) for k, v in data.items())
-    size += sum(len(k) + len(base64.b64decode(v)) for k, v in binary.items())
+    size = sum(len(str(v).encode()) for v in data.values())
+    size += sum(len(base64.b64decode(v)) for v in binary.values())
     if size > limits.MAX_CONFIG_DATA_BYTES:
         errors.append(fielderrors.too_long("", limits.MAX_CONFIG_DATA_BYTES))
     if (

@@ -65,7 +65,7 @@ contexts, affinity...); ``fieldValidation=Strict`` (unknown fields are always dr
 silently); validation ratcheting, CRD conversion, CEL cost budgets and the CEL
 libraries no CRD here uses (a rule calling one refuses its CRD at load); immutability of
 ``uid`` and ``creationTimestamp`` on update (the stored ones are kept, as for
-``generation``); no garbage collection of owned objects
+``generation``); no ``managedFields``; no garbage collection of owned objects
 (:meth:`KubernetesApi.cascade_delete` does it when a test asks) and no deletion of a
 namespace's objects with it; no RBAC or authentication; no server-side apply, no
 protobuf bodies (``kubectl create configmap|secret`` sends them: 415), no OpenAPI

@@ -289,8 +289,8 @@ def schema_errors(value: Any, node: Node, path: str) -> list[FieldError]:
         found = _json_type(value)
         detail = f'{path} in body must be of type {allowed}: "{found}"'
         return [fielderrors.type_invalid(path, found, detail)]
-    if value is None:
-        return []
+    if value is None:  # kube-openapi checks only the type and the enum of a null
+        return _enum_errors(value, node, path)
     errors: list[FieldError] = []
     if isinstance(value, str):
         errors += _string_errors(value, node, path)
@@ -305,12 +305,17 @@ def schema_errors(value: Any, node: Node, path: str) -> list[FieldError]:
             errors.append(fielderrors.invalid(path, len(value), detail))
         if node.max_items is not None and len(value) > node.max_items:
             errors.append(fielderrors.too_many(path, len(value), node.max_items))
-    if node.enum is not None and value not in node.enum:
-        choices = [c if isinstance(c, str) else json.dumps(c) for c in node.enum]
-        errors.append(fielderrors.not_supported(path, value, choices))
+    errors += _enum_errors(value, node, path)
     if isinstance(value, dict):
         errors += _object_errors(value, node, path)
     return errors
+
+
+def _enum_errors(value: Any, node: Node, path: str) -> list[FieldError]:
+    if node.enum is None or value in node.enum:
+        return []
+    choices = [c if isinstance(c, str) else json.dumps(c) for c in node.enum]
+    return [fielderrors.not_supported(path, value, choices)]
 
 
 def _string_errors(value: str, node: Node, path: str) -> list[FieldError]:
