@@ -31,6 +31,9 @@ siblings where the operator could get an object wrong, each error as a
   exceptions inside them), ports (numbers or names, ``endPort`` only after a number);
 - Event: the involved object's namespace is the Event's; Lease: durations above zero.
 
+Times decode as Go's ``metav1.Time`` (RFC 3339) and ``MicroTime`` (exactly six digits
+of a second's fraction) do: a Lease's ``renewTime`` without them is a 400.
+
 Names are checked with the rest of the metadata (:mod:`tests.operator.names`), by the
 rule of each resource (:func:`name_rule`). Pure: no IO but reading the bundled schemas
 once, no state.
@@ -138,9 +141,30 @@ _JSON_TYPES: Mapping[str, Callable[[Any], bool]] = {
 }
 
 
+TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+"""``metav1.Time``: Go's ``time.RFC3339`` (a fraction of a second allowed, a zone
+required)."""
+MICRO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
+"""``metav1.MicroTime``: ``RFC3339Micro``, exactly six digits of a second's fraction (a
+Lease's ``renewTime``, an ``events.k8s.io`` Event's ``eventTime``)."""
+
+
 def decode(value: Any, node: Mapping[str, Any], path: str) -> Any:
     """``value`` as a typed server keeps it: unknown fields and nulls dropped;
     ``Undecodable`` for what Go's decoder refuses."""
+    reference = str(node.get("$ref", "")).rsplit("/", 1)[-1]
+    times = {
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Time": (TIME, "2006-01-02T15:04:05Z07:00"),
+        "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime": (
+            MICRO_TIME,
+            "2006-01-02T15:04:05.000000Z07:00",
+        ),
+    }
+    if reference in times and isinstance(value, str):
+        pattern, layout = times[reference]
+        if not pattern.match(value):
+            raise Undecodable(f'{path}: parsing time "{value}" as "{layout}": cannot parse')
+        return value
     node = _resolved(node)
     if "oneOf" in node:  # IntOrString, Quantity
         shapes = [_resolved(choice) for choice in node["oneOf"]]

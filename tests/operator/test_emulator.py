@@ -31,7 +31,7 @@ Cases:
   unknown fields dropped; Secrets fold stringData, keep their type, hold 1 MiB;
   ConfigMap keys; claims need access modes and a size and keep their spec;
   NetworkPolicies (ports, endPort, CIDRs and exceptions, peers, selectors); Events in
-  their object's namespace; Leases' durations;
+  their object's namespace; Leases' durations; Time and MicroTime fields decode as Go's;
 - a stale resourceVersion is 409 on PUT, merge PATCH and delete preconditions;
 - a failed JSON-patch ``test`` is 422; strategic merge is a merge; apply is 415;
 - status subresource: ``/status`` writes only status, the main resource ignores it;
@@ -1029,6 +1029,7 @@ async def test_an_object_over_1_5_mib_is_refused_by_etcd(k8s: emulator.Kubernete
 # --- Built-in kinds ---
 
 PODS = "/api/v1/namespaces/default/pods"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
 STRATEGIC = "application/strategic-merge-patch+json"
 
 
@@ -1234,6 +1235,23 @@ async def test_network_policies_are_validated(
     assert field in [c[1] for c in causes(answer)], answer
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        (LEASES, {"spec": {"renewTime": "2026-01-01T00:00:00.000001Z"}}, 201),
+        (LEASES, {"spec": {"renewTime": "2026-01-01T00:00:00Z"}}, 400),
+        (LEASES, {"spec": {"renewTime": "2026-01-01T00:00:00.123Z"}}, 400),
+        ("/api/v1/namespaces/default/events", {"lastTimestamp": "2026-01-01T00:00:00Z"}, 201),
+        ("/api/v1/namespaces/default/events", {"lastTimestamp": "2026-01-01 00:00:00"}, 400),
+    ],
+)
+async def test_times_decode_as_kubernetes_time_and_micro_time(
+    k8s: emulator.KubernetesApi, path: str, body: Body, status: int
+) -> None:
+    answered, answer = await call(k8s, "POST", path, {"metadata": {"name": "x"}} | body)
+    assert answered == status, answer
+
+
 async def test_events_and_leases(k8s: emulator.KubernetesApi) -> None:
     event = {
         "metadata": {"name": "e"},
@@ -1242,8 +1260,7 @@ async def test_events_and_leases(k8s: emulator.KubernetesApi) -> None:
     status, answer = await call(k8s, "POST", "/api/v1/namespaces/default/events", event)
     assert (status, causes(answer)[0][1]) == (422, "involvedObject.namespace")
     lease = {"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0}}
-    leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
-    status, answer = await call(k8s, "POST", leases, lease)
+    status, answer = await call(k8s, "POST", LEASES, lease)
     assert (status, causes(answer)[0][1]) == (422, "spec.leaseDurationSeconds")
 
 
