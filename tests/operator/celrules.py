@@ -209,6 +209,8 @@ def _field_path(text: str, where: str) -> tuple[str, ...]:
 
 MISSING = object()
 """No old value: a create, or a value new in an update."""
+REASONS = ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate")
+"""The ``reason`` values a rule may give."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,7 +306,3 @@ class Rule:
             if isinstance(text, str) and text.strip() and "\n" not in text:
                 return text.strip()
         return self.message or f"failed rule: {self.rule.strip()}"
-
-
-REASONS = ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate")
-"""The ``reason`` values a rule may give."""

@@ -474,7 +474,7 @@ def _has_rules(node: Node) -> bool:
     return bool(node.rules) or any(_has_rules(c) for c in children if c is not None)
 
 
-def _check_transition_rules(node: Node, where: str, correlated: bool = True) -> None:
+def check_transition_rules(node: Node, where: str, correlated: bool = True) -> None:
     """Refuse a transition rule below a list the API server cannot correlate: it
     refuses such a CRD ("oldSelf cannot be used ... atomic list")."""
     for rule in node.rules:
@@ -484,11 +484,11 @@ def _check_transition_rules(node: Node, where: str, correlated: bool = True) -> 
                 "the API server refuses this CRD"
             )
     for name, child in node.properties.items():
-        _check_transition_rules(child, fielderrors.child(where, name), correlated)
+        check_transition_rules(child, fielderrors.child(where, name), correlated)
     if node.additional is not None:
-        _check_transition_rules(node.additional, f"{where}.*", correlated)
+        check_transition_rules(node.additional, f"{where}.*", correlated)
     if node.items is not None:
-        _check_transition_rules(node.items, f"{where}[]", correlated and node.list_type == "map")
+        check_transition_rules(node.items, f"{where}[]", correlated and node.list_type == "map")
 
 
 # --- The resource ---------------------------------------------------------------------
@@ -558,7 +558,7 @@ def _resource(crd: Mapping[str, Any]) -> CustomResource:
     versions: Sequence[Mapping[str, Any]] = spec["versions"]
     version = next(v for v in versions if v.get("storage"))
     schema = Node.of(version["schema"]["openAPIV3Schema"])
-    _check_transition_rules(schema, "")
+    check_transition_rules(schema, "")
     columns = tuple(
         (str(column["name"]), str(column["jsonPath"]))
         for column in version.get("additionalPrinterColumns") or ()

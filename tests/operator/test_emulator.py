@@ -69,7 +69,7 @@ import kubernetes
 import pytest
 
 from tests import tools
-from tests.operator import apimachinery, emulator
+from tests.operator import apimachinery, celrules, emulator, schemas
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 RUNS = f"/apis/{GROUP}/{VERSION}/namespaces/default/runs"
@@ -740,14 +740,11 @@ async def test_list_map_items_are_unique_by_their_keys(k8s: emulator.KubernetesA
     )
 
 
-def rule_node(*rules: Body, **schema: Any) -> emulator.schemas.Node:
-    return emulator.schemas.Node.of(
-        {"type": "object", "x-kubernetes-validations": list(rules)} | schema
-    )
+def rule_node(*rules: Body, **schema: Any) -> schemas.Node:
+    return schemas.Node.of({"type": "object", "x-kubernetes-validations": list(rules)} | schema)
 
 
 def test_cel_rule_options_message_expression_reason_field_path_optional_old_self() -> None:
-    schemas = emulator.schemas
     properties = {"n": {"type": "integer"}}
     message = rule_node(
         {"rule": "self.n < 3", "messageExpression": "'n is ' + string(self.n)"},
@@ -785,20 +782,20 @@ def test_cel_rule_options_message_expression_reason_field_path_optional_old_self
 def test_a_crd_rule_the_emulator_cannot_evaluate_is_refused_when_loaded(
     rule: str, words: str
 ) -> None:
-    with pytest.raises(emulator.schemas.CrdError, match=words):
+    with pytest.raises(schemas.CrdError, match=words):
         rule_node({"rule": rule})
 
 
 def test_a_schema_keyword_the_emulator_does_not_apply_is_refused_when_loaded() -> None:
-    with pytest.raises(emulator.schemas.CrdError, match="format"):
-        emulator.schemas.Node.of({"type": "string", "format": "date-time"})
+    with pytest.raises(schemas.CrdError, match="format"):
+        schemas.Node.of({"type": "string", "format": "date-time"})
 
 
 def test_a_transition_rule_inside_an_atomic_list_is_refused_when_loaded() -> None:
     items = {"type": "object", "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}
     schema = {"type": "object", "properties": {"l": {"type": "array", "items": items}}}
-    with pytest.raises(emulator.schemas.CrdError, match="not a map list"):
-        emulator.schemas._check_transition_rules(emulator.schemas.Node.of(schema), "")
+    with pytest.raises(schemas.CrdError, match="not a map list"):
+        schemas.check_transition_rules(schemas.Node.of(schema), "")
 
 
 STANDARD_FUNCTIONS = {
@@ -841,10 +838,10 @@ STANDARD_FUNCTIONS = {
 
 
 def test_every_function_the_emulator_claims_evaluates() -> None:
-    assert set(STANDARD_FUNCTIONS) == emulator.schemas.celrules.STANDARD
+    assert set(STANDARD_FUNCTIONS) == celrules.STANDARD
     for name, rule in STANDARD_FUNCTIONS.items():
         node = rule_node({"rule": rule})
-        assert emulator.schemas.rule_errors({"a": 1, "s": "ab"}, None, node, "x") == [], name
+        assert schemas.rule_errors({"a": 1, "s": "ab"}, None, node, "x") == [], name
 
 
 async def test_rules_are_not_run_on_an_object_with_blocking_errors(
