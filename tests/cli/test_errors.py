@@ -5,6 +5,7 @@ Cases:
 - ``kubeturn validate`` on broken manifests prints every problem of each, with the file
   and the manifest path (or the YAML line and column), says which files are valid, and
   exits 1; ``--cluster`` also refuses a Run that invokes without ``spec.workspace``;
+  both refuse a ``metadata.name`` (and a Secret's name) no Kubernetes object could have;
 - ``kubeturn run`` refuses with one line, exit 1, and leaves no workdir behind for: a
   missing manifest, malformed YAML, a manifest with problems (one line per problem), a
   repo that cannot be cloned, a model provider missing from the providers file, no model
@@ -100,6 +101,28 @@ def test_validate_cluster_asks_for_a_workspace_where_the_local_runner_does_not(
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith("bare.yaml: spec.workspace: missing, and the state ")
+
+
+@pytest.mark.parametrize("flags", [(), ("--cluster",)])
+def test_validate_refuses_names_no_object_could_have(
+    tmp_path: Path, flags: tuple[str, ...]
+) -> None:
+    text = HELLO.read_text()
+    (tmp_path / "run.yaml").write_text(text.replace("name: hello", "name: Hello_World", 1))
+    workspace = (
+        "apiVersion: kubeturn.dev/v1alpha1\nkind: Workspace\nmetadata: {name: shared.}\n"
+        "spec:\n  repos:\n    app: {url: 'https://git.example/app.git', secretRef: {name: Token}}\n"
+    )
+    (tmp_path / "workspace.yaml").write_text(workspace)
+    result = kubeturn("validate", *flags, "run.yaml", "workspace.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert [line.split(": ")[:2] for line in lines] == [
+        ["run.yaml", "metadata.name"],
+        ["workspace.yaml", "metadata.name"],
+        ["workspace.yaml", "spec.repos.app.secretRef.name"],
+    ]
+    assert lines[0].endswith("(a DNS subdomain); got 'Hello_World'")
 
 
 def test_run_refuses_a_manifest_with_one_line_per_problem(tmp_path: Path) -> None:

@@ -45,8 +45,10 @@ class ApiError(Exception):
         405: "MethodNotAllowed",
         409: "Conflict",
         410: "Expired",
+        413: "RequestEntityTooLarge",
         415: "UnsupportedMediaType",
         422: "Invalid",
+        500: "InternalError",
     }
 
     def __init__(self, code: int, message: str, *, reason: str = "", **details: Any) -> None:

@@ -50,6 +50,11 @@ it ``PodScheduled=False``, ``Unschedulable``, until then. Per Pod (:class:`PodWo
   any case), at once the first time and after the kubelet's back-off (:class:`BackOff`:
   10 s, doubled each time up to 5 minutes, forgotten after 10 minutes of running)
   meanwhile ``waiting`` ``CrashLoopBackOff``; the Pod stays ``Running``;
+- each container's output is kept in ``<namespace>_<pod>_<uid>/<container>.log`` under
+  the kubelet's log directory, the directory named as the kubelet names a Pod's
+  (``/var/log/pods``): a Pod whose directory name does not fit in a file name's 255
+  bytes (a long namespace and a Pod name past 154 characters) cannot be started, and is
+  reported in :attr:`Kubelet.errors`, as a kubelet fails its sandbox;
 - a container is its process's group (the process leads a session of its own): what is
   left of the group when the process ends is killed, as a container's processes end
   with it;
@@ -527,22 +532,16 @@ class PodWorker:
         self.uid: str = meta["uid"]
         self.name: tuple[str, str] = (meta["namespace"], meta["name"])
         self.path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-        stem = f"{meta['namespace']}.{meta['name']}.{self.uid[:8]}"
-        logs = kubelet.logs
+        # The kubelet's own directory of a Pod's logs (BuildPodLogsDirectory), whose name
+        # must fit in a file name's 255 bytes, or the Pod cannot be started.
+        directory = kubelet.logs / f"{meta['namespace']}_{meta['name']}_{self.uid}"
         self.init = [
-            Container(c, logs / f"{stem}.{c['name']}.log", init=True)
+            Container(c, directory / f"{c['name']}.log", init=True)
             for c in spec.get("initContainers", [])
         ]
         for container in self.init:
             container.state = {"waiting": {"reason": "PodInitializing"}}
-        self.containers = [
-            Container(
-                c,
-                logs
-                / (f"{stem}.log" if c["name"] == HARNESS_CONTAINER else f"{stem}.{c['name']}.log"),
-            )
-            for c in spec["containers"]
-        ]
+        self.containers = [Container(c, directory / f"{c['name']}.log") for c in spec["containers"]]
         for container in self.containers:
             container.state = {
                 "waiting": {"reason": "PodInitializing" if self.init else "ContainerCreating"}
@@ -793,6 +792,7 @@ class PodWorker:
             command = [_rewrite(part, mounts) for part in spec.get("command", [])]
             argv = [*(command or HARNESS_ENTRYPOINT), *args]
             env = await self._env(spec, mounts)
+        container.log.parent.mkdir(exist_ok=True)
         with container.log.open("ab") as log:
             return await asyncio.create_subprocess_exec(
                 *argv,

@@ -1,4 +1,4 @@
-"""How objects end, and what a Secret's ``stringData`` becomes: kube-apiserver's deletion
+"""How objects end: kube-apiserver's deletion
 rules and kube-controller-manager's garbage collector, for :mod:`tests.operator.emulator`.
 
 Deletion (``DELETE`` and the ``DeleteOptions`` it carries, in its body or its query):
@@ -13,7 +13,8 @@ Deletion (``DELETE`` and the ``DeleteOptions`` it carries, in its body or its qu
   the first request; a negative grace period counts as 1 s;
 - every other kind is deleted at once, unless it has finalizers: then it gets
   ``deletionTimestamp`` (now) and ``deletionGracePeriodSeconds`` 0 and goes when a write
-  removes the last one; starting a deletion bumps ``generation``;
+  removes the last one; starting a deletion bumps ``generation`` where the object has
+  one (custom resources: built-in kinds here have none);
 - ``propagationPolicy`` (or the older ``orphanDependents``) decides the garbage
   collector's finalizers: ``Foreground`` adds ``foregroundDeletion``, ``Orphan`` adds
   ``orphan``, ``Background`` (the default) neither; without either option the object's
@@ -33,9 +34,6 @@ deleted gracefully, and dependents' finalizers hold them):
 - an owner being deleted with ``orphan`` has its references removed from every
   dependent, and then the finalizer.
 
-A Secret's ``stringData`` is folded into ``data`` (base64) on every write and never
-stored or returned (:func:`fold_string_data`).
-
 Not emulated: namespace deletion (its contents are not deleted with it), the garbage
 collector's cycle breaking between foreground deletions, owner references to kinds the
 emulator does not serve (never resolved, so never collected: a real collector retries
@@ -47,7 +45,6 @@ only through :class:`Cluster`. This module must not import kubeturn.
 
 from __future__ import annotations
 
-import base64
 import collections
 import copy
 import dataclasses
@@ -210,7 +207,8 @@ def delete(
     else:
         new_meta.pop("finalizers", None)
     if "deletionTimestamp" not in meta:
-        new_meta["generation"] = int(meta.get("generation", 0)) + 1
+        if int(meta.get("generation", 0)) > 0:  # the store's markAsDeleting
+            new_meta["generation"] = int(meta["generation"]) + 1
         if grace:
             new_meta["deletionTimestamp"] = apimachinery.timestamp(
                 now + datetime.timedelta(seconds=grace)
@@ -245,23 +243,6 @@ def answer_code(options: DeleteOptions, deletion: Deletion) -> int:
 
 def parse_time(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-# --- Secrets ---------------------------------------------------------------------------
-
-
-def fold_string_data(secret: Body) -> Body:
-    """``stringData`` written into ``data`` (base64, its values winning) and dropped, as
-    kube-apiserver does on every write of a Secret: it is write-only."""
-    plain = secret.pop("stringData", None)
-    if plain is None:
-        return secret
-    if not isinstance(plain, dict) or not all(isinstance(v, str) for v in plain.values()):
-        raise apimachinery.ApiError(400, "stringData: a map of strings is expected")
-    data = dict(secret.get("data") or {})
-    data |= {key: base64.b64encode(value.encode()).decode() for key, value in plain.items()}
-    secret["data"] = data
-    return secret
 
 
 # --- The garbage collector -------------------------------------------------------------

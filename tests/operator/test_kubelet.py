@@ -114,7 +114,10 @@ async def until(
 async def test_a_pod_is_bound_once_its_claim_exists_and_a_claim_made_anew_is_a_new_volume(
     k8s: emulator.KubernetesApi, kubelet: kubelet_.Kubelet, tmp_path: Path
 ) -> None:
-    claim = {"metadata": {"name": "data", "namespace": NAMESPACE}, "spec": {}}
+    claim = {
+        "metadata": {"name": "data", "namespace": NAMESPACE},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
     volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
     look = "echo seen: $(ls /data ) && touch /data/mark && exec sleep 120"
     main = container(
@@ -137,7 +140,7 @@ async def test_a_pod_is_bound_once_its_claim_exists_and_a_claim_made_anew_is_a_n
     async def listed(name: str) -> str:
         body = read(k8s, name)
         log = (
-            tmp_path / "harness-logs" / f"{NAMESPACE}.{name}.{body['metadata']['uid'][:8]}.main.log"
+            tmp_path / "harness-logs" / f"{NAMESPACE}_{name}_{body['metadata']['uid']}" / "main.log"
         )
         await eventually(lambda: log.exists() and log.read_text(), f"{name}'s listing")
         return log.read_text()

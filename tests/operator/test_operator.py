@@ -37,7 +37,7 @@ Cases:
 
 The operator runs as the chart's ServiceAccount, every namespace watched; the first
 scenario runs again with ``watchNamespaces`` (the chart's two RBAC shapes). Limits of the
-emulator (no admission of custom resources) are the emulator's; the kubelet's are in
+emulator (no admission plugins) are the emulator's; the kubelet's are in
 :mod:`tests.operator.kubelet`.
 """
 
@@ -524,7 +524,7 @@ async def test_an_invalid_run_says_where_and_a_fixed_spec_runs(cluster: StartClu
         "no state 'humanReveiw' (did you mean 'humanReview'?)"
     )
     assert condition["observedGeneration"] == 1
-    assert world.run(RUN).get("phase") is None
+    assert world.run(RUN).get("phase") == "Pending"  # the CRD's default: the operator set none
     assert names(world.k8s, WORKSPACES) == []
     assert names(world.k8s, AGENTTURNS) == []
 

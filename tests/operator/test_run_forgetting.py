@@ -11,8 +11,9 @@ Cases:
 - a Run whose Workspace was deleted first goes at once, without waiting for a Harness
   (the garbage collector took the Workspace's Pod and claims, and its volume with them).
 
-The emulator has no admission; its lifecycle rules are :mod:`lifecycle`'s, the
-kubelet's are in :mod:`kubelet`.
+The emulator applies the CRDs' schemas and rules as the API server does, with no
+admission plugins; its lifecycle rules are :mod:`lifecycle`'s, the kubelet's are in
+:mod:`kubelet`.
 """
 
 from __future__ import annotations

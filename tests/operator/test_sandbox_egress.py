@@ -18,7 +18,9 @@ Cases:
   makes the Workspace ``Failed``, ``Ready=False`` with reason ``Invalid`` naming the
   field, and leaves the policy as last made; fixed, the policy follows the fix.
 
-The emulator has no admission (the CRD's schema is not applied).
+The emulator applies the CRDs' schemas and rules as the API server does, with no
+admission plugins; its lifecycle rules are :mod:`lifecycle`'s, the kubelet's are in
+:mod:`kubelet`.
 """
 
 from __future__ import annotations

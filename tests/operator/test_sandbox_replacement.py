@@ -485,7 +485,8 @@ async def test_worktrees_the_harness_cannot_make_are_said_and_asked_for_again(
         "git could not make the worktree of 'target': "
     )
     assert message.endswith("(asking again in 2 s)")
-    assert world.run(name).get("phase") is None  # its Machine has not started
+    # Its Machine has not started: no state, and the phase the CRD defaults to.
+    assert (world.run(name).get("phase"), world.run(name).get("state")) == ("Pending", None)
 
     blocker.unlink()
     await world.until(

@@ -123,7 +123,16 @@ class World:
             "apiVersion": GROUP_VERSION,
             "kind": "AgentTurn",
             "metadata": {"name": NAME, "namespace": NAMESPACE, "finalizers": [SWEEP_FINALIZER]},
-            "spec": {"turn": TURN, "instanceId": IID},
+            "spec": {
+                "runRef": {"name": RUN},
+                "workspaceRef": {"name": WORKSPACE},
+                "turn": TURN,
+                "agent": {"slot": "coder", "instructions": "Work.", "workspace": "write"},
+                "statePath": "working",
+                "instanceId": IID,
+                "prompt": "Work.",
+                "cwd": "/work",
+            },
         }
         path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/agentturns"
         async with self.api.post(path, json=body) as answer:

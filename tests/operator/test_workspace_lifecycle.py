@@ -45,8 +45,8 @@ Cases:
   a Turn runs on it.
 
 Each scenario's Workspace is a named one that its Runs share. The emulator has no
-admission; its lifecycle rules are :mod:`lifecycle`'s, the kubelet's are in
-:mod:`kubelet`.
+applies the CRDs' schemas and rules, with no admission plugins; its lifecycle rules
+are :mod:`lifecycle`'s, the kubelet's are in :mod:`kubelet`.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Cases:
   authenticates, while other Workspaces' tokens stay; a token is found whichever
   Workspace holds it; an unknown or empty token is nobody's; ``forget_token`` takes
   whatever the Workspace has;
-- a token Secret is named after its Workspace; ``owned_by`` tells a Workspace's own
-  Secret from one of an earlier Workspace of the same name (by uid);
+- a token Secret is named after its Workspace, its controller; ``owned_by`` tells a
+  Workspace's own Secret from one of an earlier Workspace of the same name (by uid);
 - rotation: a token Secret carries the ``kubeturn.dev/rotate-tokens`` its Workspace had
   when it was made (none when it had none); its tokens are outdated once the Workspace
   names another value, not while it names the same or none.
@@ -66,10 +66,12 @@ def workspace_body(uid: str, rotation: str | None = None) -> dict[str, Any]:
 
 
 class TestTokenSecret:
-    def test_it_is_named_after_its_workspace(self) -> None:
+    def test_its_controller_is_its_workspace(self) -> None:
         assert objects.token_secret_name("ws") == "ws-kubeturn-tokens"
         secret = objects.token_secret(workspace_body("uid-1"), "h", "o")
-        assert secret["metadata"]["name"] == "ws-kubeturn-tokens"
+        assert objects.controller_name(secret, "Workspace") == "ws"
+        assert objects.controller_name(secret, "Run") is None
+        assert objects.controller_name({"metadata": {"name": "repo-token"}}, "Workspace") is None
 
     def test_owned_by_tells_an_earlier_workspaces_secret(self) -> None:
         secret = objects.token_secret(workspace_body("uid-1"), "h", "o")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 API_GROUP = "kubeturn.dev"
 API_VERSION = "kubeturn.dev/v1alpha1"
@@ -24,6 +24,14 @@ ids and worktree paths carry them (docs/decisions/0007)."""
 
 MODEL_NAME = re.compile(r"^[^/\s]+/\S+$")
 """``provider/model``: the Harness picks the provider by the part before the slash."""
+
+OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+"""A Kubernetes object's name (a DNS-1123 subdomain): what the API server admits as the
+name of a Run, a Workspace, a Secret or a ServiceAccount."""
+OBJECT_NAME_MAX = 253
+NAMESPACE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+"""A namespace's name (a DNS-1123 label, at most ``NAMESPACE_NAME_MAX``)."""
+NAMESPACE_NAME_MAX = 63
 
 
 class Spec(BaseModel):
@@ -49,6 +57,23 @@ class ObjectMeta(BaseModel):
         description="The namespace the object lives in; absent outside a cluster.",
     )
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_object_name(value)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        if value is not None and not (
+            NAMESPACE_NAME.match(value) and len(value) <= NAMESPACE_NAME_MAX
+        ):
+            raise ValueError(
+                "a namespace's name has at most 63 lowercase letters, digits and '-', and "
+                f"starts and ends with a letter or digit; got {value!r}"
+            )
+        return value
+
 
 def check_slot_names(kind: str, slots: Mapping[str, Any]) -> None:
     """Refuse slot names that could not be one path segment, naming each."""
@@ -58,6 +83,17 @@ def check_slot_names(kind: str, slots: Mapping[str, Any]) -> None:
                 f"{kind} name {name!r} must start with a letter or digit and hold only "
                 "letters, digits, '_', '.' and '-' (at most 63 characters)"
             )
+
+
+def check_object_name(value: str) -> str:
+    """Refuse a name the API server would not admit as an object's (a Run's, a
+    Workspace's, a Secret's...): a DNS-1123 subdomain of at most 253 characters."""
+    if not (OBJECT_NAME.match(value) and len(value) <= OBJECT_NAME_MAX):
+        raise ValueError(
+            "an object's name has at most 253 lowercase letters, digits, '-' and '.', and "
+            f"starts and ends with a letter or digit (a DNS subdomain); got {value!r}"
+        )
+    return value
 
 
 def check_model_name(value: str | None) -> str | None:

@@ -10,7 +10,14 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_model_name, check_slot_names
+from kubeturn.api.common import (
+    API_VERSION,
+    ObjectMeta,
+    Spec,
+    check_model_name,
+    check_object_name,
+    check_slot_names,
+)
 from kubeturn.api.machine import MachineSpec
 from kubeturn.api.status import RunStatus
 from kubeturn.api.workspace import WorkspaceSpec
@@ -68,6 +75,11 @@ class WorkspaceRef(Spec):
         default=None,
         description="A Workspace made for this Run and deleted with it.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        return None if value is None else check_object_name(value)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> WorkspaceRef:

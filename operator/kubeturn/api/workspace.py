@@ -7,11 +7,12 @@ Workspace resource's own spec is the same model. Nothing here does IO.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, TypeAlias
+from decimal import Decimal
+from typing import Any, Literal, Self, TypeAlias
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_slot_names
+from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_object_name, check_slot_names
 from kubeturn.api.egress import WorkspaceEgress
 from kubeturn.api.status import WorkspaceStatus
 
@@ -61,10 +62,31 @@ def redacted(text: str) -> str:
     return re.sub("^([^:/?#]+://)[^/?#]*@", r"\1***@", text, count=1)
 
 
+ENV_NAME = re.compile(r"^[ -<>-~]+$")
+"""An environment variable's name as the API server takes it (relaxed in Kubernetes
+1.32): printable ASCII characters other than ``=``."""
+
+
+def _referenced(reference: Any, where: str) -> None:
+    """Refuse a reference to a Secret or ConfigMap by a name no object could have."""
+    name = reference.get("name") if isinstance(reference, dict) else None
+    if not isinstance(name, str):
+        raise ValueError(f"{where}: give the name of the object")
+    try:
+        check_object_name(name)
+    except ValueError as error:
+        raise ValueError(f"{where}.name: {error}") from None
+
+
 class SecretRef(Spec):
     """A Secret in the Workspace's namespace."""
 
     name: str = Field(min_length=1, description="The Secret's name.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_object_name(value)
 
 
 class Repo(Spec):
@@ -108,6 +130,46 @@ Quantity: TypeAlias = int | str
 """A Kubernetes quantity as manifests write it: ``2``, ``500m``, ``4Gi``. A whole number
 may be written bare, as in a Pod's spec (the CRD types it int-or-string)."""
 
+QUANTITY = re.compile(
+    r"^(?P<number>[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+))"
+    r"(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+)
+"""What the API server parses as a quantity (``resource.ParseQuantity``): a decimal
+number, then a binary (``Ki``...``Ei``) or decimal (``n``, ``u``, ``m``, ``k``, ``M``...
+``E``) suffix or an exponent. The CRD takes any string; a Pod or a claim with another is
+refused, so the operator refuses it first, at its path."""
+_SCALES: dict[str, Decimal] = {
+    suffix: Decimal(2) ** (10 * power)
+    for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)
+} | {
+    suffix: Decimal(10) ** exponent
+    for suffix, exponent in (
+        ("n", -9),
+        ("u", -6),
+        ("m", -3),
+        ("k", 3),
+        ("M", 6),
+        ("G", 9),
+        ("T", 12),
+        ("P", 15),
+        ("E", 18),
+    )
+}
+
+
+def quantity(value: Quantity) -> Decimal:
+    """The amount a quantity stands for; ``ValueError`` saying why if it is not one."""
+    found = QUANTITY.match(str(value)) if not isinstance(value, bool) else None
+    if found is None:
+        raise ValueError(
+            f"{value!r} is not a quantity: write a number with an optional unit, e.g. 500m, "
+            "2, 512Mi or 10Gi"
+        )
+    number, suffix = Decimal(found["number"]), found["suffix"] or ""
+    if suffix[:1] in ("e", "E"):
+        return number * Decimal(10) ** int(suffix[1:])
+    return number * _SCALES.get(suffix, Decimal(1))
+
 
 class Resources(Spec):
     """Compute resources of the sandbox container, as in a Pod's container spec."""
@@ -118,6 +180,25 @@ class Resources(Spec):
     limits: dict[str, Quantity] | None = Field(
         default=None, description="Maximum resources, e.g. {cpu: 2, memory: 4Gi}."
     )
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _quantities(cls, values: dict[str, Quantity] | None) -> dict[str, Quantity] | None:
+        for name, value in (values or {}).items():
+            if quantity(value) < 0:
+                raise ValueError(f"{name}: {value!r} is below zero")
+        return values
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> Self:
+        limits = self.limits or {}
+        for name, value in (self.requests or {}).items():
+            if name in limits and quantity(value) > quantity(limits[name]):
+                raise ValueError(
+                    f"requests.{name} ({value}) is above limits.{name} ({limits[name]}): a "
+                    "container may not ask for more than its limit"
+                )
+        return self
 
 
 class Storage(Spec):
@@ -141,6 +222,18 @@ class Storage(Spec):
         alias="class",
         description="The StorageClass of both; the cluster's default when absent.",
     )
+
+    @field_validator("class_")
+    @classmethod
+    def _class(cls, value: str | None) -> str | None:
+        return None if value is None else check_object_name(value)
+
+    @field_validator("size", "harnessSize")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if quantity(value) <= 0:
+            raise ValueError(f"{value!r} is no capacity: a volume's size is above zero")
+        return value
 
 
 class WorkspaceSpec(Spec):
@@ -197,6 +290,39 @@ class WorkspaceSpec(Spec):
     def _slot_names(cls, repos: dict[str, Repo]) -> dict[str, Repo]:
         check_slot_names("a repo slot", repos)
         return repos
+
+    @field_validator("serviceAccount")
+    @classmethod
+    def _service_account(cls, value: str | None) -> str | None:
+        return None if value is None else check_object_name(value)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each variable named as the API server requires, and the Secret or ConfigMap a
+        value comes from named as one can be."""
+        for position, variable in enumerate(env):
+            name = variable.get("name")
+            if not isinstance(name, str) or not ENV_NAME.match(name):
+                raise ValueError(
+                    f"item {position}: {name!r} is no environment variable name: one or more "
+                    "printable ASCII characters other than '='"
+                )
+            source = variable.get("valueFrom") or {}
+            for ref in ("secretKeyRef", "configMapKeyRef"):
+                if isinstance(source, dict) and ref in source:
+                    _referenced(source[ref], f"item {position} ({name}): valueFrom.{ref}")
+        return env
+
+    @field_validator("envFrom")
+    @classmethod
+    def _env_from(cls, sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for position, source in enumerate(sources):
+            refs = [ref for ref in ("configMapRef", "secretRef") if ref in source]
+            if len(refs) != 1:
+                raise ValueError(f"item {position}: give one of configMapRef or secretRef")
+            _referenced(source[refs[0]], f"item {position}: {refs[0]}")
+        return sources
 
 
 class Workspace(Spec):

@@ -19,7 +19,6 @@ port. Pure: builds containers, volumes and shell text; runs nothing.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shlex
 from enum import Enum
@@ -27,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kubeturn.api.workspace import Repo
+from kubeturn.k8s import names
 
 REPOS = "/work/.repos"
 """Where the clones live, one directory per slot, under the work root the Pod mounts at
@@ -96,13 +96,10 @@ def is_commit(ref: str) -> bool:
 
 def name(slot: str) -> str:
     """The name of a slot's clone container, and of its credentials' volume: a DNS label.
-    A slot the label cannot spell as it is (``_``, ``.``, capitals, over 57 characters)
-    gets a digest of its name too, so ``a_b`` and ``a-b`` never share a container."""
-    label = f"clone-{slot}".lower().replace("_", "-").replace(".", "-")
-    if label == f"clone-{slot}" and len(label) <= 63:
-        return label
-    digest = hashlib.sha256(slot.encode()).hexdigest()[:8]
-    return f"{label[:54].rstrip('-')}-{digest}"
+    A slot the label cannot spell as it is (``_``, ``.``, capitals, a trailing ``-``,
+    over 57 characters) gets a digest of its name too, so ``a_b`` and ``a-b`` never share
+    a container (``names.dns_label``)."""
+    return names.dns_label("clone-", slot)
 
 
 def ssh_command(*, key: bool, known_hosts: bool) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from kubeturn.k8s import names
 from kubeturn.k8s.kube import Kube
 
 TURN_SETTLED = "TurnSettled"
@@ -38,7 +39,7 @@ async def post(
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta['name']}.{secrets.token_hex(8)}",
+                "name": names.object_name(meta["name"], f".{secrets.token_hex(8)}"),
                 "namespace": meta["namespace"],
             },
             "involvedObject": {

@@ -3,20 +3,21 @@
 A Workspace becomes a token Secret, a providers ConfigMap, a PVC, the sandbox Pod and a
 NetworkPolicy; a Turn becomes an AgentTurn. Every object carries the kubeturn labels and
 an ownerReference, so ``kubectl get -l`` finds them and deleting the owner removes them.
-No IO: the controllers create what these return.
+Every name and label value made from a user's names goes through ``kubeturn.k8s.names``,
+so that the API server accepts it whatever name the CRDs admit. No IO: the controllers
+create what these return.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.k8s import clones as clone_containers
-from kubeturn.k8s import egress, sandboxes
+from kubeturn.k8s import egress, names, sandboxes
 from kubeturn.k8s.sandboxes import HARNESS_CONTAINER, TOOLS_CONTAINER
 from kubeturn.orchestrator import ids
 from kubeturn.orchestrator.effects import Admit
@@ -97,22 +98,41 @@ def _metadata(name: str, namespace: str, owner: Mapping[str, Any], **labels: str
 # ----------------------------------------------------------------------------- workspaces
 
 
+WORKSPACE_LABEL = "kubeturn.dev/workspace"
+"""The Workspace a sandbox Pod serves, as a label value (``names.label_value``)."""
+RUN_LABEL = "kubeturn.dev/run"
+"""The Run an AgentTurn or an owned Workspace belongs to, as a label value."""
+AGENT_LABEL = "kubeturn.dev/agent"
+"""The Agent slot of an AgentTurn, as a label value."""
+
+
 def workspace_labels(workspace: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "kubeturn",
         "app.kubernetes.io/component": SANDBOX,
-        "kubeturn.dev/workspace": workspace,
+        WORKSPACE_LABEL: names.label_value(workspace),
     }
 
 
+def run_labels(run: str) -> dict[str, str]:
+    """The labels that find a Run's AgentTurns and its own Workspace."""
+    return {RUN_LABEL: names.label_value(run)}
+
+
 def sandbox_name(workspace: str) -> str:
-    """The name of a Workspace's sandbox Pod (a new Pod made again takes it too)."""
-    return f"{workspace}-kubeturn-sandbox"
+    """The name of a Workspace's sandbox Pod (a new Pod made again takes it too), and of
+    its NetworkPolicy: short enough for a kubelet to run the Pod (``POD_NAME_MAX``)."""
+    return names.object_name(workspace, "-kubeturn-sandbox", names.POD_NAME_MAX)
 
 
 def owned_workspace_name(run: str) -> str:
     """The name of the Workspace a Run makes from its ``spec.workspace.template``."""
-    return f"{run}-workspace"
+    return names.object_name(run, "-workspace")
+
+
+def providers_name(workspace: str) -> str:
+    """The name of a Workspace's providers ConfigMap."""
+    return names.object_name(workspace, "-kubeturn-providers")
 
 
 def workspace_of(run: Mapping[str, Any]) -> str | None:
@@ -131,7 +151,7 @@ ones refused; its token Secret carries the value it was made for (ADR 0040)."""
 
 def token_secret_name(workspace: str) -> str:
     """The name of a Workspace's token Secret."""
-    return f"{workspace}{TOKENS_SUFFIX}"
+    return names.object_name(workspace, TOKENS_SUFFIX)
 
 
 def rotation(body: Mapping[str, Any]) -> str | None:
@@ -146,6 +166,19 @@ def tokens_rotated(secret: Mapping[str, Any], workspace: Mapping[str, Any]) -> b
     asks for none."""
     wanted = rotation(workspace)
     return wanted is not None and rotation(secret) != wanted
+
+
+def controller_name(child: Mapping[str, Any], kind: str) -> str | None:
+    """The name of the kubeturn object of ``kind`` that controls ``child`` (its
+    controller owner reference): the Workspace of a token Secret or a sandbox Pod, whose
+    own names may be shortened forms of it. None for an object no such one controls."""
+    references = (child.get("metadata") or {}).get("ownerReferences") or []
+    for reference in references:
+        if (reference.get("apiVersion"), reference.get("kind")) == (GROUP_VERSION, kind) and (
+            reference.get("controller") and reference.get("name")
+        ):
+            return str(reference["name"])
+    return None
 
 
 def owned_by(child: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
@@ -183,7 +216,7 @@ def providers_config_map(workspace: Mapping[str, Any], providers_yaml: str) -> O
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(f"{meta['name']}-kubeturn-providers", meta["namespace"], workspace),
+        "metadata": _metadata(providers_name(meta["name"]), meta["namespace"], workspace),
         "data": {"providers.yaml": providers_yaml},
     }
 
@@ -200,7 +233,7 @@ def harness_claim(workspace: Mapping[str, Any], spec: WorkspaceSpec) -> Object:
 
 
 def claim_name(workspace: str, which: str) -> str:
-    return f"{workspace}-kubeturn-{which}"
+    return names.object_name(workspace, f"-kubeturn-{which}")
 
 
 def _claim(workspace: Mapping[str, Any], which: str, size: str, class_: str | None) -> Object:
@@ -353,7 +386,7 @@ def sandbox_pod(
                 },
                 {"name": "toolbox", "emptyDir": {}},
                 {"name": "scratch", "emptyDir": {}},
-                {"name": "providers", "configMap": {"name": f"{name}-kubeturn-providers"}},
+                {"name": "providers", "configMap": {"name": providers_name(name)}},
                 *credentials,
             ],
             "restartPolicy": "Always",
@@ -378,7 +411,7 @@ def network_policy(
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _metadata(f"{meta['name']}-kubeturn-sandbox", meta["namespace"], workspace),
+        "metadata": _metadata(sandbox_name(meta["name"]), meta["namespace"], workspace),
         "spec": {
             "podSelector": {"matchLabels": workspace_labels(meta["name"])},
             "policyTypes": ["Ingress", "Egress"],
@@ -395,12 +428,11 @@ def network_policy(
 
 # ----------------------------------------------------------------------------- turns
 
-_DNS = re.compile(r"[^a-z0-9-]+")
-
 
 def turn_name(run: str, turn: str) -> str:
-    """``<run>-<turn>``, a valid object name."""
-    return _DNS.sub("-", f"{run}-{turn}".lower()).strip("-")[:253]
+    """``<run>-<turn>``, shortened as ``names.object_name`` shortens it; a Run's dots
+    are kept, so that ``a.b`` and ``a-b`` never share an AgentTurn."""
+    return names.object_name(run, f"-{turn}")
 
 
 INSTANCE_LABEL = "kubeturn.dev/instance"
@@ -463,8 +495,8 @@ def agent_turn(
         meta["namespace"],
         run,
         **{
-            "kubeturn.dev/run": meta["name"],
-            "kubeturn.dev/agent": effect.agent,
+            **run_labels(meta["name"]),
+            AGENT_LABEL: names.label_value(effect.agent),
             INSTANCE_LABEL: instance_label(effect.instance_id),
             TURN_SEQ_LABEL: str(ids.turn_seq(effect.turn)),
         },

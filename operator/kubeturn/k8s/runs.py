@@ -26,7 +26,7 @@ from typing import Any
 import kopf
 
 from kubeturn.errors import DefinitionErrors
-from kubeturn.k8s import conditions, events, harnesses, metrics, objects, workspaces
+from kubeturn.k8s import conditions, events, harnesses, metrics, names, objects, workspaces
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
 from kubeturn.k8s.turns import ClusterTurns
@@ -180,7 +180,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         """Before a Run goes, every Turn it holds is swept (its AgentTurn's finalizer),
         and then the shared Workspace it worked in forgets it (ADR 0030)."""
         assert namespace is not None, "Runs are namespaced"
-        label = {"kubeturn.dev/run": name}
+        label = objects.run_labels(name)
         for turn in await hub.kube.list(AGENTTURNS, namespace, labels=label):
             await hub.kube.delete(AGENTTURNS, namespace, turn["metadata"]["name"])
         while await hub.kube.list(AGENTTURNS, namespace, labels=label):
@@ -209,7 +209,7 @@ async def _forget(
         if left <= 0:
             break
         try:
-            forgot = await harness.forget_run(f"{namespace}.{run}", _branch(run), seconds=left)
+            forgot = await harness.forget_run(f"{namespace}.{run}", names.branch(run), seconds=left)
         except HarnessRefused as refused:
             logger.warning(
                 f"the Harness of Workspace {workspace} refused to forget the Run, whose "
@@ -234,11 +234,6 @@ async def _forget(
             f"{harnesses.WAIT_S:g} s{why}; the Run's worktrees and conversations stay on "
             "its volume"
         )
-
-
-def _branch(run: str) -> str:
-    """The branch a Run's worktrees are made on (as ``_workspace`` asks for them)."""
-    return f"kubeturn/{run}"
 
 
 async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> LoadedRun | None:
@@ -294,7 +289,7 @@ async def _workspace(
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "labels": {**objects.MANAGED_BY, "kubeturn.dev/run": meta["name"]},
+                "labels": {**objects.MANAGED_BY, **objects.run_labels(meta["name"])},
                 "ownerReferences": [objects.owner_reference(dict(body))],
             },
             "spec": ref.template.model_dump(mode="json", by_alias=True, exclude_none=True),
@@ -303,7 +298,7 @@ async def _workspace(
     await _note(
         hub, body, conditions.WAITING_FOR_WORKSPACE, f"waiting for Workspace {name} to be Ready"
     )
-    branch = _branch(meta["name"])
+    branch = names.branch(meta["name"])
     made = None
     pause = WORKTREES_RETRY_S
     while not stopped and made is None:

@@ -731,8 +731,10 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
                     await client.close()
 
     @kopf.on.event("v1", "pods", labels=SANDBOX_LABELS, registry=registry)
-    async def sandbox_changed(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
-        wake(namespace, labels.get("kubeturn.dev/workspace"))
+    async def sandbox_changed(namespace: str | None, body: kopf.Body, **_: Any) -> None:
+        """A sandbox Pod changed: its Workspace (its controller, whose name the Pod's
+        label may carry only shortened) looks at it now."""
+        wake(namespace, objects.controller_name(body, "Workspace"))
 
     @kopf.on.event(GROUP, VERSION, "workspaces", registry=registry)
     async def workspace_changed(
