@@ -10,8 +10,8 @@ kubectl would have every patch kopf makes refused, its finalizer among them.
 
 kubeturn asks kopf only *whether* an object changed (its handlers are on creation,
 resumption and deletion, daemons and event watchers) and never *how*: no ``on.update``
-or ``on.field`` handler reads a diff. So the essence is stored as its SHA-256 (about 80
-bytes, whatever the spec's size): equal digests are kopf's "nothing changed", and a
+or ``on.field`` handler reads a diff. So the essence is stored as its SHA-256 (77 bytes
+of JSON, whatever the spec's size): equal digests are kopf's "nothing changed", and a
 changed spec, label or annotation changes the digest (docs/decisions/0039). A handler
 that reads ``diff``, ``old`` or ``new`` would see digests: one that needs them needs a
 copy stored elsewhere first. Nothing here does IO.
