@@ -15,7 +15,11 @@ Prints, per N:
    histogram buckets (read from its ``/metrics``; an upper bound: the bucket's edge), and
    measured per AgentTurn on the watch from its first version carrying
    ``deletionTimestamp`` to its DELETED event;
-3. the operator process's peak RSS (``VmHWM`` in ``/proc/<pid>/status``) and CPU seconds.
+3. the operator process's peak RSS (``VmHWM`` in ``/proc/<pid>/status``) and CPU seconds;
+4. the largest Run object once all ended, in bytes of its JSON as the API serves it: the
+   whole object, its status, and its annotations (kopf's and any other; the API server
+   caps those at 256 KiB together). These Runs are created with a POST, not with
+   ``kubectl apply``, so they carry no last-applied copy of their spec.
 
 Run: ``python bench/operator.py [--runs 50 200] [--json]`` (default ``--runs 50``).
 ``--profile DIR`` records the operator with py-spy (when installed) into DIR.
@@ -121,6 +125,7 @@ fields = json.loads(sys.argv[1])
 fields["namespaces"] = tuple(fields["namespaces"])
 fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
 fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
+fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
 asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
 """
 """The operator's entry point as ``kubeturn operator`` has it, with the test's settings
@@ -344,6 +349,7 @@ async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
                             failed[name] = str(condition.get("message"))
             await asyncio.sleep(0.02)
         wall = time.monotonic() - started
+        largest = largest_run(k8s, names)
         # Every AgentTurn goes after its Run's record: wait (bounded) for them all to go.
         turns = f"{GROUP_VERSION}/agentturns"
 
@@ -395,9 +401,36 @@ async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
         "operator_cpu_s": cpu_after - cpu_before,
         "emulator_side_cpu_s": own_cpu,
         "harness_side_cpu_s": _children_cpu() - children_before - cpu_after,
+        "largest_run": largest,
         "harnesses_started": len(kubelet.started),
         "kubelet_errors": [str(e) for e in kubelet.errors][:3],
     }
+
+
+def json_bytes(value: Any) -> int:
+    """Bytes of ``value``'s compact JSON: what etcd and a watch event carry of it."""
+    return len(json.dumps(value, separators=(",", ":")).encode())
+
+
+def largest_run(k8s: emulator.KubernetesApi, names: list[str]) -> dict[str, Any]:
+    """The largest of the Runs ``names`` as stored: its name, and the bytes of the whole
+    object, of its status and of its annotations (keys and values, as the API server
+    counts them)."""
+    found: dict[str, Any] = {"name": None, "bytes": 0, "status_bytes": 0, "annotations_bytes": 0}
+    for name in names:
+        body = k8s.read_object(f"{GROUP_VERSION}/runs", NAMESPACE, name)
+        if body is None or json_bytes(body) <= found["bytes"]:
+            continue
+        annotations = body["metadata"].get("annotations") or {}
+        found = {
+            "name": name,
+            "bytes": json_bytes(body),
+            "status_bytes": json_bytes(body.get("status") or {}),
+            "annotations_bytes": sum(
+                len(k.encode()) + len(v.encode()) for k, v in annotations.items()
+            ),
+        }
+    return found
 
 
 def _children_cpu() -> float:
@@ -475,6 +508,11 @@ def main() -> None:
             f"  operator process: peak RSS {r['operator_peak_rss_mib']:.0f} MiB, "
             f"CPU {r['operator_cpu_s']:.1f} s; the rest: emulator, kubelet and model "
             f"{r['emulator_side_cpu_s']:.1f} s, Harness and git {r['harness_side_cpu_s']:.1f} s"
+        )
+        big = r["largest_run"]
+        print(
+            f"  largest Run object ({big['name']}): {big['bytes']} bytes of JSON; status "
+            f"{big['status_bytes']}, annotations {big['annotations_bytes']}"
         )
         if r["failures"] or r["kubelet_errors"]:
             print(f"  failures: {r['failures']}  kubelet errors: {r['kubelet_errors']}")

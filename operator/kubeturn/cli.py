@@ -349,6 +349,9 @@ def turns(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(records, sort_keys=False), end="")
     elif records:
         print("\n".join(view.history_table(records)))
+        dropped = int(status.get("droppedTurns") or 0)
+        if dropped:
+            print(view.dropped_line(dropped))
     else:
         print(f"run {args.name} has no settled Turns yet")
     return 0

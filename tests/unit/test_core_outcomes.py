@@ -47,7 +47,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kubeturn.k8s import patches
 from kubeturn.machine.load import LoadedRun, load_run_yaml
+from kubeturn.orchestrator import statuses
 from kubeturn.orchestrator.core import ExecResult, RunCore, RunPhase
 from kubeturn.orchestrator.effects import (
     Admit,
@@ -64,6 +66,7 @@ from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.turns import TurnPhase, TurnRecord
 from kubeturn_harness import settlements
 from kubeturn_harness.wire import Outcome, Receipt, SubmissionId
+from tests.statuses import without_nulls
 
 MACHINES = Path(__file__).parent / "machines"
 E = TypeVar("E", bound=Effect)
@@ -103,6 +106,26 @@ def restored(
         workspace=workspace,
         new_id=new_id or (lambda: f"r{next(counter)}"),
         snapshot=data,
+    )
+
+
+def restored_from_status(
+    core: RunCore,
+    *,
+    workspace: WorkspaceView | None = None,
+    new_id: Callable[[], str] | None = None,
+) -> RunCore:
+    """A new core from the ``Run.status`` the operator writes of ``core``, as the API server
+    keeps it (through JSON, every null dropped), restored as the operator restores it
+    (``statuses.resume_point``); fresh ids as ``restored``'s."""
+    status = statuses.run_status(core, core.snapshot())
+    kept = without_nulls(json.loads(json.dumps(patches.status(status)["status"])))
+    counter = itertools.count(1)
+    return RunCore(
+        core.run,
+        workspace=workspace,
+        new_id=new_id or (lambda: f"r{next(counter)}"),
+        snapshot=statuses.resume_point(kept),
     )
 
 

@@ -31,7 +31,8 @@ Cases:
   and records nothing twice; a restore after the record re-sweeps nothing; a Turn swept
   while its admission was out is never admitted again after a restore; the example
   manifest's golden history (Turns ``t1``..``t4`` in order: picks do not take Turn
-  numbers), with and without a restart after every input; a restore while a command
+  numbers), with and without a restart after every input, from the core's snapshot and
+  from the ``Run.status`` the operator writes of it; a restore while a command
   runs starts it again, with the command it started with; a snapshot with the one
   counter Turns and deliveries once shared goes on past it (no Turn name twice);
 - the Run's state to show: none before the start, the active leaf, and once it ended
@@ -40,6 +41,7 @@ Cases:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,7 @@ from tests.unit.test_core_outcomes import (
     only,
     record_of,
     restored,
+    restored_from_status,
     settle_sweep,
     started,
 )
@@ -464,7 +467,7 @@ class TestGoldenHistory:
     core after every input changes nothing."""
 
     @staticmethod
-    def drive(restart: bool) -> RunCore:
+    def drive(restart: bool, restore: Callable[..., RunCore] = restored) -> RunCore:
         run = load_run_yaml(EXAMPLE.read_text(), str(EXAMPLE))
         workspace = WorkspaceView({"target": "/work/target/r1"})
         counter = iter(range(1, 1000))
@@ -475,7 +478,7 @@ class TestGoldenHistory:
         def fresh(core: RunCore) -> RunCore:
             if not restart:
                 return core
-            again = restored(core, workspace=workspace, new_id=new_id)
+            again = restore(core, workspace=workspace, new_id=new_id)
             again.resume()
             return again
 
@@ -536,5 +539,11 @@ class TestGoldenHistory:
 
     def test_a_restart_after_every_input_changes_nothing(self) -> None:
         plain, restarted = self.drive(restart=False), self.drive(restart=True)
+        assert restarted.history == plain.history
+        assert restarted.snapshot() == plain.snapshot()
+
+    def test_a_restart_from_the_runs_status_after_every_input_changes_nothing(self) -> None:
+        plain = self.drive(restart=False)
+        restarted = self.drive(restart=True, restore=restored_from_status)
         assert restarted.history == plain.history
         assert restarted.snapshot() == plain.snapshot()

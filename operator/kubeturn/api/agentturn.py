@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from kubeturn.api.common import API_VERSION, ObjectMeta, Spec
-from kubeturn.api.status import Condition, Status, SubmissionRecord
+from kubeturn.api.status import Condition, Message, Status, SubmissionRecord
 from kubeturn_harness.wire import Outcome, ThinkingLevel, WorkspaceAccess
 
 SWEEP_FINALIZER = "kubeturn.dev/sweep"
@@ -78,7 +78,10 @@ class Exit(Status):
 class Settlement(Status):
     outcome: Outcome = Field(description="ended, aborted, completed or failed.")
     cause: str | None = Field(default=None, description="pick, or absent.")
-    message: str | None = Field(default=None, description="Why, when it did not simply end.")
+    message: Message | None = Field(
+        default=None,
+        description="Why, when it did not simply end (at most 2 KiB; a longer one is cut).",
+    )
     sweptAt: str | None = Field(default=None, description="When the sweep was sent.")
     settledAt: str = Field(description="When the settlement was recorded.")
 

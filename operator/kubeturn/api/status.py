@@ -3,16 +3,60 @@
 Conditions follow the Kubernetes API conventions (``type``, ``status``, ``reason``,
 ``message``, ``observedGeneration``, ``lastTransitionTime``); their types and reasons
 live in ``conditions``. Nothing here does IO.
+
+Every status the operator writes is built from these models and dumped by their CRD
+names, so a field exists on both sides or on neither. Every message in them (a
+condition's, a Turn's, a Submission's, the Run's) is a ``Message``: cut by ``bounded``
+when it is built, so a provider's megabyte of error text never reaches etcd.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from kubeturn_harness.wire import Outcome, Usage
+
+MESSAGE_LIMIT = 2048
+"""Bytes (UTF-8) one message may take in a status. What a person reads in ``kubectl``
+(a provider's error, why a Turn failed) says what it needs in its first lines; a
+provider's error body, a stack trace or a command's output can be megabytes, and etcd
+refuses an object over 1.5 MiB. 2 KiB keeps the start and the end of any message, and
+keeps a Turn record (its message and its Submissions') a few KiB, so the history's budget
+(``kubeturn.orchestrator.core.HISTORY_BYTES``) holds tens of failed Turns."""
+
+_CUT_HEAD = 0.75
+"""The share of a cut message kept from its start (the rest is its end): an error says
+what failed first, and often why last."""
+
+
+def bounded(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` if its UTF-8 form fits in ``limit`` bytes; otherwise its start and its end
+    around a note of how many bytes were cut, all within ``limit`` (never splitting a
+    character). The one cut of every message a status holds; ``bounded(bounded(t)) ==
+    bounded(t)``."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    # The note's widest form (every byte cut) is set aside, so the real one fits too.
+    room = limit - len(_note(len(data)).encode())
+    if room < 2:
+        raise ValueError(f"a limit of {limit} bytes leaves no room for a cut message")
+    head = data[: int(room * _CUT_HEAD)].decode(errors="ignore")
+    tail_bytes = room - len(head.encode())
+    tail = data[len(data) - tail_bytes :].decode(errors="ignore") if tail_bytes else ""
+    cut = len(data) - len(head.encode()) - len(tail.encode())
+    return head + _note(cut) + tail
+
+
+def _note(cut: int) -> str:
+    return f" […{cut} bytes cut…] "
+
+
+Message = Annotated[str, AfterValidator(bounded)]
+"""A message in a status: at most ``MESSAGE_LIMIT`` bytes, cut by ``bounded``."""
 
 
 class Status(BaseModel):
@@ -27,7 +71,10 @@ class Condition(Status):
     type: str = Field(description="What this condition is about, e.g. Ready.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="A CamelCase word saying why, e.g. Invalid.")
-    message: str = Field(default="", description="What a person needs to know, and do.")
+    message: Message = Field(
+        default="",
+        description="What a person needs to know, and do (at most 2 KiB; a longer one is cut).",
+    )
     observedGeneration: int | None = Field(
         default=None, description="The .metadata.generation this condition was set for."
     )
@@ -47,6 +94,12 @@ class SubmissionRecord(Status):
     outcome: Outcome | None = Field(default=None, description="How it settled.")
     admittedAt: float = Field(description="When it was admitted (Unix seconds).")
     settledAt: float | None = Field(default=None, description="When it settled (Unix seconds).")
+    usage: Usage | None = Field(default=None, description="Tokens its provider reported.")
+    message: Message | None = Field(
+        default=None,
+        description="What its Harness said of how it settled, e.g. a provider's error "
+        "(at most 2 KiB; a longer one is cut).",
+    )
 
 
 class TurnHistoryRecord(Status):
@@ -60,7 +113,10 @@ class TurnHistoryRecord(Status):
     cause: str | None = Field(
         default=None, description="pick when the Turn's own pick ended it; absent otherwise."
     )
-    message: str | None = Field(default=None, description="Why, when it did not simply end.")
+    message: Message | None = Field(
+        default=None,
+        description="Why, when it did not simply end (at most 2 KiB; a longer one is cut).",
+    )
     submissions: list[SubmissionRecord] = Field(
         default_factory=list, description="Its Submissions (a nudge adds one)."
     )
@@ -78,13 +134,31 @@ class RunStatus(Status):
     state: str | None = Field(default=None, description="The active state (dotted path).")
     turnCount: int = Field(default=0, description="Turns settled over the Run's life.")
     turns: list[TurnHistoryRecord] = Field(
-        default_factory=list, description="The most recent settled Turns, oldest first."
+        default_factory=list,
+        description=(
+            "The most recent settled Turns, oldest first: at most 200, within 128 KiB. "
+            "The operator resumes from them with the snapshot."
+        ),
+    )
+    droppedTurns: int = Field(
+        default=0,
+        description=(
+            "Settled Turns dropped from turns, the oldest first, to keep the status small; "
+            "turnCount counts them. Each was posted as a TurnRecorded Event on the Run when "
+            "it settled (the API server keeps Events for an hour by default)."
+        ),
     )
     output: Any = Field(default=None, description="The final state's output.")
-    message: str | None = Field(default=None, description="Why the Run failed, when it did.")
+    message: Message | None = Field(
+        default=None,
+        description="Why the Run failed, when it did (at most 2 KiB; a longer one is cut).",
+    )
     snapshot: dict[str, Any] | None = Field(
         default=None,
-        description="The machine's durable state; the operator resumes from it. Not for users.",
+        description=(
+            "The machine's durable state but its settled Turns (those are turns); the "
+            "operator resumes from both. Not for users."
+        ),
     )
     processedSignals: list[str] = Field(
         default_factory=list, description="Ids of spec.signals already sent to the machine."

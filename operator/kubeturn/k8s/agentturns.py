@@ -30,7 +30,8 @@ from typing import Any
 
 import kopf
 
-from kubeturn.k8s import conditions, events, harnesses, metrics
+from kubeturn.api.agentturn import AgentTurnStatus, Settlement, TurnPhase
+from kubeturn.k8s import conditions, events, harnesses, metrics, patches
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, NotFound
 from kubeturn.orchestrator import turns
@@ -89,21 +90,12 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         caused = {s.submission: (s.outcome, s.usage, s.message) for s in reported}
         judged = await _run_verdict(hub, namespace, spec, caused)
         outcome, message = judged or _verdict(cause, submission, listed, caused)
-        settlement = {
-            "outcome": outcome.value,
-            "cause": cause,
-            "message": message,
-            "sweptAt": swept_at,
-            "settledAt": _now(),
-        }
+        settlement = Settlement(
+            outcome=outcome, cause=cause, message=message, sweptAt=swept_at, settledAt=_now()
+        )
+        settled = AgentTurnStatus(settlement=settlement, phase=TurnPhase.SETTLED)
         with contextlib.suppress(NotFound):
-            await hub.kube.patch(
-                AGENTTURNS,
-                namespace,
-                name,
-                {"status": {"settlement": settlement, "phase": "Settled"}},
-                status=True,
-            )
+            await hub.kube.patch(AGENTTURNS, namespace, name, patches.status(settled), status=True)
         said = f"{spec['agent']['slot']} in {spec['statePath']}: {outcome.value}"
         said += (f" (cause {cause})" if cause else "") + (f": {message}" if message else "")
         await events.post(hub.kube, dict(body), events.TURN_SETTLED, said)
@@ -196,7 +188,8 @@ async def _deleted_by_user(
     """A Turn deleted by a person: its Run's Machine gets the Agent's fault, reason deleted.
 
     Waits (bounded) for the Run's actor while the Run is being resumed (this operator
-    just started); a Run being deleted, finished or invalid has no Machine to tell.
+    just started); a Run being deleted, finished, invalid or too large has no Machine to
+    tell.
     """
     run = str((spec.get("runRef") or {}).get("name"))
     deadline = time.monotonic() + harnesses.WAIT_S
@@ -208,7 +201,7 @@ async def _deleted_by_user(
             found is None
             or found["metadata"].get("deletionTimestamp")  # its Turns go with it
             or status.get("phase") in ("Succeeded", "Failed", "Cancelled")
-            or (ready and ready[0].get("reason") == conditions.INVALID)
+            or (ready and ready[0].get("reason") in conditions.UNDRIVEN)
         ):
             return
         actor = hub.registry.actors.get(f"{namespace}/{run}")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
+
+from kubeturn.api.status import Condition
 
 READY = "Ready"
 """Run: the manifest loaded and the Run is being driven. Workspace: the Harness answers."""
@@ -14,6 +16,11 @@ READY = "Ready"
 INVALID = "Invalid"
 """The Run's manifest, or the Workspace's spec, has problems; the message lists every one
 with its path."""
+TOO_LARGE = "TooLarge"
+"""The Run's spec is larger than the operator takes (``runs.MAX_SPEC_BYTES``); the message
+says how large it is. Like ``Invalid``, the Run waits for a new generation."""
+UNDRIVEN = frozenset({INVALID, TOO_LARGE})
+"""Reasons of a Run's ``Ready=False`` that mean no Machine of it runs."""
 RUNNING = "Running"
 """The Run's Machine is running."""
 FINISHED = "Finished"
@@ -49,43 +56,45 @@ STORAGE_CHANGED = "StorageChanged"
 
 
 def put(
-    current: Sequence[Mapping[str, Any]],
+    current: Sequence[Mapping[str, Any] | Condition],
     type_: str,
     status: bool,
     reason: str,
     message: str,
     generation: int | None,
-) -> list[dict[str, Any]]:
-    """``current`` with the condition ``type_`` set."""
-    value = "True" if status else "False"
+) -> list[Condition]:
+    """``current`` (as read, or as ``put`` gave it) with the condition ``type_`` set; its
+    message cut to its bound by the model (``kubeturn.api.status.bounded``)."""
+    value: Literal["True", "False"] = "True" if status else "False"
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result: list[dict[str, Any]] = []
+    result: list[Condition] = []
     found = False
-    for condition in current:
-        if condition.get("type") != type_:
-            result.append(dict(condition))
+    for each in current:
+        condition = each if isinstance(each, Condition) else Condition.model_validate(each)
+        if condition.type != type_:
+            result.append(condition)
             continue
         found = True
-        moved = condition.get("status") != value
+        moved = condition.status != value
         result.append(
-            {
-                "type": type_,
-                "status": value,
-                "reason": reason,
-                "message": message,
-                "observedGeneration": generation,
-                "lastTransitionTime": now if moved else condition.get("lastTransitionTime", now),
-            }
+            Condition(
+                type=type_,
+                status=value,
+                reason=reason,
+                message=message,
+                observedGeneration=generation,
+                lastTransitionTime=now if moved else condition.lastTransitionTime,
+            )
         )
     if not found:
         result.append(
-            {
-                "type": type_,
-                "status": value,
-                "reason": reason,
-                "message": message,
-                "observedGeneration": generation,
-                "lastTransitionTime": now,
-            }
+            Condition(
+                type=type_,
+                status=value,
+                reason=reason,
+                message=message,
+                observedGeneration=generation,
+                lastTransitionTime=now,
+            )
         )
     return result

@@ -1,5 +1,7 @@
 """Kubernetes Events the operator posts: how each Turn ended, and what happened to each
-Workspace's sandbox, where ``kubectl describe`` and ``kubectl get events`` show it."""
+Workspace's sandbox, where ``kubectl describe`` and ``kubectl get events`` show it. A
+message is cut as a status's is (``kubeturn.api.status.bounded``): it may quote a
+provider's error."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from kubeturn.api.status import bounded
 from kubeturn.k8s import names
 from kubeturn.k8s.kube import Kube
 
@@ -50,7 +53,7 @@ async def post(
                 "uid": meta.get("uid"),
             },
             "reason": reason,
-            "message": message,
+            "message": bounded(message),
             "type": type_,
             "source": {"component": "kubeturn"},
             "firstTimestamp": now,

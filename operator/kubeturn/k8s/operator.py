@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
-from kubeturn.k8s import agentturns, leader, runs, workspaces
+from kubeturn.k8s import agentturns, diffbase, leader, runs, workspaces
 from kubeturn.k8s.hub import Hub, OperatorSettings
 from kubeturn.k8s.kube import RUNS, Kube, pool_size
 from kubeturn.orchestrator import api
@@ -94,6 +94,7 @@ def build(hub: Hub, client: kubernetes.client.ApiClient) -> kopf.OperatorRegistr
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.persistence.finalizer = SWEEP_FINALIZER
+        settings.persistence.diffbase_storage = diffbase.DigestDiffBaseStorage()
         settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 300
         # No scanning of the cluster (ADR 0041): the namespaces served are given (or all of

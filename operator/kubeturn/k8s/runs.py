@@ -3,20 +3,25 @@
 A kopf daemon per Run loads the manifest (an invalid one gets ``Ready=False, Invalid``
 with every problem and its path, and waits for a new generation — never a crash loop;
 here a Run that invokes an Agent or a command must name ``spec.workspace``, since nothing
-else could run them),
+else could run them; a spec over ``MAX_SPEC_BYTES`` gets ``Ready=False, TooLarge`` and
+waits likewise, rather than fail its writes once its status grows),
 finds or makes its Workspace, asks the Harness for the Run's worktrees (ones it cannot
 make give ``Ready=False, WorktreesFailed`` with its words, and are asked for again after
 a back-off), and drives the Orchestrator core. The snapshot is written to ``Run.status``
-before any effect is applied; ``spec.signals`` are sent once each (their ids live in the
-snapshot) and ``spec.cancel`` once. Deleting a Run deletes its live AgentTurns, whose
-finalizers sweep them, before the Run goes; then the Harness of the shared Workspace it
-worked in forgets it: its worktrees and conversations (ADR 0030).
+before any effect is applied (``statuses``: the settled Turns' records as
+``status.turns``, the rest as ``status.snapshot``, whence a restarted operator resumes),
+and every status write is built from the ``RunStatus`` model; ``spec.signals`` are sent
+once each (their ids live in the snapshot) and ``spec.cancel`` once. Deleting a Run
+deletes its live AgentTurns, whose finalizers sweep them, before the Run goes; then the
+Harness of the shared Workspace it worked in forgets it: its worktrees and conversations
+(ADR 0030).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import time
@@ -25,12 +30,23 @@ from typing import Any
 
 import kopf
 
+from kubeturn.api.status import RunStatus, WorkspaceStatus, WorktreeStatus
 from kubeturn.errors import DefinitionErrors
-from kubeturn.k8s import conditions, events, harnesses, metrics, names, objects, workspaces
+from kubeturn.k8s import (
+    conditions,
+    events,
+    harnesses,
+    metrics,
+    names,
+    objects,
+    patches,
+    workspaces,
+)
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
 from kubeturn.k8s.turns import ClusterTurns
 from kubeturn.machine.load import LoadedRun, load_run
+from kubeturn.orchestrator import statuses
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import ExecResult, RunCore
 from kubeturn.orchestrator.effects import StartExec
@@ -51,6 +67,14 @@ next one doubles, up to ``WORKTREES_RETRY_MAX_S`` (2, 4, 8, 16, 32, 60, 60, … 
 WORKTREES_RETRY_MAX_S = 60.0
 """The longest pause between two asks: what was fixed (a clone, the volume) is picked up
 within a minute, at one request a minute to a Harness that keeps refusing."""
+MAX_SPEC_BYTES = 128 * 1024
+"""The largest spec (bytes of its JSON) the operator drives. A Run carries its spec
+twice when applied with ``kubectl apply`` (its last-applied annotation, which the API
+server caps with every other annotation at 256 KiB), and its status besides (the history
+within 128 KiB, ``kubeturn.orchestrator.core.HISTORY_BYTES``): with this bound the whole
+object stays far below etcd's 1.5 MiB, which would refuse the status writes of a larger
+one. Every watch event and every look at a Run carries it too. Long documents belong in
+the Workspace's repositories, where the Agents read them."""
 
 log = logging.getLogger(__name__)
 
@@ -82,21 +106,11 @@ class StatusStore:
             core.message or f"the Run is {core.phase.value}",
             self._generation(),
         )
-        status = {
-            "phase": core.phase.value,
-            "state": core.state,
-            "turnCount": core.recorded,
-            "turns": [r.model_dump(mode="json") for r in core.history],
-            "output": core.config.output if core.config else None,
-            "message": core.message,
-            "snapshot": snapshot,
-            "processedSignals": list(core.signals),
-            "cancelProcessed": core.cancelled,
-            "conditions": ready,
-            "observedGeneration": self._generation(),
-        }
+        status = statuses.run_status(core, snapshot).model_copy(
+            update={"conditions": ready, "observedGeneration": self._generation()}
+        )
         await self._hub.kube.patch(
-            RUNS, self._namespace, self._name, {"status": status}, status=True
+            RUNS, self._namespace, self._name, patches.status(status), status=True
         )
         self._hub.phases[f"{self._namespace}/{self._name}"] = core.phase.value
         count_phases(self._hub)
@@ -133,7 +147,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             loaded,
             workspace=view,
             new_id=lambda: secrets.token_hex(4),
-            snapshot=status.get("snapshot"),
+            snapshot=statuses.resume_point(status),
         )
         plain = {
             "apiVersion": body["apiVersion"],
@@ -237,7 +251,8 @@ async def _forget(
 
 
 async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> LoadedRun | None:
-    """The loaded Run; an invalid one is reported and waited on until it changes.
+    """The loaded Run; an invalid or too large one is reported and waited on until it
+    changes.
 
     ``body`` is kopf's live view: ``body["metadata"]`` is read again each time, since a
     dict taken from it once would never see a new generation.
@@ -251,24 +266,39 @@ async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> Loade
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
             "spec": dict(body["spec"]),
         }
-        try:
-            return load_run(document, workspace_required=True)
-        except DefinitionErrors as errors:
-            current = (body.get("status") or {}).get("conditions", [])
-            invalid = conditions.put(
-                current, conditions.READY, False, conditions.INVALID, str(errors), generation
-            )
-            await hub.kube.patch(
-                RUNS,
-                meta["namespace"],
-                meta["name"],
-                {"status": {"conditions": invalid, "observedGeneration": generation}},
-                status=True,
-            )
-            hub.resumed(f"{meta['namespace']}/{meta['name']}")  # no Turn of it runs
-            while not stopped and body["metadata"].get("generation") == generation:
-                await stopped.wait(SPEC_POLL_S)
+        reason, said = conditions.TOO_LARGE, too_large(document["spec"])
+        if said is None:
+            try:
+                return load_run(document, workspace_required=True)
+            except DefinitionErrors as errors:
+                reason, said = conditions.INVALID, str(errors)
+        current = (body.get("status") or {}).get("conditions", [])
+        refused = RunStatus(
+            conditions=conditions.put(current, conditions.READY, False, reason, said, generation),
+            observedGeneration=generation,
+        )
+        await hub.kube.patch(
+            RUNS, meta["namespace"], meta["name"], patches.status(refused), status=True
+        )
+        hub.resumed(f"{meta['namespace']}/{meta['name']}")  # no Turn of it runs
+        while not stopped and body["metadata"].get("generation") == generation:
+            await stopped.wait(SPEC_POLL_S)
     return None
+
+
+def too_large(spec: dict[str, Any]) -> str | None:
+    """Why the operator does not drive a Run with this spec (it is over
+    ``MAX_SPEC_BYTES``), or None."""
+    size = len(json.dumps(spec, separators=(",", ":")).encode())
+    if size <= MAX_SPEC_BYTES:
+        return None
+    return (
+        f"the spec is {size} bytes of JSON, over the {MAX_SPEC_BYTES} ({MAX_SPEC_BYTES // 1024} "
+        "KiB) a Run's spec may be: with kubectl's copy of it and the Run's status, a larger "
+        "Run may outgrow what the API server stores. Put long documents (a prompt's "
+        "material, input) in the Workspace's repositories and have the prompt name them; "
+        "the Run starts once its spec fits"
+    )
 
 
 async def _workspace(
@@ -327,15 +357,10 @@ async def _workspace(
     if made is None:
         return name, None
     if (body.get("status") or {}).get("phase") not in workspaces.FINISHED:
-        worktrees = {slot: {"path": path, "branch": branch} for slot, path in made.items()}
+        worktrees = {slot: WorktreeStatus(path=path, branch=branch) for slot, path in made.items()}
+        ours = WorkspaceStatus(worktrees={meta["name"]: worktrees})
         with contextlib.suppress(NotFound):
-            await hub.kube.patch(
-                WORKSPACES,
-                namespace,
-                name,
-                {"status": {"worktrees": {meta["name"]: worktrees}}},
-                status=True,
-            )
+            await hub.kube.patch(WORKSPACES, namespace, name, patches.status(ours), status=True)
     return name, WorkspaceView(made)
 
 
@@ -345,9 +370,8 @@ async def _note(hub: Hub, body: kopf.Body, reason: str, message: str) -> None:
     updated = conditions.put(
         current, conditions.READY, False, reason, message, meta.get("generation")
     )
-    await hub.kube.patch(
-        RUNS, meta["namespace"], meta["name"], {"status": {"conditions": updated}}, status=True
-    )
+    noted = RunStatus(conditions=updated)
+    await hub.kube.patch(RUNS, meta["namespace"], meta["name"], patches.status(noted), status=True)
 
 
 def count_phases(hub: Hub) -> None:

@@ -15,9 +15,9 @@ closed. An admission that did not reach the Harness is sent again (its key admit
 once); the follower reads on from its offset at the new Harness, which recovered the
 conversation's log and settled what the old one left running.
 
-Status writes are made against the version read (a conflict reads again), and never
-move a Turn back: once its state exited it stays ``Settling``, once its finalizer wrote
-the settlement it stays ``Settled``.
+Status writes are built from the ``AgentTurnStatus`` model, made against the version read
+(a conflict reads again), and never move a Turn back: once its state exited it stays
+``Settling``, once its finalizer wrote the settlement it stays ``Settled``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kubeturn.k8s import harnesses, objects
+from kubeturn.api.agentturn import AgentTurnStatus, Exit, TurnPhase
+from kubeturn.api.status import SubmissionRecord
+from kubeturn.k8s import harnesses, objects, patches
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, Conflict, NotFound
 from kubeturn.machine.load import LoadedRun
@@ -43,8 +45,6 @@ POLL_S = 0.2
 """How often an admission re-checks the Workspace and the conversation's earlier Turns:
 a sweep takes a Harness round trip or more, so five looks a second wait little longer
 than it does, at one list each."""
-
-Status = dict[str, Any]
 
 log = logging.getLogger(__name__)
 
@@ -110,15 +110,17 @@ class ClusterTurns:
         while earlier(await self._hub.kube.list(AGENTTURNS, self._namespace, labels=label), seq):
             await asyncio.sleep(POLL_S)
 
-    async def _update(self, name: str, change: Callable[[Status], Status | None]) -> None:
-        """Patch the AgentTurn's status with ``change(current status)`` (None: no write),
-        against the version read; a gone AgentTurn needs no write."""
+    async def _update(
+        self, name: str, change: Callable[[AgentTurnStatus], AgentTurnStatus | None]
+    ) -> None:
+        """Patch the AgentTurn's status with the fields ``change(current status)`` sets
+        (None: no write), against the version read; a gone AgentTurn needs no write."""
         while True:
             current = await self._hub.kube.get(AGENTTURNS, self._namespace, name)
             if current is None:
                 return
-            patch = change(dict(current.get("status") or {}))
-            if patch is None:
+            wanted = change(AgentTurnStatus.model_validate(current.get("status") or {}))
+            if wanted is None:
                 return
             version = current["metadata"].get("resourceVersion")
             try:
@@ -126,7 +128,7 @@ class ClusterTurns:
                     AGENTTURNS,
                     self._namespace,
                     name,
-                    {"metadata": {"resourceVersion": version}, "status": patch},
+                    patches.status(wanted, version=version),
                     status=True,
                 )
             except NotFound:
@@ -139,24 +141,28 @@ class ClusterTurns:
         name = self._name(effect.turn)
         admitted = time.time()
 
-        def running(status: Status) -> Status | None:
-            entries = list(status.get("submissions") or [])
-            if any(entry.get("id") == submission for entry in entries):
+        def running(status: AgentTurnStatus) -> AgentTurnStatus | None:
+            if any(entry.id == submission for entry in status.submissions):
                 return None
-            entries.append({"id": submission, "admittedAt": admitted})
-            return {"phase": _phase(status, "Running"), "submissions": entries}
+            entry = SubmissionRecord(id=submission, admittedAt=admitted)
+            return AgentTurnStatus(
+                phase=_phase(status, TurnPhase.RUNNING),
+                submissions=[*status.submissions, entry],
+            )
 
         await self._update(name, running)
         settled = await harness_client.settlement(self._harness, effect, submission)
 
-        def done(status: Status) -> Status:
-            entries = []
-            for entry in status.get("submissions") or []:
-                if entry.get("id") == submission:
-                    entry = {**entry, "outcome": settled.outcome.value, "settledAt": time.time()}
-                entries.append(entry)
-            phase = "Idle" if settled.outcome.value == "completed" else "Settling"
-            return {"phase": _phase(status, phase), "submissions": entries}
+        def done(status: AgentTurnStatus) -> AgentTurnStatus:
+            entries = [
+                entry.model_copy(update={"outcome": settled.outcome, "settledAt": time.time()})
+                if entry.id == submission
+                else entry
+                for entry in status.submissions
+            ]
+            idle = settled.outcome.value == "completed"
+            phase = TurnPhase.IDLE if idle else TurnPhase.SETTLING
+            return AgentTurnStatus(phase=_phase(status, phase), submissions=entries)
 
         await self._update(name, done)
         return settled
@@ -176,12 +182,12 @@ class ClusterTurns:
         current = await self._hub.kube.get(AGENTTURNS, self._namespace, name)
         if current is None:
             return await self._swept_elsewhere(effect, key)
-        exit_ = {"cause": effect.cause, "submissionId": effect.submission, "at": _now()}
+        exit_ = Exit(cause=effect.cause, submissionId=effect.submission, at=_now())
 
-        def exited(status: Status) -> Status | None:
-            if status.get("settlement"):
+        def exited(status: AgentTurnStatus) -> AgentTurnStatus | None:
+            if status.settlement is not None:
                 return None  # swept already (deleted by a person): its record stands
-            return {"exit": exit_, "phase": _phase(status, "Settling")}
+            return AgentTurnStatus(exit=exit_, phase=_phase(status, TurnPhase.SETTLING))
 
         # One being deleted already (by a person, with its Run, or by this sweep before a
         # restart) has its finalizer at work: it reports to ``sweep_result``.
@@ -204,13 +210,13 @@ class ClusterTurns:
         return await harness.sweep(effect) if harness is not None else []
 
 
-def _phase(status: Status, wanted: str) -> str:
+def _phase(status: AgentTurnStatus, wanted: TurnPhase) -> TurnPhase:
     """``wanted``, unless the Turn is further along: an exited Turn stays ``Settling``, a
     settled one ``Settled``."""
-    if status.get("settlement"):
-        return "Settled"
-    if status.get("exit"):
-        return "Settling"
+    if status.settlement is not None:
+        return TurnPhase.SETTLED
+    if status.exit is not None:
+        return TurnPhase.SETTLING
     return wanted
 
 

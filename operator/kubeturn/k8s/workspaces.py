@@ -59,10 +59,10 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from kubeturn.api import validation
-from kubeturn.api.status import RunPhase, WorkspacePhase
+from kubeturn.api.status import RepoStatus, RunPhase, WorkspacePhase, WorkspaceStatus
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.errors import DefinitionErrors
-from kubeturn.k8s import conditions, egress, events, metrics, objects, sandboxes
+from kubeturn.k8s import conditions, egress, events, metrics, objects, patches, sandboxes
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import (
     AGENTTURNS,
@@ -611,9 +611,15 @@ async def _write(
     said = (phase, endpoint, ready, current, sandbox.volume, reported, generation)
     if said == sandbox.written:
         return
-    written = (body.get("status") or {}).get("conditions", [])
+    written = conditions.put(
+        (body.get("status") or {}).get("conditions", []),
+        conditions.READY,
+        ready.status,
+        ready.reason,
+        ready.message,
+        generation,
+    )
     for type_, condition in (
-        (conditions.READY, ready),
         (conditions.SANDBOX_CURRENT, current),
         (conditions.VOLUME_CURRENT, sandbox.volume),
     ):
@@ -626,22 +632,30 @@ async def _write(
                 condition.message,
                 generation,
             )
-    patch: dict[str, Any] = {
-        "phase": phase.value,
-        "endpoint": endpoint,
-        "podName": objects.sandbox_name(meta["name"]),
-        "conditions": written,
-        "observedGeneration": generation,
-    }
+    status = WorkspaceStatus(
+        phase=phase,
+        endpoint=endpoint,
+        podName=objects.sandbox_name(meta["name"]),
+        conditions=written,
+        observedGeneration=generation,
+    )
+    gone: set[str] = set()
     if reported is not None:
         # A merge patch merges maps: a slot that went is written null to remove it.
         gone = set((body.get("status") or {}).get("repos") or {}) - set(reported)
-        patch["repos"] = {**dict.fromkeys(gone), **reported}
-        patch["repoCount"] = len(reported)
-    await hub.kube.patch(
-        WORKSPACES, meta["namespace"], meta["name"], {"status": patch}, status=True
-    )
+        status = status.model_copy(update={"repos": _repos(reported), "repoCount": len(reported)})
+    patch = patches.status(status, removed={"repos": sorted(gone)} if gone else None)
+    await hub.kube.patch(WORKSPACES, meta["namespace"], meta["name"], patch, status=True)
     sandbox.written = said
+
+
+def _repos(reported: dict[str, Any]) -> dict[str, RepoStatus]:
+    """The clones the Harness reported (slot → its ``/repos`` entry) as the status holds
+    them: the fields ``RepoStatus`` has (the path, the commit)."""
+    return {
+        slot: RepoStatus(path=clone["path"], commit=clone.get("commit"))
+        for slot, clone in reported.items()
+    }
 
 
 async def _drop_finished_worktrees(hub: Hub, body: dict[str, Any]) -> None:
@@ -654,13 +668,8 @@ async def _drop_finished_worktrees(hub: Hub, body: dict[str, Any]) -> None:
     runs = {run["metadata"]["name"]: run for run in await hub.kube.list(RUNS, meta["namespace"])}
     over = [name for name in listed if name not in runs or _finished(runs[name])]
     if over:
-        await hub.kube.patch(
-            WORKSPACES,
-            meta["namespace"],
-            meta["name"],
-            {"status": {"worktrees": dict.fromkeys(over)}},
-            status=True,
-        )
+        patch = patches.status(WorkspaceStatus(), removed={"worktrees": over})
+        await hub.kube.patch(WORKSPACES, meta["namespace"], meta["name"], patch, status=True)
 
 
 def _finished(run: dict[str, Any]) -> bool:

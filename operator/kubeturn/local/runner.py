@@ -52,7 +52,7 @@ from kubeturn.local.workdir import (
     status_of,
 )
 from kubeturn.machine.load import LoadedRun, load_run_yaml
-from kubeturn.orchestrator import api
+from kubeturn.orchestrator import api, statuses
 from kubeturn.orchestrator.actor import AdmitFailed, RunActor
 from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.frames import WorkspaceView
@@ -332,11 +332,14 @@ class LocalRun:
 
             status = files.read_status()
             try:
+                snapshot = statuses.resume_point(status) if status else None
+                if status and snapshot is None:
+                    raise KeyError("snapshot")
                 core = RunCore(
                     loaded,
                     workspace=WorkspaceView(started.worktrees),
                     new_id=lambda: secrets.token_hex(4),
-                    snapshot=status["snapshot"] if status else None,
+                    snapshot=snapshot,
                 )
             except (KeyError, TypeError, ValueError) as error:
                 raise CommandError(

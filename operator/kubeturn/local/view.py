@@ -169,6 +169,12 @@ def history_table(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return align(HISTORY_COLUMNS, lines)
 
 
+def dropped_line(dropped: int) -> str:
+    """What the history table leaves out: its oldest Turns, dropped from the status."""
+    turns = "Turn is" if dropped == 1 else "Turns are"
+    return f"({dropped} earlier settled {turns} not listed: a Run keeps its most recent ones)"
+
+
 def status_lines(name: str, status: Mapping[str, Any]) -> list[str]:
     """``kubeturn status``: what a Run is doing, as ``key: value`` lines."""
     lines = [
@@ -187,10 +193,13 @@ def status_lines(name: str, status: Mapping[str, Any]) -> list[str]:
 
 
 def summary(name: str, status: Mapping[str, Any], elapsed: float | None) -> list[str]:
-    """The end of ``kubeturn run``: each Turn (outcome, cause, tokens, duration), then the
-    Run's phase, message and output, from a status shaped like ``Run.status``."""
+    """The end of ``kubeturn run``: each Turn the status keeps (outcome, cause, tokens,
+    duration) and how many earlier ones it dropped, then the Run's phase, message and
+    output, from a status shaped like ``Run.status``."""
     records = list(status.get("turns") or [])
     lines = ["", *history_table(records)] if records else ["", "no Turns"]
+    if status.get("droppedTurns"):
+        lines.append(dropped_line(int(status["droppedTurns"])))
     lines.append("")
     state = status.get("state") or "-"
     where = f" in state {state}" if state != "-" else ""

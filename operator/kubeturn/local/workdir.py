@@ -13,7 +13,8 @@ One workdir holds one Run (by default ``./.kubeturn-work/<run name>``)::
         runs/<run>/
           run.yaml                    the manifest the Run started with (``--resume`` uses it)
           options.json                the flags it started with
-          snapshot.json               its status, shaped like ``Run.status``, with the snapshot
+          snapshot.json               its status, shaped like ``Run.status``: the snapshot,
+                                      its settled Turns in ``turns``
           signals.jsonl               outside events ``kubeturn send`` appended
           cancel                      present once ``kubeturn cancel`` asked
           lock                        locked (flock) while a ``kubeturn run`` drives the Run
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeturn.errors import CommandError
+from kubeturn.orchestrator import statuses
 from kubeturn.orchestrator.core import RunCore
 
 DEFAULT_ROOT = Path(".kubeturn-work")
@@ -249,20 +251,12 @@ class FileStore:
 
 
 def status_of(core: RunCore, snapshot: dict[str, Any]) -> dict[str, Any]:
-    """What the operator writes in ``Run.status``, for a local Run."""
-    return {
-        "phase": core.phase.value,
-        "state": core.state,
-        "turnCount": core.recorded,
-        "liveTurns": len(core.turns),
-        "turns": [r.model_dump(mode="json") for r in core.history],
-        "output": core.config.output if core.config else None,
-        "message": core.message,
-        "processedSignals": list(core.signals),
-        "cancelProcessed": core.cancelled,
-        "savedAt": time.time(),
-        "snapshot": snapshot,
-    }
+    """What the operator writes in ``Run.status`` (``statuses.run_status``: the settled
+    Turns in ``turns``, the rest of the snapshot in ``snapshot``), for a local Run, with
+    what only a local Run shows: its live Turns, and when it was saved."""
+    status = statuses.run_status(core, snapshot)
+    shown = status.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return {**shown, "liveTurns": len(core.turns), "savedAt": time.time()}
 
 
 @dataclass

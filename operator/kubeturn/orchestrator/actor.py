@@ -204,15 +204,16 @@ class RunActor:
         previous = self._chains.get(instance_id)
 
         async def after_previous() -> None:
-            try:
-                if previous is not None:
-                    await asyncio.gather(previous, return_exceptions=True)
-            except BaseException:
-                work.close()  # cancelled (``close``) before it began: never started
-                raise
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
             await work
 
-        self._chains[instance_id] = self._spawn(after_previous())
+        chained = self._spawn(after_previous())
+        # Cancelled (``close``) before ``work`` began, while it waited for the previous
+        # effect or before the task first ran: ``work`` is closed, never started (once it
+        # ran, closing it does nothing).
+        chained.add_done_callback(lambda _: work.close())
+        self._chains[instance_id] = chained
 
     async def _admit(self, effect: Admit) -> None:
         turn = self.core.turns[effect.turn]

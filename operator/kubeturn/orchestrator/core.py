@@ -29,6 +29,7 @@ from typing import Any
 
 import jsonschema
 
+from kubeturn.api.status import bounded
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import (
     DONE_INVOKE,
@@ -71,9 +72,19 @@ NUDGE_BUDGET = 2
 picking, after being told what the workflow waits for, will not pick on a third."""
 
 HISTORY_LIMIT = 200
-"""Turn records kept in the snapshot (``Run.status.turns``): enough to read a Run's recent
-work with kubectl, bounded so a long Run's status stays small; every record is also
-handed to the shell as it is written (``Recorded``)."""
+"""Turn records kept in the history (``Run.status.turns``) at most: enough to read a Run's
+recent work with kubectl; every record is also handed to the shell as it is written
+(``Recorded``), which posts it as an Event."""
+HISTORY_BYTES = 128 * 1024
+"""The history's budget, in bytes of its records' JSON: the oldest records go first once
+it is spent (the newest is always kept). 200 records of Turns that simply ended take
+about 100 KiB; failed Turns carry their messages (up to 2 KiB each,
+``kubeturn.api.status.MESSAGE_LIMIT``), and this keeps tens of them. With it the whole
+Run stays far below etcd's 1.5 MiB per object: the spec (at most 128 KiB,
+``kubeturn.k8s.runs.MAX_SPEC_BYTES``), kubectl's copy of it in an annotation, the
+history, and the snapshot of what is live."""
+HISTORY_KEY = "history"
+"""The snapshot's key of the history; a Run's status holds it as ``turns`` (``statuses``)."""
 MAX_TIMERS_AT_ONCE = 1000
 """Timers fired in one call; a zero-delay timer that re-arms itself cannot spin forever."""
 
@@ -146,6 +157,10 @@ class RunCore:
         self.epochs: dict[str, int] = {}
         self.notices: dict[str, list[Notice]] = {}
         self.history: list[TurnRecord] = []
+        """The most recent records, oldest first, within ``HISTORY_LIMIT`` and
+        ``HISTORY_BYTES``."""
+        self._history_bytes: list[int] = []
+        """Each record's size in the history's budget, in its order."""
         self.recorded = 0
         """Turns recorded over the Run's life (the history keeps the last ones)."""
         self.execs: dict[str, StartExec] = {}
@@ -216,7 +231,7 @@ class RunCore:
             "timedOut": result.timed_out,
         }
         if result.error is not None or result.timed_out:
-            why = result.error or f"timed out; its output so far: {result.output[-2000:]}"
+            why = bounded(result.error or f"timed out; its output so far: {result.output[-2000:]}")
             event = Event(
                 ERROR_INVOKE, {"reason": "exec", "message": why, **fields}, entry.cause, invocation
             )
@@ -293,7 +308,8 @@ class RunCore:
         entry = _submission(turn, submission) if turn else None
         if turn is None or entry is None or entry.outcome is not None:
             return Effects()
-        entry.outcome, entry.settledAt, entry.usage, entry.message = outcome, now, usage, message
+        entry.outcome, entry.settledAt, entry.usage = outcome, now, usage
+        entry.message = bounded(message) if message is not None else None
         if turn.phase is not TurnPhase.LIVE:
             return Effects()
         if outcome is Outcome.COMPLETED:
@@ -599,7 +615,12 @@ class RunCore:
         turn.faulted = True
         if turn.continue_:
             self.epochs[turn.agent] = max(self.epochs.get(turn.agent, 0), turn.epoch) + 1
-        fields = {"reason": reason, "message": message, "agent": turn.agent, "turn": turn.id}
+        fields = {
+            "reason": reason,
+            "message": bounded(message),
+            "agent": turn.agent,
+            "turn": turn.id,
+        }
         return self._send(Event(ERROR_INVOKE, fields, origin=turn.invocation), now)
 
     def _exit_turn(
@@ -663,10 +684,23 @@ class RunCore:
             tokens=total_usage(turn.submissions),
         )
         self.recorded += 1
-        self.history = [*self.history[-(HISTORY_LIMIT - 1) :], record]
+        self._keep(record)
         del self.turns[turn.id]
         self.deliveries = {k: d for k, d in self.deliveries.items() if d.turn != turn.id}
         effects.add(Recorded(record))
+
+    def _keep(self, record: TurnRecord) -> None:
+        """Add ``record`` to the history, dropping the oldest records past its bounds."""
+        history = [*self.history, record]
+        sizes = [*self._history_bytes, _size(record)]
+        total = sum(sizes)
+        dropped = 0
+        while len(history) - dropped > 1 and (
+            len(history) - dropped > HISTORY_LIMIT or total > HISTORY_BYTES
+        ):
+            total -= sizes[dropped]
+            dropped += 1
+        self.history, self._history_bytes = history[dropped:], sizes[dropped:]
 
     # ------------------------------------------------------------------ picks
 
@@ -854,7 +888,7 @@ class RunCore:
             "deliveries": [d.model_dump(mode="json") for d in self.deliveries.values()],
             "epochs": dict(self.epochs),
             "notices": {k: [n.model_dump(mode="json") for n in v] for k, v in self.notices.items()},
-            "history": [r.model_dump(mode="json") for r in self.history],
+            HISTORY_KEY: [r.model_dump(mode="json") for r in self.history],
             "recorded": self.recorded,
             "signals": list(self.signals),
             "execs": [
@@ -884,7 +918,8 @@ class RunCore:
         self.notices = {
             k: [Notice.model_validate(n) for n in v] for k, v in data["notices"].items()
         }
-        self.history = [TurnRecord.model_validate(r) for r in data["history"]]
+        self.history = [TurnRecord.model_validate(r) for r in data[HISTORY_KEY]]
+        self._history_bytes = [_size(record) for record in self.history]
         self.recorded = int(data["recorded"])
         self.signals = list(data["signals"])
         self.execs = {
@@ -898,6 +933,11 @@ class RunCore:
         shared = int(data.get("seq", 0))
         self.turn_seq = int(data.get("turnSeq", shared))
         self.delivery_seq = int(data.get("deliverySeq", shared))
+
+
+def _size(record: TurnRecord) -> int:
+    """A record's size in the history's budget: the bytes of its JSON."""
+    return len(record.model_dump_json().encode())
 
 
 def _submission(turn: Turn | None, submission: str | None) -> SubmissionEntry | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kubeturn.api.status import Message, bounded
 from kubeturn_harness.wire import Notice, Outcome, Receipt, Usage
 
 PICK = "pick"
@@ -46,7 +47,9 @@ class SubmissionEntry(_Model):
     outcome: Outcome | None = None
     settledAt: float | None = None
     usage: Usage | None = None
-    message: str | None = None
+    message: Message | None = None
+    """What the Harness said of how it settled, cut as a status holds it (``bounded``),
+    so the record restored from ``Run.status.turns`` is the one written."""
 
 
 class Delivery(_Model):
@@ -109,15 +112,17 @@ class Turn(_Model):
 
 
 class TurnRecord(_Model):
-    """One settled Turn, as ``Run.status.turns`` shows it."""
+    """One settled Turn, as ``Run.status.turns`` shows it (``kubeturn.api.status.
+    TurnHistoryRecord`` has every field of it): the operator restores the record from there.
+    A field that is None may be absent there (the API server drops a null)."""
 
     name: str
     agent: str
     state: str
     instanceId: str
     outcome: Outcome
-    cause: str | None
-    message: str | None = None
+    cause: str | None = None
+    message: Message | None = None
     submissions: list[SubmissionEntry]
     startedAt: float
     settledAt: float
@@ -139,7 +144,8 @@ def settle(submissions: Sequence[SubmissionEntry], caused: Caused, now: float) -
     for entry in submissions:
         reported = caused.get(entry.id)
         if reported is not None and entry.outcome is None:
-            entry.outcome, entry.usage, entry.message = reported
+            entry.outcome, entry.usage, message = reported
+            entry.message = bounded(message) if message is not None else None
             entry.settledAt = now
 
 

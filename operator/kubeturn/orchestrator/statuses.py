@@ -1,0 +1,51 @@
+"""A Run's status, projected from its core; and the snapshot a core resumes from, read back
+from that status.
+
+The core keeps its state as one snapshot (``RunCore.snapshot``), its settled Turns'
+records among it. The status holds each thing once: the records are ``status.turns``,
+where kubectl shows them, and ``status.snapshot`` is the rest; ``resume_point`` joins
+them again, so a core restored from a status it wrote continues exactly as it would have
+(``tests/unit/test_statuses.py`` restores one after every input). The status is a
+``RunStatus``: the model its CRD is generated from. Pure: no IO, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kubeturn.api.status import RunStatus
+from kubeturn.orchestrator.core import HISTORY_KEY, RunCore
+
+
+def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
+    """What ``Run.status`` says of ``core``, whose snapshot is ``snapshot``: every field
+    but ``conditions`` and ``observedGeneration``, which are the shell's."""
+    records = [record.model_dump(mode="json") for record in core.history]
+    return RunStatus(
+        phase=core.phase.value,
+        state=core.state,
+        turnCount=core.recorded,
+        turns=records,
+        droppedTurns=core.recorded - len(records),
+        output=core.config.output if core.config else None,
+        message=core.message,
+        snapshot={key: value for key, value in snapshot.items() if key != HISTORY_KEY},
+        processedSignals=list(core.signals),
+        cancelProcessed=core.cancelled,
+    )
+
+
+def resume_point(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The snapshot a core is restored from, out of a Run's status as it was stored: its
+    ``snapshot`` with ``turns`` as the history; None when no snapshot was written yet.
+
+    A status written before the records moved out of the snapshot holds them in both; the
+    snapshot's own are taken then, since they are exactly what that core kept.
+    """
+    snapshot = status.get("snapshot")
+    if snapshot is None:
+        return None
+    if HISTORY_KEY in snapshot:
+        return dict(snapshot)
+    return {**snapshot, HISTORY_KEY: list(status.get("turns") or [])}
