@@ -125,7 +125,6 @@ fields = json.loads(sys.argv[1])
 fields["namespaces"] = tuple(fields["namespaces"])
 fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
 fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
-fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
 asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
 """
 """The operator's entry point as ``kubeturn operator`` has it, with the test's settings

@@ -15,7 +15,9 @@ selectors, patches, metadata, Tables), :mod:`~tests.operator.names` (names, labe
 ``ObjectMeta``), :mod:`~tests.operator.limits` (sizes), :mod:`~tests.operator.schemas`
 and :mod:`~tests.operator.celrules` (custom resources by their CRDs),
 :mod:`~tests.operator.builtin_kinds` (the built-in kinds), with
-:mod:`~tests.operator.fielderrors` wording refusals; this module applies them:
+:mod:`~tests.operator.fielderrors` wording refusals, :mod:`~tests.operator.lifecycle`
+(deletion and the garbage collector) and :mod:`~tests.operator.rbac` (authorization);
+this module applies them, and :mod:`~tests.operator.kubelet` runs the Pods:
 
 - paths ``/api/v1/namespaces[/NAME[/status]]``; core groupVersion ``v1`` in discovery;
 - the custom resources are the repository's ``crds/`` (:data:`CRDS`): their names,
@@ -30,7 +32,8 @@ and :mod:`~tests.operator.celrules` (custom resources by their CRDs),
   validated where the operator could get them wrong (:mod:`~tests.operator.builtin_kinds`
   lists what, for Pods, Secrets, ConfigMaps, claims, NetworkPolicies, Events, Leases);
 - every object's metadata: names by the resource's rule (DNS-1123 subdomains; labels
-  for Namespaces, DNS-1035 labels for Services), ``generateName`` (cut to 58 characters),
+  for Namespaces, DNS-1035 labels for Services, path segments for RBAC's roles and
+  bindings), ``generateName`` (cut to 58 characters),
   the namespace, label keys and values, annotation keys and 256 KiB of annotations,
   owner references, finalizers; refusals are 422 ``Invalid`` with the API server's
   ``details.causes`` and message;

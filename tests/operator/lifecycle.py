@@ -14,7 +14,7 @@ Deletion (``DELETE`` and the ``DeleteOptions`` it carries, in its body or its qu
 - every other kind is deleted at once, unless it has finalizers: then it gets
   ``deletionTimestamp`` (now) and ``deletionGracePeriodSeconds`` 0 and goes when a write
   removes the last one; starting a deletion bumps ``generation`` where the object has
-  one (custom resources: built-in kinds here have none);
+  one;
 - ``propagationPolicy`` (or the older ``orphanDependents``) decides the garbage
   collector's finalizers: ``Foreground`` adds ``foregroundDeletion``, ``Orphan`` adds
   ``orphan``, ``Background`` (the default) neither; without either option the object's

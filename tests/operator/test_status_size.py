@@ -15,8 +15,8 @@ Cases:
   stay within 256 KiB; it is ``Ready=False``, ``TooLarge``, saying its size, and starts
   nothing; with a small spec (a new generation) it runs to its end.
 
-The emulator has no garbage collection and no admission; the kubelet's limits are in
-:mod:`kubelet`.
+The emulator applies the CRDs' schemas and rules and refuses an object over etcd's
+limit, as the API server does; the kubelet's limits are in :mod:`kubelet`.
 """
 
 from __future__ import annotations
