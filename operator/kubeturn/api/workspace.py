@@ -289,8 +289,10 @@ class WorkspaceSpec(Spec):
     resources: Resources | None = Field(
         default=None,
         description=(
-            "CPU and memory of the tools container, where the Agents' commands run; "
-            "by default requests {cpu: 250m, memory: 512Mi}, limits {cpu: 2, memory: 4Gi}."
+            "CPU and memory of the tools container, where the Agents' commands run, over "
+            "the operator's defaults key by key (the chart's sandbox.resources.tools: "
+            "requests {cpu: 250m, memory: 512Mi}, limits {cpu: 2, memory: 4Gi}); a "
+            "request above a default limit raises that limit to it."
         ),
     )
     storage: Storage = Field(
