@@ -19,7 +19,11 @@ with its path."""
 TOO_LARGE = "TooLarge"
 """The Run's spec is larger than the operator takes (``runs.MAX_SPEC_BYTES``); the message
 says how large it is. Like ``Invalid``, the Run waits for a new generation."""
-UNDRIVEN = frozenset({INVALID, TOO_LARGE})
+LOAD_FAILED = "LoadFailed"
+"""The operator failed on the Run's manifest in a way it did not foresee (a bug in
+kubeturn); the message says what it raised. Like ``Invalid``, the Run waits for a new
+generation."""
+UNDRIVEN = frozenset({INVALID, TOO_LARGE, LOAD_FAILED})
 """Reasons of a Run's ``Ready=False`` that mean no Machine of it runs."""
 RUNNING = "Running"
 """The Run's Machine is running."""
