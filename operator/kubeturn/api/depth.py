@@ -99,9 +99,7 @@ def depth_problems(document: Any) -> list[DefinitionError]:
     return sorted(problems, key=lambda problem: problem.path)
 
 
-def _child(
-    role: _Role, inner: int, path: tuple[str | int, ...], key: Any
-) -> tuple[_Role, int]:
+def _child(role: _Role, inner: int, path: tuple[str | int, ...], key: Any) -> tuple[_Role, int]:
     """The role of the child at ``key`` of a node of ``role``, and its inner depth."""
     if role is _Role.VALUE:
         return _Role.VALUE, inner + 1

@@ -2,7 +2,8 @@
 
 ``500ms``, ``30s``, ``10m``, ``1h``, ``1h30m``, ``1.5h``: Kubernetes users read this
 syntax everywhere (probes, kopf, kubectl ``--timeout``), so timers and timeouts use it
-too, to Go's longest (about 292 years). Unlike Go, a sign is refused: no kubeturn duration can be negative. Pure: no IO.
+too, up to Go's longest (about 292 years). Unlike Go, a sign is refused: no kubeturn
+duration can be negative. Pure: no IO.
 """
 
 from __future__ import annotations

@@ -85,9 +85,9 @@ class _Compiler:
             if not targets.STATE_NAME.match(name):
                 self.problem(
                     manifest_path(where, name),
-                    f"state name {shown(name)!r} must start with a letter, digit or '_' and hold only "
-                    "letters, digits, '_' and '-' (at most 63 characters): state paths join "
-                    "names with '.'",
+                    f"state name {shown(name)!r} must start with a letter, digit or '_' and "
+                    "hold only letters, digits, '_' and '-' (at most 63 characters): state "
+                    "paths join names with '.'",
                 )
                 continue
             path = targets.child(parent, name)
