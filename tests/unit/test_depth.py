@@ -14,7 +14,9 @@ Cases:
   deeper than the bound, never raises;
 - YAML too deep to read names the file and the bounds; ``kubeturn validate`` prints it;
 - an expression whose value is not finite or nests too deep fails as an expression;
-- a duration over Go's longest is refused; Go's longest is taken.
+- a duration over Go's longest is refused; Go's longest is taken;
+- the operator's check of a Run gives a loaded Run, or a reason and message: ``Invalid``
+  for a Run too deep, ``LoadFailed`` naming what a loader that raised raised.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from kubeturn.api.depth import (
 )
 from kubeturn.api.durations import MAX_HOURS, parse_duration
 from kubeturn.errors import DefinitionErrors, ExpressionError
+from kubeturn.k8s import runs
 from kubeturn.machine.expressions import CelExpression
 from kubeturn.machine.load import load_run, load_run_yaml
 
@@ -253,3 +256,32 @@ def test_durations_end_at_gos_longest() -> None:
     for text in (f"{MAX_HOURS + 1}h", "9" * 400 + "h", "106752d"[:-1] + "0000h"):
         with pytest.raises(ValueError, match="longer than the longest duration"):
             parse_duration(text)
+
+
+def test_the_operators_check_reports_rather_than_raises(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the Run daemon is told: a loaded Run, or a reason and a message; a bug in the
+    loader (here made to raise) is ``LoadFailed`` naming what it raised, never raised."""
+    document = {
+        **run(input=nested(MAX_VALUE_DEPTH + 1)),
+        "metadata": {"name": "d", "namespace": "n"},
+    }
+    assert runs.check(document) == (
+        "Invalid",
+        f"spec.input.a.a.a.a.a.a.a.a…: nested deeper than {MAX_VALUE_DEPTH} levels",
+    )
+    document["spec"]["input"] = {}
+    assert not isinstance(runs.check(document), tuple)
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(runs, "load_run", broken)
+    reason, said = runs.check(document)  # type: ignore[misc]
+    assert reason == "LoadFailed"
+    assert said.startswith(
+        "the operator failed to load this Run (RecursionError: maximum recursion depth "
+        "exceeded), which is a bug in kubeturn"
+    )
+    assert "loading the Run n/d failed" in caplog.text
