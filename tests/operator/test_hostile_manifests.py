@@ -15,7 +15,7 @@ One operator serves the whole module's Runs at once (one start, a few seconds in
   at the timer's path;
 - odd unicode in state and event names (RTL marks, NUL, U+FFFF, emoji), where the CRD
   admits any key: refused with the naming rule, or run.
-An ordinary Run (a 1 s timer) runs to ``Succeeded`` before the hostile Runs are created
+An ordinary Run (a 100 ms timer) runs to ``Succeeded`` before the hostile Runs are created
 and another after they all have their verdict; the operator's thread never ended.
 """
 
@@ -105,7 +105,7 @@ def deep_states(depth: int) -> Body:
 
 
 def ordinary(name: str) -> Body:
-    return run(name, {"initial": "wait", "states": {"wait": {"after": {"1s": "b"}}, "b": FINAL}})
+    return run(name, {"initial": "wait", "states": {"wait": {"after": {"100ms": "b"}}, "b": FINAL}})
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ CASES: dict[str, Case] = {
         f"spec.input.a.a.a.a.a.a.a.a…: nested deeper than {MAX_VALUE_DEPTH} levels",
     ),
     "deep-states": Case(
-        run("deep-states", deep_states(2000)),
+        run("deep-states", deep_states(300)),
         "Invalid",
         "spec.machine.states.a.states.a.states.a.states.a…: states nested deeper than "
         f"{MAX_STATE_DEPTH} levels",
@@ -137,7 +137,7 @@ CASES: dict[str, Case] = {
         f"spec.machine.states.a.always.schema.a.a.a.a…: nested deeper than {MAX_VALUE_DEPTH}",
     ),
     "deep-unknown": Case(
-        run("deep-unknown", {**to("b"), "extra": nested(5000)}),
+        run("deep-unknown", {**to("b"), "extra": nested(1000)}),
         "Invalid",
         f"spec.machine.extra.a.a.a.a.a.a.a…: nested deeper than {MAX_SPEC_DEPTH} levels",
     ),
