@@ -15,6 +15,8 @@ Cases:
 - YAML too deep to read names the file and the bounds; ``kubeturn validate`` prints it;
 - an expression whose value is not finite or nests too deep fails as an expression;
 - a duration over Go's longest is refused; Go's longest is taken;
+- a Workspace's spec is bounded like anything in a Run's (its env items keep unknown
+  fields);
 - the operator's check of a Run gives a loaded Run, or a reason and message: ``Invalid``
   for a Run too deep, ``LoadFailed`` naming what a loader that raised raised.
 """
@@ -38,6 +40,7 @@ from kubeturn.api.depth import (
     shown_path,
 )
 from kubeturn.api.durations import MAX_HOURS, parse_duration
+from kubeturn.api.validation import validate_workspace
 from kubeturn.errors import DefinitionErrors, ExpressionError
 from kubeturn.k8s import runs
 from kubeturn.machine.expressions import CelExpression
@@ -285,3 +288,18 @@ def test_the_operators_check_reports_rather_than_raises(
         "exceeded), which is a bug in kubeturn"
     )
     assert "loading the Run n/d failed" in caplog.text
+
+
+def test_a_workspace_nests_to_the_spec_bound() -> None:
+    """A Workspace's env items keep unknown fields too: bounded like anything in a spec."""
+    workspace = {
+        "apiVersion": "kubeturn.dev/v1alpha1",
+        "kind": "Workspace",
+        "metadata": {"name": "w"},
+        "spec": {"repos": {}, "env": [{"name": "A", "valueFrom": nested(MAX_SPEC_DEPTH)}]},
+    }
+    with pytest.raises(DefinitionErrors) as raised:
+        validate_workspace(workspace)
+    assert str(raised.value) == (
+        f"spec.env[0].valueFrom.a.a.a.a.a.a…: nested deeper than {MAX_SPEC_DEPTH} levels"
+    )
