@@ -4,7 +4,9 @@ A kopf daemon per Run loads the manifest (an invalid one gets ``Ready=False, Inv
 with every problem and its path, and waits for a new generation — never a crash loop;
 here a Run that invokes an Agent or a command must name ``spec.workspace``, since nothing
 else could run them; a spec over ``MAX_SPEC_BYTES`` gets ``Ready=False, TooLarge`` and
-waits likewise, rather than fail its writes once its status grows),
+waits likewise, rather than fail its writes once its status grows; one the loader fails
+on unforeseen, a bug, gets ``Ready=False, LoadFailed`` and waits likewise; the manifest
+is checked and compiled in a thread, off the event loop: ADR 0050),
 finds or makes its Workspace, asks the Harness for the Run's worktrees (ones it cannot
 make give ``Ready=False, WorktreesFailed`` with its words, and are asked for again after
 a back-off), and drives the Orchestrator core. The snapshot is written to ``Run.status``
