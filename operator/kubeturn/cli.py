@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -449,6 +450,11 @@ def operator(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"kubeturn: {error}", file=sys.stderr)
             return 2
+    # What was made so far (modules, models, settings) lives as long as the process: the
+    # cyclic garbage collector, which a Run's load sets off, need not scan it each time,
+    # holding the GIL from the event loop (ADR 0050).
+    gc.collect()
+    gc.freeze()
     try:
         asyncio.run(running.run(settings, kubeconfig=args.kubeconfig, election=election))
     except leader.LeadershipLost:

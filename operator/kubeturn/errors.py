@@ -52,6 +52,19 @@ def manifest_path(base: str, *parts: str | int) -> str:
     return path
 
 
+SHOWN_LENGTH = 200
+"""The most of a path or a name a message shows: a key may be as long as a manifest
+(60,000 characters of state name), and a message must still say what is wrong."""
+
+
+def shown(text: str, limit: int = SHOWN_LENGTH) -> str:
+    """``text``, or its start and a note of how long it is when it is longer than
+    ``limit`` characters."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 40]}…({len(text)} characters)"
+
+
 class KubeturnError(Exception):
     """Root of every error kubeturn raises on purpose."""
 
@@ -60,7 +73,7 @@ class DefinitionError(KubeturnError):
     """One problem of a manifest: where it is, and what to do about it."""
 
     def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}" if path else message)
+        super().__init__(f"{shown(path)}: {message}" if path else message)
         self.path = path
         """The manifest path, e.g. ``spec.agents.coder.workspace``; empty for the whole."""
         self.message = message

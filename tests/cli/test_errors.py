@@ -16,7 +16,9 @@ Cases:
   ``--resume`` of a run that has ended prints its summary; ``--resume`` of a run whose
   snapshot a newer kubeturn wrote says so, naming the file;
 - ``--resume`` of a run that is not there; ``send`` with data that is not a JSON object;
-  ``send`` to a run that is not there.
+  ``send`` to a run that is not there;
+- ``kubeturn run`` of a manifest nested deeper than a Run may be names the path, or the
+  file when YAML that deep cannot be read.
 """
 
 from __future__ import annotations
@@ -285,3 +287,22 @@ def test_send_says_what_is_wrong_in_one_line(project: Path) -> None:
     )
     result = kubeturn("turns", "retry", "--workdir", MACHINES, cwd=project)
     assert one_line_error(result).startswith("kubeturn: there is no local run 'retry' in ")
+
+
+@pytest.mark.parametrize(
+    ("depth", "expected"),
+    [
+        (65, "deep.yaml: spec.input[0][0][0][0][0][0][0][0]…: nested deeper than 64 levels"),
+        (1000, "deep.yaml: nested too deep to read: a Run's spec nests at most 256 levels"),
+    ],
+)
+def test_run_refuses_a_manifest_nested_too_deep(tmp_path: Path, depth: int, expected: str) -> None:
+    """The local runner reads a manifest as the operator does (ADR 0050)."""
+    (tmp_path / "deep.yaml").write_text(
+        "apiVersion: kubeturn.dev/v1alpha1\nkind: Run\nmetadata: {name: deep}\nspec:\n"
+        "  agents: {}\n  machine: {initial: done, states: {done: {type: final}}}\n"
+        f"  input: {'[' * depth}{']' * depth}\n"
+    )
+    result = kubeturn("run", "deep.yaml", cwd=tmp_path)
+    assert one_line_error(result).startswith(expected)
+    assert not (tmp_path / ".kubeturn-work").exists()

@@ -117,6 +117,7 @@ import json
 import pathlib
 import secrets
 import string
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
@@ -212,6 +213,29 @@ ACTIONS = {
 }
 
 
+MAX_JSON_DEPTH = 10_000
+"""The deepest JSON kube-apiserver decodes (Go's ``encoding/json`` and sigs.k8s.io/json
+stop at 10,000 levels); a deeper body is refused 400. Where a CRD's schema keeps unknown
+fields, an object that deep is stored and served."""
+TOO_DEEP: Any = object()
+"""A request's data when its body nests deeper than ``MAX_JSON_DEPTH``."""
+RECURSION_LIMIT = 30_000
+"""Python's recursion limit while the emulator serves: its own recursive code (decoding,
+copies, schemas, watch events) reads an object ``MAX_JSON_DEPTH`` deep with room to spare."""
+
+
+def json_depth(value: Any) -> int:
+    """The nesting of ``value``'s arrays and objects (``[]`` is 1), walked without recursion."""
+    deepest = 0
+    todo = [(value, 1)] if isinstance(value, dict | list) else []
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        children = node.values() if isinstance(node, dict) else node
+        todo.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
 async def parse_request(raw: aiohttp.web.BaseRequest, *, id: int) -> kmock.Request:
     """KMock's request record, with the paths parsed by apimachinery.parse_route."""
     body = await raw.read()
@@ -219,6 +243,10 @@ async def parse_request(raw: aiohttp.web.BaseRequest, *, id: int) -> kmock.Reque
         data = json.loads(body) if body else None
     except ValueError:  # protobuf, YAML: refused later with 415 where it matters
         data = None
+    except RecursionError:  # deeper than the limit: refused at once, as below
+        data = TOO_DEEP
+    if data is not None and data is not TOO_DEEP and json_depth(data) > MAX_JSON_DEPTH:
+        data = TOO_DEEP
     route = apimachinery.parse_route(raw.path)
     params = dict(raw.query)
     verb = apimachinery.verb_of(raw.method, route, params) if route and route.plural else None
@@ -1150,6 +1178,10 @@ class KubernetesApi(kmock.KubernetesEmulator):
         return body
 
     def _body(self, request: kmock.Request) -> Any:
+        if request.data is TOO_DEEP:
+            raise apimachinery.ApiError(
+                400, f"the body nests deeper than {MAX_JSON_DEPTH} levels: exceeded max depth"
+            )
         if request.data is None:
             raise apimachinery.ApiError(415, "the body must be JSON")
         return copy.deepcopy(request.data)
@@ -1278,6 +1310,7 @@ async def serve(api: KubernetesApi | None = None) -> AsyncIterator[KubernetesApi
     collector) are ended before the server stops, so stopping does not wait for them.
     """
     api = api if api is not None else KubernetesApi()
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     async with api, kmock.Server(api, host="127.0.0.1") as server:
         server.client.headers.update(api.admin_headers)
         collector = asyncio.create_task(api.collect_garbage(), name="garbage collector")

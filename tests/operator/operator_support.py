@@ -107,6 +107,11 @@ class OperatorThread:
         finally:
             self._started.set()
 
+    @property
+    def running(self) -> bool:
+        """Its thread is alive and ``run`` raised nothing."""
+        return self._thread is not None and self._thread.is_alive() and self.error is None
+
     async def start(self) -> None:
         """Start it and wait until ``/readyz`` says its handlers run."""
         # A daemon thread: an operator that does not stop fails its test, not the session.

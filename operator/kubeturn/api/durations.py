@@ -2,7 +2,8 @@
 
 ``500ms``, ``30s``, ``10m``, ``1h``, ``1h30m``, ``1.5h``: Kubernetes users read this
 syntax everywhere (probes, kopf, kubectl ``--timeout``), so timers and timeouts use it
-too. Unlike Go, a sign is refused: no kubeturn duration can be negative. Pure: no IO.
+too, up to Go's longest (about 292 years). Unlike Go, a sign is refused: no kubeturn
+duration can be negative. Pure: no IO.
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ UNITS: dict[str, float] = {
     "h": 3600.0,
 }
 """Seconds per unit, as Go names them. Days are not a unit in Go either: write ``24h``."""
+
+MAX_HOURS = 2562047
+"""Go's longest duration in whole hours: a ``time.Duration`` counts nanoseconds in an
+int64 (2⁶³−1 ns, about 292 years), and ``ParseDuration`` refuses a longer one. So does
+kubeturn: a timer further off never fires, and an endless number of digits (``999…9h``)
+would be an infinite float."""
+MAX_SECONDS = (2**63 - 1) / 1e9
 
 _TERM = re.compile(r"(\d+\.?\d*|\.\d+)([^\d.]*)")
 _EXAMPLES = "e.g. 30s, 10m, 1h30m"
@@ -53,4 +61,8 @@ def parse_duration(text: str) -> float:
             )
         seconds += float(number) * UNITS[unit]
         position = term.end()
+    if seconds > MAX_SECONDS:
+        raise ValueError(
+            f"{text!r} is longer than the longest duration, {MAX_HOURS}h (about 292 years)"
+        )
     return seconds

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Tag, ValidationError
 from pydantic_core import ErrorDetails
 
+from kubeturn.api.depth import depth_problems
 from kubeturn.api.machine import TRANSITION_SHAPES
 from kubeturn.api.run import Run
 from kubeturn.api.workspace import Workspace, redacted
@@ -33,7 +34,13 @@ BOOLEAN_KEY = (
 
 
 def validate_run(document: Any) -> Run:
-    """``document`` as a ``Run``; ``DefinitionErrors`` with every shape problem otherwise."""
+    """``document`` as a ``Run``; ``DefinitionErrors`` with every shape problem otherwise.
+
+    A spec nested too deep is refused first, with only that: everything after walks the
+    spec recursively (``kubeturn.api.depth``)."""
+    too_deep = depth_problems(document)
+    if too_deep:
+        raise DefinitionErrors(too_deep)
     try:
         return Run.model_validate(on_keys_restored(document))
     except ValidationError as error:
@@ -43,6 +50,9 @@ def validate_run(document: Any) -> Run:
 def validate_workspace(document: Any) -> Workspace:
     """``document`` as a ``Workspace``; ``DefinitionErrors`` with every shape problem
     otherwise, each at its path (``spec.repos.target.url``)."""
+    too_deep = depth_problems(document)
+    if too_deep:
+        raise DefinitionErrors(too_deep)
     try:
         return Workspace.model_validate(document)
     except ValidationError as error:

@@ -23,7 +23,11 @@ SNAPSHOT_UNREADABLE = "SnapshotUnreadable"
 """The Run's saved state (``status.snapshot``) cannot be restored: written by a newer
 kubeturn, or damaged; the message says which. The Run is not driven (nothing it would do
 could be trusted) and waits for an operator that reads it, or its deletion."""
-UNDRIVEN = frozenset({INVALID, TOO_LARGE, SNAPSHOT_UNREADABLE})
+LOAD_FAILED = "LoadFailed"
+"""The operator failed on the Run's manifest in a way it did not foresee (a bug in
+kubeturn); the message says what it raised. Like ``Invalid``, the Run waits for a new
+generation."""
+UNDRIVEN = frozenset({INVALID, TOO_LARGE, LOAD_FAILED, SNAPSHOT_UNREADABLE})
 """Reasons of a Run's ``Ready=False`` that mean no Machine of it runs."""
 RUNNING = "Running"
 """The Run's Machine is running."""

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -29,6 +30,15 @@ from kubeturn.k8s.kube import RUNS, Kube, pool_size
 from kubeturn.orchestrator import api
 
 log = logging.getLogger(__name__)
+
+RECURSION_LIMIT = 30_000
+"""Python's recursion limit in the operator process (1,000 by default). kopf decodes each
+object it watches with Python's ``json``, which recurses once per level, and copies and
+compares it likewise; the API server stores JSON nested up to 10,000 levels wherever a
+CRD's schema keeps unknown fields (a Run's input, its states). Under the default one such
+Run made kopf's watch raise ``RecursionError``, and the operator exit on every start.
+30,000 levels of that recursion take a few MiB of C stack, within a thread's 8 MiB; the
+Run loader refuses such a Run far sooner (``kubeturn.api.depth``)."""
 
 
 def kube_client(kubeconfig: str | None) -> kubernetes.client.ApiClient:
@@ -277,6 +287,7 @@ async def run(
     the servers' tasks for the Harnesses' idle connections would be among them. The
     Lease's renewal begins before kopf, so kopf leaves it alone.
     """
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     client = kube_client(kubeconfig)
     kube = Kube(client)
     hub = Hub(kube, settings)

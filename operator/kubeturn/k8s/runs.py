@@ -4,7 +4,9 @@ A kopf daemon per Run loads the manifest (an invalid one gets ``Ready=False, Inv
 with every problem and its path, and waits for a new generation — never a crash loop;
 here a Run that invokes an Agent or a command must name ``spec.workspace``, since nothing
 else could run them; a spec over ``MAX_SPEC_BYTES`` gets ``Ready=False, TooLarge`` and
-waits likewise, rather than fail its writes once its status grows; a saved state it
+waits likewise, rather than fail its writes once its status grows; one the loader fails
+on unforeseen, a bug, gets ``Ready=False, LoadFailed`` and waits likewise; the manifest
+is checked and compiled in a thread, off the event loop: ADR 0050; a saved state it
 cannot restore, of an unknown version or damaged, gets ``Ready=False,
 SnapshotUnreadable`` saying why, and the Run waits, not driven, never retried),
 finds or makes its Workspace, asks the Harness for the Run's worktrees (ones it cannot
@@ -260,11 +262,13 @@ async def _forget(
 
 
 async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> LoadedRun | None:
-    """The loaded Run; an invalid or too large one is reported and waited on until it
-    changes.
+    """The loaded Run; an invalid or too large one, or one the loader failed on, is
+    reported and waited on until it changes.
 
     ``body`` is kopf's live view: ``body["metadata"]`` is read again each time, since a
-    dict taken from it once would never see a new generation.
+    dict taken from it once would never see a new generation. The manifest is checked
+    and compiled in a thread: a Machine of thousands of states takes a good part of a
+    second, which the event loop, serving every Run, must not wait for.
     """
     while not stopped:
         meta = body["metadata"]
@@ -275,12 +279,10 @@ async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> Loade
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
             "spec": dict(body["spec"]),
         }
-        reason, said = conditions.TOO_LARGE, too_large(document["spec"])
-        if said is None:
-            try:
-                return load_run(document, workspace_required=True)
-            except DefinitionErrors as errors:
-                reason, said = conditions.INVALID, str(errors)
+        checked = await asyncio.to_thread(check, document)
+        if isinstance(checked, LoadedRun):
+            return checked
+        reason, said = checked
         current = (body.get("status") or {}).get("conditions", [])
         refused = RunStatus(
             conditions=conditions.put(current, conditions.READY, False, reason, said, generation),
@@ -293,6 +295,28 @@ async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> Loade
         while not stopped and body["metadata"].get("generation") == generation:
             await stopped.wait(SPEC_POLL_S)
     return None
+
+
+def check(document: dict[str, Any]) -> LoadedRun | tuple[str, str]:
+    """The loaded Run of ``document``, or why it is not driven: the reason of its
+    ``Ready=False`` and the message. Never raises: an exception the loader was not meant
+    to raise is a bug, reported on the Run (``LoadFailed``) rather than raised into kopf,
+    which would run the daemon again and again on the same manifest."""
+    try:
+        said = too_large(document["spec"])
+        if said is not None:
+            return conditions.TOO_LARGE, said
+        return load_run(document, workspace_required=True)
+    except DefinitionErrors as errors:
+        return conditions.INVALID, str(errors)
+    except Exception as error:  # a bug: the Run says so, the operator goes on
+        meta = document["metadata"]
+        log.exception("loading the Run %s/%s failed", meta["namespace"], meta["name"])
+        return conditions.LOAD_FAILED, (
+            f"the operator failed to load this Run ({type(error).__name__}: {error}), which "
+            "is a bug in kubeturn: please report it with the Run's manifest. The Run waits "
+            "for a new generation"
+        )
 
 
 def too_large(spec: dict[str, Any]) -> str | None:

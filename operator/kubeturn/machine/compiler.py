@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 
 from kubeturn import api
-from kubeturn.errors import DefinitionError, manifest_path
+from kubeturn.errors import DefinitionError, manifest_path, shown
 from kubeturn.machine import model, targets
 from kubeturn.machine.expressions import CelExpression, CelTemplate
 
@@ -85,9 +85,9 @@ class _Compiler:
             if not targets.STATE_NAME.match(name):
                 self.problem(
                     manifest_path(where, name),
-                    f"state name {name!r} must start with a letter, digit or '_' and hold only "
-                    "letters, digits, '_' and '-' (at most 63 characters): state paths join "
-                    "names with '.'",
+                    f"state name {shown(name)!r} must start with a letter, digit or '_' and "
+                    "hold only letters, digits, '_' and '-' (at most 63 characters): state "
+                    "paths join names with '.'",
                 )
                 continue
             path = targets.child(parent, name)

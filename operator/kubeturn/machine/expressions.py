@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import cel
 
+from kubeturn.api.depth import MAX_VALUE_DEPTH
 from kubeturn.errors import DefinitionError, ExpressionError
 
 VARIABLES = frozenset({"input", "context", "event", "workspace"})
@@ -170,14 +172,21 @@ def _evaluate(program: cel.Program, source: str, where: str, activation: Mapping
         raise ExpressionError(source, str(error), where=where) from error
 
 
-def _json(value: Any) -> Any:
-    """``value`` as JSON; ``TypeError`` for a value JSON cannot hold."""
+def _json(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON; ``TypeError`` for a value JSON cannot hold: a number that is not
+    finite (``1e308 * 10.0``), or one nested deeper than a Run's free JSON may be
+    (``MAX_VALUE_DEPTH``), such as an assign that wraps the context in itself each step
+    would make. Either would be written to ``Run.status``, which could not hold it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TypeError(f"the value {value} is not a finite number, which JSON cannot hold")
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    if depth >= MAX_VALUE_DEPTH:
+        raise TypeError(f"the value nests deeper than {MAX_VALUE_DEPTH} levels")
     if isinstance(value, list | tuple):
-        return [_json(item) for item in value]
+        return [_json(item, depth + 1) for item in value]
     if isinstance(value, Mapping):
-        return {_key(key): _json(item) for key, item in value.items()}
+        return {_key(key): _json(item, depth + 1) for key, item in value.items()}
     if isinstance(value, datetime.datetime):
         text = value.astimezone(datetime.UTC).isoformat()
         return text.removesuffix("+00:00") + "Z"
@@ -185,7 +194,7 @@ def _json(value: Any) -> Any:
         seconds = value.total_seconds()
         return f"{int(seconds)}s" if seconds.is_integer() else f"{seconds:.9f}".rstrip("0") + "s"
     if isinstance(value, cel.OptionalValue):
-        return _json(value.value()) if value.has_value() else None
+        return _json(value.value(), depth) if value.has_value() else None
     if isinstance(value, bytes):
         raise TypeError("the value is bytes, which JSON cannot hold; convert it with string()")
     raise TypeError(f"the value is a {type(value).__name__}, which JSON cannot hold")

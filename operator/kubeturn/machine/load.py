@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from kubeturn import api
+from kubeturn.api.depth import MAX_SPEC_DEPTH, MAX_STATE_DEPTH, MAX_VALUE_DEPTH
 from kubeturn.api.validation import validate_run
 from kubeturn.errors import DefinitionError, DefinitionErrors
 from kubeturn.machine import model, reachability, targets
@@ -126,9 +127,24 @@ def load_run_yaml(
 
 
 def parse_yaml(text: str, source: str = "<manifest>") -> Any:
-    """One YAML document; ``DefinitionErrors`` naming ``source`` and the place otherwise."""
+    """One YAML document; ``DefinitionErrors`` naming ``source`` and the place otherwise.
+
+    PyYAML recurses a few frames per level: a document nested some hundreds of levels
+    deep, far beyond what a Run may nest (``kubeturn.api.depth``), cannot be read.
+    """
     try:
         return yaml.safe_load(text)
+    except RecursionError as error:
+        raise DefinitionErrors(
+            [
+                DefinitionError(
+                    source,
+                    "nested too deep to read: a Run's spec nests at most "
+                    f"{MAX_SPEC_DEPTH} levels, its free JSON (input, context) "
+                    f"{MAX_VALUE_DEPTH} and its states {MAX_STATE_DEPTH}",
+                )
+            ]
+        ) from error
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
