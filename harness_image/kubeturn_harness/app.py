@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from kubeturn_harness import bodies, openapi
+from kubeturn_harness import bodies, malformed, openapi
 from kubeturn_harness.errors import NotJson, WireError
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settlements import Sweep
@@ -34,6 +34,7 @@ from kubeturn_harness.wire import (
     ExecRequest,
     ForgetRunRequest,
     WorktreesRequest,
+    bearer_token,
 )
 
 log = logging.getLogger(__name__)
@@ -63,9 +64,10 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     if request.path in OPEN_PATHS:
         return await handler(request)
     expected = request.app[TOKEN_SHA256]
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    presented = hashlib.sha256(token.encode()).hexdigest()
-    if not expected or scheme.lower() != "bearer" or not hmac.compare_digest(presented, expected):
+    token = bearer_token(request.headers.get("Authorization"))
+    presented = hashlib.sha256(token.encode()).hexdigest() if token is not None else ""
+    if not expected or not hmac.compare_digest(presented, expected):
+        log.debug("refused %s %s: no valid bearer token", request.method, request.path)
         response = error(401, "a valid bearer token is required", kind="unauthorized")
         response.headers["WWW-Authenticate"] = "Bearer"
         return response
@@ -242,6 +244,7 @@ def make_runner(harness: Harness) -> web.AppRunner:
 
 def make_app(harness: Harness) -> web.Application:
     """The aiohttp application; the caller owns ``harness``'s start and close."""
+    malformed.install()
     app = web.Application(middlewares=[answer_errors, authenticate])
     app[HARNESS] = harness
     app[TOKEN_SHA256] = (harness.settings.token_sha256 or "").lower()

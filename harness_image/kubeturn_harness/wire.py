@@ -7,6 +7,7 @@ wire are ``str`` enums. Nothing here does IO.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any, NewType
 
@@ -15,6 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 SubmissionId = NewType("SubmissionId", str)
 ConversationId = NewType("ConversationId", str)
 DeliveryId = NewType("DeliveryId", str)
+
+BEARER = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] ([\x21-\x7e]+)$")
+"""An ``Authorization`` header both APIs accept: the scheme, one space, and a token of
+visible ASCII (RFC 6750's ``b64token`` is narrower still; every kubeturn token is ASCII)."""
 
 DEFAULT_CWD = "/work"
 """Where the Working tools are rooted when a Frame names no ``cwd`` (docs/turn-semantics.md §4)."""
@@ -95,6 +100,15 @@ class ThinkingLevel(StrEnum):
     LOW = "low"
     MEDIUM = "medium"
     HIGH = "high"
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header; None for a missing
+    header, another scheme, or one that is not visible ASCII. aiohttp hands header bytes
+    that are not UTF-8 over as lone surrogates, which no str method may encode: such a
+    header is simply no token (a 401), never an error."""
+    found = BEARER.match(header or "")
+    return found.group(1) if found else None
 
 
 class _Body(BaseModel):

@@ -29,7 +29,8 @@ from kubeturn.errors import WireError
 from kubeturn.orchestrator import bodies
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import Gone, Invalid
-from kubeturn_harness.wire import ErrorBody, Receipt, Refusal, Surface
+from kubeturn_harness import malformed
+from kubeturn_harness.wire import ErrorBody, Receipt, Refusal, Surface, bearer_token
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,10 @@ def _model(body: BaseModel, status: int = 200) -> web.Response:
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path in ("/healthz", "/openapi.json"):
         return await handler(request)
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    workspace = request.app[REGISTRY].workspace_of(token) if scheme.lower() == "bearer" else None
+    token = bearer_token(request.headers.get("Authorization"))
+    workspace = request.app[REGISTRY].workspace_of(token) if token is not None else None
     if workspace is None:
+        log.debug("refused %s %s: no valid Workspace token", request.method, request.path)
         response = _error(401, "unauthorized", "a valid Workspace token is required")
         response.headers["WWW-Authenticate"] = "Bearer"
         return response
@@ -262,6 +264,7 @@ def document() -> dict[str, Any]:
 
 
 def make_app(registry: Registry, *, long_poll_s: float = LONG_POLL_S) -> web.Application:
+    malformed.install()
     app = web.Application(middlewares=[authenticate])
     app[REGISTRY] = registry
     app[POLL_S] = long_poll_s
