@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, NewType
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.config import JsonDict
 
 SubmissionId = NewType("SubmissionId", str)
 ConversationId = NewType("ConversationId", str)
@@ -20,6 +21,13 @@ DeliveryId = NewType("DeliveryId", str)
 BEARER = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] ([\x21-\x7e]+)$")
 """An ``Authorization`` header both APIs accept: the scheme, one space, and a token of
 visible ASCII (RFC 6750's ``b64token`` is narrower still; every kubeturn token is ASCII)."""
+
+AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+"""An Agent slot's name as the Harness's routes take it."""
+MAX_INSTANCE_ID = 512
+"""The longest Instance ID a route takes, in characters."""
+ABSOLUTE: JsonDict = {"pattern": "^/"}
+"""What the schema says of a ``cwd`` (its validator words the refusal)."""
 
 DEFAULT_CWD = "/work"
 """Where the Working tools are rooted when a Frame names no ``cwd`` (docs/turn-semantics.md §4)."""
@@ -142,7 +150,9 @@ class AdmitRequest(_Body):
 
     prompt: str = Field(min_length=1, description="The state's words; never rewritten.")
     cwd: str | None = Field(
-        default=None, description="Absolute directory the Working tools are rooted at; /work."
+        default=None,
+        description="Absolute directory the Working tools are rooted at; /work.",
+        json_schema_extra=ABSOLUTE,
     )
     continue_: bool = Field(
         default=False,
@@ -211,7 +221,9 @@ class ExecRequest(_Body):
     """``POST /exec``: run one command in the Workspace, as the Agent's tools run."""
 
     command: str = Field(min_length=1, description="Run with bash -c.")
-    cwd: str = Field(default=DEFAULT_CWD, description="Absolute working directory.")
+    cwd: str = Field(
+        default=DEFAULT_CWD, description="Absolute working directory.", json_schema_extra=ABSOLUTE
+    )
     timeoutSeconds: float = Field(default=600.0, gt=0, le=86_400, description="Time limit.")
 
     @field_validator("cwd")
@@ -428,6 +440,15 @@ class Surface(BaseModel):
     notices: list[Notice] = Field(default_factory=list)
 
 
+class Pick(BaseModel):
+    """``POST {orchestrator}/agents/{iid}/events``: a pick, its payload's fields beside
+    its event's name."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str = Field(description="The event picked: a name from the surface's Menu.")
+
+
 class Receipt(BaseModel):
     """The Orchestrator's answer to a pick (``POST …/events``) or to its poll."""
 
@@ -459,6 +480,12 @@ class Refusal(BaseModel):
     outstanding: str | None = None
     allowed: list[str] = Field(default_factory=list)
     message: str | None = None
+
+
+class Status(_Body):
+    """``/healthz`` and ``/readyz`` when all is well."""
+
+    status: str
 
 
 class ErrorBody(_Body):

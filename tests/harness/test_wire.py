@@ -11,7 +11,8 @@ Cases:
   conversation, end to end (the Orchestrator's surface is read at the same id);
 - stream reads: ``?offset=0`` answers every event with ``stream-next-offset`` and
   ``stream-up-to-date``; a later offset answers only later events; a bad offset is 400
-  naming ``offset``; ``live=long-poll`` at the end parks and answers when an event
+  naming ``offset``, also beside ``view=history``, and a ``view`` or ``live`` of another
+  value is 400 naming it; ``live=long-poll`` at the end parks and answers when an event
   arrives, and answers 204 when none comes within ``long_poll_s``;
 - ``POST /exec`` runs a command as the tools run (exit code, output, the tool uid), times
   out saying so, and refuses a relative cwd naming it;
@@ -228,6 +229,24 @@ class TestWireStream:
         status, _, body = await w.harness.stream(IID, offset)
         assert status == 400
         assert body["field"] == "offset"
+
+    @pytest.mark.parametrize(
+        ("query", "field"),
+        [
+            ("?view=history&offset=null", "offset"),
+            ("?view=history&offset=-1", "offset"),
+            ("?view=everything", "view"),
+            ("?offset=0&live=stream", "live"),
+        ],
+    )
+    async def test_every_query_parameter_is_read_whichever_the_view(
+        self, world: StartWorld, query: str, field: str
+    ) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        await settled_once(w)
+        path = agent_url("", AGENT, IID) + query
+        status, _, raw = await call(w, "GET", path, headers=w.harness.headers())
+        assert (status, json.loads(raw)["field"]) == (400, field)
 
     async def test_a_long_poll_at_the_end_answers_when_an_event_arrives(
         self, world: StartWorld
