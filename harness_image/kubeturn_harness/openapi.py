@@ -8,9 +8,9 @@ API's document (``kubeturn.orchestrator.openapi``): one generator for both.
 
 What every operation answers besides its own table: 401 (no valid bearer token) unless
 it is open; for a route that takes a body, 400 for one it refuses and 413 for one larger
-than the app reads. No status is documented for a failure of the server's own (500): a
-5xx other than the 503s listed is a bug, and the fuzz test
-(``tests/system/test_fuzz_apis.py``) fails on one.
+than the app reads. No status is documented for a failure of the server's own (500): such
+a 5xx is a bug, and the fuzz test (``tests/system/test_fuzz_apis.py``), which runs with
+the toolbox up, fails on any 5xx.
 Pure: no IO, no aiohttp.
 """
 

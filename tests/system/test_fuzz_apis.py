@@ -8,7 +8,7 @@ at the live Turn's Instance ID and Agent so that they reach a real conversation 
 real actor rather than a 404, and sends them with the API's token.
 
 Cases, per API:
-- no response is a 5xx other than a documented 503;
+- no response is a 5xx (not even a documented 503: the toolbox and the core are up);
 - every response's status, content type, headers and body are the document's;
 - a request that does not fit the document is refused with a 4xx.
 

@@ -7,7 +7,9 @@ Cases, for the Harness and for the Orchestrator API, each served on 127.0.0.1:
 - a request line with bytes that are not UTF-8 in its path or query is 400;
 - none of them logs above debug: an unauthenticated caller cannot flood the log (before,
   the first answered 500 and logged a traceback per request);
-- the valid token, sent the same way, is served.
+- the valid token, sent the same way, is served;
+- a Workspace token lookup of such a header's text finds no Workspace, and raises
+  nothing (the operator's resume gate looks a token up before the API does).
 """
 
 from __future__ import annotations
@@ -109,3 +111,11 @@ async def test_the_valid_token_sent_the_same_way_is_served(server: tuple[str, by
     answer = await _get(server, b"Authorization: Bearer " + TOKEN.encode())
     # The Harness lists its clones; the Orchestrator has no Turn at that Instance ID.
     assert (answer.status, answer.json().get("error")) in ((200, None), (404, "not-found"))
+
+
+@pytest.mark.parametrize("token", ["\udcff\udcfe", "caf\u00e9", TOKEN + "\udc80"])
+def test_a_token_that_is_not_ascii_belongs_to_no_workspace(token: str) -> None:
+    registry = api.Registry()
+    registry.set_token(WORKSPACE, TOKEN)
+    assert registry.workspace_of(token) is None
+    assert registry.workspace_of(TOKEN) == WORKSPACE

@@ -61,7 +61,11 @@ class Registry:
         self.tokens.pop(workspace, None)
 
     def workspace_of(self, token: str) -> str | None:
-        """The Workspace whose token this is now; None for a token no Workspace has."""
+        """The Workspace whose token this is now; None for a token no Workspace has, or
+        one that is not ASCII (every Workspace token is; aiohttp hands header bytes that
+        are not UTF-8 over as lone surrogates, which cannot be encoded)."""
+        if not token.isascii():
+            return None
         digest = hashlib.sha256(token.encode()).hexdigest()
         for workspace, known in list(self.tokens.items()):
             if hmac.compare_digest(known, digest):
