@@ -26,8 +26,18 @@ AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 """An Agent slot's name as the Harness's routes take it."""
 MAX_INSTANCE_ID = 512
 """The longest Instance ID a route takes, in characters."""
-ABSOLUTE: JsonDict = {"pattern": "^/"}
-"""What the schema says of a ``cwd`` (its validator words the refusal)."""
+ABSOLUTE: JsonDict = {"pattern": "^/[^\\u0000]*$"}
+"""What the schema says of a ``cwd``: absolute, and no NUL, which no path or argument can
+hold (its validator words the refusal)."""
+NO_NUL: JsonDict = {"pattern": "^[^\\u0000]*$"}
+"""What the schema says of a command: no NUL, which no argument of a process can hold."""
+
+
+def _no_nul(value: str, what: str) -> str:
+    if "\0" in value:
+        raise ValueError(f"{what} holds a NUL character, which no path or command can; remove it")
+    return value
+
 
 DEFAULT_CWD = "/work"
 """Where the Working tools are rooted when a Frame names no ``cwd`` (docs/turn-semantics.md §4)."""
@@ -190,7 +200,7 @@ class AdmitRequest(_Body):
                 f"the Frame's cwd must be an absolute path, got {value!r}; "
                 "name the directory from / (e.g. /work/<slot>/<branch>)"
             )
-        return value
+        return value if value is None else _no_nul(value, "the Frame's cwd")
 
     @property
     def resolved_cwd(self) -> str:
@@ -220,7 +230,7 @@ class AbortResponse(_Body):
 class ExecRequest(_Body):
     """``POST /exec``: run one command in the Workspace, as the Agent's tools run."""
 
-    command: str = Field(min_length=1, description="Run with bash -c.")
+    command: str = Field(min_length=1, description="Run with bash -c.", json_schema_extra=NO_NUL)
     cwd: str = Field(
         default=DEFAULT_CWD, description="Absolute working directory.", json_schema_extra=ABSOLUTE
     )
@@ -231,7 +241,12 @@ class ExecRequest(_Body):
     def _cwd_absolute(cls, value: str) -> str:
         if not value.startswith("/"):
             raise ValueError(f"cwd must be an absolute path, got {value!r}")
-        return value
+        return _no_nul(value, "cwd")
+
+    @field_validator("command")
+    @classmethod
+    def _command_without_nul(cls, value: str) -> str:
+        return _no_nul(value, "the command")
 
 
 class ExecResponse(_Body):
