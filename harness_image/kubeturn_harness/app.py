@@ -27,8 +27,8 @@ from kubeturn_harness.errors import NotJson, WireError
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.wire import (
-    AGENT_NAME,
     MAX_INSTANCE_ID,
+    SLOT_NAME,
     AbortResponse,
     AdmitRequest,
     AdmitResponse,
@@ -46,7 +46,7 @@ HARNESS = web.AppKey("harness", Harness)
 TOKEN_SHA256 = web.AppKey("token_sha256", str)
 
 OPEN_PATHS = frozenset(op.path for op in openapi.OPERATIONS if op.open)
-NAME = re.compile(AGENT_NAME)
+NAME = re.compile(SLOT_NAME)
 PAGE = 1000
 """Events per stream read: a client behind reads on from ``stream-next-offset``."""
 

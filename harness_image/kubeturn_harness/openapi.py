@@ -25,8 +25,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from kubeturn_harness.wire import (
-    AGENT_NAME,
     MAX_INSTANCE_ID,
+    SLOT_NAME,
     AbortRequest,
     AbortResponse,
     AdmitRequest,
@@ -168,7 +168,7 @@ AGENT_PARAMETERS = (
         "name": "name",
         "in": "path",
         "required": True,
-        "schema": {"type": "string", "pattern": AGENT_NAME},
+        "schema": {"type": "string", "pattern": SLOT_NAME},
         "description": "The Agent slot's name.",
     },
     {

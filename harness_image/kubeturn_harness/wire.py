@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any, NewType
+from typing import Annotated, Any, NewType
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.config import JsonDict
@@ -22,8 +22,8 @@ BEARER = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] ([\x21-\x7e]+)$")
 """An ``Authorization`` header both APIs accept: the scheme, one space, and a token of
 visible ASCII (RFC 6750's ``b64token`` is narrower still; every kubeturn token is ASCII)."""
 
-AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
-"""An Agent slot's name as the Harness's routes take it."""
+SLOT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+"""An Agent slot's or a repo slot's name: one safe path segment (never ``.`` or ``..``)."""
 MAX_INSTANCE_ID = 512
 """The longest Instance ID a route takes, in characters."""
 ABSOLUTE: JsonDict = {"pattern": "^/[^\\u0000]*$"}
@@ -130,7 +130,9 @@ def bearer_token(header: str | None) -> str | None:
 
 
 class _Body(BaseModel):
-    """A wire body: camelCase on the wire, unknown fields refused."""
+    """A wire body: camelCase on the wire, unknown fields refused. A request's booleans
+    and numbers are ``strict``: their JSON type, as the schema says (pydantic's lax mode
+    would take ``0`` for false and ``"5"`` for 5)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -166,6 +168,7 @@ class AdmitRequest(_Body):
     )
     continue_: bool = Field(
         default=False,
+        strict=True,
         alias="continue",
         description="Land on the conversation's history (true) or start it clean (false).",
     )
@@ -234,7 +237,9 @@ class ExecRequest(_Body):
     cwd: str = Field(
         default=DEFAULT_CWD, description="Absolute working directory.", json_schema_extra=ABSOLUTE
     )
-    timeoutSeconds: float = Field(default=600.0, gt=0, le=86_400, description="Time limit.")
+    timeoutSeconds: float = Field(
+        default=600.0, strict=True, gt=0, le=86_400, description="Time limit."
+    )
 
     @field_validator("cwd")
     @classmethod
@@ -265,7 +270,9 @@ class WorktreesRequest(_Body):
     branch: str = Field(
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$", description="The branch for the Run."
     )
-    slots: list[str] = Field(min_length=1, description="The repo slots to make worktrees of.")
+    slots: list[Annotated[str, Field(pattern=SLOT_NAME)]] = Field(
+        min_length=1, description="The repo slots to make worktrees of."
+    )
 
 
 class Worktree(_Body):

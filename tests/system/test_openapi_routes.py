@@ -8,8 +8,8 @@ Cases, for the Harness and for the Orchestrator API:
 - every operation that takes a body documents 400 and 413;
 - every status documented is answered with a body of a schema in the document, or none;
 - a body the document's schema allows is read by the server's model, and one the server
-  refuses is refused by the schema too (``cwd`` absolute, unknown fields, the sweep that
-  takes any body).
+  refuses is refused by the schema too (``cwd`` absolute and without NUL, a command
+  without NUL, slot names, unknown fields, booleans and numbers of their JSON type).
 """
 
 from __future__ import annotations
@@ -167,6 +167,15 @@ BODIES = [
     (WorktreesRequest, {"run": "default.a", "branch": "kubeturn/a", "slots": ["target"]}),
     (WorktreesRequest, {"run": "default.a", "branch": "kubeturn/a", "slots": []}),
     (WorktreesRequest, {"run": "Default", "branch": "kubeturn/a", "slots": ["t"]}),
+    (WorktreesRequest, {"run": "default.a", "branch": "kubeturn/a", "slots": [".."]}),
+    (WorktreesRequest, {"run": "default.a", "branch": "kubeturn/a", "slots": ["a\u0000"]}),
+    (ExecRequest, {"command": "echo \u0000"}),
+    (ExecRequest, {"command": "true", "timeoutSeconds": "5"}),
+    (ExecRequest, {"command": "true", "timeoutSeconds": 5}),
+    (AdmitRequest, {"prompt": "x", "definition": DEFINITION, "continue": 0}),
+    (AdmitRequest, {"prompt": "x", "definition": DEFINITION, "continue": "true"}),
+    (ExecRequest, {"command": "true", "cwd": "/work\u0000"}),
+    (AdmitRequest, {"prompt": "x", "definition": DEFINITION, "cwd": "/work\u0000"}),
 ]
 
 
