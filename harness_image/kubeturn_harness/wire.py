@@ -39,6 +39,10 @@ def _no_nul(value: str, what: str) -> str:
     return value
 
 
+MAX_EXEC_S = 86_400
+"""The longest time limit an ``exec`` may ask for: a day; a Machine that waits longer
+arms a timer."""
+
 DEFAULT_CWD = "/work"
 """Where the Working tools are rooted when a Frame names no ``cwd`` (docs/turn-semantics.md §4)."""
 
@@ -238,7 +242,7 @@ class ExecRequest(_Body):
         default=DEFAULT_CWD, description="Absolute working directory.", json_schema_extra=ABSOLUTE
     )
     timeoutSeconds: float = Field(
-        default=600.0, strict=True, gt=0, le=86_400, description="Time limit."
+        default=600.0, strict=True, gt=0, le=MAX_EXEC_S, description="Time limit."
     )
 
     @field_validator("cwd")
