@@ -22,18 +22,22 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from kubeturn_harness import bodies, openapi
+from kubeturn_harness import bodies, malformed, openapi
 from kubeturn_harness.errors import NotJson, WireError
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.wire import (
+    MAX_INSTANCE_ID,
+    SLOT_NAME,
     AbortResponse,
     AdmitRequest,
     AdmitResponse,
     ErrorBody,
     ExecRequest,
     ForgetRunRequest,
+    Status,
     WorktreesRequest,
+    bearer_token,
 )
 
 log = logging.getLogger(__name__)
@@ -41,9 +45,8 @@ log = logging.getLogger(__name__)
 HARNESS = web.AppKey("harness", Harness)
 TOKEN_SHA256 = web.AppKey("token_sha256", str)
 
-OPEN_PATHS = frozenset({"/healthz"})
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-MAX_ID = 512
+OPEN_PATHS = frozenset(op.path for op in openapi.OPERATIONS if op.open)
+NAME = re.compile(SLOT_NAME)
 PAGE = 1000
 """Events per stream read: a client behind reads on from ``stream-next-offset``."""
 
@@ -63,9 +66,10 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     if request.path in OPEN_PATHS:
         return await handler(request)
     expected = request.app[TOKEN_SHA256]
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    presented = hashlib.sha256(token.encode()).hexdigest()
-    if not expected or scheme.lower() != "bearer" or not hmac.compare_digest(presented, expected):
+    token = bearer_token(request.headers.get("Authorization"))
+    presented = hashlib.sha256(token.encode()).hexdigest() if token is not None else ""
+    if not expected or not hmac.compare_digest(presented, expected):
+        log.debug("refused %s %s: no valid bearer token", request.method, request.path)
         response = error(401, "a valid bearer token is required", kind="unauthorized")
         response.headers["WWW-Authenticate"] = "Bearer"
         return response
@@ -121,8 +125,8 @@ def _agent(request: web.Request) -> tuple[str, str]:
     name, instance_id = request.match_info["name"], request.match_info["id"]
     if not NAME.match(name):
         raise WireError(f"agent name {name!r} must match {NAME.pattern}", field="name")
-    if not instance_id or len(instance_id) > MAX_ID:
-        raise WireError(f"instance id must be 1 to {MAX_ID} characters", field="id")
+    if not instance_id or len(instance_id) > MAX_INSTANCE_ID:
+        raise WireError(f"instance id must be 1 to {MAX_INSTANCE_ID} characters", field="id")
     return name, instance_id
 
 
@@ -137,26 +141,29 @@ async def admit(request: web.Request) -> web.Response:
 
 
 async def read(request: web.Request) -> web.Response:
+    """The stream from an offset, or the history view. Every query parameter is read
+    (and a bad one refused) whichever the view."""
     name, instance_id = _agent(request)
-    conversation = request.app[HARNESS].conversation(name, instance_id)
-    if conversation is None:
-        return error(
-            404, f"no conversation for agent {name!r} at {instance_id!r}", kind="not-found"
-        )
-    if request.query.get("view") == "history":
-        return web.json_response(text=conversation.history().model_dump_json())
+    view, live = _choice(request, "view", "history"), _choice(request, "live", "long-poll")
     try:
         offset = int(request.query.get("offset", "0"))
         if offset < 0:
             raise ValueError
     except ValueError as bad:
         raise WireError("offset must be a non-negative integer", field="offset") from bad
+    conversation = request.app[HARNESS].conversation(name, instance_id)
+    if conversation is None:
+        return error(
+            404, f"no conversation for agent {name!r} at {instance_id!r}", kind="not-found"
+        )
+    if view:
+        return web.json_response(text=conversation.history().model_dump_json())
     log_ = conversation.log
     if offset > log_.next_offset:
         raise WireError(
             f"offset {offset} is past the end of the stream ({log_.next_offset})", field="offset"
         )
-    if request.query.get("live") == "long-poll":
+    if live:
         settings = request.app[HARNESS].settings
         if not await log_.wait_beyond(offset, settings.long_poll_s):
             return web.Response(
@@ -170,6 +177,14 @@ async def read(request: web.Request) -> web.Response:
     if next_offset >= log_.next_offset:
         headers["stream-up-to-date"] = "true"
     return web.json_response(text=body, headers=headers)
+
+
+def _choice(request: web.Request, name: str, only: str) -> bool:
+    """Whether the query names ``only`` as ``name``; a WireError for any other value."""
+    value = request.query.get(name)
+    if value is not None and value != only:
+        raise WireError(f"{name} may only be {only!r}", field=name)
+    return value is not None
 
 
 async def abort(request: web.Request) -> web.Response:
@@ -211,7 +226,7 @@ async def repos(request: web.Request) -> web.Response:
 
 
 async def healthz(_: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return web.json_response(Status(status="ok").model_dump())
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -222,7 +237,7 @@ async def readyz(request: web.Request) -> web.Response:
         return error(503, f"the data dir is not writable: {failure}", kind="not-ready")
     if not harness.ready:
         return error(503, "still rebuilding recorded conversations", kind="not-ready")
-    return web.json_response({"status": "ready"})
+    return web.json_response(Status(status="ready").model_dump())
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -234,6 +249,23 @@ async def openapi_json(_: web.Request) -> web.Response:
     return web.json_response(text=json.dumps(openapi.document()))
 
 
+HANDLERS: dict[str, Handler] = {
+    "admit": admit,
+    "read": read,
+    "abort": abort,
+    "run_exec": run_exec,
+    "worktrees": worktrees,
+    "forget_run": forget_run,
+    "repos": repos,
+    "healthz": healthz,
+    "readyz": readyz,
+    "metrics": metrics,
+    "openapi_json": openapi_json,
+}
+"""Each operation of ``openapi.OPERATIONS`` by name: the routes the app serves are the
+ones its document lists."""
+
+
 def make_runner(harness: Harness) -> web.AppRunner:
     """The runner to serve ``make_app`` with: a client that goes away cancels its
     handler, so an ``exec`` whose caller stopped waiting kills its command."""
@@ -242,18 +274,10 @@ def make_runner(harness: Harness) -> web.AppRunner:
 
 def make_app(harness: Harness) -> web.Application:
     """The aiohttp application; the caller owns ``harness``'s start and close."""
+    malformed.install()
     app = web.Application(middlewares=[answer_errors, authenticate])
     app[HARNESS] = harness
     app[TOKEN_SHA256] = (harness.settings.token_sha256 or "").lower()
-    app.router.add_post("/agents/{name}/{id}", admit)
-    app.router.add_get("/agents/{name}/{id}", read)
-    app.router.add_post("/agents/{name}/{id}/abort", abort)
-    app.router.add_post("/exec", run_exec)
-    app.router.add_post("/worktrees", worktrees)
-    app.router.add_delete("/runs/{run}", forget_run)
-    app.router.add_get("/repos", repos)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/openapi.json", openapi_json)
+    for operation in openapi.OPERATIONS:
+        app.router.add_route(operation.method, operation.path, HANDLERS[operation.name])
     return app

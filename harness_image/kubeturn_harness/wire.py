@@ -7,14 +7,41 @@ wire are ``str`` enums. Nothing here does IO.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Any, NewType
+from typing import Annotated, Any, NewType
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.config import JsonDict
 
 SubmissionId = NewType("SubmissionId", str)
 ConversationId = NewType("ConversationId", str)
 DeliveryId = NewType("DeliveryId", str)
+
+BEARER = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] ([\x21-\x7e]+)$")
+"""An ``Authorization`` header both APIs accept: the scheme, one space, and a token of
+visible ASCII (RFC 6750's ``b64token`` is narrower still; every kubeturn token is ASCII)."""
+
+SLOT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+"""An Agent slot's or a repo slot's name: one safe path segment (never ``.`` or ``..``)."""
+MAX_INSTANCE_ID = 512
+"""The longest Instance ID a route takes, in characters."""
+ABSOLUTE: JsonDict = {"pattern": "^/[^\\u0000]*$"}
+"""What the schema says of a ``cwd``: absolute, and no NUL, which no path or argument can
+hold (its validator words the refusal)."""
+NO_NUL: JsonDict = {"pattern": "^[^\\u0000]*$"}
+"""What the schema says of a command: no NUL, which no argument of a process can hold."""
+
+
+def _no_nul(value: str, what: str) -> str:
+    if "\0" in value:
+        raise ValueError(f"{what} holds a NUL character, which no path or command can; remove it")
+    return value
+
+
+MAX_EXEC_S = 86_400
+"""The longest time limit an ``exec`` may ask for: a day; a Machine that waits longer
+arms a timer."""
 
 DEFAULT_CWD = "/work"
 """Where the Working tools are rooted when a Frame names no ``cwd`` (docs/turn-semantics.md §4)."""
@@ -97,8 +124,19 @@ class ThinkingLevel(StrEnum):
     HIGH = "high"
 
 
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header; None for a missing
+    header, another scheme, or one that is not visible ASCII. aiohttp hands header bytes
+    that are not UTF-8 over as lone surrogates, which no str method may encode: such a
+    header is simply no token (a 401), never an error."""
+    found = BEARER.match(header or "")
+    return found.group(1) if found else None
+
+
 class _Body(BaseModel):
-    """A wire body: camelCase on the wire, unknown fields refused."""
+    """A wire body: camelCase on the wire, unknown fields refused. A request's booleans
+    and numbers are ``strict``: their JSON type, as the schema says (pydantic's lax mode
+    would take ``0`` for false and ``"5"`` for 5)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -128,10 +166,13 @@ class AdmitRequest(_Body):
 
     prompt: str = Field(min_length=1, description="The state's words; never rewritten.")
     cwd: str | None = Field(
-        default=None, description="Absolute directory the Working tools are rooted at; /work."
+        default=None,
+        description="Absolute directory the Working tools are rooted at; /work.",
+        json_schema_extra=ABSOLUTE,
     )
     continue_: bool = Field(
         default=False,
+        strict=True,
         alias="continue",
         description="Land on the conversation's history (true) or start it clean (false).",
     )
@@ -166,7 +207,7 @@ class AdmitRequest(_Body):
                 f"the Frame's cwd must be an absolute path, got {value!r}; "
                 "name the directory from / (e.g. /work/<slot>/<branch>)"
             )
-        return value
+        return value if value is None else _no_nul(value, "the Frame's cwd")
 
     @property
     def resolved_cwd(self) -> str:
@@ -196,16 +237,25 @@ class AbortResponse(_Body):
 class ExecRequest(_Body):
     """``POST /exec``: run one command in the Workspace, as the Agent's tools run."""
 
-    command: str = Field(min_length=1, description="Run with bash -c.")
-    cwd: str = Field(default=DEFAULT_CWD, description="Absolute working directory.")
-    timeoutSeconds: float = Field(default=600.0, gt=0, le=86_400, description="Time limit.")
+    command: str = Field(min_length=1, description="Run with bash -c.", json_schema_extra=NO_NUL)
+    cwd: str = Field(
+        default=DEFAULT_CWD, description="Absolute working directory.", json_schema_extra=ABSOLUTE
+    )
+    timeoutSeconds: float = Field(
+        default=600.0, strict=True, gt=0, le=MAX_EXEC_S, description="Time limit."
+    )
 
     @field_validator("cwd")
     @classmethod
     def _cwd_absolute(cls, value: str) -> str:
         if not value.startswith("/"):
             raise ValueError(f"cwd must be an absolute path, got {value!r}")
-        return value
+        return _no_nul(value, "cwd")
+
+    @field_validator("command")
+    @classmethod
+    def _command_without_nul(cls, value: str) -> str:
+        return _no_nul(value, "the command")
 
 
 class ExecResponse(_Body):
@@ -224,7 +274,9 @@ class WorktreesRequest(_Body):
     branch: str = Field(
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$", description="The branch for the Run."
     )
-    slots: list[str] = Field(min_length=1, description="The repo slots to make worktrees of.")
+    slots: list[Annotated[str, Field(pattern=SLOT_NAME)]] = Field(
+        min_length=1, description="The repo slots to make worktrees of."
+    )
 
 
 class Worktree(_Body):
@@ -414,6 +466,15 @@ class Surface(BaseModel):
     notices: list[Notice] = Field(default_factory=list)
 
 
+class Pick(BaseModel):
+    """``POST {orchestrator}/agents/{iid}/events``: a pick, its payload's fields beside
+    its event's name."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str = Field(description="The event picked: a name from the surface's Menu.")
+
+
 class Receipt(BaseModel):
     """The Orchestrator's answer to a pick (``POST …/events``) or to its poll."""
 
@@ -445,6 +506,12 @@ class Refusal(BaseModel):
     outstanding: str | None = None
     allowed: list[str] = Field(default_factory=list)
     message: str | None = None
+
+
+class Status(_Body):
+    """``/healthz`` and ``/readyz`` when all is well."""
+
+    status: str
 
 
 class ErrorBody(_Body):

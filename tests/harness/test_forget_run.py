@@ -309,4 +309,4 @@ async def test_openapi_documents_the_route(world: StartWorld) -> None:
     ]
     answer = route["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
     assert answer.endswith("/RunForgotten")
-    assert set(route["responses"]) == {"200", "400", "401", "409"}
+    assert set(route["responses"]) == {"200", "400", "401", "409", "503"}

@@ -11,10 +11,13 @@ Cases:
   conversation, end to end (the Orchestrator's surface is read at the same id);
 - stream reads: ``?offset=0`` answers every event with ``stream-next-offset`` and
   ``stream-up-to-date``; a later offset answers only later events; a bad offset is 400
-  naming ``offset``; ``live=long-poll`` at the end parks and answers when an event
+  naming ``offset``, also beside ``view=history``, and a ``view`` or ``live`` of another
+  value is 400 naming it; ``live=long-poll`` at the end parks and answers when an event
   arrives, and answers 204 when none comes within ``long_poll_s``;
 - ``POST /exec`` runs a command as the tools run (exit code, output, the tool uid), times
-  out saying so, and refuses a relative cwd naming it;
+  out saying so, and refuses a relative cwd naming it; a NUL in its command or cwd, or in
+  an admission's cwd, is 400 naming the field (the toolbox refuses one that reaches it,
+  and serves on);
 - an admission's idempotency ``key`` admits once: the same key answers the same
   Submission;
 - ``POST /worktrees`` makes a Run's worktree of each slot's clone, idempotently, and
@@ -45,6 +48,9 @@ from typing import Any
 
 import pytest
 
+from kubeturn_harness.errors import WireError
+from kubeturn_harness.sandbox.client import Toolbox
+from kubeturn_harness.sandbox.protocol import Limits
 from tests.harness.support import AGENT, StartWorld, World, agent_url, menu_surface, script
 
 IID = "iid-1"
@@ -59,6 +65,8 @@ EVENTS = [
     "submission-settled",
 ]
 """The log of one text-only Submission with no Orchestrator."""
+
+LIMITS = Limits(bashTimeoutS=10, outputLimitBytes=4096, processes=64)
 
 GUARDED = [
     ("GET", f"/agents/{AGENT}/{IID}"),
@@ -229,6 +237,24 @@ class TestWireStream:
         assert status == 400
         assert body["field"] == "offset"
 
+    @pytest.mark.parametrize(
+        ("query", "field"),
+        [
+            ("?view=history&offset=null", "offset"),
+            ("?view=history&offset=-1", "offset"),
+            ("?view=everything", "view"),
+            ("?offset=0&live=stream", "live"),
+        ],
+    )
+    async def test_every_query_parameter_is_read_whichever_the_view(
+        self, world: StartWorld, query: str, field: str
+    ) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        await settled_once(w)
+        path = agent_url("", AGENT, IID) + query
+        status, _, raw = await call(w, "GET", path, headers=w.harness.headers())
+        assert (status, json.loads(raw)["field"]) == (400, field)
+
     async def test_a_long_poll_at_the_end_answers_when_an_event_arrives(
         self, world: StartWorld
     ) -> None:
@@ -300,6 +326,38 @@ class TestWireExecAndKeys:
         ) as response:
             assert response.status == 400
             assert (await response.json())["field"] == "cwd"
+
+    @pytest.mark.parametrize(
+        ("path", "body", "field"),
+        [
+            ("/exec", {"command": "echo a\u0000b"}, "command"),
+            ("/exec", {"command": "true", "cwd": "/work\u0000x"}, "cwd"),
+            (f"/agents/{AGENT}/{IID}", {"cwd": "/work\u0000x"}, "cwd"),
+        ],
+        ids=["exec-command", "exec-cwd", "admit-cwd"],
+    )
+    async def test_a_nul_in_a_command_or_a_cwd_is_400_naming_it(
+        self, world: StartWorld, path: str, body: dict[str, Any], field: str
+    ) -> None:
+        # Before, the toolbox's session died on it and the Harness answered 503.
+        w = await world(TEXT_ONLY, orchestrated=False)
+        if path != "/exec":
+            body = w.harness.body(PROMPT, **body)
+        status, _, raw = await call(w, "POST", path, json=body, headers=w.harness.headers())
+        answer = json.loads(raw)
+        assert (status, answer["field"]) == (400, field)
+        assert "NUL" in answer["message"]
+        assert not await admitted(w)
+
+    async def test_the_toolbox_refuses_a_nul_in_a_command_and_lives_on(
+        self, toolbox_socket: Path
+    ) -> None:
+        toolbox = Toolbox(toolbox_socket, work_root=Path("/"), limits=LIMITS)
+        with pytest.raises(WireError) as refused:
+            await toolbox.exec(Path("/"), "echo a\0b", 5)
+        assert (refused.value.status, refused.value.field) == (400, "command")
+        done = await toolbox.exec(Path("/"), "echo alive", 5)
+        assert (done.exitCode, done.output) == (0, "alive")
 
     async def test_an_admission_key_admits_once(self, world: StartWorld) -> None:
         w = await world(TEXT_ONLY, orchestrated=False)

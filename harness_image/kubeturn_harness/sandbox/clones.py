@@ -32,6 +32,7 @@ from pathlib import Path
 from kubeturn_harness.sandbox.confinement import REPOS_DIR
 from kubeturn_harness.sandbox.protocol import Refused
 from kubeturn_harness.wire import (
+    SLOT_NAME,
     Clone,
     ReposResponse,
     Worktree,
@@ -41,7 +42,7 @@ from kubeturn_harness.wire import (
 
 log = logging.getLogger(__name__)
 
-SLOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+SLOT = re.compile(SLOT_NAME)
 GIT_TIMEOUT_S = 120.0
 """A worktree of a large repo takes seconds; two minutes bounds a stuck filesystem."""
 COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")

@@ -46,6 +46,7 @@ from kubeturn_harness.sandbox.protocol import (
     Result,
 )
 from kubeturn_harness.tools import RunAs, ToolContext, run_command, run_tool, scrubbed_environment
+from kubeturn_harness.tools.errors import ToolFailure
 from kubeturn_harness.wire import WorkspaceAccess
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ async def _serve(connection: socket.socket, settings: ToolboxSettings, scratch: 
             return
         try:
             opened, handler = await _open(opening, settings, scratch)
-        except OSError as error:
+        except (OSError, ValueError) as error:  # ValueError: a path with a NUL in it
             opened, handler = Opened(error=f"the session could not be made: {error}"), None
         await _send(writer, opened)
         if handler is None:
@@ -257,6 +258,8 @@ def _exec_handler(context: ToolContext) -> Handler:
         except OSError as error:
             said = f"{error.strerror or error}: {error.filename or context.cwd}"
             return Refused(error=f"the command could not start: {said}", field="cwd", status=400)
+        except ToolFailure as failure:
+            return Refused(error=str(failure), field="command", status=400)
         return CommandDone(
             exitCode=done.exit_code,
             output=done.output,

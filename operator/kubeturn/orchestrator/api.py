@@ -17,19 +17,18 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import Counter
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
 
 from kubeturn.errors import WireError
-from kubeturn.orchestrator import bodies
+from kubeturn.orchestrator import bodies, openapi
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import Gone, Invalid
-from kubeturn_harness.wire import ErrorBody, Receipt, Refusal, Surface
+from kubeturn_harness import malformed
+from kubeturn_harness.wire import ErrorBody, Receipt, Refusal, Status, Surface, bearer_token
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,11 @@ class Registry:
         self.tokens.pop(workspace, None)
 
     def workspace_of(self, token: str) -> str | None:
-        """The Workspace whose token this is now; None for a token no Workspace has."""
+        """The Workspace whose token this is now; None for a token no Workspace has, or
+        one that is not ASCII (every Workspace token is; aiohttp hands header bytes that
+        are not UTF-8 over as lone surrogates, which cannot be encoded)."""
+        if not token.isascii():
+            return None
         digest = hashlib.sha256(token.encode()).hexdigest()
         for workspace, known in list(self.tokens.items()):
             if hmac.compare_digest(known, digest):
@@ -95,11 +98,12 @@ def _model(body: BaseModel, status: int = 200) -> web.Response:
 
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path in ("/healthz", "/openapi.json"):
+    if request.path in OPEN_PATHS:
         return await handler(request)
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    workspace = request.app[REGISTRY].workspace_of(token) if scheme.lower() == "bearer" else None
+    token = bearer_token(request.headers.get("Authorization"))
+    workspace = request.app[REGISTRY].workspace_of(token) if token is not None else None
     if workspace is None:
+        log.debug("refused %s %s: no valid Workspace token", request.method, request.path)
         response = _error(401, "unauthorized", "a valid Workspace token is required")
         response.headers["WWW-Authenticate"] = "Bearer"
         return response
@@ -175,99 +179,30 @@ async def delivery(request: web.Request) -> web.StreamResponse:
 
 
 async def healthz(_: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return web.json_response(Status(status="ok").model_dump())
 
 
 async def openapi_json(_: web.Request) -> web.Response:
-    return web.json_response(text=json.dumps(document()))
+    return web.json_response(text=json.dumps(openapi.document()))
 
 
-@cache
-def document() -> dict[str, Any]:
-    ref = "#/components/schemas/{model}"
-    _, schemas = models_json_schema(
-        [(m, "validation") for m in (Surface, Receipt, Refusal, ErrorBody)], ref_template=ref
-    )
-
-    def answer(model: str, description: str) -> dict[str, Any]:
-        schema = {"$ref": ref.format(model=model)}
-        return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-    iid = {
-        "name": "iid",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string"},
-        "description": "The Instance ID, percent-encoded as one path segment.",
-    }
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "kubeturn Orchestrator", "version": "v1alpha1"},
-        "components": {
-            "schemas": schemas.get("$defs", {}),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{"bearer": []}],
-        "paths": {
-            "/agents/{iid}/surface": {
-                "parameters": [iid],
-                "get": {
-                    "summary": "The live Turn's Menu, allowed picks, cwd and notices.",
-                    "responses": {
-                        "200": answer("Surface", "The surface."),
-                        "404": answer("ErrorBody", "No live Turn: never prompt."),
-                    },
-                },
-            },
-            "/agents/{iid}/events": {
-                "parameters": [iid],
-                "post": {
-                    "summary": "A pick: {type, ...payload}. Never retried by Harnesses.",
-                    "responses": {
-                        "200": answer("Receipt", "Delivered."),
-                        "400": answer(
-                            "ErrorBody",
-                            "Not a JSON object with a string `type`: not JSON, nested deeper "
-                            f"than {bodies.MAX_DEPTH} levels, or a number that is not finite "
-                            "(NaN, Infinity); `field` names where.",
-                        ),
-                        "409": answer("Refusal", "Refused; nothing delivered."),
-                        "413": answer("ErrorBody", "The body is larger than the API reads."),
-                        "422": answer("ErrorBody", "The payload does not fit."),
-                        "404": answer("ErrorBody", "The Turn is over."),
-                    },
-                },
-            },
-            "/agents/{iid}/deliveries/{delivery}": {
-                "parameters": [
-                    iid,
-                    {
-                        "name": "delivery",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string"},
-                    },
-                ],
-                "get": {
-                    "summary": "Long-poll an outstanding pick's answer (≤ 25 s).",
-                    "responses": {
-                        "200": answer("Receipt", "Answered."),
-                        "204": {"description": "Still being worked on."},
-                        "404": answer("ErrorBody", "No such delivery."),
-                    },
-                },
-            },
-        },
-    }
+HANDLERS: dict[str, Handler] = {
+    "surface": surface,
+    "pick": pick,
+    "delivery": delivery,
+    "healthz": healthz,
+    "openapi_json": openapi_json,
+}
+"""Each operation of ``openapi.OPERATIONS`` by name: the routes the app serves are the
+ones its document lists."""
+OPEN_PATHS = frozenset(op.path for op in openapi.OPERATIONS if op.open)
 
 
 def make_app(registry: Registry, *, long_poll_s: float = LONG_POLL_S) -> web.Application:
+    malformed.install()
     app = web.Application(middlewares=[authenticate])
     app[REGISTRY] = registry
     app[POLL_S] = long_poll_s
-    app.router.add_get("/agents/{iid}/surface", surface)
-    app.router.add_post("/agents/{iid}/events", pick)
-    app.router.add_get("/agents/{iid}/deliveries/{delivery}", delivery)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/openapi.json", openapi_json)
+    for operation in openapi.OPERATIONS:
+        app.router.add_route(operation.method, operation.path, HANDLERS[operation.name])
     return app
