@@ -5,8 +5,10 @@ The core keeps its state as one snapshot (``RunCore.snapshot``), its settled Tur
 records among it. The status holds each thing once: the records are ``status.turns``,
 where kubectl shows them, and ``status.snapshot`` is the rest; ``resume_point`` joins
 them again, so a core restored from a status it wrote continues exactly as it would have
-(``tests/unit/test_statuses.py`` restores one after every input). The status is a
-``RunStatus``: the model its CRD is generated from. Pure: no IO, no clock.
+(``tests/unit/test_statuses.py`` restores one after every input). A final phase is shown
+only in the status that also holds the records of every Turn (``RunCore.shown_phase``):
+one patch writes both. The status is a ``RunStatus``: the model its CRD is generated
+from. Pure: no IO, no clock.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
     but ``conditions`` and ``observedGeneration``, which are the shell's."""
     records = [record.model_dump(mode="json") for record in core.history]
     return RunStatus(
-        phase=core.phase.value,
+        phase=core.shown_phase.value,
         state=core.state,
         turnCount=core.recorded,
         turns=records,
