@@ -108,6 +108,13 @@ def _parser() -> argparse.ArgumentParser:
         help="most idle conversations kept in memory (env KUBETURN_IDLE_CONVERSATIONS_KEPT)",
     )
     serve.add_argument(
+        "--model-calls",
+        type=int,
+        default=env("KUBETURN_MODEL_CALLS", str(Settings.model_calls)),
+        help="model requests in flight at once to one provider; more wait (env "
+        "KUBETURN_MODEL_CALLS)",
+    )
+    serve.add_argument(
         "--work-root",
         type=Path,
         default=Path(env("KUBETURN_WORK_ROOT", "/work")),
@@ -141,6 +148,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         pick_retry_s=args.pick_retry,
         idle_eviction_s=args.idle_eviction,
         idle_conversations_kept=args.idle_conversations_kept,
+        model_calls=args.model_calls,
         work_root=args.work_root,
         tools=ToolSettings(
             socket=args.toolbox,
@@ -196,7 +204,7 @@ async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> N
         if settings.orchestrator_url
         else None
     )
-    models = OpenAIModels()
+    models = OpenAIModels(calls=settings.model_calls)
     harness = Harness(
         settings,
         clock=SystemClock(),

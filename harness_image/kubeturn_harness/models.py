@@ -9,6 +9,7 @@ the SDK's ``json`` raises reading a streamed chunk nested too deep.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -24,6 +25,13 @@ fails: a blip is absorbed, a down provider fails the Submission within seconds."
 
 MODEL_TIMEOUT_S = 600.0
 """A streamed answer may take minutes; a stalled connection may not take forever."""
+
+MODEL_CALLS = 256
+"""Model requests in flight at once to one provider; a further one waits for one to end.
+Each holds a socket, and a Harness in a container has 1024 file descriptors (the default
+soft RLIMIT_NOFILE): a thousand live conversations, each calling its model, must fit
+with the Harness's own API, the Orchestrator's and the toolbox's (ADR 0054). A provider
+that serves more at once for one sandbox is rare; its rate limits bind first."""
 
 
 @dataclass(frozen=True)
@@ -59,10 +67,19 @@ class ModelPort(Protocol):
 class OpenAIModels:
     """Chat completions with tool calling, streamed, through one client per provider."""
 
-    def __init__(self, *, retries: int = MODEL_RETRIES, timeout: float = MODEL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        *,
+        retries: int = MODEL_RETRIES,
+        timeout: float = MODEL_TIMEOUT_S,
+        calls: int = MODEL_CALLS,
+    ) -> None:
         self._clients: dict[str, openai.AsyncOpenAI] = {}
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        """Per provider: its requests in flight, at most ``calls``."""
         self._retries = retries
         self._timeout = timeout
+        self._calls = calls
 
     def _client(self, provider: Provider) -> openai.AsyncOpenAI:
         client = self._clients.get(provider.name)
@@ -86,7 +103,15 @@ class OpenAIModels:
         effort = (
             openai.omit if thinking is None or thinking is ThinkingLevel.OFF else thinking.value
         )
-        client = self._client(request.model.provider)
+        provider = request.model.provider
+        client = self._client(provider)
+        slots = self._slots.setdefault(provider.name, asyncio.Semaphore(self._calls))
+        async with slots:
+            return await self._stream(client, request, effort, partial)
+
+    async def _stream(
+        self, client: openai.AsyncOpenAI, request: ModelRequest, effort: Any, partial: Partial
+    ) -> ModelAnswer:
         try:
             stream = await client.chat.completions.create(
                 model=request.model.model,

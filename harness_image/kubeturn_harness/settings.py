@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubeturn_harness.conversations import SWEEP_WAIT_S
+from kubeturn_harness.models import MODEL_CALLS
 from kubeturn_harness.orchestrator import PICK_RETRY_S, SURFACE_RETRY_S
 from kubeturn_harness.runaway import DEFAULT_MAX_IDENTICAL, DEFAULT_MAX_STEPS
 
@@ -60,6 +61,9 @@ class Settings:
     leader change; a sweep ends the wait sooner (ADR 0047)."""
     long_poll_s: float = 25.0
     """How long a long-poll read of a stream parks before 204: under common 30 s proxies."""
+    model_calls: int = MODEL_CALLS
+    """Model requests in flight at once to one provider; a further one waits (each holds a
+    socket: ``kubeturn_harness.models.MODEL_CALLS`` says why 256)."""
     max_steps: int = DEFAULT_MAX_STEPS
     """Model requests one Submission may make before it is a runaway."""
     max_identical_calls: int = DEFAULT_MAX_IDENTICAL

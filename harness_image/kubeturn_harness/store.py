@@ -4,7 +4,10 @@ The log is the record: the stream clients follow, the history view, what a resta
 Harness rebuilds its queues from, and what a conversation dropped from memory is read
 back from. Every event is written and flushed before it is acknowledged, so it survives
 a Harness restart; settlements are also fsynced, so the outcome survives the node. A
-torn last line (a crash mid-write) is dropped on load. A log is deleted only when the
+torn last line (a crash mid-write) is dropped on load. A log holds no file open between
+appends: each append opens, writes and closes its file, so a Harness keeps a thousand
+conversations in memory within a container's 1024 file descriptors (ADR 0054). A log is
+deleted only when the
 Harness forgets the deleted Run it belongs to (ADR 0030). This module knows nothing of
 what the events mean.
 """
@@ -19,7 +22,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from kubeturn_harness.clock import Clock
 from kubeturn_harness.wire import ConversationId, EventType, StreamEvent
@@ -46,7 +49,8 @@ class ConversationLog:
         self.id = conversation_id(name, instance_id)
         self._clock = clock
         self._events: list[StreamEvent] = _load_events(directory / EVENTS_FILE)
-        self._file: IO[str] | None = None
+        self._made = False
+        """Whether the directory and its meta file are known to exist."""
         self._appended = asyncio.Event()
         self.readers = 0
         """Followers parked in ``wait_beyond``: while any waits, the log must stay the one
@@ -65,11 +69,7 @@ class ConversationLog:
     ) -> StreamEvent:
         """Write one event; ``durable`` also fsyncs it (settlements)."""
         event = StreamEvent(offset=len(self._events), type=type_, at=self._clock.now(), data=data)
-        handle = self._handle()
-        handle.write(event.model_dump_json() + "\n")
-        handle.flush()
-        if durable:
-            os.fsync(handle.fileno())
+        _append(self._path(), (event.model_dump_json() + "\n").encode(), sync=durable)
         self._events.append(event)
         self._appended.set()
         self._appended = asyncio.Event()
@@ -92,18 +92,30 @@ class ConversationLog:
         return True
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        """Nothing stays open between appends; kept so a conversation's end reads as one."""
 
-    def _handle(self) -> IO[str]:
-        if self._file is None:
+    def _path(self) -> Path:
+        if not self._made:
             self.directory.mkdir(parents=True, exist_ok=True)
             meta = self.directory / META_FILE
             if not meta.exists():
                 meta.write_text(json.dumps({"name": self.name, "instanceId": self.instance_id}))
-            self._file = (self.directory / EVENTS_FILE).open("a", encoding="utf-8")
-        return self._file
+            self._made = True
+        return self.directory / EVENTS_FILE
+
+
+def _append(path: Path, data: bytes, *, sync: bool) -> None:
+    """Append ``data`` to ``path`` in one open: written whole (O_APPEND), then closed;
+    ``sync`` also fsyncs it first."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(descriptor, view) :]
+        if sync:
+            os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 class Store:

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.validation import definition_errors, validate_workspace
-from kubeturn.api.workspace import carries_credentials, redacted
+from kubeturn.api.workspace import SandboxResources, carries_credentials, redacted
 from kubeturn.errors import CommandError, DefinitionErrors
 from kubeturn.local import control as local
 from kubeturn.local import view
@@ -126,6 +126,13 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_SANDBOX_EGRESS", "{}"),
         help="JSON: what every sandbox may reach (the chart's sandbox.egress; env "
         "KUBETURN_SANDBOX_EGRESS); default: DNS, and the public internet on 443 and 22",
+    )
+    operator.add_argument(
+        "--sandbox-resources",
+        default=env("KUBETURN_SANDBOX_RESOURCES", "{}"),
+        help="JSON: requests and limits of the sandbox containers, {harness, tools, clone} "
+        "(the chart's sandbox.resources; env KUBETURN_SANDBOX_RESOURCES); a part left out "
+        "keeps its default",
     )
     operator.add_argument(
         "--log-format", choices=["text", "json"], default=env("KUBETURN_LOG_FORMAT", "text")
@@ -401,6 +408,7 @@ def operator(args: argparse.Namespace) -> int:
             return 2
     try:
         sandbox_egress = _sandbox_egress(args.sandbox_egress)
+        sandbox_resources = _sandbox_resources(args.sandbox_resources)
     except CommandError as error:
         print(f"kubeturn: {error}", file=sys.stderr)
         return 2
@@ -413,6 +421,7 @@ def operator(args: argparse.Namespace) -> int:
         operator_labels=tuple(_labels(args.operator_labels)),
         operator_namespace=args.operator_namespace,
         sandbox_egress=sandbox_egress,
+        sandbox_resources=sandbox_resources,
         require_confinement=args.require_confinement,
     )
     election = None
@@ -460,6 +469,21 @@ def _sandbox_egress(text: str) -> SandboxEgress:
             for problem in definition_errors(error, SandboxEgress)
         ]
         raise CommandError(f"--sandbox-egress is refused: {'; '.join(problems)}") from error
+
+
+def _sandbox_resources(text: str) -> SandboxResources:
+    """The sandbox containers' resources from their JSON; a CommandError naming every
+    problem by its path under the chart's ``sandbox.resources``."""
+    try:
+        return SandboxResources.model_validate_json(text)
+    except ValidationError as error:
+        problems = [
+            f"sandbox.resources.{problem.path}: {problem.message}"
+            if problem.path
+            else f"sandbox.resources: {problem.message}"
+            for problem in definition_errors(error, SandboxResources)
+        ]
+        raise CommandError(f"--sandbox-resources is refused: {'; '.join(problems)}") from error
 
 
 def _labels(text: str) -> list[tuple[str, str]]:

@@ -9,13 +9,18 @@
     ├── CommandError       a ``kubeturn`` command cannot do what it was asked: one line
     ├── WireError          a request body the Orchestrator API refuses: a 4xx naming the
     │                      field, or the body (also a ``ValueError``)
+    ├── SnapshotUnreadable a Run's saved state cannot be restored (an unknown version, a
+    │                      damaged one): the Run says why and is not driven
     └── LeadershipLost     (``kubeturn.k8s.leader``) the operator lost its Lease: it exits
 
 A definition error is the user's to fix; the operator shows it as a status condition
 and never retries the manifest as it stands. An expression error happens while a Run
 is running (a guard met a value of the wrong type); the interpreter decides what it
-means for the Run. A command error is for the person at the terminal: the CLI prints it
-as one line (what is wrong, where, what to do) and exits 1, never with a traceback.
+means for the Run. An unreadable snapshot is the operator's own data gone wrong (written
+by a newer kubeturn, or damaged): retrying cannot help, so the Run shows why
+(``Ready=False``, ``SnapshotUnreadable``) and waits. A command error is for the person
+at the terminal: the CLI prints it as one line (what is wrong, where, what to do) and
+exits 1, never with a traceback.
 Foreign exceptions (pydantic, CEL, YAML, git, the Kubernetes client) are translated where
 they are caught, in one place each, with the cause chained.
 
@@ -110,3 +115,8 @@ class WireError(KubeturnError, ValueError):
         self.field = field
         """The dotted path of the value at fault (``items.2.score``); None for the body."""
         self.status = status
+
+
+class SnapshotUnreadable(KubeturnError, ValueError):
+    """A Run's snapshot that this kubeturn cannot restore: the message says why (its
+    version, the field that is wrong), for the Run's condition or the terminal."""

@@ -488,6 +488,7 @@ def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
             f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=kubeturn"
         ),
         "KUBETURN_SANDBOX_EGRESS": env["KUBETURN_SANDBOX_EGRESS"],  # its own test
+        "KUBETURN_SANDBOX_RESOURCES": env["KUBETURN_SANDBOX_RESOURCES"],  # its own test
         "KUBETURN_REQUIRE_CONFINEMENT": "false",
     }
     assert orchestrator["spec"]["ports"] == [
@@ -621,6 +622,22 @@ def test_sandbox_egress_reaches_the_operator_as_its_model_reads_it(
             },
         ],
     }
+
+
+def test_sandbox_resources_reach_the_operator_as_its_defaults(
+    default_objects: list[Object], helm: str
+) -> None:
+    from kubeturn.api.workspace import SandboxResources
+
+    sent = _env(default_objects)["KUBETURN_SANDBOX_RESOURCES"]
+    assert SandboxResources.model_validate_json(sent) == SandboxResources()
+    text = _helm(
+        helm, *_template_args(None), "--set", "sandbox.resources.clone.limits.memory=3Gi"
+    ).stdout
+    objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    changed = SandboxResources.model_validate_json(_env(objects)["KUBETURN_SANDBOX_RESOURCES"])
+    assert changed.clone.limits == {"cpu": "1", "memory": "3Gi"}
+    assert changed.tools == SandboxResources().tools
 
 
 @pytest.mark.parametrize("rendering", ["default_objects", "custom_objects"])
@@ -1074,6 +1091,7 @@ def test_every_values_key_has_a_comment() -> None:
         ),
         ('sandbox.egress.public.ports=[{"endPort":90}]', "'port' required"),
         ('networkPolicy.metricsFrom=[{"namespaceSelectr":{}}]', "'namespaceSelectr'"),
+        ('sandbox.resources={"toolbox":{}}', "'toolbox'"),
     ],
     ids=[
         "unknown-key",
@@ -1090,6 +1108,7 @@ def test_every_values_key_has_a_comment() -> None:
         "cidr-without-prefix",
         "end-port-without-port",
         "misspelt-metrics-peer",
+        "unknown-sandbox-container",
     ],
 )
 def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:

@@ -13,13 +13,15 @@ Cases:
   missing or invalid script, an Orchestrator API port in use, a Harness port in use;
 - a dirty workdir is refused, and a workdir holding the same run points at ``--resume``;
   ``--resume`` with a manifest other than the one the run started with is refused, and
-  ``--resume`` of a run that has ended prints its summary;
+  ``--resume`` of a run that has ended prints its summary; ``--resume`` of a run whose
+  snapshot a newer kubeturn wrote says so, naming the file;
 - ``--resume`` of a run that is not there; ``send`` with data that is not a JSON object;
   ``send`` to a run that is not there.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -258,6 +260,17 @@ def test_a_dirty_workdir_is_refused(project: Path) -> None:
         "ended",
         "pick",
     ]
+    saved = project / ".kubeturn-work/hello/.kubeturn/runs/hello/snapshot.json"
+    status = json.loads(saved.read_text())
+    status["snapshot"]["version"] = 99
+    saved.write_text(json.dumps(status))
+    newer = kubeturn("run", "--resume", "hello", cwd=project)
+    assert one_line_error(newer) == (
+        f"kubeturn: the snapshot {saved} cannot be restored (it is version 99, written by a "
+        "newer kubeturn; this one reads versions 0 to 1: run a kubeturn that reads it); the "
+        "run cannot be resumed: resume it with a kubeturn that reads it, or start it afresh "
+        "in another --workdir"
+    )
 
 
 def test_send_says_what_is_wrong_in_one_line(project: Path) -> None:

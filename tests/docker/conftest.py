@@ -128,9 +128,12 @@ def docker_timings(request: pytest.FixtureRequest) -> dict[str, float]:
     return request.config.stash.setdefault(_TIMINGS, {})
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def docker_engine(docker_timings: dict[str, float]) -> Iterator[DockerEngine]:
-    """A usable Docker engine: the one ``docker info`` reaches, or a private dockerd."""
+    """A usable Docker engine: the one ``docker info`` reaches, or a private dockerd.
+    Package-scoped, as the images built in it are: stopped when the tier's last test
+    ends, not in the teardown of whatever test ends the session, whose timeout would
+    then take in stopping the engine and removing its images."""
     cli, reasons = _find_buildkit_cli()
     if cli is None:
         pytest.skip(
@@ -155,7 +158,7 @@ def docker_engine(docker_timings: dict[str, float]) -> Iterator[DockerEngine]:
         yield DockerEngine(cli=cli, env=env)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def debian_base(docker_engine: DockerEngine, docker_timings: dict[str, float]) -> str:
     """The tag of a Debian bookworm base image present in the engine: there already,
     pulled (only when ``KUBETURN_DOCKER_PULL=1``), or imported from a debootstrapped
@@ -186,7 +189,7 @@ def debian_base(docker_engine: DockerEngine, docker_timings: dict[str, float]) -
     return DEBIAN_BASE
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def harness_image(
     docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
 ) -> Iterator[str]:

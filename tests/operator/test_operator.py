@@ -22,6 +22,9 @@ Cases:
   one record per Turn in ``Run.status.turns``;
 - an invalid Run (a transition's target names no state) gets ``Ready=False``,
   ``Invalid``, with the manifest path; a fixed spec (a new generation) runs;
+- a Run whose saved state a newer kubeturn wrote (``status.snapshot.version`` 99) gets,
+  from a restarted operator, ``Ready=False``, ``SnapshotUnreadable`` saying so, and stays
+  as it was (no retry writes it again); the operator goes on driving other Runs;
 - a Run whose states invoke an Agent and name no ``spec.workspace`` gets ``Ready=False``,
   ``Invalid``, naming ``spec.workspace`` and the states; with a Workspace added (a new
   generation) it runs: its two Turns on one continued conversation, created back to
@@ -536,6 +539,57 @@ async def test_an_invalid_run_says_where_and_a_fixed_spec_runs(cluster: StartClu
     assert running["observedGeneration"] == 2
     assert ready()["status"] == "True"
     assert names(world.k8s, AGENTTURNS) == [f"{RUN}-t1"]
+
+
+def timed(name: str, delay: str) -> dict[str, Any]:
+    """A Run of no Agent that waits ``delay`` and succeeds."""
+    machine = {
+        "initial": "waiting",
+        "states": {"waiting": {"after": {delay: "done"}}, "done": {"type": "final"}},
+    }
+    return {
+        "apiVersion": "kubeturn.dev/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"agents": {}, "machine": machine},
+    }
+
+
+async def test_a_snapshot_a_newer_kubeturn_wrote_is_not_restored_and_says_why(
+    cluster: StartCluster,
+) -> None:
+    world = await cluster(script({}))
+    await world.apply(timed("waits", "1h"))
+    await world.run_phase("waits", "Running")
+    await world.operator.stop()
+    newer = {"status": {"snapshot": {"version": 99}}}
+    await world.kubectl(
+        "patch", "run", "waits", "--subresource=status", "--type=merge", "-p", json.dumps(newer)
+    )
+    world.operator = OperatorThread(world.operator.settings, world.installation.kubeconfig)
+    world.operators.append(world.operator)
+    await world.operator.start()
+
+    def ready() -> dict[str, Any]:
+        found = [c for c in world.run("waits").get("conditions", []) if c["type"] == "Ready"]
+        return found[0] if found else {}
+
+    await eventually(
+        lambda: ready().get("reason") == "SnapshotUnreadable", "Ready=False, SnapshotUnreadable"
+    )
+    assert ready()["status"] == "False"
+    assert ready()["message"] == (
+        "the Run's saved state (status.snapshot) cannot be restored: it is version 99, "
+        "written by a newer kubeturn; this one reads versions 0 to 1: run a kubeturn that "
+        "reads it. The Run is not driven; delete it, or run a kubeturn that reads it"
+    )
+    before = read(world.k8s, RUNS, "waits") or {}
+    await world.apply(timed("quick", "0s"))
+    await world.run_phase("quick", "Succeeded")
+    after = read(world.k8s, RUNS, "waits") or {}
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["status"]["snapshot"]["version"] == 99
+    assert after["status"]["phase"] == "Running"
 
 
 HANDOVER = "handover"

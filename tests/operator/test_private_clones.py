@@ -768,6 +768,14 @@ async def test_a_workspace_whose_url_carries_a_token_is_refused_naming_the_path(
     )
     await operator.start()
     try:
+        # Posted once the operator watches Workspaces, so that it could see one slip past.
+        await eventually(
+            lambda: any(
+                (asked.verb, asked.resource) == ("watch", "workspaces")
+                for asked, _ in k8s.authorizations
+            ),
+            "the operator watching Workspaces",
+        )
         repo = {"url": f"https://{USER}:{PASSWORD}@127.0.0.1:9/private.git"}
         workspace = {
             "apiVersion": GROUP_VERSION,

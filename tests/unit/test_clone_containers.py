@@ -127,7 +127,7 @@ class TestEnvironment:
 
     def test_no_host_for_ssh(self) -> None:
         repo = Repo(url="git@git.example.invalid:team/a.git", secretRef={"name": "key"})
-        built = clones.container("target", repo, image="i", work={}, security={})
+        built = clones.container("target", repo, image="i", work={}, security={}, resources={})
         assert {v["name"] for v in built["env"]} == {"REPO_URL", "REPO_REF", "REPO_SECRET"}
 
     def test_it_starts_off_the_volume(self) -> None:

@@ -48,6 +48,7 @@ from typing import Any
 import pytest
 
 from kubeturn.machine.load import load_run_yaml
+from kubeturn.orchestrator import snapshots
 from kubeturn.orchestrator.core import ExecResult, Gone, Invalid, RunCore, RunPhase
 from kubeturn.orchestrator.effects import (
     Admit,
@@ -416,9 +417,9 @@ class TestHistory:
         data = core.snapshot()
         assert (data["turnSeq"], data["deliverySeq"]) == (1, 0)
         # As written when Turns and picks took numbers from one counter: t1, then d2, ...
-        del data["turnSeq"], data["deliverySeq"]
+        del data["turnSeq"], data["deliverySeq"], data["version"]
         data["seq"] = 7
-        again = new_core("continued", snapshot=data)
+        again = new_core("continued", snapshot=snapshots.migrate(data, []))
         answer, effects = again.pick(CONTINUED_IID, "submit", {}, 1.0)
         assert isinstance(answer, Receipt)
         assert answer.deliveryId == "d8-n1"

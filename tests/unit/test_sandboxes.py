@@ -7,8 +7,13 @@ Cases:
   the Harness's own volume at its home (its data dir), mounted by the ``harness``
   container only; the two share only the toolbox's ``emptyDir``; the ``harness``
   container names the toolbox's socket, the ``tools`` container serves the Harness's uid
-  there, as the Workspace tree's user, with the default resources unless the spec gives
-  some; ``restartPolicy: Always``; its name is ``sandbox_name``'s;
+  there, as the Workspace tree's user; ``restartPolicy: Always``; its name is
+  ``sandbox_name``'s;
+- resources (ADR 0053): every container, the clone init containers too, has CPU and
+  memory requests and limits, the operator's (``SandboxResources``, the chart's
+  ``sandbox.resources``) reaching each; a Workspace's ``spec.resources`` overrides the
+  tools container's key by key, and a request it raises above a default limit raises
+  that limit with it;
 - ``workspace_of``: the Workspace a Run names, the one its template makes, or none;
 - ``read_pod``: gone, being deleted, ended (``Failed``/``Succeeded``, with reason and
   message), starting (with containers waiting, e.g. in CrashLoopBackOff, a restarting
@@ -47,7 +52,7 @@ from typing import Any
 import pytest
 
 from kubeturn.api.status import WorkspacePhase
-from kubeturn.api.workspace import Resources, Storage, WorkspaceSpec
+from kubeturn.api.workspace import Resources, SandboxResources, Storage, WorkspaceSpec
 from kubeturn.k8s import objects, sandboxes
 from kubeturn.k8s.sandboxes import Action, PodState, Recreation, plan, read_pod
 
@@ -130,19 +135,50 @@ class TestSandboxPod:
         assert self.pod["spec"]["securityContext"]["runAsUser"] == objects.HARNESS_UID
         assert "runAsUser" not in harness["securityContext"]
 
-    def test_the_tools_get_the_spec_resources_or_the_defaults(self) -> None:
-        assert self.containers()["tools"]["resources"] == objects.TOOLS_RESOURCES
-        spec = SPEC.model_copy(update={"resources": Resources(limits={"cpu": 8})})
-        pod = objects.sandbox_pod(
-            WORKSPACE,
-            spec,
-            image="harness:1",
-            orchestrator_url="http://o",
-            providers_yaml="{}\n",
-            harness_token_sha256="t1",
+    def test_every_container_has_requests_and_limits(self) -> None:
+        spec = self.pod["spec"]
+        defaults = SandboxResources()
+        for container in [*spec["initContainers"], *spec["containers"]]:
+            resources = container["resources"]
+            for kind in ("requests", "limits"):
+                assert set(resources[kind]) == {"cpu", "memory"}, container["name"]
+        assert self.containers()["harness"]["resources"] == defaults.harness.model_dump()
+        assert self.containers()["tools"]["resources"] == defaults.tools.model_dump()
+        for clone in spec["initContainers"]:
+            assert clone["resources"] == defaults.clone.model_dump()
+
+    def test_the_operators_resources_reach_every_container(self) -> None:
+        chosen = SandboxResources(
+            harness=Resources(requests={"cpu": "1"}, limits={"cpu": "3"}),
+            clone=Resources(requests={"memory": "1Gi"}, limits={"memory": "5Gi"}),
         )
-        (tools,) = [c for c in pod["spec"]["containers"] if c["name"] == "tools"]
-        assert tools["resources"] == {"limits": {"cpu": 8}}
+        pod = sandbox(SPEC, resources=chosen)
+        containers = {c["name"]: c for c in pod["spec"]["containers"]}
+        assert containers["harness"]["resources"] == {
+            "requests": {"cpu": "1"},
+            "limits": {"cpu": "3"},
+        }
+        for clone in pod["spec"]["initContainers"]:
+            assert clone["resources"] == {
+                "requests": {"memory": "1Gi"},
+                "limits": {"memory": "5Gi"},
+            }
+
+    def test_the_spec_resources_override_the_tools_defaults_key_by_key(self) -> None:
+        spec = SPEC.model_copy(update={"resources": Resources(limits={"cpu": 8})})
+        (tools,) = [c for c in sandbox(spec)["spec"]["containers"] if c["name"] == "tools"]
+        assert tools["resources"] == {
+            "requests": {"cpu": "250m", "memory": "512Mi"},
+            "limits": {"cpu": 8, "memory": "4Gi"},
+        }
+
+    def test_a_request_above_a_default_limit_raises_that_limit(self) -> None:
+        spec = SPEC.model_copy(update={"resources": Resources(requests={"memory": "16Gi"})})
+        (tools,) = [c for c in sandbox(spec)["spec"]["containers"] if c["name"] == "tools"]
+        assert tools["resources"] == {
+            "requests": {"cpu": "250m", "memory": "16Gi"},
+            "limits": {"cpu": "2", "memory": "16Gi"},
+        }
 
     def test_the_clones_see_only_the_work_directory(self) -> None:
         clones = self.pod["spec"]["initContainers"]
@@ -581,3 +617,16 @@ def test_the_tools_refuse_to_run_unconfined_when_the_operator_requires_it() -> N
 
     assert "--require-confinement" not in tools_args(False)
     assert tools_args(True)[-1] == "--require-confinement"
+
+
+def sandbox(spec: WorkspaceSpec, **options: Any) -> dict[str, Any]:
+    """The sandbox Pod of ``spec`` for ``WORKSPACE``."""
+    return objects.sandbox_pod(
+        WORKSPACE,
+        spec,
+        image="harness:1",
+        orchestrator_url="http://o",
+        providers_yaml="{}\n",
+        harness_token_sha256="t1",
+        **options,
+    )

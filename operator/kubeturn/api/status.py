@@ -125,6 +125,36 @@ class TurnHistoryRecord(Status):
     tokens: Usage | None = Field(default=None, description="Tokens its provider reported.")
 
 
+class RunSnapshot(Status):
+    """What the operator resumes a Run from, as the Run's core wrote it
+    (``kubeturn.orchestrator.core.RunCore.snapshot``; its format is
+    ``kubeturn.orchestrator.snapshots``). Not for users: only the operator reads it."""
+
+    version: int = Field(
+        default=0,
+        description=(
+            "The snapshot's format: an operator restores every version it knows and refuses "
+            "a newer one, saying so in the Ready condition. Absent: written before snapshots "
+            "had versions (version 0)."
+        ),
+    )
+    phase: Any = Field(default=None, description="The core's phase.")
+    message: Any = Field(default=None, description="Why the Run failed, as the core said it.")
+    machine: Any = Field(
+        default=None, description="The Machine's configuration: leaf, context, timers, invokes."
+    )
+    turns: Any = Field(default=None, description="The Turns whose state is active or sweeping.")
+    deliveries: Any = Field(default=None, description="Picks delivered and their answers.")
+    epochs: Any = Field(default=None, description="Each continued conversation's epoch.")
+    notices: Any = Field(default=None, description="Notices for each Agent's next Turn.")
+    recorded: Any = Field(default=None, description="Turns recorded over the Run's life.")
+    signals: Any = Field(default=None, description="Ids of the outside signals already sent.")
+    execs: Any = Field(default=None, description="Commands started and not yet answered.")
+    cancelled: Any = Field(default=None, description="CANCEL was sent.")
+    turnSeq: Any = Field(default=None, description="Turns started over the Run's life.")
+    deliverySeq: Any = Field(default=None, description="Picks delivered over the Run's life.")
+
+
 class RunStatus(Status):
     """What the operator knows of a Run."""
 
@@ -153,7 +183,7 @@ class RunStatus(Status):
         default=None,
         description="Why the Run failed, when it did (at most 2 KiB; a longer one is cut).",
     )
-    snapshot: dict[str, Any] | None = Field(
+    snapshot: RunSnapshot | None = Field(
         default=None,
         description=(
             "The machine's durable state but its settled Turns (those are turns); the "

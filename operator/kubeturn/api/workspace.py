@@ -201,6 +201,41 @@ class Resources(Spec):
         return self
 
 
+def _resources(cpu: str, memory: str, cpu_limit: str, memory_limit: str) -> Resources:
+    return Resources(
+        requests={"cpu": cpu, "memory": memory}, limits={"cpu": cpu_limit, "memory": memory_limit}
+    )
+
+
+class SandboxResources(Spec):
+    """The resources the operator gives each container of every sandbox Pod (the chart's
+    ``sandbox.resources``), so none is unbounded (ADR 0053). A Workspace's
+    ``spec.resources`` overrides the ``tools`` container's, key by key."""
+
+    harness: Resources = Field(
+        default_factory=lambda: _resources("50m", "128Mi", "1", "1Gi"),
+        description=(
+            "The harness container: it waits on model streams and keeps a few hundred "
+            "conversations in memory (a thousand live ones fit in 1 GiB); the Agents' work "
+            "is the tools container's."
+        ),
+    )
+    tools: Resources = Field(
+        default_factory=lambda: _resources("250m", "512Mi", "2", "4Gi"),
+        description=(
+            "The tools container, where every Agent's command runs: a build or a test suite "
+            "fits; a runaway command is throttled at two cores and killed at 4 GiB."
+        ),
+    )
+    clone: Resources = Field(
+        default_factory=lambda: _resources("100m", "128Mi", "1", "2Gi"),
+        description=(
+            "Each repo slot's clone init container: git's pack indexing of a large "
+            "repository takes a core and up to a few hundred MiB; 2 GiB leaves room."
+        ),
+    )
+
+
 class Storage(Spec):
     """The volumes: one for the clones and worktrees, one for the Harness's records."""
 
@@ -254,8 +289,10 @@ class WorkspaceSpec(Spec):
     resources: Resources | None = Field(
         default=None,
         description=(
-            "CPU and memory of the tools container, where the Agents' commands run; "
-            "by default requests {cpu: 250m, memory: 512Mi}, limits {cpu: 2, memory: 4Gi}."
+            "CPU and memory of the tools container, where the Agents' commands run, over "
+            "the operator's defaults key by key (the chart's sandbox.resources.tools: "
+            "requests {cpu: 250m, memory: 512Mi}, limits {cpu: 2, memory: 4Gi}); a "
+            "request above a default limit raises that limit to it."
         ),
     )
     storage: Storage = Field(

@@ -147,7 +147,9 @@ def volume(slot: str, repo: Repo) -> Object | None:
     return {"name": name(slot), "secret": secret}
 
 
-def container(slot: str, repo: Repo, *, image: str, work: Object, security: Object) -> Object:
+def container(
+    slot: str, repo: Repo, *, image: str, work: Object, security: Object, resources: Object
+) -> Object:
     """The init container that clones ``slot``; ``work`` mounts the clones' directory."""
     env = [{"name": "REPO_URL", "value": repo.url}, {"name": "REPO_REF", "value": repo.ref}]
     mounts = [work]
@@ -167,6 +169,7 @@ def container(slot: str, repo: Repo, *, image: str, work: Object, security: Obje
         # Not the image's WORKDIR (/work, the Agents' volume): nothing is looked up there.
         "workingDir": "/",
         "volumeMounts": mounts,
+        "resources": resources,
         "securityContext": security,
         # A clone that fails says why in its log's last line: the Pod's status carries
         # it (lastState.terminated.message), and so the Workspace's Ready message.

@@ -19,7 +19,11 @@ with its path."""
 TOO_LARGE = "TooLarge"
 """The Run's spec is larger than the operator takes (``runs.MAX_SPEC_BYTES``); the message
 says how large it is. Like ``Invalid``, the Run waits for a new generation."""
-UNDRIVEN = frozenset({INVALID, TOO_LARGE})
+SNAPSHOT_UNREADABLE = "SnapshotUnreadable"
+"""The Run's saved state (``status.snapshot``) cannot be restored: written by a newer
+kubeturn, or damaged; the message says which. The Run is not driven (nothing it would do
+could be trusted) and waits for an operator that reads it, or its deletion."""
+UNDRIVEN = frozenset({INVALID, TOO_LARGE, SNAPSHOT_UNREADABLE})
 """Reasons of a Run's ``Ready=False`` that mean no Machine of it runs."""
 RUNNING = "Running"
 """The Run's Machine is running."""

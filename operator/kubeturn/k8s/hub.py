@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s.apiserver import ApiServerAddresses
 from kubeturn.k8s.kube import Kube
 from kubeturn.orchestrator.actor import Settled
@@ -52,6 +53,9 @@ class OperatorSettings:
     (Landlock): on such a node the tools hold no secret, but the Runs of one Workspace
     are not isolated from each other (ADR 0035). Off by default, so that a cluster of
     older kernels works on its first day; a Turn's tool calls fail, saying why, when on."""
+    sandbox_resources: SandboxResources = field(default_factory=SandboxResources)
+    """Requests and limits of every sandbox container (the chart's ``sandbox.resources``);
+    a Workspace's ``spec.resources`` overrides the tools container's (ADR 0053)."""
     sandbox_egress: SandboxEgress = field(default_factory=SandboxEgress)
     """What every sandbox may reach (the chart's ``sandbox.egress``); a Workspace's
     ``spec.egress`` adds to it (ADR 0034). Default: DNS, and the public internet on 443

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
-from kubeturn.api.workspace import WorkspaceSpec
+from kubeturn.api.workspace import Resources, SandboxResources, WorkspaceSpec, quantity
 from kubeturn.k8s import clones as clone_containers
 from kubeturn.k8s import egress, names, sandboxes
 from kubeturn.k8s.sandboxes import HARNESS_CONTAINER, TOOLS_CONTAINER
@@ -53,9 +53,6 @@ TOOLBOX_COMMAND = [
 ]
 """How the ``tools`` container starts the toolbox from the Harness image: tini as PID 1 of
 the container's own PID namespace, holding nothing but the image's environment."""
-HARNESS_RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
-"""The Harness container's: it waits on model streams and keeps a few hundred
-conversations in memory (ADR 0027); the Agents' work is the ``tools`` container's."""
 SANDBOX_GRACE_S = 10
 """The sandbox Pod's ``terminationGracePeriodSeconds``: how long its containers have between
 SIGTERM and SIGKILL when it is deleted (ADR 0042). The Harness settles nothing on SIGTERM
@@ -64,14 +61,21 @@ toolbox ends its sessions' processes: each takes a second or two. A SIGKILL lose
 a Turn needs (a torn last record is dropped on load; settlements are fsynced), and a new
 Pod is made only once the old one is gone (ADR 0024): past a few seconds the grace only
 keeps the Workspace without a Harness, up to 30 s with Kubernetes' default."""
-TOOLS_RESOURCES = {
-    "requests": {"cpu": "250m", "memory": "512Mi"},
-    "limits": {"cpu": "2", "memory": "4Gi"},
-}
-"""The ``tools`` container's when ``spec.resources`` says nothing: a build or a test suite
-fits; a runaway command is throttled at two cores and killed at 4 GiB, not the node's."""
-
 Object = dict[str, Any]
+
+
+def container_resources(default: Resources, override: Resources | None) -> Object:
+    """A container's ``resources``: ``default``, with ``override``'s requests and limits
+    over it key by key. A default limit below a request the override raised goes up to that
+    request, so the container stays valid (a request above its limit is refused) and
+    bounded."""
+    requests = {**(default.requests or {}), **((override and override.requests) or {})}
+    limits = {**(default.limits or {}), **((override and override.limits) or {})}
+    set_limits = (override and override.limits) or {}
+    for name, value in requests.items():
+        if name in limits and name not in set_limits and quantity(value) > quantity(limits[name]):
+            limits[name] = value
+    return {"requests": requests, "limits": limits}
 
 
 def owner_reference(owner: Mapping[str, Any], *, controller: bool = True) -> dict[str, Any]:
@@ -261,6 +265,7 @@ def sandbox_pod(
     providers_yaml: str,
     harness_token_sha256: str,
     require_confinement: bool = False,
+    resources: SandboxResources | None = None,
 ) -> Object:
     """The sandbox: an init container clones each repo slot; the ``harness`` container
     serves Turns; the ``tools`` container runs every Agent's tool (ADR 0035).
@@ -270,7 +275,9 @@ def sandbox_pod(
     Pod does not share one), holds the work tree and nothing else, and serves the
     Harness's uid alone over a socket in an ``emptyDir`` they share. The work volume
     (clones, worktrees) and the Harness's volume (conversation logs) are separate claims
-    that outlive the Pod. ``restartPolicy: Always``: the kubelet restarts a container
+    that outlive the Pod. Every container has requests and limits (``resources``, the
+    chart's ``sandbox.resources``; the Workspace's ``spec.resources`` over the tools
+    container's, ADR 0053). ``restartPolicy: Always``: the kubelet restarts a container
     that exits, inside the same Pod; the Pod itself ends (``Failed``) only when it is
     evicted or its node goes, and then the operator makes a new one
     (``kubeturn.k8s.sandboxes``). A deleted Pod's containers get ``SANDBOX_GRACE_S`` to
@@ -280,6 +287,7 @@ def sandbox_pod(
     name = meta["name"]
     tokens = token_secret_name(name)
     image = spec.image or image
+    sized = resources or SandboxResources()
     security = {
         "runAsNonRoot": True,
         "allowPrivilegeEscalation": False,
@@ -291,7 +299,14 @@ def sandbox_pod(
     toolbox = {"name": "toolbox", "mountPath": TOOLBOX_DIR}
     # A slot's credentials are mounted into its own clone container only (ADR 0033).
     clones = [
-        clone_containers.container(slot, repo, image=image, work=work, security=as_tools)
+        clone_containers.container(
+            slot,
+            repo,
+            image=image,
+            work=work,
+            security=as_tools,
+            resources=container_resources(sized.clone, None),
+        )
         for slot, repo in spec.repos.items()
     ]
     credentials = [
@@ -336,7 +351,7 @@ def sandbox_pod(
             {"name": "providers", "mountPath": "/etc/kubeturn", "readOnly": True},
         ],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": HARNESS_PORT}},
-        "resources": HARNESS_RESOURCES,
+        "resources": container_resources(sized.harness, None),
         "securityContext": security,
     }
     tools = {
@@ -353,9 +368,7 @@ def sandbox_pod(
             *(["--require-confinement"] if require_confinement else []),
         ],
         "volumeMounts": [work, toolbox, {"name": "scratch", "mountPath": SCRATCH}],
-        "resources": (
-            spec.resources.model_dump(exclude_none=True) if spec.resources else TOOLS_RESOURCES
-        ),
+        "resources": container_resources(sized.tools, spec.resources),
         "securityContext": as_tools,
     }
     pod: Object = {

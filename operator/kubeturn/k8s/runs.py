@@ -4,7 +4,9 @@ A kopf daemon per Run loads the manifest (an invalid one gets ``Ready=False, Inv
 with every problem and its path, and waits for a new generation — never a crash loop;
 here a Run that invokes an Agent or a command must name ``spec.workspace``, since nothing
 else could run them; a spec over ``MAX_SPEC_BYTES`` gets ``Ready=False, TooLarge`` and
-waits likewise, rather than fail its writes once its status grows),
+waits likewise, rather than fail its writes once its status grows; a saved state it
+cannot restore, of an unknown version or damaged, gets ``Ready=False,
+SnapshotUnreadable`` saying why, and the Run waits, not driven, never retried),
 finds or makes its Workspace, asks the Harness for the Run's worktrees (ones it cannot
 make give ``Ready=False, WorktreesFailed`` with its words, and are asked for again after
 a back-off), and drives the Orchestrator core. The snapshot is written to ``Run.status``
@@ -31,7 +33,7 @@ from typing import Any
 import kopf
 
 from kubeturn.api.status import RunStatus, WorkspaceStatus, WorktreeStatus
-from kubeturn.errors import DefinitionErrors
+from kubeturn.errors import DefinitionErrors, SnapshotUnreadable
 from kubeturn.k8s import (
     conditions,
     events,
@@ -46,7 +48,7 @@ from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
 from kubeturn.k8s.turns import ClusterTurns
 from kubeturn.machine.load import LoadedRun, load_run
-from kubeturn.orchestrator import statuses
+from kubeturn.orchestrator import snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import ExecResult, RunCore
 from kubeturn.orchestrator.effects import StartExec
@@ -110,8 +112,10 @@ class StatusStore:
         status = statuses.run_status(core, snapshot).model_copy(
             update={"conditions": ready, "observedGeneration": self._generation()}
         )
+        # A merge patch keeps the keys of an older snapshot that the new one lacks.
+        removed = {"snapshot": snapshots.LEGACY_KEYS}
         await self._hub.kube.patch(
-            RUNS, self._namespace, self._name, patches.status(status), status=True
+            RUNS, self._namespace, self._name, patches.status(status, removed=removed), status=True
         )
         self._hub.phases[f"{self._namespace}/{self._name}"] = phase
         count_phases(self._hub)
@@ -144,12 +148,17 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         if stopped:
             return
         status = dict(body.get("status") or {})
-        core = RunCore(
-            loaded,
-            workspace=view,
-            new_id=lambda: secrets.token_hex(4),
-            snapshot=statuses.resume_point(status),
-        )
+        try:
+            core = RunCore(
+                loaded,
+                workspace=view,
+                new_id=lambda: secrets.token_hex(4),
+                snapshot=statuses.resume_point(status),
+            )
+        except SnapshotUnreadable as error:
+            await _unreadable(hub, body, str(error), logger)
+            await stopped.wait()
+            return
         plain = {
             "apiVersion": body["apiVersion"],
             "kind": body["kind"],
@@ -373,6 +382,18 @@ async def _workspace(
         with contextlib.suppress(NotFound):
             await hub.kube.patch(WORKSPACES, namespace, name, patches.status(ours), status=True)
     return name, WorkspaceView(made)
+
+
+async def _unreadable(hub: Hub, body: kopf.Body, why: str, logger: kopf.Logger) -> None:
+    """Say that the Run's saved state cannot be restored, and why; nothing of it runs."""
+    message = (
+        f"the Run's saved state (status.snapshot) cannot be restored: {why}. The Run is not "
+        "driven; delete it, or run a kubeturn that reads it"
+    )
+    logger.warning(message)
+    await _note(hub, body, conditions.SNAPSHOT_UNREADABLE, message)
+    meta = body["metadata"]
+    hub.resumed(f"{meta['namespace']}/{meta['name']}")  # no Turn of it runs
 
 
 async def _note(hub: Hub, body: kopf.Body, reason: str, message: str) -> None:

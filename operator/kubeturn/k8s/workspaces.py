@@ -350,6 +350,7 @@ def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec, tokens: str
         providers_yaml=hub.settings.providers_yaml,
         harness_token_sha256=tokens,
         require_confinement=hub.settings.require_confinement,
+        resources=hub.settings.sandbox_resources,
     )
 
 

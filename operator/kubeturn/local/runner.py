@@ -38,7 +38,7 @@ from typing import Any, TextIO
 import yaml
 from aiohttp import web
 
-from kubeturn.errors import CommandError
+from kubeturn.errors import CommandError, SnapshotUnreadable
 from kubeturn.local import children, repos
 from kubeturn.local.turns import WatchedHarness
 from kubeturn.local.view import LiveView, summary
@@ -209,6 +209,10 @@ class LocalRun:
                     "in another --workdir"
                 )
             loaded = load_run_yaml(text, str(files.manifest))
+            try:
+                statuses.resume_point(files.read_status() or {})
+            except SnapshotUnreadable as error:
+                raise _unrestorable(files, error) from error
             saved = json.loads(files.options.read_text(encoding="utf-8"))
             return workdir, files, loaded, False, dict(saved)
         if options.manifest is None:
@@ -342,10 +346,7 @@ class LocalRun:
                     snapshot=snapshot,
                 )
             except (KeyError, TypeError, ValueError) as error:
-                raise CommandError(
-                    f"the snapshot {files.snapshot} cannot be restored ({error}); the run "
-                    "cannot be resumed: start it afresh in another --workdir"
-                ) from error
+                raise _unrestorable(files, error) from error
             started.store = FileStore(files, core)
             started.actor = RunActor(
                 core,
@@ -466,6 +467,15 @@ class LocalRun:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _unrestorable(files: RunFiles, error: Exception) -> CommandError:
+    """Why a Run's saved state cannot be restored, naming its file."""
+    return CommandError(
+        f"the snapshot {files.snapshot} cannot be restored ({error}); the run cannot be "
+        "resumed: resume it with a kubeturn that reads it, or start it afresh in another "
+        "--workdir"
+    )
 
 
 def _read(path: Path) -> str:

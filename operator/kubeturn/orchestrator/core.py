@@ -32,6 +32,7 @@ from typing import Any
 import jsonschema
 
 from kubeturn.api.status import bounded
+from kubeturn.errors import SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import (
     DONE_INVOKE,
@@ -57,6 +58,7 @@ from kubeturn.orchestrator.effects import (
     StopExec,
     Sweep,
 )
+from kubeturn.orchestrator.snapshots import HISTORY_KEY, VERSION, VERSION_KEY
 from kubeturn.orchestrator.turns import (
     PICK,
     Delivery,
@@ -85,8 +87,6 @@ about 100 KiB; failed Turns carry their messages (up to 2 KiB each,
 Run stays far below etcd's 1.5 MiB per object: the spec (at most 128 KiB,
 ``kubeturn.k8s.runs.MAX_SPEC_BYTES``), kubectl's copy of it in an annotation, the
 history, and the snapshot of what is live."""
-HISTORY_KEY = "history"
-"""The snapshot's key of the history; a Run's status holds it as ``turns`` (``statuses``)."""
 MAX_TIMERS_AT_ONCE = 1000
 """Timers fired in one call; a zero-delay timer that re-arms itself cannot spin forever."""
 
@@ -175,7 +175,10 @@ class RunCore:
         self.delivery_seq = 0
         """Picks delivered over the Run's life: the n-th delivery id starts ``d<n>-``."""
         if snapshot is not None:
-            self._restore(snapshot)
+            try:
+                self._restore(snapshot)
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
+                raise SnapshotUnreadable(_unreadable(error)) from error
 
     # ------------------------------------------------------------------ events in
 
@@ -920,7 +923,10 @@ class RunCore:
     # ------------------------------------------------------------------ snapshots
 
     def snapshot(self) -> dict[str, Any]:
+        """The core's state as JSON, in the current version (``snapshots``); the core built
+        from it continues exactly as this one."""
         return {
+            VERSION_KEY: VERSION,
             "phase": self.phase.value,
             "message": self.message,
             "machine": interpreter.snapshot(self.config) if self.config else None,
@@ -946,15 +952,22 @@ class RunCore:
         }
 
     def _restore(self, data: Mapping[str, Any]) -> None:
+        """From a snapshot of the current version (``snapshots.migrate`` makes one of any
+        older); a missing or wrong field raises."""
+        if data.get(VERSION_KEY) != VERSION:
+            raise ValueError(f"version {data.get(VERSION_KEY)!r} where {VERSION} was expected")
         self.phase = RunPhase(data["phase"])
         self.message = data.get("message")
-        self.config = interpreter.restore(data["machine"]) if data.get("machine") else None
+        machine = data.get("machine")  # null, so absent once stored, until the Run starts
+        if machine is None and self.phase is not RunPhase.PENDING:
+            raise KeyError("machine")
+        self.config = interpreter.restore(machine) if machine is not None else None
         self.turns = {t["id"]: Turn.model_validate(t) for t in data["turns"]}
         self._live = {
             k: t for k, t in self.turns.items() if t.phase in (TurnPhase.PENDING, TurnPhase.LIVE)
         }
         self.deliveries = {d["id"]: Delivery.model_validate(d) for d in data["deliveries"]}
-        self.epochs = dict(data["epochs"])
+        self.epochs = {str(key): int(epoch) for key, epoch in data["epochs"].items()}
         self.notices = {
             k: [Notice.model_validate(n) for n in v] for k, v in data["notices"].items()
         }
@@ -967,12 +980,16 @@ class RunCore:
             for e in data["execs"]
         }
         self.cancelled = bool(data["cancelled"])
-        # A snapshot written before Turns and deliveries were numbered apart holds one
-        # shared ``seq``: both counters go on from it, so no Turn name is used twice
-        # (ADR 0021).
-        shared = int(data.get("seq", 0))
-        self.turn_seq = int(data.get("turnSeq", shared))
-        self.delivery_seq = int(data.get("deliverySeq", shared))
+        self.turn_seq = int(data["turnSeq"])
+        self.delivery_seq = int(data["deliverySeq"])
+
+
+def _unreadable(error: Exception) -> str:
+    """What is wrong with a snapshot the core could not restore, in one line."""
+    if isinstance(error, KeyError):
+        return f"it lacks the field {error.args[0]!r}"
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return f"a field is wrong: {first}"
 
 
 def _size(record: TurnRecord) -> int:

@@ -5,10 +5,12 @@ The core keeps its state as one snapshot (``RunCore.snapshot``), its settled Tur
 records among it. The status holds each thing once: the records are ``status.turns``,
 where kubectl shows them, and ``status.snapshot`` is the rest; ``resume_point`` joins
 them again, so a core restored from a status it wrote continues exactly as it would have
-(``tests/unit/test_statuses.py`` restores one after every input). A final phase is shown
-only in the status that also holds the records of every Turn (``RunCore.shown_phase``):
-one patch writes both. The status is a ``RunStatus``: the model its CRD is generated
-from. Pure: no IO, no clock.
+(``tests/unit/test_statuses.py`` restores one after every input). A status any earlier
+kubeturn wrote resumes too: ``snapshots.migrate`` brings its snapshot to the current
+version, and the golden snapshots in ``tests/unit/snapshots/`` are restored in every
+test run. A final phase is shown only in the status that also holds the records of
+every Turn (``RunCore.shown_phase``): one patch writes both. The status is a
+``RunStatus``: the model its CRD is generated from. Pure: no IO, no clock.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubeturn.api.status import RunStatus
-from kubeturn.orchestrator.core import HISTORY_KEY, RunCore
+from kubeturn.errors import SnapshotUnreadable
+from kubeturn.orchestrator import snapshots
+from kubeturn.orchestrator.core import RunCore
+from kubeturn.orchestrator.snapshots import HISTORY_KEY
 
 
 def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
@@ -39,15 +44,16 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
 
 
 def resume_point(status: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The snapshot a core is restored from, out of a Run's status as it was stored: its
-    ``snapshot`` with ``turns`` as the history; None when no snapshot was written yet.
-
-    A status written before the records moved out of the snapshot holds them in both; the
-    snapshot's own are taken then, since they are exactly what that core kept.
-    """
+    """The snapshot a core is restored from, in the current version, out of a Run's status
+    as it was stored (its ``snapshot``, with ``turns`` as the history); None when no
+    snapshot was written yet. Raises ``SnapshotUnreadable`` for one of an unknown version
+    or shape."""
     snapshot = status.get("snapshot")
     if snapshot is None:
         return None
-    if HISTORY_KEY in snapshot:
-        return dict(snapshot)
-    return {**snapshot, HISTORY_KEY: list(status.get("turns") or [])}
+    turns = status.get("turns")
+    if turns is None:
+        turns = []
+    if not isinstance(turns, list):
+        raise SnapshotUnreadable(f"its turns are a {type(turns).__name__}, not a list")
+    return snapshots.migrate(snapshot, turns)
