@@ -104,7 +104,7 @@ class TestShownPhase:
         status = statuses.run_status(core, core.snapshot())
         assert (status.phase, status.turns) == ("Running", [])
         assert status.snapshot is not None
-        assert status.snapshot["phase"] == "Succeeded"
+        assert status.snapshot.phase == "Succeeded"
         settle_sweep(core, sweep, "s1", 2.0)
         status = statuses.run_status(core, core.snapshot())
         assert status.phase == "Succeeded"
