@@ -152,12 +152,14 @@ class OperatorThread:
 OPERATOR_MAIN = """
 import asyncio, json, logging, sys
 from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s import operator
 from kubeturn.k8s.hub import OperatorSettings
 logging.basicConfig(level=logging.WARNING)
 fields = json.loads(sys.argv[1])
 fields["namespaces"] = tuple(fields["namespaces"])
 fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
+fields["sandbox_resources"] = SandboxResources.model_validate(fields["sandbox_resources"])
 fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
 asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
 """
@@ -182,6 +184,9 @@ class OperatorProcess:
         """Start a process; do not wait for it to be ready."""
         fields = dataclasses.asdict(self.settings)
         fields["sandbox_egress"] = self.settings.sandbox_egress.model_dump(mode="json")
+        fields["sandbox_resources"] = self.settings.sandbox_resources.model_dump(
+            mode="json", by_alias=True
+        )
         self.process = await asyncio.create_subprocess_exec(
             *[sys.executable, "-c", OPERATOR_MAIN, json.dumps(fields), str(self._kubeconfig)],
             stdout=self._log,
