@@ -10,8 +10,8 @@ Cases:
   Turn, none missing; no AgentTurn left (no finalizer held); no Run version on a watch
   showing a final phase without its Turns' records.
 
-About 90 s on 2 cores (a new operator process starts 20 times); ``bench/kill_loop.py``
-runs 50 kills and prints the figures.
+About 60 s on 2 cores (70 s when busy: a new operator process starts 20 times);
+``bench/kill_loop.py`` runs 50 kills and prints the figures.
 """
 
 from __future__ import annotations
