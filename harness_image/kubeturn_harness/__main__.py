@@ -87,6 +87,14 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a run whose Turn is over waits for the sweep (env KUBETURN_SWEEP_WAIT_S)",
     )
     serve.add_argument(
+        "--pick-retry",
+        type=float,
+        default=env("KUBETURN_PICK_RETRY_S", str(Settings.pick_retry_s)),
+        help="seconds a pick is sent again (same idempotency key) while the Orchestrator "
+        "is unreachable or answers 503, before the model is told it may be lost (env "
+        "KUBETURN_PICK_RETRY_S)",
+    )
+    serve.add_argument(
         "--idle-eviction",
         type=float,
         default=env("KUBETURN_IDLE_EVICTION_S", str(Settings.idle_eviction_s)),
@@ -137,6 +145,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         providers_file=args.providers,
         default_model=args.default_model,
         sweep_wait_s=args.sweep_wait,
+        pick_retry_s=args.pick_retry,
         idle_eviction_s=args.idle_eviction,
         idle_conversations_kept=args.idle_conversations_kept,
         model_calls=args.model_calls,

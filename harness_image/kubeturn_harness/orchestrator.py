@@ -2,8 +2,13 @@
 
 Retry policy lives here, once: a surface read is retried (503 or a transport failure)
 with jittered backoff for up to 90 s, because reading is safe and an Orchestrator may be
-changing leader; a pick is never retried, because delivering it twice would move the
-workflow twice; a delivery poll is retried, because a delivery id makes it safe.
+changing leader or restarting. A pick is retried the same way (``deliver``), and only
+with the idempotency key it was first sent with: the Orchestrator answers a repeat of a
+key with the first delivery's receipt, also after a restart (the key is in the Run's
+snapshot), so a pick is delivered once however often it is sent (ADR 0047). Only what
+says the Orchestrator is not there is retried (no connection, a connection cut, a
+timeout, 503); any other answer is final. A delivery poll is retried, because a delivery
+id makes it safe.
 Every aiohttp and pydantic error is translated here; the Orchestrator's answers are read
 by pydantic or ``bodies``, whose depth limits keep an answer nested arbitrarily deep from
 raising ``RecursionError``.
@@ -25,12 +30,21 @@ from pydantic import ValidationError
 from kubeturn_harness import bodies
 from kubeturn_harness.clock import Clock
 from kubeturn_harness.errors import MenuUnreadable, NotJson
-from kubeturn_harness.wire import DeliveryId, Receipt, Refusal, Surface
+from kubeturn_harness.wire import PICK_KEY_HEADER, DeliveryId, Receipt, Refusal, Surface
 
 log = logging.getLogger(__name__)
 
 SURFACE_RETRY_S = 90.0
 """Long enough to ride out an Orchestrator restart or a leader change."""
+PICK_RETRY_S = 90.0
+"""How long a pick is sent again while the Orchestrator is not there, before the model
+is told it may be lost: an operator restart or a leader change takes seconds, a Lease
+expiry after a crash up to 15 s, and kopf's start and the Runs' resumption some more;
+90 s rides out all of them with room, and stays short beside a Turn's own time."""
+PICK_ATTEMPT_S = 30.0
+"""One pick's POST at most: the Orchestrator answers a pick within one status write
+(work below the Agent's state is answered by a delivery poll), so a POST still
+unanswered after 30 s is from a process that is not serving; it is sent again."""
 
 BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 5.0
@@ -65,6 +79,9 @@ class Lost:
     """The pick's POST failed in transport or answered 5xx; whether it arrived is unknown."""
 
     reason: str
+    unavailable: bool = False
+    """The Orchestrator was not there (no connection, a cut one, a timeout, 503): the
+    same pick may be sent again with its key."""
 
 
 PickResult = Delivered | Refused | Gone | Rejected | Lost
@@ -77,7 +94,11 @@ class SurfaceUnavailable(Exception):
 class OrchestratorPort(Protocol):
     async def surface(self, instance_id: str) -> Surface | None: ...
 
-    async def pick(self, instance_id: str, event: str, payload: dict[str, Any]) -> PickResult: ...
+    async def pick(
+        self, instance_id: str, event: str, payload: dict[str, Any], key: str
+    ) -> PickResult:
+        """Send one pick; ``key`` is its idempotency key, the same on every repeat."""
+        ...
 
     async def poll(self, instance_id: str, delivery: DeliveryId) -> Receipt | Gone | None:
         """The answer of an outstanding pick; None while it is still being worked on.
@@ -118,11 +139,20 @@ class OrchestratorClient:
         except ValidationError as error:
             raise MenuUnreadable(f"the Menu did not parse: {_first(error)}") from error
 
-    async def pick(self, instance_id: str, event: str, payload: dict[str, Any]) -> PickResult:
+    async def pick(
+        self, instance_id: str, event: str, payload: dict[str, Any], key: str
+    ) -> PickResult:
         body = {**payload, "type": event}
+        url = self._url(instance_id, "events")
+        timeout = aiohttp.ClientTimeout(total=PICK_ATTEMPT_S)
         try:
-            async with self._session.post(self._url(instance_id, "events"), json=body) as response:
+            async with self._session.post(
+                url, json=body, headers={PICK_KEY_HEADER: key}, timeout=timeout
+            ) as response:
                 raw = await response.read()
+                if response.status == 503:
+                    message = _error_message(raw, response.status)
+                    return Lost(f"the Orchestrator answered HTTP 503: {message}", unavailable=True)
                 if response.status == 404:
                     return Gone()
                 if response.status == 409:
@@ -135,6 +165,9 @@ class OrchestratorClient:
                 if response.status >= 400:
                     return Rejected(_error_message(raw, response.status))
                 return Delivered(Receipt.model_validate_json(raw))
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as error:
+            # No connection, one cut (also mid-answer), or no answer in time.
+            return Lost(str(error) or type(error).__name__, unavailable=True)
         except aiohttp.ClientError as error:
             return Lost(str(error) or type(error).__name__)
         except ValidationError as error:
@@ -180,6 +213,44 @@ async def read_surface(
                 ) from error
             await sleep(min(left, random.uniform(0, delay)))
             delay = min(delay * 2, BACKOFF_MAX_S)
+
+
+async def deliver(
+    port: OrchestratorPort,
+    instance_id: str,
+    event: str,
+    payload: dict[str, Any],
+    key: str,
+    clock: Clock,
+    *,
+    window_s: float = PICK_RETRY_S,
+    sleep: Sleep = asyncio.sleep,
+) -> PickResult:
+    """Send a pick, and send it again with the same ``key`` while the Orchestrator is not
+    there, within ``window_s``: back-off doubles from ``BACKOFF_FIRST_S`` to
+    ``BACKOFF_MAX_S``, jittered, so Harnesses that lost one operator do not all call the
+    next at once. Past the window the last ``Lost`` is answered. These sends are
+    transport, not model calls: the Runaway watch never sees them. Cancelling (a sweep)
+    ends the wait at once."""
+    deadline = clock.monotonic() + window_s
+    delay = BACKOFF_FIRST_S
+    tries = 1
+    while True:
+        result = await port.pick(instance_id, event, payload, key)
+        if not (isinstance(result, Lost) and result.unavailable):
+            if tries > 1:
+                log.info("pick %s to %s delivered after %d tries", event, instance_id, tries)
+            return result
+        left = deadline - clock.monotonic()
+        if left <= 0:
+            return Lost(
+                f"the Orchestrator was not reached for {window_s:g} s: {result.reason}",
+                unavailable=True,
+            )
+        log.debug("pick %s to %s: %s; sending it again", event, instance_id, result.reason)
+        await sleep(min(left, random.uniform(delay / 2, delay)))
+        delay = min(delay * 2, BACKOFF_MAX_S)
+        tries += 1
 
 
 async def await_answer(

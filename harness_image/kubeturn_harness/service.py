@@ -88,6 +88,7 @@ class Harness:
                 max_steps=settings.max_steps,
                 max_identical_calls=settings.max_identical_calls,
                 surface_retry_s=settings.surface_retry_s,
+                pick_retry_s=settings.pick_retry_s,
             ),
             default_model=settings.default_model,
         )

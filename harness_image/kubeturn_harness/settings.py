@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kubeturn_harness.conversations import SWEEP_WAIT_S
 from kubeturn_harness.models import MODEL_CALLS
-from kubeturn_harness.orchestrator import SURFACE_RETRY_S
+from kubeturn_harness.orchestrator import PICK_RETRY_S, SURFACE_RETRY_S
 from kubeturn_harness.runaway import DEFAULT_MAX_IDENTICAL, DEFAULT_MAX_STEPS
 
 NOBODY = 65534
@@ -54,6 +54,11 @@ class Settings:
     docs/turn-semantics.md)."""
     surface_retry_s: float = SURFACE_RETRY_S
     """How long a failing surface read is retried before the Submission fails (seconds)."""
+    pick_retry_s: float = PICK_RETRY_S
+    """How long a pick is sent again (same idempotency key, backing off) while the
+    Orchestrator is not there (no connection, a cut one, a timeout, 503), in seconds,
+    before the model reads that it may be lost. 90 s rides out an operator restart or a
+    leader change; a sweep ends the wait sooner (ADR 0047)."""
     long_poll_s: float = 25.0
     """How long a long-poll read of a stream parks before 204: under common 30 s proxies."""
     model_calls: int = MODEL_CALLS

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from kubeturn_harness.orchestrator import (
     Refused,
     Rejected,
     await_answer,
+    deliver,
     read_surface,
 )
 from kubeturn_harness.projection import OpenAIMessage, project, to_openai
@@ -110,6 +112,7 @@ class Limits:
     max_steps: int
     max_identical_calls: int
     surface_retry_s: float
+    pick_retry_s: float
 
 
 @dataclass(frozen=True)
@@ -363,7 +366,9 @@ async def _pick(
         return receipts.stale_pick(first_pick), first_pick, False
     orchestrator = run.env.orchestrator
     assert orchestrator is not None, "a Menu exists only where an Orchestrator does"
-    result, polled, cut = await _deliver(orchestrator, run.log.instance_id, item.name, payload)
+    result, polled, cut = await _deliver(
+        orchestrator, run, item.name, payload, key=uuid.uuid4().hex
+    )
     if isinstance(result, Delivered):
         over = result.receipt.turnComplete or result.receipt.stopped
         if cut and not over and result.receipt.outstanding:
@@ -396,10 +401,15 @@ async def _pick(
 
 
 async def _deliver(
-    orchestrator: OrchestratorPort, iid: str, event: str, payload: dict[str, Any]
+    orchestrator: OrchestratorPort, run: _Run, event: str, payload: dict[str, Any], *, key: str
 ) -> tuple[PickResult, bool, bool]:
-    """Send a pick and wait for its answer: (result, whether polled, whether cut)."""
-    sent = asyncio.ensure_future(orchestrator.pick(iid, event, payload))
+    """Send a pick (again, with its ``key``, while the Orchestrator is not there) and wait
+    for its answer: (result, whether polled, whether cut)."""
+    iid = run.log.instance_id
+    window = run.env.limits.pick_retry_s
+    sent = asyncio.ensure_future(
+        deliver(orchestrator, iid, event, payload, key, run.env.clock, window_s=window)
+    )
     try:
         result = await asyncio.shield(sent)
     except asyncio.CancelledError:

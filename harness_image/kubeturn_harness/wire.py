@@ -124,6 +124,16 @@ class ThinkingLevel(StrEnum):
     HIGH = "high"
 
 
+PICK_KEY_HEADER = "Idempotency-Key"
+"""The header of a pick's idempotency key (the IETF HTTP draft's name): the Harness sends
+a pick again with it while the Orchestrator cannot answer, and a repeat is answered as
+the first send was (ADR 0047)."""
+PICK_KEY_MAX = 200
+"""The longest idempotency key the Orchestrator takes: a Harness sends 32 hex digits; the
+key is kept in the Run's snapshot until its Turn is recorded, so a long one would grow
+the status."""
+
+
 def bearer_token(header: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header; None for a missing
     header, another scheme, or one that is not visible ASCII. aiohttp hands header bytes

@@ -101,6 +101,10 @@ class StubOrchestrator:
     on_pick: PickHandler | None = None
     deliveries: dict[str, asyncio.Future[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
     picks: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    cut: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
+    """When set, answers every pick instead (a test that cuts connections)."""
+    keys: list[str | None] = field(default_factory=list)
+    """Each pick's ``Idempotency-Key`` header, in the order of ``picks``."""
     surface_reads: list[str] = field(default_factory=list)
     delivery_polls: list[str] = field(default_factory=list)
     """Delivery ids of every poll of an outstanding pick, in arrival order."""
@@ -126,10 +130,13 @@ class StubOrchestrator:
             return web.json_response({"error": "no live surface"}, status=surface)
         return web.json_response(surface)
 
-    async def _pick(self, request: web.Request) -> web.Response:
+    async def _pick(self, request: web.Request) -> web.StreamResponse:
+        if self.cut is not None:
+            return await self.cut(request)
         iid = request.match_info["iid"]
         body = await request.json()
         self.picks.append((iid, body))
+        self.keys.append(request.headers.get("Idempotency-Key"))
         if self.on_pick is None:
             return web.json_response({"error": "no live surface"}, status=404)
         status, answer = await self.on_pick(iid, body)

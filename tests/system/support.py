@@ -340,10 +340,18 @@ class System:
         return [(log.name, log.instance_id) for log in self.harness.store.existing()]
 
     async def pick(
-        self, instance_id: str, event: str, payload: dict[str, Any] | None = None
+        self,
+        instance_id: str,
+        event: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
     ) -> tuple[int, dict[str, Any]]:
-        """POST a pick to the Orchestrator API as the Workspace's Harness would."""
+        """POST a pick to the Orchestrator API as the Workspace's Harness would (with
+        ``key`` as its ``Idempotency-Key``)."""
         headers = {"Authorization": f"Bearer {WORKSPACE_TOKEN}"}
+        if key is not None:
+            headers["Idempotency-Key"] = key
         url = f"{self.api_url}/agents/{quote(instance_id, safe='')}/events"
         body = {**(payload or {}), "type": event}
         async with self.session.post(url, json=body, headers=headers) as response:

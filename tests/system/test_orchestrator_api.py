@@ -18,7 +18,10 @@ Cases:
   take no body (surface, deliveries) answer as they do without one;
 - ``GET …/deliveries/{id}``: an outstanding pick's poll parks and answers 204, then the
   answer once the work is done, and the same answer again (a repeated poll is safe); an
-  unknown delivery is 404.
+  unknown delivery is 404;
+- a pick sent again with its ``Idempotency-Key`` is answered with the first receipt (the
+  same delivery id) and delivers nothing more; a key over 200 characters is 400 naming
+  the header; a closed Run actor (its operator stopping) answers 503, never 404.
 """
 
 from __future__ import annotations
@@ -234,3 +237,27 @@ async def test_an_outstanding_picks_poll_parks_then_answers_the_same_twice(
         assert await _get(world, _agents(iid, "deliveries", delivery)) == (200, answer)
     finally:
         await runner.cleanup()
+
+
+async def test_a_pick_repeating_its_key_is_answered_as_the_first(system: StartSystem) -> None:
+    world = await _held_run(system)
+    iid = await _live(world)
+    status, first = await world.pick(iid, "run_tests", key="k-1")
+    assert status == 200
+    assert first["outstanding"] is True
+    assert await world.pick(iid, "run_tests", key="k-1") == (200, first)
+    status, refused = await world.pick(iid, "run_tests", key="k-2")
+    assert (status, refused["refused"]) == (409, "outstanding")
+    status, body = await world.pick(iid, "run_tests", key="k" * 201)
+    assert (status, body["field"]) == (400, "Idempotency-Key")
+
+
+async def test_a_closed_actor_answers_503(system: StartSystem) -> None:
+    world = await _held_run(system)
+    iid = await _live(world)
+    found = world.registry.owner(iid)
+    assert found is not None
+    await found[1].close()
+    status, body = await world.pick(iid, "run_tests", key="k-1")
+    assert (status, body["error"]) == (503, "unavailable")
+    assert (await _get(world, _agents(iid, "surface")))[0] == 503

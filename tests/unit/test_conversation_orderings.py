@@ -106,7 +106,7 @@ from kubeturn_harness.wire import (
 
 IID = "ns.run/review/reviewer"
 PROVIDERS = Providers({"fake": Provider("fake", ProviderSpec(baseUrl="http://127.0.0.1:1"))})
-LIMITS = Limits(max_steps=64, max_identical_calls=4, surface_retry_s=0.1)
+LIMITS = Limits(max_steps=64, max_identical_calls=4, surface_retry_s=0.1, pick_retry_s=0.1)
 NO_TOOLBOX = Toolbox(
     socket=Path("/nonexistent/toolbox.sock"),
     work_root=Path("/nonexistent"),
@@ -206,7 +206,9 @@ class FakeOrchestrator:
     async def surface(self, instance_id: str) -> Surface | None:
         return Surface(instanceId=instance_id, menu=[FINISH], allowed=["finish"])
 
-    async def pick(self, instance_id: str, event: str, payload: dict[str, Any]) -> PickResult:
+    async def pick(
+        self, instance_id: str, event: str, payload: dict[str, Any], key: str
+    ) -> PickResult:
         self.picks.append(payload)
         if self.on_pick is not None:
             await self.on_pick(payload)

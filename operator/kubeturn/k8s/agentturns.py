@@ -4,7 +4,8 @@ ended is written where kubectl shows it.
 The sweep carries the cause the Run controller wrote into ``status.exit`` before it
 deleted the AgentTurn; a user's ``kubectl delete`` wrote none, so its sweep has no cause,
 and the Run's Machine hears it as the Agent's fault (``deleted``). The settlement goes
-into ``status.settlement`` and a ``TurnSettled`` Event before the finalizer is removed;
+into ``status.settlement`` and a ``TurnSettled`` Event before the finalizer is removed
+(named for the AgentTurn, so a finalizer run again after a restart posts none again);
 the Run records the Turn in ``Run.status.turns`` (exactly once, through its core).
 A sweep is never sent nowhere: while the Workspace exists and this operator does not
 know its Harness (it just started, or the sandbox Pod is being made again), the finalizer
@@ -98,7 +99,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             await hub.kube.patch(AGENTTURNS, namespace, name, patches.status(settled), status=True)
         said = f"{spec['agent']['slot']} in {spec['statePath']}: {outcome.value}"
         said += (f" (cause {cause})" if cause else "") + (f": {message}" if message else "")
-        await events.post(hub.kube, dict(body), events.TURN_SETTLED, said)
+        await events.post(hub.kube, dict(body), events.TURN_SETTLED, said, once=spec["turn"])
         hub.swept((namespace, name), reported)
 
 

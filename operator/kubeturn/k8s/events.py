@@ -1,10 +1,16 @@
 """Kubernetes Events the operator posts: how each Turn ended, and what happened to each
 Workspace's sandbox, where ``kubectl describe`` and ``kubectl get events`` show it. A
 message is cut as a status's is (``kubeturn.api.status.bounded``): it may quote a
-provider's error."""
+provider's error.
+
+An Event about a Turn is posted once: its name is derived from the object it is about
+(its uid), its reason and the Turn, so posting it again (the operator restarted between
+posting it and writing that it did) creates nothing, the API server answering 409
+(ADR 0048). Sandbox Events, which may truly happen again, get random names."""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -32,17 +38,37 @@ SANDBOX_REFUSED = "SandboxRefused"
 NORMAL, WARNING = "Normal", "Warning"
 
 
+def name(about: Mapping[str, Any], reason: str, once: str | None) -> str:
+    """The Event's name: ``<object>.<16 hex>``, derived from the object's uid, ``reason``
+    and ``once`` when the Event happens once (so it has one name), else random."""
+    meta = about["metadata"]
+    if once is None:
+        tail = secrets.token_hex(8)
+    else:
+        key = f"{meta.get('uid', '')}/{reason}/{once}"
+        tail = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return names.object_name(meta["name"], f".{tail}")
+
+
 async def post(
-    kube: Kube, about: Mapping[str, Any], reason: str, message: str, type_: str = NORMAL
+    kube: Kube,
+    about: Mapping[str, Any],
+    reason: str,
+    message: str,
+    type_: str = NORMAL,
+    *,
+    once: str | None = None,
 ) -> None:
+    """Post an Event; one with ``once`` (what makes it happen once, e.g. a Turn's name)
+    is posted at most once per object, however often this is called."""
     meta = about["metadata"]
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    await kube.create(
+    await kube.create_once(
         {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": names.object_name(meta["name"], f".{secrets.token_hex(8)}"),
+                "name": name(about, reason, once),
                 "namespace": meta["namespace"],
             },
             "involvedObject": {

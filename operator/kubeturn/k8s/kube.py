@@ -156,6 +156,19 @@ class Kube:
             raise NotFound(f"{body['kind']} {meta['name']} was created and deleted at once")
         return existing
 
+    async def create_once(self, body: dict[str, Any]) -> bool:
+        """Create; False when an object of that name exists already (409), which is not
+        read (for objects whose name says they were made: Events, which the operator
+        may create but not read)."""
+        kind = KINDS[(body["apiVersion"], body["kind"])]
+        try:
+            await self._call("POST", kind.path(body["metadata"]["namespace"]), body)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            return False
+        return True
+
     async def patch(
         self, kind: Kind, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False
     ) -> dict[str, Any]:

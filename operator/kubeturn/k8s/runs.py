@@ -101,13 +101,14 @@ class StatusStore:
 
     async def save(self, snapshot: dict[str, Any]) -> None:
         core = self._core
-        finished = core.phase.value not in ("Pending", "Running")
+        phase = core.shown_phase.value
+        finished = phase not in ("Pending", "Running")
         ready = conditions.put(
             [],
             conditions.READY,
-            not finished or core.phase.value == "Succeeded",
+            not finished or phase == "Succeeded",
             conditions.FINISHED if finished else conditions.RUNNING,
-            core.message or f"the Run is {core.phase.value}",
+            core.message or f"the Run is {phase}",
             self._generation(),
         )
         status = statuses.run_status(core, snapshot).model_copy(
@@ -118,7 +119,7 @@ class StatusStore:
         await self._hub.kube.patch(
             RUNS, self._namespace, self._name, patches.status(status, removed=removed), status=True
         )
-        self._hub.phases[f"{self._namespace}/{self._name}"] = core.phase.value
+        self._hub.phases[f"{self._namespace}/{self._name}"] = phase
         count_phases(self._hub)
 
 
@@ -180,6 +181,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         try:
             await actor.start()
             hub.resumed(key)
+            _post_recent(hub, plain, core.history)
             while not stopped:
                 for signal in list(spec.get("signals") or []):
                     await actor.signal(
@@ -189,13 +191,22 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
                     await actor.cancel()
                 await stopped.wait(SPEC_POLL_S)
         finally:
-            await actor.close()
-            hub.registry.actors.pop(key, None)
-            if kopf.DaemonStoppingReason.RESOURCE_DELETED in (
-                stopped.reason or kopf.DaemonStoppingReason(0)
+            reason = stopped.reason or kopf.DaemonStoppingReason(0)
+            deleted = kopf.DaemonStoppingReason.RESOURCE_DELETED in reason
+            if reason & (
+                kopf.DaemonStoppingReason.OPERATOR_EXITING
+                | kopf.DaemonStoppingReason.OPERATOR_PAUSING
             ):
+                # A Turn this process cannot find now may be live in an actor that closed:
+                # the API must not say it is over (ADR 0047).
+                hub.registry.stopping = True
+            await actor.close()
+            if deleted:
+                hub.registry.actors.pop(key, None)
                 hub.phases.pop(key, None)
                 count_phases(hub)
+            # Otherwise the closed actor stays: its Turns are answered 503 until the actor
+            # that resumes the Run takes its place, or the process ends.
 
     @kopf.on.delete(GROUP, VERSION, "runs", registry=registry)
     @metrics.counting_errors("runs")
@@ -429,18 +440,49 @@ def count_phases(hub: Hub) -> None:
         metrics.RUNS.labels(phase=phase).set(counts.get(phase, 0))
 
 
-def _recorded(hub: Hub, run: dict[str, Any]) -> Callable[[TurnRecord], None]:
-    """Post each recorded Turn as an Event on its Run (in the background)."""
+def _recorded(hub: Hub, run: dict[str, Any], *, count: bool = True) -> Callable[[TurnRecord], None]:
+    """Post each recorded Turn as an Event on its Run (in the background), and count it
+    unless ``count`` is off (an Event posted again)."""
 
     def post(record: TurnRecord) -> None:
-        metrics.TURNS.labels(outcome=record.outcome.value, cause=record.cause or "").inc()
+        if count:
+            metrics.TURNS.labels(outcome=record.outcome.value, cause=record.cause or "").inc()
         cause = f", cause {record.cause}" if record.cause else ""
         said = f"{record.name} ({record.agent} in {record.state}): {record.outcome.value}{cause}"
-        task = asyncio.create_task(events.post(hub.kube, run, events.TURN_RECORDED, said))
+        posting = events.post(hub.kube, run, events.TURN_RECORDED, said, once=record.name)
+        task = asyncio.create_task(posting)
         hub.background.add(task)
-        task.add_done_callback(hub.background.discard)
+        task.add_done_callback(_posted(hub))
 
     return post
+
+
+def _posted(hub: Hub) -> Callable[[asyncio.Task[None]], None]:
+    """Forget a background Event post, logging one that failed (the Event is missed; the
+    record in ``Run.status.turns`` is what counts)."""
+
+    def done(task: asyncio.Task[None]) -> None:
+        hub.background.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.warning("an Event of a recorded Turn was not posted: %s", error)
+
+    return done
+
+
+REPOST_S = 600.0
+"""How far back a resumed Run posts its recorded Turns' Events again: each is posted in
+the background once its record is written, so an operator that stopped in between never
+posted it. Each has one name (``events.post``'s ``once``), so one posted already is not
+posted twice. 10 minutes covers a restart with room, and keeps a resume of a long Run
+to a few requests."""
+
+
+def _post_recent(hub: Hub, run: dict[str, Any], history: list[TurnRecord]) -> None:
+    """Post (again) the Events of the Turns recorded within ``REPOST_S``."""
+    since = time.time() - REPOST_S
+    for record in history:
+        if record.settledAt >= since:
+            _recorded(hub, run, count=False)(record)
 
 
 class _Execs:

@@ -41,6 +41,11 @@ class Settled:
     reason: str | None = None
 
 
+class ActorClosed(Exception):
+    """The actor was closed (its operator is stopping, or its daemon is restarting): what
+    it was asked is for the actor that resumes its Run, so the caller should retry."""
+
+
 class AdmitFailed(Exception):
     """The Harness refused or could not be reached; the message says which."""
 
@@ -99,6 +104,8 @@ class RunActor:
         self._answers: dict[str, asyncio.Event] = {}
         self._timer: asyncio.Task[None] | None = None
         self.finished = asyncio.Event()
+        self.closed = False
+        """Set by ``close``: every input from then on raises ``ActorClosed``."""
 
     # ------------------------------------------------------------------ inputs
 
@@ -126,11 +133,14 @@ class RunActor:
     async def cancel(self) -> None:
         await self._do(self.core.cancel)
 
-    async def pick(self, instance_id: str, event: str, payload: dict[str, Any]) -> PickAnswer:
+    async def pick(
+        self, instance_id: str, event: str, payload: dict[str, Any], *, key: str | None = None
+    ) -> PickAnswer:
+        """Deliver a pick; one repeating ``key`` is answered as the first was."""
         answer: list[PickAnswer] = []
 
         def decide(now: float) -> Effects:
-            result, effects = self.core.pick(instance_id, event, payload, now)
+            result, effects = self.core.pick(instance_id, event, payload, now, key=key)
             answer.append(result)
             return effects
 
@@ -139,6 +149,8 @@ class RunActor:
 
     async def delivery(self, delivery_id: str, wait_s: float) -> Receipt | Gone | None:
         """A delivery's answer, waiting up to ``wait_s`` while it is outstanding."""
+        if self.closed:
+            raise ActorClosed(f"the actor of Run {self.core.run.name} is closed")
         answer = self.core.delivery(delivery_id)
         if answer is not None:
             return answer
@@ -150,10 +162,16 @@ class RunActor:
                 await ready.wait()
         except TimeoutError:
             return None
+        if self.closed:
+            raise ActorClosed(f"the actor of Run {self.core.run.name} is closed")
         return self.core.delivery(delivery_id)
 
     async def close(self) -> None:
-        """Stop applying effects; what is under way resumes from the snapshot."""
+        """Stop taking inputs and applying effects; what is under way resumes from the
+        snapshot."""
+        self.closed = True
+        for parked in self._answers.values():
+            parked.set()  # a parked delivery poll is answered 503 at once
         tasks = [*self._tasks, *([self._timer] if self._timer else [])]
         for task in tasks:
             task.cancel()
@@ -163,6 +181,8 @@ class RunActor:
 
     async def _do(self, decide: Callable[[float], Effects]) -> None:
         async with self._lock:
+            if self.closed:
+                raise ActorClosed(f"the actor of Run {self.core.run.name} is closed")
             effects = decide(self._clock())
             await self._store.save(self.core.snapshot())
             self._apply(effects)

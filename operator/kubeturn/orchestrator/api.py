@@ -4,9 +4,16 @@ Each Workspace's Harness holds its own token, and a Workspace has one token at a
 the one its Secret holds now (``Registry``). A token may address only Instance IDs of
 Turns admitted to its Workspace (403 otherwise), and nothing at all without one (401).
 ``GET …/surface`` answers 404 when no live Turn has that Instance ID: a Turn that is
-over is never prompted. Delivery ids make a repeated poll safe. A body is read by
-``bodies`` alone: one it cannot read is a 4xx JSON error naming the field or the body,
-whatever its depth or size.
+over is never prompted. Delivery ids make a repeated poll safe, and a pick's
+``Idempotency-Key`` a repeated pick: a repeat of a key is answered as its first send
+was. A body is read by ``bodies`` alone: one it cannot read is a 4xx JSON error naming
+the field or the body, whatever its depth or size.
+
+While this process cannot say whether a Turn is live, because it is starting (its Runs
+not restored yet: ``kubeturn.k8s.operator.resume_gate``) or stopping (its Run actors
+closed, ``Registry.stopping``), it answers 503 with ``Retry-After``, never 404: a 404
+tells the Harness that the Turn is over, and a stopping operator must not end a live
+Turn (ADR 0047).
 """
 
 from __future__ import annotations
@@ -25,10 +32,19 @@ from pydantic import BaseModel
 
 from kubeturn.errors import WireError
 from kubeturn.orchestrator import bodies, openapi
-from kubeturn.orchestrator.actor import RunActor
+from kubeturn.orchestrator.actor import ActorClosed, RunActor
 from kubeturn.orchestrator.core import Gone, Invalid
 from kubeturn_harness import malformed
-from kubeturn_harness.wire import ErrorBody, Receipt, Refusal, Status, Surface, bearer_token
+from kubeturn_harness.wire import (
+    PICK_KEY_HEADER,
+    PICK_KEY_MAX,
+    ErrorBody,
+    Receipt,
+    Refusal,
+    Status,
+    Surface,
+    bearer_token,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +62,9 @@ class Registry:
     """Run key (``namespace/name``) → actor."""
     workspaces: dict[str, str] = field(default_factory=dict)
     """Run key → the Workspace its Turns run in."""
+    stopping: bool = False
+    """This process is stopping: its Run actors are closing or closed. A Turn it cannot
+    find may be live in one of them, so the API answers 503, never 404."""
     tokens: dict[str, str] = field(default_factory=dict)
     """Workspace (``namespace/name``) → the SHA-256 of its token now. Keyed by the
     Workspace, not by the token, so a Workspace holds exactly one: a token set anew (its
@@ -122,15 +141,26 @@ async def _json_body(request: web.Request) -> Any:
     return bodies.parse(raw)
 
 
+def unavailable(message: str) -> web.Response:
+    """503 with ``Retry-After``: the caller should send the same request again."""
+    response = _error(503, "unavailable", message)
+    response.headers["Retry-After"] = "1"
+    return response
+
+
 def _actor(request: web.Request) -> RunActor | web.Response:
     registry = request.app[REGISTRY]
     instance_id = request.match_info["iid"]
     found = registry.owner(instance_id)
     if found is None:
+        if registry.stopping:
+            return unavailable("the Orchestrator is stopping")
         return _error(404, "not-found", f"no live surface for agent {instance_id!r}")
     key, actor = found
     if registry.workspaces.get(key) != request[WORKSPACE]:
         return _error(403, "forbidden", f"this token may not address {instance_id!r}")
+    if actor.closed:
+        return unavailable("the Orchestrator is stopping, or restarting this Run")
     return actor
 
 
@@ -154,8 +184,15 @@ async def pick(request: web.Request) -> web.Response:
         return _error(refused.status, "invalid", refused.message, refused.field)
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
         return _error(400, "invalid", "the pick's body needs a string 'type'", "type")
+    key = request.headers.get(PICK_KEY_HEADER)
+    if key is not None and not 0 < len(key) <= PICK_KEY_MAX:
+        said = f"the {PICK_KEY_HEADER} header must be 1 to {PICK_KEY_MAX} characters"
+        return _error(400, "invalid", said, PICK_KEY_HEADER)
     event = body.pop("type")
-    answer = await actor.pick(request.match_info["iid"], event, body)
+    try:
+        answer = await actor.pick(request.match_info["iid"], event, body, key=key)
+    except ActorClosed:
+        return unavailable("the Orchestrator is stopping, or restarting this Run")
     PICKS.labels(result=type(answer).__name__.lower()).inc()
     if isinstance(answer, Receipt):
         return _model(answer)
@@ -170,7 +207,10 @@ async def delivery(request: web.Request) -> web.StreamResponse:
     actor = _actor(request)
     if isinstance(actor, web.Response):
         return actor
-    answer = await actor.delivery(request.match_info["delivery"], request.app[POLL_S])
+    try:
+        answer = await actor.delivery(request.match_info["delivery"], request.app[POLL_S])
+    except ActorClosed:
+        return unavailable("the Orchestrator is stopping, or restarting this Run")
     if answer is None:
         return web.Response(status=204)
     if isinstance(answer, Gone):

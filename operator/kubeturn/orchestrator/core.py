@@ -12,6 +12,8 @@ The rules (docs/turn-semantics.md):
   says ``cause: "pick"`` exactly when the macrostep that exited it carried this Turn's
   own pick (through work or timers the pick's route started, too);
 - a pick is refused while another is outstanding or the Agent's state is not at Rest;
+  a pick that repeats an idempotency key of its Turn is answered as the first was (or
+  with the answer that came since), never delivered again, while the Turn is held;
   one whose work runs below the Agent's state is answered at Rest, or when an exit ends
   its Turn (``stopped`` when that exit stopped the work);
 - a Submission that settles ``completed`` while picks are allowed is nudged (budget 2),
@@ -243,9 +245,17 @@ class RunCore:
         return self._send(event, now)
 
     def pick(
-        self, instance_id: str, event: str, payload: Mapping[str, Any], now: float
+        self,
+        instance_id: str,
+        event: str,
+        payload: Mapping[str, Any],
+        now: float,
+        *,
+        key: str | None = None,
     ) -> tuple[PickAnswer, Effects]:
         effects = Effects()
+        if key is not None and (first := self._repeat(instance_id, key)) is not None:
+            return first, effects
         turn = self._live_turn(instance_id)
         if turn is None or self.config is None:
             return Gone(), effects
@@ -267,7 +277,9 @@ class RunCore:
             where = "/".join(str(p) for p in problem.absolute_path) or "the payload"
             return Invalid(f"{where}: {problem.message}"), effects
         self.delivery_seq += 1
-        delivery = Delivery(id=f"d{self.delivery_seq}-{self._new_id()}", turn=turn.id, event=event)
+        delivery = Delivery(
+            id=f"d{self.delivery_seq}-{self._new_id()}", turn=turn.id, event=event, key=key
+        )
         self.deliveries[delivery.id] = delivery
         cause = frozenset({turn.id, *self._enclosing_outstanding(turn)})
         leaf_before = self.config.leaf
@@ -399,6 +411,16 @@ class RunCore:
     def admission(self, turn: Turn) -> Admit:
         """The admission a live Turn's Submissions were made with (to follow them again)."""
         return self._admit_effect(turn, nudge=False)
+
+    @property
+    def shown_phase(self) -> RunPhase:
+        """The phase to show for the Run: a final phase only once every Turn is recorded,
+        so whoever sees it (``kubectl wait --for=jsonpath='{.status.phase}'=Succeeded``)
+        finds the Turns it depends on in the same version; ``Running`` while a Turn's
+        sweep is still coming back. ``phase`` is the Machine's, and the snapshot's."""
+        if self.phase in (RunPhase.PENDING, RunPhase.RUNNING) or not self.turns:
+            return self.phase
+        return RunPhase.RUNNING
 
     def live_turns(self) -> list[Turn]:
         return list(self._live.values())
@@ -855,6 +877,24 @@ class RunCore:
     def _at_rest(self, turn: Turn) -> bool:
         assert self.config is not None
         return interpreter.at_rest(self.run.chart, self.config, StatePath(turn.state))
+
+    def _repeat(self, instance_id: str, key: str) -> Receipt | None:
+        """The answer to a pick that repeats ``key`` on this Instance ID's Turn: its
+        receipt, or, while its work runs, that it is outstanding; None for a new key.
+        Its Turn's deliveries are kept until the Turn is recorded (its sweep came back),
+        and so is the key: by then the Harness that sent it was swept."""
+        for delivery in self.deliveries.values():
+            if delivery.key != key:
+                continue
+            turn = self.turns.get(delivery.turn)
+            if turn is None or turn.instanceId != instance_id:
+                continue
+            if delivery.receipt is not None:
+                return delivery.receipt
+            return Receipt(
+                delivered=True, event=delivery.event, deliveryId=delivery.id, outstanding=True
+            )
+        return None
 
     def _live_turn(self, instance_id: str) -> Turn | None:
         return next((t for t in self.live_turns() if t.instanceId == instance_id), None)

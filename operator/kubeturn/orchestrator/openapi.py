@@ -15,7 +15,16 @@ from pydantic import BaseModel
 
 from kubeturn.orchestrator import bodies
 from kubeturn_harness.openapi import Answer, Operation, build, refused
-from kubeturn_harness.wire import ErrorBody, Pick, Receipt, Refusal, Status, Surface
+from kubeturn_harness.wire import (
+    PICK_KEY_HEADER,
+    PICK_KEY_MAX,
+    ErrorBody,
+    Pick,
+    Receipt,
+    Refusal,
+    Status,
+    Surface,
+)
 
 IID = {
     "name": "iid",
@@ -31,7 +40,21 @@ DELIVERY = {
     "schema": {"type": "string"},
     "description": "The delivery id a Receipt of an outstanding pick named.",
 }
+KEY = {
+    "name": PICK_KEY_HEADER,
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": PICK_KEY_MAX},
+    "description": "A repeat of a key this Turn took is answered as its first send was, "
+    "and not delivered again.",
+}
 FORBIDDEN = refused("The token's Workspace did not admit a Turn at this Instance ID.")
+BUSY = Answer(
+    "The Orchestrator is starting or stopping and cannot tell yet whether the Turn is "
+    "live: send the same request again (`Retry-After`).",
+    ErrorBody,
+    headers={"Retry-After": {"schema": {"type": "integer"}}},
+)
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -43,6 +66,7 @@ OPERATIONS: tuple[Operation, ...] = (
             200: Answer("The surface.", Surface),
             403: FORBIDDEN,
             404: refused("No live Turn: never prompt."),
+            503: BUSY,
         },
         parameters=(IID,),
     ),
@@ -50,21 +74,24 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST",
         "/agents/{iid}/events",
         "pick",
-        "A pick: {type, ...payload}.",
+        "A pick: {type, ...payload}. A Harness sends it again, with the same "
+        f"{PICK_KEY_HEADER}, while the answer is 503 or none comes.",
         {
             200: Answer("Delivered.", Receipt),
             400: refused(
                 "Not a JSON object with a string `type`: not JSON, nested deeper than "
                 f"{bodies.MAX_DEPTH} levels, or a number that is not finite (NaN, Infinity); "
+                f"or a {PICK_KEY_HEADER} that is empty or longer than {PICK_KEY_MAX}; "
                 "`field` names where."
             ),
             403: FORBIDDEN,
             404: refused("The Turn is over."),
             409: Answer("Refused; nothing delivered.", Refusal),
             422: refused("The payload does not fit the event's schema."),
+            503: BUSY,
         },
         body=Pick,
-        parameters=(IID,),
+        parameters=(IID, KEY),
     ),
     Operation(
         "GET",
@@ -76,6 +103,7 @@ OPERATIONS: tuple[Operation, ...] = (
             204: Answer("Still being worked on."),
             403: FORBIDDEN,
             404: refused("No such delivery, or no live Turn."),
+            503: BUSY,
         },
         parameters=(IID, DELIVERY),
     ),

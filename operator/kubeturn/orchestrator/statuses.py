@@ -8,8 +8,9 @@ them again, so a core restored from a status it wrote continues exactly as it wo
 (``tests/unit/test_statuses.py`` restores one after every input). A status any earlier
 kubeturn wrote resumes too: ``snapshots.migrate`` brings its snapshot to the current
 version, and the golden snapshots in ``tests/unit/snapshots/`` are restored in every
-test run. The status is a ``RunStatus``: the model its CRD is generated from. Pure: no
-IO, no clock.
+test run. A final phase is shown only in the status that also holds the records of
+every Turn (``RunCore.shown_phase``): one patch writes both. The status is a
+``RunStatus``: the model its CRD is generated from. Pure: no IO, no clock.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
     but ``conditions`` and ``observedGeneration``, which are the shell's."""
     records = [record.model_dump(mode="json") for record in core.history]
     return RunStatus(
-        phase=core.phase.value,
+        phase=core.shown_phase.value,
         state=core.state,
         turnCount=core.recorded,
         turns=records,

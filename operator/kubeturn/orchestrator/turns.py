@@ -63,6 +63,8 @@ class Delivery(_Model):
     """The last reply from the work below the Agent's state since the pick."""
     replied: bool = False
     receipt: Receipt | None = None
+    key: str | None = None
+    """The pick's idempotency key: a repeat of it is answered, not delivered again."""
 
 
 class Exit(_Model):
