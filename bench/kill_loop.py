@@ -32,24 +32,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.operator import emulator  # noqa: E402
-from tests.operator import installation as installation_  # noqa: E402
-from tests.operator import kubelet as kubelet_  # noqa: E402
 from tests.operator.kill_loops import Figures, kill_loop  # noqa: E402
-from tests.operator.operator_support import helm  # noqa: E402
+from tests.operator.operator_support import charted  # noqa: E402
 
 
 async def measure(args: argparse.Namespace, root: Path) -> Figures:
-    logs = root / "harness-logs"
-    logs.mkdir(parents=True)
     async with contextlib.AsyncExitStack() as stack:
-        k8s = await stack.enter_async_context(emulator.serve(emulator.KubernetesApi()))
-        shape = installation_.Shape.EVERY_NAMESPACE
-        rendered = installation_.render(helm(), shape)
-        installed = installation_.install(k8s, rendered, shape, root / "kubeconfig")
-        kubelet = await stack.enter_async_context(
-            kubelet_.running(str(k8s.url), logs, token=k8s.admin_token)
-        )
+        k8s, installed, kubelet = await charted(stack, root)
         return await kill_loop(
             k8s,
             installed,

@@ -51,14 +51,12 @@ sys.path.insert(0, str(REPO))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from tests.operator import emulator  # noqa: E402
-from tests.operator import installation as installation_  # noqa: E402
-from tests.operator import kubelet as kubelet_  # noqa: E402
 from tests.operator.operator_support import (  # noqa: E402
     GROUP_VERSION,
     NAMESPACE,
     OperatorProcess,
     call,
-    helm,
+    charted,
     make_origin,
     script,
     settings,
@@ -195,16 +193,8 @@ class Watch:
 async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
     """Run N Runs to Succeeded in a fresh world; the figures."""
     origin = make_origin(root / "git")
-    logs = root / "harness-logs"
-    logs.mkdir(parents=True)
     async with contextlib.AsyncExitStack() as stack:
-        k8s = await stack.enter_async_context(emulator.serve(emulator.KubernetesApi()))
-        shape = installation_.Shape.EVERY_NAMESPACE
-        rendered = installation_.render(helm(), shape)
-        installed = installation_.install(k8s, rendered, shape, root / "kubeconfig")
-        kubelet = await stack.enter_async_context(
-            kubelet_.running(str(k8s.url), logs, token=k8s.admin_token)
-        )
+        k8s, installed, kubelet = await charted(stack, root)
         runner, url = await serve(parse_script(script({PROMPT: [{"toolCalls": [call("done")]}]})))
         stack.push_async_callback(runner.cleanup)
         api = aiohttp.ClientSession(

@@ -37,6 +37,8 @@ from kubeturn.k8s.hub import OperatorSettings
 from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator
+from tests.operator import installation as installation_
+from tests.operator import kubelet as kubelet_
 from tests.operator.installation import Installation
 from tests.operator.kubelet import Sandbox
 
@@ -519,3 +521,22 @@ async def model_requests(
     async with session.get(f"{base}/_requests") as answer:
         records = list(await answer.json())
     return [r for r in records if match is None or r["conversation"] == match]
+
+
+async def charted(
+    stack: contextlib.AsyncExitStack, root: Path
+) -> tuple[emulator.KubernetesApi, Installation, kubelet_.Kubelet]:
+    """Outside pytest (the benchmarks): the emulator serving, the chart installed in it
+    (every namespace, the operator's kubeconfig under ``root``) and a kubelet keeping the
+    Harnesses' logs in ``root/harness-logs``; all stopped with ``stack``."""
+    logs = root / "harness-logs"
+    logs.mkdir(parents=True)
+    k8s = await stack.enter_async_context(emulator.serve(emulator.KubernetesApi()))
+    shape = installation_.Shape.EVERY_NAMESPACE
+    installed = installation_.install(
+        k8s, installation_.render(helm(), shape), shape, root / "kubeconfig"
+    )
+    kubelet = await stack.enter_async_context(
+        kubelet_.running(str(k8s.url), logs, token=k8s.admin_token)
+    )
+    return k8s, installed, kubelet
