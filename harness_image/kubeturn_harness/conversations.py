@@ -58,9 +58,13 @@ from kubeturn_harness.wire import (
 
 log = logging.getLogger(__name__)
 
-SWEEP_WAIT_S = 10.0
+SWEEP_WAIT_S = 90.0
 """How long a run that found its Turn over waits for the sweep (docs/turn-semantics.md
-§2): far above the one round trip the sweep takes, below every drain window."""
+§2): as long as a pick waits for the Orchestrator (``orchestrator.PICK_RETRY_S``). With
+the Orchestrator there, the sweep takes one round trip; with the operator restarting
+after the pick's receipt, it comes from the next operator, and the Turn's own pick is
+still what ended it (ADR 0047). Nothing else runs in the conversation meanwhile: the
+next Submission comes from the Orchestrator too."""
 
 NO_SWEEP = "the run found its Turn over, but no sweep came from the Orchestrator within {wait:g} s"
 NO_SWEEP_RESTART = (

@@ -81,7 +81,7 @@ class Figures:
     """Turns recorded ``failed`` (a runaway of lost picks, a fault): failed by downtime."""
     other_turns: list[str] = dataclasses.field(default_factory=list)
     """Turns recorded neither ``ended`` nor ``failed``: ``aborted`` when the sweep of a
-    Turn whose pick ended it came after the Harness's sweep wait (10 s), the operator
+    Turn whose pick ended it came after the Harness's sweep wait (90 s), the operator
     being down meanwhile; the Run goes on as with ``ended``."""
     admitted_twice: list[str] = dataclasses.field(default_factory=list)
     settled_not_once: list[str] = dataclasses.field(default_factory=list)

@@ -3,12 +3,11 @@
 Cases:
 - 20 kills (seeded), at moments from kopf's start to well into serving, while 4 Runs of
   3 Turns each progress, the scripted model retrying any pick it is told may be lost:
-  every Run Succeeded; no Turn recorded ``failed`` (none failed by the downtime: its
-  pick waited for the next operator; a Turn whose sweep came after the Harness's 10 s
-  sweep wait is ``aborted``, and its Run goes on); each Turn's conversation admitted one Submission,
-  settled once; one ``TurnSettled`` Event per AgentTurn and one ``TurnRecorded`` per
-  Turn, none missing; no AgentTurn left (no finalizer held); no Run version on a watch
-  showing a final phase without its Turns' records.
+  every Run Succeeded; every Turn recorded ``ended`` (none failed by the downtime: its
+  pick, and then its sweep, waited for the next operator); each Turn's conversation
+  admitted one Submission, settled once; one ``TurnSettled`` Event per AgentTurn and
+  one ``TurnRecorded`` per Turn, none missing; no AgentTurn left (no finalizer held); no
+  Run version on a watch showing a final phase without its Turns' records.
 
 About 60 s on 2 cores (70 s when busy: a new operator process starts 20 times);
 ``bench/kill_loop.py`` runs 50 kills and prints the figures.
@@ -48,6 +47,7 @@ async def test_runs_survive_an_operator_killed_twenty_times(
     assert figures.succeeded == RUNS
     assert figures.turns == RUNS * TURNS
     assert figures.failed_turns == []
+    assert figures.other_turns == []
     assert figures.admitted_twice == []
     assert figures.settled_not_once == []
     assert figures.duplicate_events == []
