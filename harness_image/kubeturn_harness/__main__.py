@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--sweep-wait",
         type=float,
-        default=env("KUBETURN_SWEEP_WAIT_S", "10"),
+        default=env("KUBETURN_SWEEP_WAIT_S", str(Settings.sweep_wait_s)),
         help="seconds a run whose Turn is over waits for the sweep (env KUBETURN_SWEEP_WAIT_S)",
     )
     serve.add_argument(
