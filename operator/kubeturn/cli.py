@@ -24,10 +24,10 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.validation import definition_errors, validate_workspace
@@ -408,8 +408,12 @@ def operator(args: argparse.Namespace) -> int:
             )
             return 2
     try:
-        sandbox_egress = _sandbox_egress(args.sandbox_egress)
-        sandbox_resources = _sandbox_resources(args.sandbox_resources)
+        sandbox_egress = _chart_json(
+            args.sandbox_egress, SandboxEgress, "sandbox.egress", "--sandbox-egress"
+        )
+        sandbox_resources = _chart_json(
+            args.sandbox_resources, SandboxResources, "sandbox.resources", "--sandbox-resources"
+        )
     except CommandError as error:
         print(f"kubeturn: {error}", file=sys.stderr)
         return 2
@@ -462,34 +466,22 @@ def operator(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sandbox_egress(text: str) -> SandboxEgress:
-    """The operator's egress for sandboxes from its JSON; a CommandError naming every
-    problem by its path under the chart's ``sandbox.egress``."""
-    try:
-        return SandboxEgress.model_validate_json(text)
-    except ValidationError as error:
-        problems = [
-            f"sandbox.egress.{problem.path}: {problem.message}"
-            if problem.path
-            else f"sandbox.egress: {problem.message}"
-            for problem in definition_errors(error, SandboxEgress)
-        ]
-        raise CommandError(f"--sandbox-egress is refused: {'; '.join(problems)}") from error
+Chart = TypeVar("Chart", bound=BaseModel)
 
 
-def _sandbox_resources(text: str) -> SandboxResources:
-    """The sandbox containers' resources from their JSON; a CommandError naming every
-    problem by its path under the chart's ``sandbox.resources``."""
+def _chart_json(text: str, model: type[Chart], value: str, flag: str) -> Chart:
+    """``model`` from the JSON the chart renders from its ``value``; a CommandError
+    naming every problem by its path under that value."""
     try:
-        return SandboxResources.model_validate_json(text)
+        return model.model_validate_json(text)
     except ValidationError as error:
         problems = [
-            f"sandbox.resources.{problem.path}: {problem.message}"
+            f"{value}.{problem.path}: {problem.message}"
             if problem.path
-            else f"sandbox.resources: {problem.message}"
-            for problem in definition_errors(error, SandboxResources)
+            else f"{value}: {problem.message}"
+            for problem in definition_errors(error, model)
         ]
-        raise CommandError(f"--sandbox-resources is refused: {'; '.join(problems)}") from error
+        raise CommandError(f"{flag} is refused: {'; '.join(problems)}") from error
 
 
 def _labels(text: str) -> list[tuple[str, str]]:

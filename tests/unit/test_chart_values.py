@@ -1,0 +1,34 @@
+"""The operator's chart-rendered JSON settings (``--sandbox-egress``, ``--sandbox-resources``).
+
+Cases: a valid value is read as its model; a refused one names the flag and every problem
+at its path under the chart's value, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kubeturn import cli
+from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.workspace import SandboxResources
+from kubeturn.errors import CommandError
+
+
+def test_a_valid_value_is_read_as_its_model() -> None:
+    read = cli._chart_json("{}", SandboxResources, "sandbox.resources", "--sandbox-resources")
+    assert read == SandboxResources()
+
+
+def test_a_refused_value_names_the_flag_and_the_path() -> None:
+    with pytest.raises(CommandError) as refused:
+        cli._chart_json(
+            '{"harness": {"limits": {"cpu": "lots"}}}',
+            SandboxResources,
+            "sandbox.resources",
+            "--sandbox-resources",
+        )
+    said = str(refused.value)
+    assert said.startswith("--sandbox-resources is refused: sandbox.resources.harness.limits")
+    with pytest.raises(CommandError) as refused:
+        cli._chart_json("[]", SandboxEgress, "sandbox.egress", "--sandbox-egress")
+    assert str(refused.value).startswith("--sandbox-egress is refused: sandbox.egress: ")
