@@ -23,7 +23,9 @@ Cases:
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +209,18 @@ def test_a_problem_exactly_when_a_value_is_too_deep(value: Any, wrap: int) -> No
     assert all(str(p).startswith("spec.input") for p in problems)
 
 
+@pytest.fixture
+def default_recursion_limit() -> Iterator[None]:
+    """Python's default recursion limit, which ``kubeturn validate`` and the local runner
+    run under (only ``kubeturn operator`` raises its own; an operator or emulator started
+    earlier in this test process left it raised)."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(before)
+
+
+@pytest.mark.usefixtures("default_recursion_limit")
 def test_yaml_too_deep_to_read_names_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
