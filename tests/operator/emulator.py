@@ -135,6 +135,8 @@ from tests.operator import (
     lifecycle,
     limits,
     names,
+    openapi,
+    protobuf,
     rbac,
     schemas,
 )
@@ -170,6 +172,8 @@ BUILTIN_RESOURCES = (
     "networking.k8s.io/v1/networkpolicies",
     "discovery.k8s.io/v1/endpointslices",
     "v1/serviceaccounts",
+    "apps/v1/deployments",
+    "apiextensions.k8s.io/v1/customresourcedefinitions",
     "rbac.authorization.k8s.io/v1/roles",
     "rbac.authorization.k8s.io/v1/rolebindings",
     "rbac.authorization.k8s.io/v1/clusterroles",
@@ -189,6 +193,9 @@ ADMIN = rbac.User("kubeturn-tests-admin", (rbac.PRIVILEGED_GROUP, rbac.AUTHENTIC
 objects up, kubectl, the kubelet), allowed everything as a cluster's admin is."""
 PODS = kmock.resource(group="", version="v1", plural="pods")
 SECRETS = kmock.resource(group="", version="v1", plural="secrets")
+CRDS = kmock.resource(
+    group="apiextensions.k8s.io", version="v1", plural="customresourcedefinitions"
+)
 CRUD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 HISTORY_LIMIT = 1000
 """Changes retained for ``?resourceVersion=`` watches: more than any one test makes, so
@@ -202,6 +209,9 @@ READ_LIMIT = 16 * limits.MAX_REQUEST_BODY_BYTES
 body over that is refused as the API server refuses it."""
 
 JSON_HEADERS = {"Content-Type": "application/json"}
+OPENAPI_V3 = "/openapi/v3"
+APPLY_PATCH = "application/apply-patch+"
+"""Server-side apply's PATCH types (``+yaml``; ``+cbor`` is refused: not decoded)."""
 ACTIONS = {
     "list": kmock.action.LIST,
     "watch": kmock.action.WATCH,
@@ -240,8 +250,11 @@ async def parse_request(raw: aiohttp.web.BaseRequest, *, id: int) -> kmock.Reque
     """KMock's request record, with the paths parsed by apimachinery.parse_route."""
     body = await raw.read()
     try:
-        data = json.loads(body) if body else None
-    except ValueError:  # protobuf, YAML: refused later with 415 where it matters
+        if protobuf.CONTENT_TYPE in raw.headers.get("Content-Type", ""):
+            data = protobuf.decode(body)
+        else:
+            data = json.loads(body) if body else None
+    except ValueError:  # protobuf of other kinds, YAML: refused later with 415 where it matters
         data = None
     except RecursionError:  # deeper than the limit: refused at once, as below
         data = TOO_DEEP
@@ -433,6 +446,10 @@ def _is_resource_request(request: kmock.Request) -> bool:
     return request.resource is not None and request.resource.plural is not None
 
 
+def _is_openapi_request(request: kmock.Request) -> bool:
+    return request.url.path.startswith(OPENAPI_V3)
+
+
 def _respond(status: int, payload: Any) -> kmock.Response:
     # Every answer sets the same header, because KMock 0.8 merges a fallback's headers
     # into the reaction it shares across requests.
@@ -472,6 +489,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
         # KMock's discovery, but not KMock's own object handlers: this class's replace them.
         super(kmock.KubernetesEmulator, self).__attrs_post_init__()
         self.fallback[_is_resource_request] << self._serve_resource
+        self.fallback[_is_openapi_request] << self._serve_openapi
         self._changes = ChangeLog(self.history_limit)
         self._custom = {kmock.resource(r.key): r for r in CUSTOM_RESOURCES}
         self._builtin = {kmock.resource(k): kind for k, kind in builtin_kinds.KINDS.items()}
@@ -714,6 +732,23 @@ class KubernetesApi(kmock.KubernetesEmulator):
                     pass
         raise NotImplementedError("no reaction matches the request")
 
+    async def _serve_openapi(self, request: kmock.Request) -> kmock.Response:
+        """``/openapi/v3`` and its documents, of the group-versions served (OpenAPI v2 is
+        not served: clients fall back to it only when v3 is missing)."""
+        served: dict[tuple[str, str], list[tuple[str, str, bool]]] = {}
+        for resource, info in self.resources.items():
+            kind = (resource.plural or "", info.kind or "", info.namespaced is not False)
+            served.setdefault((resource.group or "", resource.version or ""), []).append(kind)
+        documents = {gv: tuple(sorted(kinds)) for gv, kinds in served.items()}
+        path = request.url.path.removeprefix(OPENAPI_V3).strip("/")
+        if not path:
+            return _respond(200, openapi.index(documents))
+        for (group, version), kinds in documents.items():
+            if openapi.path_of(group, version) == path:
+                return _respond(200, openapi.document(group, version, kinds))
+        missing = apimachinery.ApiError(404, "the server could not find the requested resource")
+        return _respond(404, missing.status())
+
     async def _serve_server_version(self, request: kmock.Request) -> Body:
         return {
             "major": "1",
@@ -763,8 +798,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
         try:
             if request.resource not in self.resources:
                 raise apimachinery.ApiError(404, "the server could not find the requested resource")
-            if "protobuf" in header(request, "Content-Type"):
-                raise apimachinery.ApiError(415, "protobuf bodies are not emulated")
+            if "protobuf" in header(request, "Content-Type") and request.data is None:
+                raise apimachinery.ApiError(415, "protobuf bodies of this kind are not emulated")
             if (request.resource, route.subresource, verb) == (PODS, "binding", "create"):
                 key: Key = (PODS, route.namespace, route.name or "")
                 return _respond(201, self._bind(key, self._body(request)))
@@ -805,6 +840,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
                     old = self._existing(resource, key)
                     self._admit_owner_references(request, resource, route, old, body)
                 return _respond(200, self._update(resource, key, route, body, dry_run))
+            case "patch" if header(request, "Content-Type").startswith(APPLY_PATCH):
+                return self._apply(request, resource, route, key, dry_run)
             case "patch":
                 patch = apimachinery.patcher(header(request, "Content-Type").split(";")[0].strip())
                 old = self._existing(resource, key)
@@ -827,6 +864,47 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 return _respond(200, self._as_list(resource, deleted))
             case _:
                 raise apimachinery.ApiError(405, f"{request.method.value} is not allowed here")
+
+    def _apply(
+        self,
+        request: kmock.Request,
+        resource: kmock.resource,
+        route: apimachinery.Route,
+        key: Key,
+        dry_run: bool,
+    ) -> kmock.Response:
+        """Server-side apply (``application/apply-patch+yaml``), as far as a first apply
+        goes: the object is created from the applied configuration when there is none
+        (201), and otherwise takes every field the configuration sets (200). Field
+        ownership is not kept (no ``managedFields``): an apply never conflicts, and a field
+        a manager stops applying is not removed. The ``fieldManager`` is required, as the
+        API server requires it."""
+        if not request.params.get("fieldManager"):
+            raise apimachinery.ApiError(
+                400, "PATCH of type application/apply-patch+yaml requires a fieldManager"
+            )
+        try:
+            applied = yaml.safe_load(request.body)
+        except yaml.YAMLError as error:
+            raise apimachinery.ApiError(400, f"the applied configuration is no YAML: {error}")
+        if not isinstance(applied, dict):
+            raise apimachinery.ApiError(400, "the applied configuration must be an object")
+        name = (applied.get("metadata") or {}).get("name")
+        if name != route.name:
+            raise apimachinery.ApiError(
+                400, f"the name of the object ({name}) does not match the name on the URL"
+            )
+        old = self._current(key)
+        if old is None:
+            if route.subresource is not None:
+                raise apimachinery.ApiError(404, f'{resource.plural} "{route.name}" not found')
+            collection = dataclasses.replace(route, name=None)
+            self._admit_owner_references(request, resource, collection, None, applied)
+            return _respond(201, self._create(resource, collection, applied, dry_run))
+        patched = apimachinery.merge_patch(old, applied)
+        if route.subresource is None:
+            self._admit_owner_references(request, resource, route, old, patched)
+        return _respond(200, self._update(resource, key, route, patched, dry_run))
 
     # --- Reads ---
 
@@ -970,7 +1048,35 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 name=meta["name"],
                 kind=resource.plural,
             )
-        return self._commit(resource, key, None, apimachinery.tidy(body), dry_run)
+        made = self._commit(resource, key, None, apimachinery.tidy(body), dry_run)
+        if resource == CRDS and not dry_run:
+            self._establish(key, made)
+        return made
+
+    def _establish(self, key: Key, crd: Body) -> None:
+        """What kube-apiserver's naming and establishing controllers write of a new CRD, at
+        once: its names accepted, ``Established``, its storage version stored. The
+        resources served are :data:`CRDS`' whatever the CRD says (no conversion, no new
+        kinds served)."""
+        now = apimachinery.timestamp(self.clock())
+        status = {
+            "acceptedNames": crd["spec"]["names"],
+            "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
+            "conditions": [
+                {
+                    "type": kind,
+                    "status": "True",
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": now,
+                }
+                for kind, reason, message in (
+                    ("NamesAccepted", "NoConflicts", "no conflicts found"),
+                    ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+                )
+            ],
+        }
+        self._commit(CRDS, key, crd, {**copy.deepcopy(crd), "status": status}, dry_run=False)
 
     def _update(
         self, resource: kmock.resource, key: Key, route: apimachinery.Route, new: Any, dry_run: bool
