@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -24,11 +25,12 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from kubeturn.api import cluster_checks, models
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.validation import definition_errors, validate_workspace
 from kubeturn.api.workspace import SandboxResources, carries_credentials, redacted
@@ -37,6 +39,9 @@ from kubeturn.local import control as local
 from kubeturn.local import view
 from kubeturn.local.workdir import DEFAULT_ROOT
 from kubeturn.machine.load import load_run, parse_yaml
+
+if TYPE_CHECKING:
+    from kubeturn.k8s.hub import OperatorSettings
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     operator.add_argument(
         "--providers", type=Path, default=Path(p) if (p := env("KUBETURN_PROVIDERS")) else None
+    )
+    operator.add_argument(
+        "--default-model",
+        default=env("KUBETURN_DEFAULT_MODEL") or None,
+        metavar="PROVIDER/MODEL",
+        help="the model of an Agent that names none, for every Workspace that names no "
+        "spec.defaultModel (the chart's defaultModel; env KUBETURN_DEFAULT_MODEL); its "
+        "provider must be one of --providers'",
     )
     operator.add_argument("--api-port", type=int, default=env("KUBETURN_API_PORT", "8081"))
     operator.add_argument(
@@ -149,7 +162,14 @@ def _parser() -> argparse.ArgumentParser:
         "--cluster",
         action="store_true",
         help="check as the operator does: a Run that invokes an Agent or a command must "
-        "name spec.workspace (the local runner gives such a Run its workdir)",
+        "name spec.workspace (the local runner gives such a Run its workdir); and what "
+        "fails on a cluster: a repo url that is a local path, an Agent with no model "
+        "when no default model is known",
+    )
+    validate.add_argument(
+        "--default-model",
+        metavar="PROVIDER/MODEL",
+        help="with --cluster: the chart's defaultModel, which serves Agents that name no model",
     )
 
     run = commands.add_parser(
@@ -242,8 +262,11 @@ def _target(command: argparse.ArgumentParser) -> None:
     command.add_argument("--kubeconfig", help="with --kube: the kubeconfig (default: KUBECONFIG)")
 
 
-def validate(files: Sequence[Path], *, cluster: bool = False) -> int:
+def validate(
+    files: Sequence[Path], *, cluster: bool = False, default_model: str | None = None
+) -> int:
     failed = False
+    known = cluster_checks.known_from(_documents(files), default_model) if cluster else None
     for path in files:
         try:
             document = parse_yaml(path.read_text(encoding="utf-8"), str(path))
@@ -251,6 +274,8 @@ def validate(files: Sequence[Path], *, cluster: bool = False) -> int:
                 validate_workspace(document)
             else:
                 load_run(document, workspace_required=cluster)
+            if known is not None:
+                cluster_checks.check(document, known)
         except OSError as error:
             print(f"{path}: cannot read it: {error.strerror}", file=sys.stderr)
             failed = True
@@ -261,6 +286,15 @@ def validate(files: Sequence[Path], *, cluster: bool = False) -> int:
         else:
             print(f"{path}: valid")
     return 1 if failed else 0
+
+
+def _documents(files: Sequence[Path]) -> list[Any]:
+    """The files' documents that can be read (the others' problems are reported in turn)."""
+    found = []
+    for path in files:
+        with contextlib.suppress(OSError, DefinitionErrors):
+            found.append(parse_yaml(path.read_text(encoding="utf-8"), str(path)))
+    return found
 
 
 def problems(errors: DefinitionErrors, source: str) -> list[str]:
@@ -392,9 +426,9 @@ async def _on_cluster(args: argparse.Namespace, act: Any) -> Any:
         cluster.close()
 
 
-def operator(args: argparse.Namespace) -> int:
-    from kubeturn.k8s import leader
-    from kubeturn.k8s import operator as running
+def operator_settings(args: argparse.Namespace) -> OperatorSettings:
+    """The operator's settings from its flags (and their environment twins, which the
+    chart's Deployment sets); a CommandError saying which one is refused and why."""
     from kubeturn.k8s.hub import OperatorSettings
 
     providers = "{}\n"
@@ -402,26 +436,25 @@ def operator(args: argparse.Namespace) -> int:
         try:
             providers = args.providers.read_text(encoding="utf-8")
         except OSError as error:
-            print(
-                f"kubeturn: cannot read the providers file {args.providers}: {error.strerror}",
-                file=sys.stderr,
-            )
-            return 2
-    try:
-        sandbox_egress = _chart_json(
-            args.sandbox_egress, SandboxEgress, "sandbox.egress", "--sandbox-egress"
-        )
-        sandbox_resources = _chart_json(
-            args.sandbox_resources, SandboxResources, "sandbox.resources", "--sandbox-resources"
-        )
-    except CommandError as error:
-        print(f"kubeturn: {error}", file=sys.stderr)
-        return 2
-    settings = OperatorSettings(
+            raise CommandError(
+                f"cannot read the providers file {args.providers}: {error.strerror}"
+            ) from error
+    sandbox_egress = _chart_json(
+        args.sandbox_egress, SandboxEgress, "sandbox.egress", "--sandbox-egress"
+    )
+    sandbox_resources = _chart_json(
+        args.sandbox_resources, SandboxResources, "sandbox.resources", "--sandbox-resources"
+    )
+    if args.default_model is not None:
+        why = models.unknown_provider(args.default_model, models.provider_names(providers))
+        if why is not None:
+            raise CommandError(f"--default-model (the chart's defaultModel) is refused: {why}")
+    return OperatorSettings(
         namespaces=tuple(args.namespaces),
         harness_image=args.harness_image,
         orchestrator_url=args.orchestrator_url,
         providers_yaml=providers,
+        default_model=args.default_model,
         api_port=args.api_port,
         operator_labels=tuple(_labels(args.operator_labels)),
         operator_namespace=args.operator_namespace,
@@ -429,6 +462,17 @@ def operator(args: argparse.Namespace) -> int:
         sandbox_resources=sandbox_resources,
         require_confinement=args.require_confinement,
     )
+
+
+def operator(args: argparse.Namespace) -> int:
+    from kubeturn.k8s import leader
+    from kubeturn.k8s import operator as running
+
+    try:
+        settings = operator_settings(args)
+    except CommandError as error:
+        print(f"kubeturn: {error}", file=sys.stderr)
+        return 2
     election = None
     if args.lease is not None:
         if not args.operator_namespace:
@@ -515,7 +559,7 @@ COMMANDS = {"run": run, "send": send, "cancel": cancel, "turns": turns, "status"
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "validate":
-        return validate(args.files, cluster=args.cluster)
+        return validate(args.files, cluster=args.cluster, default_model=args.default_model)
     if args.command in COMMANDS:
         return _person(args)
     logging.basicConfig(

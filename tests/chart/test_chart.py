@@ -29,7 +29,9 @@ Cases:
   ports; one replica replaced by a RollingUpdate that stops every old pod at once (a new
   pod is never ready while an old one leads); the environment contract (KUBETURN_*,
   POD_NAME) including the Orchestrator URL, which names the Orchestrator Service, and
-  the Lease; replicas, resources and scheduling from values.
+  the Lease; replicas, resources and scheduling from values; ``defaultModel`` as
+  KUBETURN_DEFAULT_MODEL (one naming no provider refused by the schema), and the NOTES
+  saying it.
 - The NetworkPolicy admits only sandbox pods (the labels the operator gives them) to the
   Orchestrator port, from the watched namespaces when they are listed (any namespace
   when none is); metrics only from the release's namespace, plus ``metricsFrom``.
@@ -476,6 +478,7 @@ def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
         "KUBETURN_HARNESS_IMAGE": "ghcr.io/kubeturn/harness:0.1.0",
         "KUBETURN_ORCHESTRATOR_URL": f"http://{FULLNAME}-orchestrator.{NAMESPACE}.svc:8081",
         "KUBETURN_PROVIDERS": "/etc/kubeturn/providers.yaml",
+        "KUBETURN_DEFAULT_MODEL": "",
         "KUBETURN_LEASE": FULLNAME,
         "KUBETURN_LEASE_DURATION": "15",
         "KUBETURN_RENEW_DEADLINE": "10",
@@ -638,6 +641,22 @@ def test_sandbox_resources_reach_the_operator_as_its_defaults(
     changed = SandboxResources.model_validate_json(_env(objects)["KUBETURN_SANDBOX_RESOURCES"])
     assert changed.clone.limits == {"cpu": "1", "memory": "3Gi"}
     assert changed.tools == SandboxResources().tools
+
+
+def test_default_model_reaches_the_operator_and_a_bad_one_is_refused(helm: str) -> None:
+    """``defaultModel`` is KUBETURN_DEFAULT_MODEL (the operator checks its provider at its
+    start); the schema refuses one that names no provider; the NOTES say which it is."""
+    provider = '{"openai":{"baseUrl":"https://api.openai.com/v1"}}'
+    model = ["--set-json", f"providers={provider}", "--set", "defaultModel=openai/gpt-4.1"]
+    done = _helm(helm, *_template_args(None), *model)
+    objects = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    assert _env(objects)["KUBETURN_DEFAULT_MODEL"] == "openai/gpt-4.1"
+    install = ["install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    notes = _helm(helm, *install, *model).stdout
+    assert "An Agent that names no model runs on openai/gpt-4.1" in notes
+    refused = _helm(helm, *_template_args(None), "--set", "defaultModel=gpt-4.1", check=False)
+    assert refused.returncode != 0
+    assert "defaultModel" in refused.stderr
 
 
 @pytest.mark.parametrize("rendering", ["default_objects", "custom_objects"])

@@ -886,7 +886,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
         try:
             applied = yaml.safe_load(request.body)
         except yaml.YAMLError as error:
-            raise apimachinery.ApiError(400, f"the applied configuration is no YAML: {error}")
+            raise apimachinery.ApiError(
+                400, f"the applied configuration is no YAML: {error}"
+            ) from error
         if not isinstance(applied, dict):
             raise apimachinery.ApiError(400, "the applied configuration must be an object")
         name = (applied.get("metadata") or {}).get("name")

@@ -81,8 +81,10 @@ def _paths(group: str, version: str, served: Served) -> Body:
     root = f"/{path_of(group, version)}"
     paths: Body = {}
     for plural, kind, namespaced in served:
-        where = f"{root}/namespaces/{{namespace}}/{plural}/{{name}}" if namespaced else (
-            f"{root}/{plural}/{{name}}"
+        where = (
+            f"{root}/namespaces/{{namespace}}/{plural}/{{name}}"
+            if namespaced
+            else (f"{root}/{plural}/{{name}}")
         )
         paths[where] = {
             "patch": {
@@ -93,7 +95,11 @@ def _paths(group: str, version: str, served: Served) -> Body:
                 ],
                 "responses": {"200": {"description": "OK"}},
                 "x-kubernetes-action": "patch",
-                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": kind},
+                "x-kubernetes-group-version-kind": {
+                    "group": group,
+                    "version": version,
+                    "kind": kind,
+                },
             }
         }
     return paths

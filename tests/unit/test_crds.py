@@ -482,12 +482,13 @@ def as_json_schema(node: Node) -> Node:
 
 def example_manifests() -> list[tuple[str, Node]]:
     manifests = []
-    for path in sorted([*EXAMPLES.glob("*.yaml"), *EXAMPLES.glob("*.yml")]):
+    for path in sorted([*EXAMPLES.rglob("*.yaml"), *EXAMPLES.rglob("*.yml")]):
         for number, document in enumerate(yaml.safe_load_all(path.read_text())):
             if isinstance(document, dict) and str(document.get("apiVersion", "")).startswith(
                 "kubeturn.dev/"
             ):
-                manifests.append((f"{path.name}#{number}", as_kubectl_sends(document)))
+                name = path.relative_to(EXAMPLES).as_posix()
+                manifests.append((f"{name}#{number}", as_kubectl_sends(document)))
     return manifests
 
 
@@ -516,7 +517,7 @@ def run_check_jsonschema(
     schema_file.write_text(json.dumps(schema))
     files = []
     for name, instance in instances.items():
-        file = tmp_path / f"{name.replace('#', '-')}.json"
+        file = tmp_path / f"{name.replace('#', '-').replace('/', '-')}.json"
         file.write_text(json.dumps(instance))
         files.append(str(file))
     return subprocess.run(

@@ -28,8 +28,10 @@ Cases:
 - the fingerprint (ADR 0032): the same spec gives the same hash in any process (a
   golden value) and in any order of its maps' keys; the builder annotates the Pod with
   it and ``read_pod`` reads it back; ``changed`` names the parts that differ (``env``,
-  ``providers``, ``image`` of every container, …), none for a current Pod, and
-  ``unrecorded`` for a Pod that carries no fingerprint;
+  ``providers``, ``image`` of every container, ``defaultModel``, …), none for a current
+  Pod, and ``unrecorded`` for a Pod that carries no fingerprint;
+- the default model (ADR 0060): the Harness gets ``--default-model`` of the Workspace's
+  ``spec.defaultModel``, else the operator's, else none;
 - ``plan`` with a changed spec: a current Pod is ``SandboxCurrent``; an idle one is
   deleted (``ROLL``) and made anew at once, during a back-off too, taking no back-off
   step, with no ``Ready`` of its own until the new Harness answers; a busy one is probed
@@ -451,10 +453,46 @@ class TestFingerprint:
         both = fingerprint(env=[], resources={"limits": {"memory": "1Gi"}})
         assert sandboxes.changed(both, now) == ("env", "resources")
 
+    def test_a_changed_default_model_is_named(self) -> None:
+        serve = ["serve", "--port", "8080"]
+        now = fingerprint(args=[*serve, "--default-model", "openai/gpt-4.1"])
+        assert sandboxes.changed(fingerprint(args=serve), now) == ("defaultModel",)
+        older = fingerprint(args=[*serve, "--default-model", "openai/gpt-4o"])
+        assert sandboxes.changed(older, now) == ("defaultModel",)
+        assert sandboxes.changed(fingerprint(args=[*serve, "--port", "9"]), fingerprint(args=serve))
+        assert sandboxes.changed(now, now) == ()
+
     def test_a_pod_without_one_is_unrecorded(self) -> None:
         pod = read_pod(pod_body(phase="Running", podIP="10.0.0.9"))
         assert pod.made_from is None
         assert sandboxes.changed(pod.made_from, fingerprint()) == (sandboxes.UNRECORDED,)
+
+
+def harness_args(spec: WorkspaceSpec, default_model: str | None) -> list[str]:
+    pod = objects.sandbox_pod(
+        WORKSPACE,
+        spec,
+        image="harness:1",
+        orchestrator_url="http://o",
+        providers_yaml="p",
+        harness_token_sha256="t1",
+        default_model=default_model,
+    )
+    (harness,) = (c for c in pod["spec"]["containers"] if c["name"] == "harness")
+    return list(harness["args"])
+
+
+class TestDefaultModel:
+    def test_none_gives_no_flag(self) -> None:
+        assert "--default-model" not in harness_args(SPEC, None)
+
+    def test_the_operators_default(self) -> None:
+        assert harness_args(SPEC, "openai/gpt-4.1")[-2:] == ["--default-model", "openai/gpt-4.1"]
+
+    def test_the_workspaces_own_wins(self) -> None:
+        own = SPEC.model_copy(update={"defaultModel": "local/qwen"})
+        assert harness_args(own, "openai/gpt-4.1")[-2:] == ["--default-model", "local/qwen"]
+        assert harness_args(own, None)[-2:] == ["--default-model", "local/qwen"]
 
 
 class TestPlanAChangedSpec:

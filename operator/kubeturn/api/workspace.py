@@ -12,7 +12,14 @@ from typing import Any, Literal, Self, TypeAlias
 
 from pydantic import Field, field_validator, model_validator
 
-from kubeturn.api.common import API_VERSION, ObjectMeta, Spec, check_object_name, check_slot_names
+from kubeturn.api.common import (
+    API_VERSION,
+    ObjectMeta,
+    Spec,
+    check_model_name,
+    check_object_name,
+    check_slot_names,
+)
 from kubeturn.api.egress import WorkspaceEgress
 from kubeturn.api.status import WorkspaceStatus
 
@@ -313,6 +320,14 @@ class WorkspaceSpec(Spec):
         default_factory=list,
         description="Environment from ConfigMaps or Secrets, as a container's envFrom list.",
     )
+    defaultModel: str | None = Field(
+        default=None,
+        description=(
+            "'provider/model' the Agents of this Workspace's Runs run on when they name no "
+            "model, over the operator's default (the chart's defaultModel). Its provider "
+            "must be one of the chart's providers."
+        ),
+    )
     egress: WorkspaceEgress = Field(
         default_factory=WorkspaceEgress,
         description=(
@@ -327,6 +342,11 @@ class WorkspaceSpec(Spec):
     def _slot_names(cls, repos: dict[str, Repo]) -> dict[str, Repo]:
         check_slot_names("a repo slot", repos)
         return repos
+
+    @field_validator("defaultModel")
+    @classmethod
+    def _default_model(cls, value: str | None) -> str | None:
+        return check_model_name(value)
 
     @field_validator("serviceAccount")
     @classmethod

@@ -40,6 +40,11 @@ class OperatorSettings:
     """How sandbox pods reach the Orchestrator API (a Service in the operator's namespace)."""
     providers_yaml: str = "{}\n"
     """The model providers file every sandbox gets (names, URLs, key variables; no keys)."""
+    default_model: str | None = None
+    """'provider/model' every sandbox's Harness runs an Agent on when neither the Agent
+    nor the Turn names a model and its Workspace names no ``spec.defaultModel`` (the
+    chart's ``defaultModel``); None: such a Turn is refused by the Harness. Its provider
+    is one of ``providers_yaml``'s (the command refuses to start otherwise)."""
     operator_labels: tuple[tuple[str, str], ...] = (
         ("app.kubernetes.io/name", "kubeturn"),
         ("app.kubernetes.io/component", "operator"),

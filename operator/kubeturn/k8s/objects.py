@@ -266,6 +266,7 @@ def sandbox_pod(
     harness_token_sha256: str,
     require_confinement: bool = False,
     resources: SandboxResources | None = None,
+    default_model: str | None = None,
 ) -> Object:
     """The sandbox: an init container clones each repo slot; the ``harness`` container
     serves Turns; the ``tools`` container runs every Agent's tool (ADR 0035).
@@ -277,7 +278,9 @@ def sandbox_pod(
     (clones, worktrees) and the Harness's volume (conversation logs) are separate claims
     that outlive the Pod. Every container has requests and limits (``resources``, the
     chart's ``sandbox.resources``; the Workspace's ``spec.resources`` over the tools
-    container's, ADR 0053). ``restartPolicy: Always``: the kubelet restarts a container
+    container's, ADR 0053). The Harness runs an Agent that names no model on the
+    Workspace's ``spec.defaultModel``, else on ``default_model`` (the chart's; ADR 0060).
+    ``restartPolicy: Always``: the kubelet restarts a container
     that exits, inside the same Pod; the Pod itself ends (``Failed``) only when it is
     evicted or its node goes, and then the operator makes a new one
     (``kubeturn.k8s.sandboxes``). A deleted Pod's containers get ``SANDBOX_GRACE_S`` to
@@ -287,6 +290,7 @@ def sandbox_pod(
     name = meta["name"]
     tokens = token_secret_name(name)
     image = spec.image or image
+    model = spec.defaultModel or default_model
     sized = resources or SandboxResources()
     security = {
         "runAsNonRoot": True,
@@ -329,6 +333,7 @@ def sandbox_pod(
             WORK_ROOT,
             "--toolbox",
             TOOLBOX_SOCKET,
+            *([sandboxes.DEFAULT_MODEL_FLAG, model] if model else []),
         ],
         "ports": [{"name": "harness", "containerPort": HARNESS_PORT}],
         "env": [

@@ -56,6 +56,8 @@ HARNESS_CONTAINER = "harness"
 """The sandbox Pod's container that serves Turns (as ``objects.sandbox_pod`` names it)."""
 TOOLS_CONTAINER = "tools"
 """The sandbox Pod's container where the Agents' tools run (the toolbox)."""
+DEFAULT_MODEL_FLAG = "--default-model"
+"""The Harness's flag that names the model of an Agent that names none (ADR 0060)."""
 UNRECORDED = "unrecorded"
 """What changed, for a Pod that carries no fingerprint (made before Pods carried one)."""
 TOKENS = "tokens"
@@ -89,9 +91,10 @@ def fingerprint(pod_spec: Mapping[str, Any], providers_yaml: str, tokens: str) -
 
 def _parts(pod_spec: Mapping[str, Any], providers_yaml: str) -> dict[str, Any]:
     """The Pod's spec cut along what a person changes: ``image`` (every container's),
-    ``env`` and ``envFrom`` (the Harness's), ``resources`` (the tools'), ``repos`` (the
-    clone init containers), ``serviceAccount``, ``providers``, and ``template``: all the
-    rest, which the operator's version puts in every sandbox."""
+    ``env`` and ``envFrom`` (the Harness's), ``defaultModel`` (the Harness's
+    ``--default-model``), ``resources`` (the tools'), ``repos`` (the clone init
+    containers), ``serviceAccount``, ``providers``, and ``template``: all the rest, which
+    the operator's version puts in every sandbox."""
     template = copy.deepcopy(dict(pod_spec))
     containers = [*template.get("initContainers", []), *template.get("containers", [])]
     images = [container.pop("image", None) for container in containers]
@@ -99,12 +102,24 @@ def _parts(pod_spec: Mapping[str, Any], providers_yaml: str) -> dict[str, Any]:
     parts = {
         "image": images,
         **{key: harness.pop(key, None) for key in ("env", "envFrom")},
+        "defaultModel": _pop_flag(harness, DEFAULT_MODEL_FLAG),
         "resources": _container(template, TOOLS_CONTAINER).pop("resources", None),
         "repos": template.pop("initContainers", []),
         "serviceAccount": template.pop("serviceAccountName", None),
         "providers": providers_yaml,
     }
     return {**parts, "template": template}
+
+
+def _pop_flag(container: dict[str, Any], flag: str) -> str | None:
+    """The value of ``flag`` in the container's args, taken out of them (None: absent)."""
+    args = list(container.get("args") or [])
+    if flag not in args[:-1]:
+        return None
+    at = args.index(flag)
+    value = str(args[at + 1])
+    container["args"] = args[:at] + args[at + 2 :]
+    return value
 
 
 def _container(pod_spec: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -58,10 +58,10 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from kubeturn.api import validation
+from kubeturn.api import models, validation
 from kubeturn.api.status import RepoStatus, RunPhase, WorkspacePhase, WorkspaceStatus
 from kubeturn.api.workspace import WorkspaceSpec
-from kubeturn.errors import DefinitionErrors
+from kubeturn.errors import DefinitionError, DefinitionErrors
 from kubeturn.k8s import conditions, egress, events, metrics, objects, patches, sandboxes
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import (
@@ -351,6 +351,7 @@ def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec, tokens: str
         harness_token_sha256=tokens,
         require_confinement=hub.settings.require_confinement,
         resources=hub.settings.sandbox_resources,
+        default_model=hub.settings.default_model,
     )
 
 
@@ -425,7 +426,7 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     namespace, name = meta["namespace"], meta["name"]
     key = (namespace, name)
     try:
-        spec = _validated(body)
+        spec = _validated(hub, body)
     except DefinitionErrors as errors:
         invalid = sandboxes.Said(False, conditions.INVALID, str(errors))
         await _write(hub, body, sandbox, WorkspacePhase.FAILED, None, invalid, None, None)
@@ -536,8 +537,10 @@ def _going(going: Going) -> sandboxes.Said:
     return sandboxes.Said(False, conditions.EARLIER_OBJECTS_GOING, str(going))
 
 
-def _validated(body: dict[str, Any]) -> WorkspaceSpec:
-    """The Workspace's spec; ``DefinitionErrors`` naming each problem's path otherwise."""
+def _validated(hub: Hub, body: dict[str, Any]) -> WorkspaceSpec:
+    """The Workspace's spec; ``DefinitionErrors`` naming each problem's path otherwise,
+    among them a ``spec.defaultModel`` whose provider the operator's providers do not
+    define (ADR 0060)."""
     meta = body["metadata"]
     document = {
         "apiVersion": body["apiVersion"],
@@ -545,7 +548,13 @@ def _validated(body: dict[str, Any]) -> WorkspaceSpec:
         "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
         "spec": body["spec"],
     }
-    return validation.validate_workspace(document).spec
+    spec = validation.validate_workspace(document).spec
+    if spec.defaultModel is not None:
+        providers = models.provider_names(hub.settings.providers_yaml)
+        why = models.unknown_provider(spec.defaultModel, providers)
+        if why is not None:
+            raise DefinitionErrors([DefinitionError("spec.defaultModel", why)])
+    return spec
 
 
 def _sync_due(synced: Looked | None, now: Looked) -> bool:
@@ -714,7 +723,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     @metrics.counting_errors("workspaces")
     async def create(body: kopf.Body, **_: Any) -> None:
         try:
-            spec = _validated(_plain(body))
+            spec = _validated(hub, _plain(body))
         except DefinitionErrors:
             return  # the daemon says what is wrong in the status
         with contextlib.suppress(Going):  # the daemon says what it waits for, and waits
