@@ -1,0 +1,194 @@
+"""An Agent that names no model runs on the default model: the real operator (kopf, in a
+thread of its own) against the API emulator, the kubelet running each sandbox Pod as a
+real Harness process, and the scripted model as the providers ``scripted`` and ``own``.
+
+Cases:
+- the operator's default (the chart's ``defaultModel``, ``scripted/chart-default``): a
+  Run whose Agent names no model runs to ``Succeeded``, its Turn ``ended`` by its pick,
+  every model request of it for ``chart-default``; its sandbox's Harness was started with
+  ``--default-model scripted/chart-default``;
+- a Workspace's own ``spec.defaultModel`` (``own/workspace-default``) overrides it: the
+  same Run on it succeeds, its model requests for ``workspace-default`` at ``own``;
+- a Workspace whose ``spec.defaultModel`` names a provider the operator does not have is
+  ``Failed``, ``Ready=False``, ``Invalid``, naming ``spec.defaultModel`` and the
+  providers it has; no sandbox Pod is made for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from kubeturn_harness.scripted import parse_script, serve
+from tests.operator import emulator
+from tests.operator import kubelet as kubelet_
+from tests.operator.installation import Installation
+from tests.operator.operator_support import (
+    GROUP_VERSION,
+    NAMESPACE,
+    RUNS,
+    WORKSPACES,
+    OperatorThread,
+    Writes,
+    call,
+    eventually,
+    fail_on_logged_errors,
+    make_origin,
+    model_requests,
+    read,
+    script,
+    settings,
+    status,
+)
+
+Body = dict[str, Any]
+PROMPT = "Say hello and finish"
+SCRIPT = script({PROMPT: [{"toolCalls": [call("finish")]}]})
+
+
+def workspace(name: str, origin: str, **spec: Any) -> Body:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Workspace",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"repos": {"target": {"url": origin}}, **spec},
+    }
+
+
+def hello(name: str, workspace_name: str) -> Body:
+    """One Agent that names no model, one state, one pick."""
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "workspace": {"name": workspace_name},
+            "agents": {"greeter": {"instructions": "Be brief.", "workspace": "write"}},
+            "machine": {
+                "initial": "greeting",
+                "states": {
+                    "greeting": {
+                        "invoke": {"agent": {"slot": "greeter", "prompt": PROMPT}},
+                        "on": {"finish": {"target": "done", "description": "Said hello."}},
+                    },
+                    "done": {"type": "final"},
+                },
+            },
+        },
+    }
+
+
+@dataclass
+class World(Writes):
+    k8s: emulator.KubernetesApi
+    api: aiohttp.ClientSession
+    session: aiohttp.ClientSession
+    kubelet: kubelet_.Kubelet
+    origin: str
+    model: str
+
+    async def succeeded(self, run: str) -> Body:
+        def said() -> str:
+            current = status(self.k8s, RUNS, run)
+            current.pop("snapshot", None)
+            return json.dumps(current)
+
+        await eventually(
+            lambda: status(self.k8s, RUNS, run).get("phase") == "Succeeded",
+            f"Run {run} to succeed",
+            timeout=60,
+            describe=said,
+        )
+        return status(self.k8s, RUNS, run)
+
+    async def models(self) -> list[str]:
+        """The model of every request the scripted model got, in order."""
+        return [r["body"]["model"] for r in await model_requests(self.session, self.model)]
+
+
+@pytest.fixture
+async def world(
+    k8s: emulator.KubernetesApi,
+    k8s_client: aiohttp.ClientSession,
+    installation: Installation,
+    kubelet: kubelet_.Kubelet,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> AsyncIterator[World]:
+    """The operator whose default model is ``scripted/chart-default``, with the scripted
+    model as two providers; the test fails if the operator or a Harness logged an error."""
+    runner, url = await serve(parse_script(SCRIPT))
+    providers = f"scripted:\n  baseUrl: {url}\nown:\n  baseUrl: {url}\n"
+    operating = dataclasses.replace(
+        settings(installation, providers_yaml=providers), default_model="scripted/chart-default"
+    )
+    operator = OperatorThread(operating, installation.kubeconfig)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+    try:
+        await operator.start()
+        try:
+            yield World(
+                k8s,
+                k8s_client,
+                session,
+                kubelet,
+                make_origin(tmp_path / "git"),
+                url.removesuffix("/v1"),
+            )
+        finally:
+            await operator.stop()
+    finally:
+        await session.close()
+        await runner.cleanup()
+    fail_on_logged_errors(caplog, kubelet.started)
+
+
+async def test_an_agent_with_no_model_runs_on_the_operators_default(world: World) -> None:
+    await world.create(workspace("plain", world.origin))
+    await world.create(hello("hello", "plain"))
+    done = await world.succeeded("hello")
+    assert [(t["agent"], t["outcome"], t["cause"]) for t in done["turns"]] == [
+        ("greeter", "ended", "pick")
+    ]
+    assert await world.models() == ["chart-default"]
+    pod = read(world.k8s, "v1/pods", "plain-kubeturn-sandbox")
+    assert pod is not None
+    (harness,) = (c for c in pod["spec"]["containers"] if c["name"] == "harness")
+    assert harness["args"][-2:] == ["--default-model", "scripted/chart-default"]
+
+
+async def test_a_workspaces_own_default_model_overrides_the_operators(world: World) -> None:
+    await world.create(workspace("own", world.origin, defaultModel="own/workspace-default"))
+    await world.create(hello("hello-own", "own"))
+    done = await world.succeeded("hello-own")
+    assert [t["outcome"] for t in done["turns"]] == ["ended"]
+    assert await world.models() == ["workspace-default"]
+
+
+async def test_a_default_model_of_no_provider_is_refused_at_its_path(world: World) -> None:
+    await world.create(workspace("nowhere", world.origin, defaultModel="anthropic/claude"))
+
+    def invalid() -> Body | None:
+        ready = [
+            c
+            for c in status(world.k8s, WORKSPACES, "nowhere").get("conditions", [])
+            if c["type"] == "Ready"
+        ]
+        return ready[0] if ready and ready[0]["reason"] == "Invalid" else None
+
+    ready = await eventually(invalid, "the Workspace Invalid")
+    assert ready["status"] == "False"
+    assert ready["message"] == (
+        "spec.defaultModel: 'anthropic/claude' names the provider 'anthropic', which the "
+        "operator's providers do not define (defined: own, scripted); name a model of one of "
+        "them, or add the provider to the chart's providers"
+    )
+    assert status(world.k8s, WORKSPACES, "nowhere")["phase"] == "Failed"
+    assert read(world.k8s, "v1/pods", "nowhere-kubeturn-sandbox") is None
