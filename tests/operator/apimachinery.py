@@ -151,10 +151,44 @@ class Requirement:
 
 TERM = re.compile(r"\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9_.-]*))?\s*")
 FIELDS = ("metadata.name", "metadata.namespace")
+EVENT_FIELDS = {
+    **{
+        f"involvedObject.{name}": ("involvedObject", name)
+        for name in (
+            "kind",
+            "namespace",
+            "name",
+            "uid",
+            "apiVersion",
+            "resourceVersion",
+            "fieldPath",
+        )
+    },
+    "reason": ("reason",),
+    "reportingComponent": ("reportingComponent",),
+    "source": ("source", "component"),
+    "type": ("type",),
+}
+"""The field selectors core v1 Events take besides the metadata's (kube-apiserver's
+``pkg/registry/core/event``'s ``ToSelectableFields``): ``kubectl describe`` lists an
+object's Events by ``involvedObject.*``. The path of each in the Event."""
 
 
-def parse_selector(text: str, *, fields: bool = False) -> tuple[Requirement, ...]:
-    """Parse an equality-based label selector, or a field selector if ``fields``."""
+def _event_fields(body: Body) -> dict[str, str]:
+    found = {}
+    for field, path in EVENT_FIELDS.items():
+        node: Any = body
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        found[field] = "" if node is None else str(node)
+    return found
+
+
+def parse_selector(
+    text: str, *, fields: bool = False, events: bool = False
+) -> tuple[Requirement, ...]:
+    """Parse an equality-based label selector, or a field selector if ``fields`` (of core
+    v1 Events if ``events``)."""
     terms = []
     for term in filter(None, text.split(",")):
         found = TERM.fullmatch(term)
@@ -165,7 +199,8 @@ def parse_selector(text: str, *, fields: bool = False) -> tuple[Requirement, ...
                 "emulator supports =, ==, != and existence, not set-based terms)",
             )
         negated, key, operator, value = found.groups()
-        if fields and (key not in FIELDS or not operator):
+        known = (*FIELDS, *EVENT_FIELDS) if events else FIELDS
+        if fields and (key not in known or not operator):
             raise ApiError(400, f'field label not supported: "{key}"')
         operator = {"==": "=", None: "!exists" if negated else "exists"}.get(operator, operator)
         terms.append(Requirement(key, operator, value or ""))
@@ -180,14 +215,18 @@ class Selection:
     name: str | None = None
     labels: tuple[Requirement, ...] = ()
     fields: tuple[Requirement, ...] = ()
+    events: bool = False
+    """Core v1 Events: their own fields are selectable too."""
 
     @classmethod
     def of(cls, route: Route, params: Mapping[str, str]) -> Selection:
+        events = (route.group, route.plural) == ("", "events")
         return cls(
             namespace=route.namespace,
             name=route.name,
             labels=parse_selector(params.get("labelSelector", "")),
-            fields=parse_selector(params.get("fieldSelector", ""), fields=True),
+            fields=parse_selector(params.get("fieldSelector", ""), fields=True, events=events),
+            events=events,
         )
 
     def matches(self, body: Body | None) -> bool:
@@ -198,6 +237,8 @@ class Selection:
             "metadata.name": meta.get("name", ""),
             "metadata.namespace": meta.get("namespace", ""),
         }
+        if self.events:
+            fields |= _event_fields(body)
         return (
             (self.namespace is None or meta.get("namespace") == self.namespace)
             and (self.name is None or meta.get("name") == self.name)

@@ -76,8 +76,12 @@ this module applies them, and :mod:`~tests.operator.kubelet` runs the Pods:
   kube-apiserver, on in OpenShift; always on here): changing an object's
   ownerReferences needs ``delete`` on it, a ``blockOwnerDeletion`` reference ``update``
   on the owner's ``finalizers``;
-- :func:`admin_proxy`, a plain-HTTP front that adds the admin token, for kubectl (which
-  sends no credentials to a plain-HTTP server).
+- :func:`admin_proxy`, a plain-HTTP front that adds the admin token, for kubectl and helm
+  (which send no credentials to a plain-HTTP server);
+- what ``helm install`` needs (tests/operator/test_readme_walkthrough.py runs it): the
+  CRDs' own resource (a new CRD is ``Established`` at once, as the API server's controllers
+  make it within moments), Deployments, a first server-side apply (helm 4 applies every
+  object so), protobuf Secrets (its release storage), and ``/openapi/v3``.
 
 Limits, accepted, that tests must not rely on: admission plugins and webhooks (none
 but the one above: no quota, no LimitRange, no Pod Security admission), and built-in
@@ -93,11 +97,18 @@ runs a Pod but the operator tier's kubelet (:mod:`tests.operator.kubelet`), so a
 bound to a node and deleted stays ``Terminating`` without it, as on a node that is
 gone; no TLS, client certificates, TokenRequest or ServiceAccount token Secrets, no Node
 authorizer, impersonation or aggregated ClusterRoles (refused), no RBAC escalation
-checks (only the admin writes RBAC objects); no server-side apply, no
-protobuf bodies (``kubectl create configmap|secret`` sends them: 415), no OpenAPI
-documents (kubectl needs ``--validate=false``); strategic merge patches replace lists;
-no set-based selectors (400); no pagination; Tables only on list and get (not on watches,
-and only Name and Age for built-in kinds); no subresource but ``status`` and
+checks (only the admin writes RBAC objects); server-side apply only as far as a first
+apply goes (no field ownership: no conflicts, no removal of fields a manager stops
+applying; ``+cbor`` refused); protobuf bodies only of Secrets and ConfigMaps
+(:mod:`~tests.operator.protobuf`: ``kubectl create secret|configmap`` and helm's release
+storage send them; others 415); OpenAPI v3 documents (:mod:`~tests.operator.openapi`) that
+say every resource takes ``fieldValidation``, so kubectl and helm leave validation to the
+server, where ``fieldValidation=Strict`` is not emulated; no OpenAPI v2 (a client that
+validates itself fails); CustomResourceDefinitions are stored and ``Established`` at once,
+but the resources served stay :data:`CRDS`'; Deployments are stored and run by nothing;
+strategic merge patches replace lists;
+no set-based selectors (400); no pagination; Tables on list, get and watch (only Name and
+Age for built-in kinds); no subresource but ``status`` and
 ``pods/binding``. It must not import kubeturn: it stands for the cluster, not for the
 operator.
 """
@@ -983,7 +994,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 events = [gone(since, self._changes.revision)]
             yield b""  # send the headers now: clients wait for them before reading events
             for event in events:
-                yield event
+                yield self._shown(request, resource, event)
             if events and events[-1]["type"] == "ERROR":
                 return
             while True:
@@ -998,7 +1009,14 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 if change is None:
                     return
                 if change.resource == resource and (event := change.event_for(selection)):
-                    yield event
+                    yield self._shown(request, resource, event)
+
+    def _shown(self, request: kmock.Request, resource: kmock.resource, event: Body) -> Body:
+        """The event as the watch asked for it: its object a one-row Table when the watch
+        accepts ``as=Table`` (``kubectl get -w``), as kube-apiserver converts each."""
+        if "as=Table" not in header(request, "Accept") or event["type"] in ("BOOKMARK", "ERROR"):
+            return event
+        return {**event, "object": self._table(request, resource, [event["object"]])}
 
     def _initial_events_end(self, resource: kmock.resource) -> Body:
         meta = {
@@ -1461,8 +1479,22 @@ async def admin_proxy(api: KubernetesApi) -> AsyncIterator[str]:
                 passed = {k: v for k, v in upstream.headers.items() if k.lower() in PROXIED_HEADERS}
                 response = aiohttp.web.StreamResponse(status=upstream.status, headers=passed)
                 await response.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
+
+                async def pump() -> None:
+                    async for chunk in upstream.content.iter_any():
+                        await response.write(chunk)
+
+                # A watch's client may go while nothing flows: the proxy notices, and ends
+                # its own watch, as kube-apiserver ends a watch whose client went.
+                copying = asyncio.ensure_future(pump())
+                while not copying.done():
+                    await asyncio.wait([copying], timeout=WATCH_POLL_SECONDS)
+                    if request.transport is None or request.transport.is_closing():
+                        copying.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await copying
+                        return response
+                await copying
                 await response.write_eof()
                 return response
 

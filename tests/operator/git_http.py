@@ -30,7 +30,8 @@ IDENTITY = ("-c", "user.name=kubeturn tests", "-c", "user.email=tests@kubeturn.i
 
 @dataclasses.dataclass
 class GitServer:
-    """The repositories under ``root``, at ``<url>/<name>.git``, for one user."""
+    """The repositories under ``root``, at ``<url>/<name>.git``, for one user (with no
+    ``username``: for anyone, as a public repository is)."""
 
     root: Path
     username: str
@@ -52,7 +53,8 @@ class GitServer:
             self.redirected += 1
             raise web.HTTPFound(self.moved_to + request.path_qs)
         expected = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-        if request.headers.get("Authorization") != f"Basic {expected}":
+        public = not self.username
+        if not public and request.headers.get("Authorization") != f"Basic {expected}":
             self.refused += 1
             return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="git"'})
         self.served += 1
