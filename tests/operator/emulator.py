@@ -204,7 +204,7 @@ ADMIN = rbac.User("kubeturn-tests-admin", (rbac.PRIVILEGED_GROUP, rbac.AUTHENTIC
 objects up, kubectl, the kubelet), allowed everything as a cluster's admin is."""
 PODS = kmock.resource(group="", version="v1", plural="pods")
 SECRETS = kmock.resource(group="", version="v1", plural="secrets")
-CRDS = kmock.resource(
+CRD_RESOURCE = kmock.resource(
     group="apiextensions.k8s.io", version="v1", plural="customresourcedefinitions"
 )
 CRUD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
@@ -1069,7 +1069,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 kind=resource.plural,
             )
         made = self._commit(resource, key, None, apimachinery.tidy(body), dry_run)
-        if resource == CRDS and not dry_run:
+        if resource == CRD_RESOURCE and not dry_run:
             self._establish(key, made)
         return made
 
@@ -1096,7 +1096,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 )
             ],
         }
-        self._commit(CRDS, key, crd, {**copy.deepcopy(crd), "status": status}, dry_run=False)
+        self._commit(
+            CRD_RESOURCE, key, crd, {**copy.deepcopy(crd), "status": status}, dry_run=False
+        )
 
     def _update(
         self, resource: kmock.resource, key: Key, route: apimachinery.Route, new: Any, dry_run: bool

@@ -33,7 +33,8 @@ Cases:
   NetworkPolicies (ports, endPort, CIDRs and exceptions, peers, selectors); Events in
   their object's namespace; Leases' durations; Time and MicroTime fields decode as Go's;
 - a stale resourceVersion is 409 on PUT, merge PATCH and delete preconditions;
-- a failed JSON-patch ``test`` is 422; strategic merge is a merge; apply is 415;
+- a failed JSON-patch ``test`` is 422; strategic merge is a merge; server-side apply needs
+  a ``fieldManager`` (400), creates (201) or sets the fields it gives (200);
 - status subresource: ``/status`` writes only status, the main resource ignores it;
 - equality label selectors and metadata.name/namespace field selectors; set-based is 400;
 - dryRun=All answers but does not write;
@@ -306,7 +307,7 @@ def test_ages_read_as_kubectl_shows_them(seconds: int, age: str) -> None:
 
 
 async def test_unknown_resource_is_404(k8s: emulator.KubernetesApi) -> None:
-    status, body = await call(k8s, "GET", "/apis/apps/v1/namespaces/default/deployments")
+    status, body = await call(k8s, "GET", "/apis/apps/v1/namespaces/default/statefulsets")
     assert (status, body["kind"]) == (404, "Status")
 
 
@@ -405,17 +406,25 @@ async def test_failed_json_patch_test_is_422(k8s: emulator.KubernetesApi) -> Non
     assert (status, body["reason"]) == (422, "Invalid")
 
 
-async def test_strategic_merge_is_a_merge_and_apply_is_refused(k8s: emulator.KubernetesApi) -> None:
+async def test_strategic_merge_is_a_merge_and_apply_creates_or_sets(
+    k8s: emulator.KubernetesApi,
+) -> None:
     await create_run(k8s, "a", spec=spec(x=1, keep=True))
     patch = {"spec": {"input": {"x": 2, "$setElementOrder/list": []}}}
     status, body = await call(
         k8s, "PATCH", f"{RUNS}/a", patch, content_type="application/strategic-merge-patch+json"
     )
     assert (status, body["spec"]["input"]) == (200, {"x": 2, "keep": True})
-    status, _ = await call(
-        k8s, "PATCH", f"{RUNS}/a", {}, content_type="application/apply-patch+yaml"
-    )
-    assert status == 415
+    apply = "application/apply-patch+yaml"
+    status, _ = await call(k8s, "PATCH", f"{RUNS}/a", {}, content_type=apply)
+    assert status == 400  # no fieldManager
+    applied = {"apiVersion": "kubeturn.dev/v1alpha1", "kind": "Run", "metadata": {"name": "a"}}
+    applied["spec"] = {"input": {"x": 3}}
+    status, body = await call(k8s, "PATCH", f"{RUNS}/a?fieldManager=t", applied, content_type=apply)
+    assert (status, body["spec"]["input"]) == (200, {"x": 3, "keep": True})
+    made = {**applied, "metadata": {"name": "b"}, "spec": spec(x=1)}
+    status, body = await call(k8s, "PATCH", f"{RUNS}/b?fieldManager=t", made, content_type=apply)
+    assert (status, body["metadata"]["name"]) == (201, "b")
 
 
 async def test_status_subresource(k8s: emulator.KubernetesApi) -> None:
