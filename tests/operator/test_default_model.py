@@ -8,7 +8,9 @@ Cases:
   every model request of it for ``chart-default``; its sandbox's Harness was started with
   ``--default-model scripted/chart-default``;
 - a Workspace's own ``spec.defaultModel`` (``own/workspace-default``) overrides it: the
-  same Run on it succeeds, its model requests for ``workspace-default`` at ``own``;
+  same Run on it succeeds, its model requests for ``workspace-default`` at ``own``; a new
+  ``spec.defaultModel`` makes the idle sandbox anew (``SandboxUpdated``: defaultModel
+  changed), its Harness started with the new one;
 - a Workspace whose ``spec.defaultModel`` names a provider the operator does not have is
   ``Failed``, ``Ready=False``, ``Invalid``, naming ``spec.defaultModel`` and the
   providers it has; no sandbox Pod is made for it.
@@ -38,6 +40,7 @@ from tests.operator.operator_support import (
     OperatorThread,
     Writes,
     call,
+    events,
     eventually,
     fail_on_logged_errors,
     make_origin,
@@ -170,6 +173,24 @@ async def test_a_workspaces_own_default_model_overrides_the_operators(world: Wor
     done = await world.succeeded("hello-own")
     assert [t["outcome"] for t in done["turns"]] == ["ended"]
     assert await world.models() == ["workspace-default"]
+
+    # A new default makes the idle sandbox anew, saying what changed.
+    path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/workspaces/own"
+    patch = json.dumps({"spec": {"defaultModel": "own/next"}})
+    headers = {"Content-Type": "application/merge-patch+json"}
+    async with world.api.patch(path, data=patch, headers=headers) as answer:
+        assert answer.status == 200, await answer.text()
+
+    def harness_model() -> str | None:
+        pod = read(world.k8s, "v1/pods", "own-kubeturn-sandbox") or {"spec": {"containers": []}}
+        args = [c["args"] for c in pod["spec"]["containers"] if c["name"] == "harness"]
+        return args[0][-1] if args else None
+
+    await eventually(lambda: harness_model() == "own/next", "the sandbox made with own/next")
+    (updated,) = events(world.k8s, "SandboxUpdated")
+    assert updated["message"] == (
+        "the sandbox Pod runs an older spec (defaultModel changed); making it anew"
+    )
 
 
 async def test_a_default_model_of_no_provider_is_refused_at_its_path(world: World) -> None:
