@@ -1489,14 +1489,16 @@ async def admin_proxy(api: KubernetesApi) -> AsyncIterator[str]:
                 # A watch's client may go while nothing flows: the proxy notices, and ends
                 # its own watch, as kube-apiserver ends a watch whose client went.
                 copying = asyncio.ensure_future(pump())
-                while not copying.done():
-                    await asyncio.wait([copying], timeout=WATCH_POLL_SECONDS)
-                    if request.transport is None or request.transport.is_closing():
-                        copying.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await copying
-                        return response
-                await copying
+                # What it raises once its client went is nobody's: retrieved, not logged.
+                copying.add_done_callback(lambda done: done.cancelled() or done.exception())
+                try:
+                    while not copying.done():
+                        await asyncio.wait([copying], timeout=WATCH_POLL_SECONDS)
+                        if request.transport is None or request.transport.is_closing():
+                            return response
+                    await copying
+                finally:
+                    copying.cancel()
                 await response.write_eof()
                 return response
 

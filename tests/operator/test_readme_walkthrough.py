@@ -226,6 +226,7 @@ async def test_the_readme_walkthrough_runs_as_written(
     install, secret, apply, watch, get_runs, approve, describe = commands
     model, model_url = await serve(parse_script(SCRIPT))
     operator: OperatorThread | None = None
+    watching: asyncio.subprocess.Process | None = None
     async with git_http.serving(tmp_path / "srv", "", "") as git:
         git_http.bare(git.root / "Hello-World.git", "Initial commit", branch="master")
         example = (ROOT / EXAMPLE).read_text(encoding="utf-8")
@@ -280,10 +281,11 @@ async def test_the_readme_walkthrough_runs_as_written(
             assert done["processedSignals"] == ["approve-1"]
             described = await shell(describe)
             assert "Succeeded" in described
+            # Events of one second are listed in no particular order.
             events = [
                 line.split(None, 4) for line in described.splitlines() if "TurnRecorded" in line
             ]
-            assert [(e[0], e[1], e[4]) for e in events] == [
+            assert sorted((e[0], e[1], e[4]) for e in events) == [
                 ("Normal", "TurnRecorded", "t1 (coder in implementing): ended, cause pick"),
                 ("Normal", "TurnRecorded", "t2 (reviewer in reviewing): ended, cause pick"),
             ], described
@@ -308,6 +310,9 @@ async def test_the_readme_walkthrough_runs_as_written(
             requests = await model_requests_of(model_url)
             assert [r["body"]["model"] for r in requests] == ["gpt-4.1", "gpt-4.1", "gpt-4.1-mini"]
         finally:
+            if watching is not None and watching.returncode is None:
+                watching.kill()
+                await watching.communicate()
             if operator is not None:
                 await operator.stop()
             await model.cleanup()
