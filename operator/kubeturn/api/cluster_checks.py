@@ -1,7 +1,7 @@
 """What ``kubeturn validate --cluster`` checks beyond a manifest's shape: what would make a
 Run that is valid on one machine fail on a cluster.
 
-- An Agent that names no model, when no state that invokes it names one and no default
+- An Agent that names no model, when a state invokes it without naming one and no default
   model is known: the sandbox's Harness would refuse its Turns. A default is known from
   ``--default-model`` (the chart's ``defaultModel``, which validate cannot read), the
   Run's inline Workspace template's ``defaultModel``, or the ``spec.defaultModel`` of a
@@ -93,7 +93,7 @@ def run_problems(run: Run, known: Known) -> list[DefinitionError]:
         return found
     chosen = _models_chosen(spec.machine.states.values())
     for slot, agent in spec.agents.items():
-        if agent.model is None and not chosen.get(slot, False):
+        if agent.model is None and chosen.get(slot) is False:
             found.append(DefinitionError(f"spec.agents.{slot}.model", _no_model(named)))
     return found
 
