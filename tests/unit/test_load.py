@@ -699,8 +699,8 @@ class TestTimersAndEvents:
         assert only_problem(document) == (
             f"spec.machine.states.a.on{where}: {event!r} is reserved: the machine names its "
             "own events done.…, error.… and after:…; handle an invoke's end with "
-            "invoke.onDone or invoke.onError, a timer with after, and a compound state's end "
-            "with onDone"
+            "invoke.onDone or invoke.onError, a timer with after, a compound state's end "
+            "with onDone, and a failed expression with error.expression"
         )
 
     def test_machine_events_may_be_handled(self) -> None:

@@ -223,12 +223,15 @@ class _Compiler:
             event_where = manifest_path(where, "on", event)
             if not event:
                 self.problem(event_where, "an event needs a name")
-            elif event.startswith(model.RESERVED_EVENT_PREFIXES):
+            elif event.startswith(model.RESERVED_EVENT_PREFIXES) and (
+                event != model.ERROR_EXPRESSION
+            ):
                 self.problem(
                     event_where,
                     f"{event!r} is reserved: the machine names its own events done.…, error.… "
                     "and after:…; handle an invoke's end with invoke.onDone or invoke.onError, "
-                    "a timer with after, and a compound state's end with onDone",
+                    "a timer with after, a compound state's end with onDone, and a failed "
+                    "expression with error.expression",
                 )
             handled[event] = self.transitions(written, source, event, event_where)
         return handled

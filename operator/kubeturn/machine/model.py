@@ -22,8 +22,11 @@ ERROR_INVOKE = "error.invoke"
 """The event of an invoke failing; the state's ``invoke.onError`` handles it."""
 DONE_STATE = "done.state"
 """The event of a compound state's final child being reached; its ``onDone`` handles it."""
+ERROR_EXPRESSION = "error.expression"
+"""The event of a CEL expression failing at run time (ADR 0068): ``on`` may handle it."""
 RESERVED_EVENT_PREFIXES = ("done.", "error.", "after:")
-"""Events the machine names itself; a manifest may not handle them in ``on``."""
+"""Events the machine names itself; a manifest may not handle them in ``on``, but for
+``ERROR_EXPRESSION``."""
 
 
 def timer_id(state: StatePath, delay: str) -> str:
