@@ -47,7 +47,7 @@ from kubeturn.machine.interpreter import (
 )
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import StatePath
-from kubeturn.orchestrator import frames, ids, turns
+from kubeturn.orchestrator import frames, ids, signals, turns
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
@@ -169,6 +169,8 @@ class RunCore:
         """Commands started and not yet answered, as rendered: a restore starts them again."""
         self.signals: list[str] = []
         """Ids of the outside signals already sent: each is sent exactly once."""
+        self.ignored: dict[str, str] = {}
+        """Of those, the ones the Machine did not take, and why (ADR 0067)."""
         self.cancelled = False
         self.turn_seq = 0
         """Turns started over the Run's life: the n-th is ``t<n>`` (``ids.turn``)."""
@@ -199,12 +201,37 @@ class RunCore:
         *,
         signal_id: str | None = None,
     ) -> Effects:
-        """An outside event; one with an id is sent once, however often it is repeated."""
+        """An outside event; one with an id is sent once, however often it is repeated.
+
+        It is handled now or never (ADR 0067): one that no active state accepts, whose data
+        does not fit its schema, or that no guard lets through changes nothing, and one
+        with an id is recorded in ``ignored`` with why."""
         if signal_id is not None:
             if signal_id in self.signals:
                 return Effects()
             self.signals.append(signal_id)
-        return self._send(Event(event, dict(data or {})), now)
+        effects = Effects()
+        if self.config is None:
+            return effects
+        payload = dict(data or {})
+        found = [
+            {"event": item.event, "state": item.state, "schema": item.schema}
+            for item in self.accepted()
+        ]
+        why = signals.refusal(found, event, payload)
+        if why is None:
+            step = self._step(Event(event, payload), now, effects)
+            if not step.taken:
+                why = f"no transition of {event} has a guard that holds now"
+        if why is not None and signal_id is not None:
+            self.ignored[signal_id] = bounded(why)
+        return effects
+
+    def accepted(self) -> list[interpreter.Accepted]:
+        """The events the active states accept now (``interpreter.accepted``)."""
+        if self.config is None:
+            return []
+        return interpreter.accepted(self.run.chart, self.config)
 
     def cancel(self, now: float) -> Effects:
         """CANCEL, sent once."""
@@ -937,6 +964,7 @@ class RunCore:
             HISTORY_KEY: [r.model_dump(mode="json") for r in self.history],
             "recorded": self.recorded,
             "signals": list(self.signals),
+            "ignoredSignals": dict(self.ignored),
             "execs": [
                 {
                     "invocation": e.invocation,
@@ -975,6 +1003,8 @@ class RunCore:
         self._history_bytes = [_size(record) for record in self.history]
         self.recorded = int(data["recorded"])
         self.signals = list(data["signals"])
+        # Absent from a snapshot written before signals could be ignored: none was.
+        self.ignored = {str(k): str(v) for k, v in dict(data.get("ignoredSignals") or {}).items()}
         self.execs = {
             e["invocation"]: StartExec(e["invocation"], e["command"], e["cwd"], float(e["timeout"]))
             for e in data["execs"]

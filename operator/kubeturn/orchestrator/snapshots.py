@@ -14,7 +14,8 @@ Versions:
   drafts kept no ``execs``.
 - **1**: the records are ``status.turns`` only (ADR 0045); Turns and deliveries are
   numbered apart (``turnSeq``, ``deliverySeq``; ADR 0021); ``execs`` lists the commands
-  started and not yet answered.
+  started and not yet answered; ``ignoredSignals`` (id → why) the signals no state took
+  (ADR 0067), absent where none was recorded, which is how an earlier one reads.
 
 A new version gets a step here, a golden snapshot in ``tests/unit/snapshots/`` and a
 line above; a golden is never changed once written.

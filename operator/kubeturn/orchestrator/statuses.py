@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubeturn.api.status import RunStatus
+from kubeturn.api.status import ProcessedSignal, RunStatus, SignalResult
 from kubeturn.errors import SnapshotUnreadable
-from kubeturn.orchestrator import snapshots
+from kubeturn.orchestrator import signals, snapshots
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.snapshots import HISTORY_KEY
 
@@ -29,6 +29,7 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
     """What ``Run.status`` says of ``core``, whose snapshot is ``snapshot``: every field
     but ``conditions`` and ``observedGeneration``, which are the shell's."""
     records = [record.model_dump(mode="json") for record in core.history]
+    accepted = signals.accepted_events(core.accepted())
     return RunStatus(
         phase=core.shown_phase.value,
         state=core.state,
@@ -38,7 +39,16 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
         output=core.config.output if core.config else None,
         message=core.message,
         snapshot={key: value for key, value in snapshot.items() if key != HISTORY_KEY},
-        processedSignals=list(core.signals),
+        processedSignals=[
+            ProcessedSignal(id=signal_id, result=SignalResult.IGNORED, message=why)
+            if (why := core.ignored.get(signal_id)) is not None
+            else ProcessedSignal(id=signal_id)
+            for signal_id in core.signals
+        ],
+        acceptedEvents=accepted,
+        waitingFor=signals.waiting_for(
+            [item.model_dump(mode="json", by_alias=True) for item in accepted]
+        ),
         cancelProcessed=core.cancelled,
     )
 
