@@ -15,7 +15,9 @@ a back-off), and drives the Orchestrator core. The snapshot is written to ``Run.
 before any effect is applied (``statuses``: the settled Turns' records as
 ``status.turns``, the rest as ``status.snapshot``, whence a restarted operator resumes),
 and every status write is built from the ``RunStatus`` model; ``spec.signals`` are sent
-once each (their ids live in the snapshot) and ``spec.cancel`` once. Deleting a Run
+once each (their ids live in the snapshot; one no active state accepts is recorded
+ignored, with a ``SignalIgnored`` Warning Event, and stays in the spec: ADR 0067) and
+``spec.cancel`` once. Deleting a Run
 deletes its live AgentTurns, whose finalizers sweep them, before the Run goes; then the
 Harness of the shared Workspace it worked in forgets it: its worktrees and conversations
 (ADR 0030).
@@ -184,9 +186,13 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             _post_recent(hub, plain, core.history)
             while not stopped:
                 for signal in list(spec.get("signals") or []):
+                    known = signal["id"] in core.signals
                     await actor.signal(
                         signal["event"], dict(signal.get("data") or {}), signal_id=signal["id"]
                     )
+                    why = core.ignored.get(signal["id"])
+                    if not known and why is not None:
+                        _ignored(hub, plain, signal["id"], signal["event"], why)
                 if spec.get("cancel"):
                     await actor.cancel()
                 await stopped.wait(SPEC_POLL_S)
@@ -457,6 +463,18 @@ def _recorded(hub: Hub, run: dict[str, Any], *, count: bool = True) -> Callable[
     return post
 
 
+def _ignored(hub: Hub, run: dict[str, Any], signal_id: str, event: str, why: str) -> None:
+    """Post a Warning Event on the Run for a signal it ignored (in the background, once per
+    id); ``status.processedSignals`` keeps why in any case."""
+    said = f"signal {signal_id} ({event}) ignored: {why}"
+    posting = events.post(
+        hub.kube, run, events.SIGNAL_IGNORED, said, events.WARNING, once=signal_id
+    )
+    task = asyncio.create_task(posting)
+    hub.background.add(task)
+    task.add_done_callback(_posted(hub))
+
+
 def _posted(hub: Hub) -> Callable[[asyncio.Task[None]], None]:
     """Forget a background Event post, logging one that failed (the Event is missed; the
     record in ``Run.status.turns`` is what counts)."""
@@ -464,7 +482,7 @@ def _posted(hub: Hub) -> Callable[[asyncio.Task[None]], None]:
     def done(task: asyncio.Task[None]) -> None:
         hub.background.discard(task)
         if not task.cancelled() and (error := task.exception()) is not None:
-            log.warning("an Event of a recorded Turn was not posted: %s", error)
+            log.warning("an Event on a Run was not posted: %s", error)
 
     return done
 
