@@ -97,9 +97,7 @@ class ExpressionError(KubeturnError):
     payload can fail on another; the interpreter decides what that means for the Run.
     """
 
-    def __init__(
-        self, source: str, cause: str, *, where: str = "", key: str | None = None
-    ) -> None:
+    def __init__(self, source: str, cause: str, *, where: str = "", key: str | None = None) -> None:
         super().__init__(f"CEL expression {source!r} failed: {cause}")
         self.source = source
         """The expression as written."""

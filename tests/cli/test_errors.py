@@ -161,13 +161,15 @@ def test_run_refuses_a_manifest_with_one_line_per_problem(tmp_path: Path) -> Non
         ),
         (
             ["hello.yaml"],
-            "kubeturn: no model provider: pass --model scripted:SCRIPT to run offline on a "
+            "kubeturn: no model provider (there is no script beside the manifest: "
+            "{project}/hello.script.yaml): pass --model scripted:SCRIPT to run offline on a "
             "scripted model, or --providers FILE (YAML: name → {{type: openai, baseUrl, "
             "apiKeyEnv}})",
         ),
         (
             [HELLO, "--model", "scripted:nowhere.yaml"],
-            "kubeturn: cannot read the scripted model's script nowhere.yaml: no such file",
+            "kubeturn: cannot read the scripted model's script nowhere.yaml: there is no "
+            "file {project}/nowhere.yaml",
         ),
         (
             [HELLO, "--model", "scripted:bad.script.yaml"],

@@ -13,7 +13,7 @@ Cases:
   columns while a Turn runs; an ``approve`` sent while the coder works is recorded
   ``ignored`` in ``processedSignals`` with the events the Run accepts, and a
   ``SignalIgnored`` Warning Event; at ``humanReview`` the status lists ``approve`` and
-  ``reject`` as accepted (``kubectl get runs -o wide``: ``WAITING FOR``); the operator's ``/metrics`` counts the Run ``Succeeded``
+  ``reject`` as accepted (``kubectl get runs -o wide``: ``ACCEPTS``); the operator's ``/metrics`` counts the Run ``Succeeded``
   and its Turns ``ended`` by ``pick``;
 - ``kubectl delete agentturn`` on a live Turn whose model request is held: the sweep
   names no cause, so the Harness settles it ``aborted`` with no message, as does the
@@ -360,13 +360,13 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     # Recorded in the Run before its finalizer goes: the last AgentTurn goes next.
     await eventually(lambda: names(world.k8s, AGENTTURNS) == [], "every AgentTurn to go")
     waiting = world.run(RUN)
-    assert waiting["waitingFor"] == "approve, reject"
+    assert waiting["waitingFor"] == "approve,reject"
     assert [(a["event"], a["state"]) for a in waiting["acceptedEvents"]] == [
         ("approve", "humanReview"),
         ("reject", "humanReview"),
     ]
     wide = table((await world.kubectl("get", "runs", "-o", "wide")).stdout)
-    assert (wide[0][-1], wide[1][-1]) == ("WAITING FOR", "approve, reject")
+    assert (wide[0][-1], wide[1][-1]) == ("ACCEPTS", "approve,reject")
     signal = [
         {"op": "add", "path": "/spec/signals/-", "value": {"id": "approve-1", "event": "approve"}}
     ]

@@ -102,7 +102,7 @@ def test_the_status_says_what_the_run_waits_for() -> None:
     core = gate()
     core.signal("finish", {}, 1.0)
     status = shown(core).model_dump(mode="json", by_alias=True, exclude_none=True)
-    assert status["waitingFor"] == "approve, reject"
+    assert status["waitingFor"] == "approve,reject"
     assert status["acceptedEvents"] == [
         {
             "event": "approve",

@@ -184,7 +184,7 @@ COLUMNS = {
         ("Phase", ".status.phase", "string"),
         ("Turns", ".status.turnCount", "integer"),
         AGE,
-        ("Waiting For", ".status.waitingFor", "string"),
+        ("Accepts", ".status.waitingFor", "string"),
     ],
     "Workspace": [
         ("Phase", ".status.phase", "string"),

@@ -206,7 +206,7 @@ RUN = Resource(
         PrinterColumn("Turns", ".status.turnCount", "integer", "Turns settled so far."),
         AGE,
         PrinterColumn(
-            "Waiting For",
+            "Accepts",
             ".status.waitingFor",
             "string",
             "The events the Run accepts now (status.acceptedEvents has their schemas).",

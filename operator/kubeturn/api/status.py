@@ -231,9 +231,7 @@ class RunStatus(Status):
     )
     processedSignals: list[ProcessedSignal] = Field(
         default_factory=list,
-        description=(
-            "spec.signals already processed, in order: each handled, or ignored and why."
-        ),
+        description=("spec.signals already processed, in order: each handled, or ignored and why."),
     )
     acceptedEvents: list[AcceptedEvent] = Field(
         default_factory=list,

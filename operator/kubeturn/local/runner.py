@@ -510,9 +510,14 @@ def _models_for(
     if script is not None:
         return script, None, SCRIPTED_MODEL
     if providers is None:
+        looked = ""
+        if options.manifest is not None and options.resume is None:
+            beside_path = _beside_path(options.manifest)
+            looked = f" (there is no script beside the manifest: {options.base / beside_path})"
         raise CommandError(
-            "no model provider: pass --model scripted:SCRIPT to run offline on a scripted "
-            "model, or --providers FILE (YAML: name → {type: openai, baseUrl, apiKeyEnv})"
+            f"no model provider{looked}: pass --model scripted:SCRIPT to run offline on a "
+            "scripted model, or --providers FILE (YAML: name → {type: openai, baseUrl, "
+            "apiKeyEnv})"
         )
     default_model = os.environ.get("KUBETURN_DEFAULT_MODEL")
     _check_models(loaded, providers, default_model)
@@ -523,8 +528,13 @@ def script_beside(manifest: Path | None) -> Path | None:
     """``x.script.yaml`` beside the manifest ``x.yaml``, when there is one."""
     if manifest is None:
         return None
-    beside = manifest.with_name(f"{manifest.name.rsplit('.', 1)[0]}.script.yaml")
+    beside = _beside_path(manifest)
     return beside if beside.is_file() else None
+
+
+def _beside_path(manifest: Path) -> Path:
+    """Where the script of ``manifest`` would be: ``x.yaml`` → ``x.script.yaml``."""
+    return manifest.with_name(f"{manifest.name.rsplit('.', 1)[0]}.script.yaml")
 
 
 def _script(model: str, base: Path) -> Path:
@@ -536,7 +546,9 @@ def _script(model: str, base: Path) -> Path:
         )
     script = (base / where).resolve()
     if not script.is_file():
-        raise CommandError(f"cannot read the scripted model's script {where}: no such file")
+        raise CommandError(
+            f"cannot read the scripted model's script {where}: there is no file {script}"
+        )
     try:
         load_script(script)
     except ScriptError as error:

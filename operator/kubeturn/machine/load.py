@@ -13,7 +13,7 @@ is sound is checked all the same, and both are reported at once. No IO:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ __all__ = [
     "load_run",
     "load_run_yaml",
     "parse_yaml",
+    "parse_yaml_documents",
 ]
 
 DEFAULT_NAMESPACE = "default"
@@ -183,8 +184,19 @@ def parse_yaml(text: str, source: str = "<manifest>") -> Any:
     PyYAML recurses a few frames per level: a document nested some hundreds of levels
     deep, far beyond what a Run may nest (``kubeturn.api.depth``), cannot be read.
     """
+    return _parsed(lambda: yaml.safe_load(text), source)
+
+
+def parse_yaml_documents(text: str, source: str = "<manifest>") -> list[Any]:
+    """Every YAML document of ``text`` (split by ``---``; empty ones left out), as
+    ``kubectl apply -f`` reads a file; ``DefinitionErrors`` as ``parse_yaml``."""
+    documents = _parsed(lambda: list(yaml.safe_load_all(text)), source)
+    return [document for document in documents if document is not None]
+
+
+def _parsed(parse: Callable[[], Any], source: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return parse()
     except RecursionError as error:
         raise DefinitionErrors(
             [

@@ -47,8 +47,8 @@ def accepted_events(found: Sequence[interpreter.Accepted]) -> list[AcceptedEvent
 
 
 def waiting_for(found: Sequence[Mapping[str, Any]]) -> str:
-    """The events a Run accepts as one short line, for a printer column: ``approve, reject``."""
-    return ", ".join(str(item["event"]) for item in found) or "-"
+    """The events a Run accepts as one word, for a printer column: ``approve,reject``."""
+    return ",".join(str(item["event"]) for item in found) or "-"
 
 
 def listing(found: Sequence[Mapping[str, Any]]) -> str:

@@ -42,7 +42,7 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
         processedSignals=[
             ProcessedSignal(id=signal_id, result=SignalResult.IGNORED, message=why)
             if (why := core.ignored.get(signal_id)) is not None
-            else ProcessedSignal(id=signal_id)
+            else ProcessedSignal(id=signal_id, result=SignalResult.HANDLED)
             for signal_id in core.signals
         ],
         acceptedEvents=accepted,
