@@ -4,7 +4,8 @@ path, and otherwise one line on stderr (what, where, what to do), never a traceb
 Cases:
 - ``kubeturn validate`` on broken manifests prints every problem of each, with the file
   and the manifest path (or the YAML line and column), an Agent's shape problem beside
-  the machine's own, says which files are valid, and exits 1; ``--cluster`` also refuses a Run that invokes without ``spec.workspace``;
+  the machine's own, says which files are valid, and exits 1; ``--cluster`` also
+  refuses a Run that invokes without ``spec.workspace``;
   both refuse a ``metadata.name`` (and a Secret's name) no Kubernetes object could have;
 - ``kubeturn run`` refuses with one line, exit 1, and leaves no workdir behind for: a
   missing manifest, malformed YAML, a manifest with problems (one line per problem), a

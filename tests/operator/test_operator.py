@@ -13,8 +13,8 @@ Cases:
   columns while a Turn runs; an ``approve`` sent while the coder works is recorded
   ``ignored`` in ``processedSignals`` with the events the Run accepts, and a
   ``SignalIgnored`` Warning Event; at ``humanReview`` the status lists ``approve`` and
-  ``reject`` as accepted (``kubectl get runs -o wide``: ``ACCEPTS``); the operator's ``/metrics`` counts the Run ``Succeeded``
-  and its Turns ``ended`` by ``pick``;
+  ``reject`` as accepted (``kubectl get runs -o wide``: ``ACCEPTS``); the operator's
+  ``/metrics`` counts the Run ``Succeeded`` and its Turns ``ended`` by ``pick``;
 - ``kubectl delete agentturn`` on a live Turn whose model request is held: the sweep
   names no cause, so the Harness settles it ``aborted`` with no message, as does the
   AgentTurn's last ``status.settlement``; the held request is cut and no other is made;
@@ -342,9 +342,7 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
         lambda: world.run(RUN).get("processedSignals") == [ignored],
         "the early approval to be recorded ignored",
     )
-    await eventually(
-        lambda: len(events(world.k8s, "SignalIgnored")) == 1, "a SignalIgnored Event"
-    )
+    await eventually(lambda: len(events(world.k8s, "SignalIgnored")) == 1, "a SignalIgnored Event")
     (warning,) = events(world.k8s, "SignalIgnored")
     assert (warning["type"], warning["message"]) == (
         "Warning",
