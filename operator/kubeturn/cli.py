@@ -10,7 +10,7 @@ cluster (``kubeturn.k8s.control``, imported only then: a local run needs no clus
 
 Every command that prints objects takes one ``-o`` option, as kubectl's: ``table`` (the
 default), ``wide`` (more columns), ``json`` or ``yaml``, whose times are RFC 3339 in UTC
-(ADR 0070). ``send`` refuses, before it sends anything, an event the Run does not accept
+(ADR 0069). ``send`` refuses, before it sends anything, an event the Run does not accept
 now or data that misfits its schema, naming what the Run accepts (ADR 0067).
 
 Every failure a person can fix is one line on stderr, ``kubeturn: what is wrong, where,
