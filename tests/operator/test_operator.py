@@ -363,6 +363,10 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
         ("approve", "humanReview"),
         ("reject", "humanReview"),
     ]
+    ready = {c["type"]: c for c in waiting["conditions"]}["Ready"]
+    assert ready["message"] == (
+        "the Run is Running; it accepts now: approve (humanReview), reject (humanReview)"
+    )
     wide = table((await world.kubectl("get", "runs", "-o", "wide")).stdout)
     assert (wide[0][-1], wide[1][-1]) == ("ACCEPTS", "approve,reject")
     signal = [

@@ -52,7 +52,7 @@ from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
 from kubeturn.k8s.turns import ClusterTurns
 from kubeturn.machine.load import LoadedRun, load_run
-from kubeturn.orchestrator import snapshots, statuses
+from kubeturn.orchestrator import signals, snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import ExecResult, RunCore
 from kubeturn.orchestrator.effects import StartExec
@@ -105,15 +105,21 @@ class StatusStore:
         core = self._core
         phase = core.shown_phase.value
         finished = phase not in ("Pending", "Running")
+        status = statuses.run_status(core, snapshot)
+        said = core.message or f"the Run is {phase}"
+        if not finished and status.acceptedEvents:
+            # kubectl describe shows the condition first: what a person may send now.
+            accepted = [item.model_dump(by_alias=True) for item in status.acceptedEvents]
+            said += f"; it accepts now: {signals.listing(accepted)}"
         ready = conditions.put(
             [],
             conditions.READY,
             not finished or phase == "Succeeded",
             conditions.FINISHED if finished else conditions.RUNNING,
-            core.message or f"the Run is {phase}",
+            said,
             self._generation(),
         )
-        status = statuses.run_status(core, snapshot).model_copy(
+        status = status.model_copy(
             update={"conditions": ready, "observedGeneration": self._generation()}
         )
         # A merge patch keeps the keys of an older snapshot that the new one lacks.
