@@ -346,6 +346,11 @@ def validate(files: Sequence[Path], *, cluster: bool = False) -> int:
         for number, document in enumerate(documents, start=1):
             source = str(path) if len(documents) == 1 else f"{path} (document {number})"
             kind = document.get("kind") if isinstance(document, dict) else None
+            group = str(document.get("apiVersion") or "") if isinstance(document, dict) else ""
+            if kind and group and not group.startswith("kubeturn.dev/"):
+                # A bundle for kubectl apply holds other objects too (a Secret, a Namespace).
+                print(f"{source}: a {kind}, not a kubeturn resource: not checked")
+                continue
             try:
                 if kind == "Workspace":
                     validate_workspace(document)

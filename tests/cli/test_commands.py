@@ -6,8 +6,9 @@ Cases:
 - every argument and flag of every subcommand has help, and every command that prints
   objects takes the same ``-o`` (``table|wide|json|yaml``, default ``table``);
 - ``validate`` reads every document of a file (a Workspace and Runs, split by ``---``),
-  says which are valid, and prints every problem of each at once: an Agent's field of
-  the wrong type does not hide the machine's unknown target.
+  says which are valid, passes over another API's object (a Secret) saying so, and
+  prints every problem of each at once: an Agent's field of the wrong type does not
+  hide the machine's unknown target.
 """
 
 from __future__ import annotations
@@ -80,18 +81,22 @@ def test_validate_reads_every_document_and_reports_every_problem_at_once(
 ) -> None:
     workspace = (EXAMPLES / "workspace.yaml").read_text()
     hello = (EXAMPLES / "hello.yaml").read_text()
-    (tmp_path / "all.yaml").write_text(f"{workspace}\n---\n{hello}\n---\n{RUN_WITH_PROBLEMS}")
+    secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: token}\n"
+    (tmp_path / "all.yaml").write_text(
+        f"{workspace}\n---\n{hello}\n---\n{secret}---\n{RUN_WITH_PROBLEMS}"
+    )
     result = kubeturn("validate", "all.yaml", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
         "all.yaml (document 1): valid",
         "all.yaml (document 2): valid",
+        "all.yaml (document 3): a Secret, not a kubeturn resource: not checked",
     ]
     assert result.stderr.splitlines() == [
-        "all.yaml (document 3): spec.agents.coder.instructions: input should be a valid "
+        "all.yaml (document 4): spec.agents.coder.instructions: input should be a valid "
         "string; got 5",
-        "all.yaml (document 3): spec.agents.coder.workspace: input should be 'write', "
+        "all.yaml (document 4): spec.agents.coder.workspace: input should be 'write', "
         "'read' or 'none'; got 'everything'",
-        "all.yaml (document 3): spec.machine.states.coding.on.done.target: no state "
+        "all.yaml (document 4): spec.machine.states.coding.on.done.target: no state "
         "'finishd' (did you mean 'finished'?)",
     ]

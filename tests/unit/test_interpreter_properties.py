@@ -4,7 +4,8 @@ Machines are generated as manifests and loaded through ``load_run`` (real CEL): 
 uniquely named states, some compound, some final (``output`` and ``outcome: failed``
 sometimes); ``on`` transitions among them with random targets (or none), simple guards
 on ``context.n`` (and one that fails on events without ``x``), ``context.n + 1``
-assigns (and one that fails likewise), ``error.expression`` handled by some states; ``after`` timers, guarded ``always`` transitions, exec invokes with or without
+assigns (and one that fails likewise), ``error.expression`` handled by some states;
+``after`` timers, guarded ``always`` transitions, exec invokes with or without
 ``onDone``/``onError``, compound ``onDone``. A state no transition reaches gets a
 machine-level jump to it, so every generated machine loads.
 
