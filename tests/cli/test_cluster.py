@@ -6,7 +6,8 @@ Cases:
   makes the list, the next appends, the signals already there stay as they were; the
   namespace is the kubeconfig context's unless ``--namespace`` says otherwise;
 - ``cancel`` sets ``spec.cancel``;
-- ``status`` and ``turns`` read ``Run.status`` (text, and ``-o json`` with RFC 3339 times);
+- ``status`` and ``turns`` read ``Run.status`` (a table, ``-o wide`` with when each Turn
+  started, and ``-o json`` with RFC 3339 times);
 - ``send`` refuses, before it patches anything, an event ``status.acceptedEvents`` lacks
   or data that misfits its schema, naming what the Run accepts; ``status`` shows what the
   Run waits for and the signals it ignored;
@@ -185,6 +186,13 @@ async def test_status_and_turns_read_run_status(
     assert out.splitlines() == [
         "TURN  AGENT  STATE         OUTCOME  CAUSE  TOKENS  DURATION  MESSAGE",
         "t1    coder  implementing  ended    pick   100/7   2.5s      -",
+    ]
+    code, out, err = await kubeturn("turns", "done", "-o", "wide", config=config)
+    assert out.splitlines() == [
+        "TURN  AGENT  STATE         OUTCOME  CAUSE  TOKENS  DURATION  MESSAGE  STARTED"
+        "                   SUBMISSIONS  INSTANCE",
+        "t1    coder  implementing  ended    pick   100/7   2.5s      -        "
+        "1970-01-01T00:00:10.000Z  1            team.done/root/coder",
     ]
     code, _, err = await kubeturn("send", "done", "approve", config=config)
     assert code == 1
