@@ -468,7 +468,9 @@ def _first_enabled(
     return None
 
 
-def _evaluate(macro: _Macro, expression: Any, state: StatePath, event: Event | None) -> Any:
+def _evaluate(
+    macro: _Macro, expression: model.Expression, state: StatePath, event: Event | None
+) -> Any:
     """``expression``'s value; ``_Failed`` (of ``state``) when it fails."""
     try:
         return expression.evaluate(_activation(macro, event))
