@@ -22,7 +22,7 @@ from kubeturn.machine import interpreter
 
 MAX_ACCEPTED = 16
 """Accepted events a status lists at most: a Machine's active states handle a handful;
-what is left out is still accepted, and said to be."""
+one left out is still accepted (``kubeturn send`` leaves it to the Run to judge)."""
 SCHEMA_LIMIT = 4096
 """Bytes of JSON of a schema the status shows; a larger one is left out (the core still
 checks a signal against it), so the status stays small: 16 × 4 KiB at most."""
