@@ -105,7 +105,7 @@ def _installed_versions(text: str) -> list[str | None]:
     return found
 
 
-@pytest.mark.parametrize("readme", ["README.md", "charts/kubeturn/README.md"])
+@pytest.mark.parametrize("readme", ["README.md", "charts/kubeturn/README.md", "docs/operations.md"])
 def test_readme_installs_this_version(readme: str) -> None:
     found = _installed_versions((REPO / readme).read_text())
     assert found, f"{readme} never installs {CHART_REF}"
