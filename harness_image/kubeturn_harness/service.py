@@ -27,13 +27,17 @@ from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import ModelPort
 from kubeturn_harness.orchestrator import OrchestratorPort
 from kubeturn_harness.providers import Providers
+from kubeturn_harness.sandbox import deliveries
 from kubeturn_harness.sandbox.client import Toolbox
+from kubeturn_harness.sandbox.protocol import Deliver
 from kubeturn_harness.settings import Settings
 from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.store import ConversationLog, Store
 from kubeturn_harness.tool_loop import RECEIPT_AFTER_CUT_S, Limits, RunEnv
 from kubeturn_harness.wire import (
     AdmitRequest,
+    DeliverRequest,
+    DeliverResponse,
     ExecRequest,
     ExecResponse,
     ForgetRunRequest,
@@ -166,6 +170,26 @@ class Harness:
                 Path(request.cwd), request.command, request.timeoutSeconds
             )
         return ExecResponse.model_validate(done.model_dump())
+
+    async def deliver(self, request: DeliverRequest) -> DeliverResponse:
+        """Commit a Run's worktree of a slot on its branch and bundle the branch (a
+        ``deliver`` invoke); the toolbox does both, as the tools run (ADR 0063)."""
+        worktree = self.toolbox.work_root / request.slot / request.branch.replace("/", "-")
+        bundle = deliveries.bundle_path(request.run, request.slot)
+        asked = Deliver(
+            branch=request.branch,
+            message=request.message,
+            authorName=request.author.name,
+            authorEmail=request.author.email,
+        )
+        async with _toolbox_answers():
+            done = await self.toolbox.deliver(worktree, bundle, asked)
+        return DeliverResponse(
+            commit=done.commit,
+            changed=done.changed,
+            bundle=bundle,
+            clone=deliveries.clone_path(request.slot),
+        )
 
     async def worktrees(self, request: WorktreesRequest) -> WorktreesResponse:
         """Make (or find) a Run's worktree of each repo slot; idempotent."""
