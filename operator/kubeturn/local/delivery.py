@@ -69,7 +69,7 @@ class LocalPusher:
             else:
                 # Fetched back from the person's repository: it only gains the branch.
                 code, said = await _git(
-                    "-C", request.url, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules",
+                    "-C", request.url, "fetch", "--no-tags", "--no-recurse-submodules",
                     str(own), f"{ref}:{ref}",
                 )  # fmt: skip
         if code != 0:
