@@ -37,7 +37,7 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
         droppedTurns=core.recorded - len(records),
         output=core.config.output if core.config else None,
         message=core.message,
-        deliveries=[record.model_dump(mode="json") for record in core.delivered],
+        deliveries=[record.model_dump(mode="json", exclude_none=True) for record in core.delivered],
         snapshot={
             key: value for key, value in snapshot.items() if key not in (HISTORY_KEY, DELIVERED_KEY)
         },
