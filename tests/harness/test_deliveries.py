@@ -12,6 +12,7 @@ Cases:
   symlink planted where the bundle goes is replaced, never written through, and a
   symlink planted for the Run's directory under ``.deliveries`` is refused (409), its
   target untouched;
+- two deliveries of one Run's slot at once are made one after the other: one commit;
 - refused: a worktree whose HEAD the Agent moved off the branch, and a slot with no
   worktree (409 naming why); bodies that break the schema (400 naming the field); the
   bearer token is needed;
@@ -20,6 +21,7 @@ Cases:
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import tempfile
@@ -250,3 +252,17 @@ async def test_the_token_is_needed_and_the_route_is_documented(
         document = await response.json()
     route = document["paths"]["/deliveries"]["post"]
     assert set(route["responses"]) >= {"200", "409", "503"}
+
+
+async def test_two_deliveries_at_once_are_made_one_after_the_other(
+    world: StartWorld, work_root: Path
+) -> None:
+    w, tree = await start(world, work_root)
+    write(tree, "fix.txt", "fixed\n")
+
+    (first, one), (second, other) = await asyncio.gather(deliver(w), deliver(w, message="Again"))
+
+    assert (first, second) == (200, 200), (one, other)
+    assert one["commit"] == other["commit"]
+    assert sorted([one["changed"], other["changed"]]) == [False, True]
+    assert git_lines(tree, "rev-list", "--count", BRANCH) == ["2"]
