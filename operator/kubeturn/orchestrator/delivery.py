@@ -11,12 +11,15 @@ setting, a symlink) runs or is followed where the credential is.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from kubeturn.orchestrator.core import DeliverResult
 from kubeturn.orchestrator.effects import StartDeliver
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -128,20 +131,23 @@ class Deliverer:
         result = replace(result, remote=remote.url)
         if self.pusher is None:
             return replace(result, error=NO_PUSHER)
-        pushed = await self.pusher.push(
-            PushRequest(
-                namespace=self.namespace,
-                run=self.run,
-                workspace=self.workspace,
-                slot=effect.slot,
-                branch=self.branch,
-                commit=done.commit,
-                bundle=done.bundle,
-                clone=done.clone,
-                url=remote.url,
-                secret=remote.secret,
-            )
+        request = PushRequest(
+            namespace=self.namespace,
+            run=self.run,
+            workspace=self.workspace,
+            slot=effect.slot,
+            branch=self.branch,
+            commit=done.commit,
+            bundle=done.bundle,
+            clone=done.clone,
+            url=remote.url,
+            secret=remote.secret,
         )
+        try:
+            pushed = await self.pusher.push(request)
+        except Exception as error:  # a pusher's defect fails this delivery, not the Run's actor
+            log.exception("the push of %s to %s failed", self.branch, remote.url)
+            pushed = PushResult(pushed=False, error=f"the pusher failed: {error}")
         if not pushed.pushed:
             why = pushed.error or "the pusher did not say why"
             return replace(result, error=f"could not push {self.branch} to {remote.url}: {why}")
