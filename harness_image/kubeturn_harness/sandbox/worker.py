@@ -1,12 +1,13 @@
 """One session of the toolbox, in a process of its own: forked for one connection, it
 confines itself and serves that connection's requests until the Harness closes it.
 
-A ``tools`` or ``exec`` session makes itself a child subreaper, takes its rlimits
+A ``tools``, ``exec`` or ``deliver`` session makes itself a child subreaper, takes its rlimits
 and restricts itself with Landlock to its plan (``confinement``) before it reads its
 first request; every process it starts inherits all of it. After each request, and
 when the connection closes or the process is told to stop (SIGTERM, or the toolbox's
 death), it kills every process it started, ``setsid`` and double forks included, then
-answers or exits. A ``git`` session is kubeturn's own work on the clones: it is not
+answers or exits. A ``deliver`` session opens its bundle's file before it is confined
+(``deliveries``). A ``git`` session is kubeturn's own work on the clones: it is not
 confined and runs no Agent's command.
 """
 
