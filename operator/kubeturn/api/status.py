@@ -125,6 +125,24 @@ class TurnHistoryRecord(Status):
     tokens: Usage | None = Field(default=None, description="Tokens its provider reported.")
 
 
+class DeliveryRecord(Status):
+    """One delivery of a repo slot's work (a ``deliver`` invoke), as it ended."""
+
+    state: str = Field(description="The state that asked for it.")
+    slot: str = Field(description="The repo slot delivered.")
+    branch: str | None = Field(default=None, description="The branch, kubeturn/<run>.")
+    commit: str | None = Field(default=None, description="The commit the branch points at.")
+    changed: bool = Field(
+        default=False, description="A new commit was made (false: nothing to commit)."
+    )
+    pushed: bool = Field(default=False, description="The branch was pushed to remote.")
+    remote: str | None = Field(default=None, description="The repository URL it was pushed to.")
+    error: Message | None = Field(
+        default=None, description="Why it failed, when it did (at most 2 KiB)."
+    )
+    time: float = Field(description="When it ended (Unix seconds).")
+
+
 class RunSnapshot(Status):
     """What the operator resumes a Run from, as the Run's core wrote it
     (``kubeturn.orchestrator.core.RunCore.snapshot``; its format is
@@ -153,6 +171,7 @@ class RunSnapshot(Status):
         default=None, description="Of those, the ones the machine did not take, and why."
     )
     execs: Any = Field(default=None, description="Commands started and not yet answered.")
+    delivering: Any = Field(default=None, description="Deliveries started and not yet ended.")
     cancelled: Any = Field(default=None, description="CANCEL was sent.")
     turnSeq: Any = Field(default=None, description="Turns started over the Run's life.")
     deliverySeq: Any = Field(default=None, description="Picks delivered over the Run's life.")
@@ -221,6 +240,13 @@ class RunStatus(Status):
     message: Message | None = Field(
         default=None,
         description="Why the Run failed, when it did (at most 2 KiB; a longer one is cut).",
+    )
+    deliveries: list[DeliveryRecord] = Field(
+        default_factory=list,
+        description=(
+            "The most recent deliveries of the Agents' work (deliver invokes), newest last: "
+            "at most 20. The operator resumes from them with the snapshot."
+        ),
     )
     snapshot: RunSnapshot | None = Field(
         default=None,

@@ -55,9 +55,14 @@ from kubeturn.machine.load import LoadedRun, load_run
 from kubeturn.orchestrator import signals, snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import ExecResult, RunCore
+from kubeturn.orchestrator.delivery import Committed, Deliverer, DeliveryFailed, Remote
 from kubeturn.orchestrator.effects import StartExec
 from kubeturn.orchestrator.frames import WorkspaceView
-from kubeturn.orchestrator.harness_client import HarnessRefused, HarnessUnreachable
+from kubeturn.orchestrator.harness_client import (
+    HarnessCommitter,
+    HarnessRefused,
+    HarnessUnreachable,
+)
 from kubeturn.orchestrator.turns import TurnRecord
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
@@ -182,6 +187,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             store=store,
             clock=time.time,
             on_record=_recorded(hub, plain),
+            deliveries=_deliverer(hub, namespace, name, workspace),
         )
         key = f"{namespace}/{name}"
         hub.registry.actors[key] = actor
@@ -507,6 +513,60 @@ def _post_recent(hub: Hub, run: dict[str, Any], history: list[TurnRecord]) -> No
     for record in history:
         if record.settledAt >= since:
             _recorded(hub, run, count=False)(record)
+
+
+def _deliverer(hub: Hub, namespace: str, run: str, workspace: str | None) -> Deliverer | None:
+    """The Run's ``DeliverPort``: its Workspace's Harness commits, ``hub.pusher`` pushes."""
+    if not workspace:
+        return None
+
+    async def remotes() -> dict[str, Remote]:
+        found = await hub.kube.get(WORKSPACES, namespace, workspace)
+        repos = ((found or {}).get("spec") or {}).get("repos") or {}
+        return {
+            slot: Remote(repo["url"], (repo.get("secretRef") or {}).get("name"))
+            for slot, repo in repos.items()
+        }
+
+    return Deliverer(
+        namespace=namespace,
+        run=run,
+        workspace=workspace,
+        branch=names.branch(run),
+        committer=_Commits(hub, namespace, workspace, run),
+        remotes=remotes,
+        pusher=hub.pusher,
+    )
+
+
+class _Commits:
+    """A delivery's commit, by the Workspace's Harness: as an exec waits for it (below),
+    and, being safe to repeat, sent again to the Harness serving now after any call that
+    got no answer, until ``harnesses.WAIT_S`` has passed."""
+
+    def __init__(self, hub: Hub, namespace: str, workspace: str, run: str) -> None:
+        self._hub, self._namespace, self._workspace, self._run = hub, namespace, workspace, run
+
+    async def commit(
+        self, slot: str, branch: str, message: str, author: tuple[str, str]
+    ) -> Committed:
+        deadline = time.monotonic() + harnesses.WAIT_S
+        while True:
+            harness = await harnesses.wait(self._hub, self._namespace, self._workspace, deadline)
+            if harness is None:
+                raise DeliveryFailed(
+                    f"the Harness of Workspace {self._workspace} is not known: the Workspace "
+                    f"is gone, or its sandbox was not Ready within {harnesses.WAIT_S:g} s"
+                )
+            try:
+                return await HarnessCommitter(self._run, harness).commit(
+                    slot, branch, message, author
+                )
+            except DeliveryFailed as failed:
+                unreached = isinstance(failed.__cause__, HarnessUnreachable)
+                if not unreached or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(harnesses.POLL_S)
 
 
 class _Execs:

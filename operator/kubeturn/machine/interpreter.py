@@ -75,6 +75,7 @@ class Status(StrEnum):
 class InvokeKind(StrEnum):
     AGENT = "agent"
     EXEC = "exec"
+    DELIVER = "deliver"
 
 
 @dataclass(frozen=True)
@@ -415,8 +416,8 @@ def _select(macro: _Macro, event: Event) -> Transition | None:
             return None
         invoke = chart.states[entry.state].invoke
         assert invoke is not None
-        if entry.kind is InvokeKind.EXEC:
-            # An exec that answered is no longer running; an Agent's Turn runs on
+        if entry.kind is not InvokeKind.AGENT:
+            # An exec or a delivery that answered is no longer running; an Agent's Turn runs on
             # until its state exits, whatever its fault route does.
             macro.invokes.remove(entry)
         candidates = invoke.on_done if event.type == DONE_INVOKE else invoke.on_error
@@ -569,7 +570,13 @@ def _enter(macro: _Macro, state: State) -> None:
         macro.armed.append(entry)
     if state.invoke is not None:
         macro.seq += 1
-        kind = InvokeKind.AGENT if state.invoke.agent is not None else InvokeKind.EXEC
+        kind = (
+            InvokeKind.AGENT
+            if state.invoke.agent is not None
+            else InvokeKind.DELIVER
+            if state.invoke.deliver is not None
+            else InvokeKind.EXEC
+        )
         entry_i = InvokeEntry(state.path, kind, macro.cause, macro.seq)
         macro.invokes.append(entry_i)
         macro.started.append(entry_i)

@@ -83,6 +83,7 @@ def load_run(document: Mapping[str, Any], *, workspace_required: bool = False) -
     compiled = compile_machine(run.spec.machine, run.spec.agents)
     menus, whole = _whole_machine(compiled)
     problems = [*compiled.problems, *whole]
+    problems.extend(_deliver_slots(compiled.chart, run.spec))
     if workspace_required and run.spec.workspace is None:
         problems.extend(_without_workspace(compiled.chart))
     if problems:
@@ -157,6 +158,8 @@ def _without_workspace(chart: model.Chart) -> list[DefinitionError]:
             continue
         if state.invoke.agent is not None:
             needs.append(f"the state {path!r} invokes the Agent {state.invoke.agent.slot!r}")
+        elif state.invoke.deliver is not None:
+            needs.append(f"the state {path!r} delivers the repo slot {state.invoke.deliver.slot!r}")
         else:
             needs.append(f"the state {path!r} runs a command (exec)")
     if not needs:
@@ -169,6 +172,30 @@ def _without_workspace(chart: model.Chart) -> list[DefinitionError]:
             "one the Run owns (`workspace: {template: {repos: ...}}`)",
         )
     ]
+
+
+def _deliver_slots(chart: model.Chart, spec: api.RunSpec) -> list[DefinitionError]:
+    """A delivery's slot must be a repo slot of the Workspace, where the manifest says which
+    slots it has (a template); a Workspace named is checked when the delivery runs."""
+    if spec.workspace is not None and spec.workspace.template is None:
+        return []
+    repos = spec.workspace.template.repos if spec.workspace and spec.workspace.template else {}
+    problems = []
+    for path, state in chart.states.items():
+        deliver = state.invoke.deliver if state.invoke is not None else None
+        if deliver is None or deliver.slot in repos:
+            continue
+        where = targets.state_where(path) + ".invoke.deliver.slot"
+        if repos:
+            listed = ", ".join(sorted(repos))
+            why = f"no repo slot {deliver.slot!r} in the Workspace (its repos: {listed})"
+        else:
+            why = (
+                f"no repo slot {deliver.slot!r}: the Run has no Workspace with repos to deliver; "
+                "give it one (`workspace: {template: {repos: {<slot>: {url: ...}}}}`)"
+            )
+        problems.append(DefinitionError(where, why))
+    return problems
 
 
 def load_run_yaml(

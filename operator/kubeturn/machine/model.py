@@ -92,11 +92,22 @@ class ExecCall:
 
 
 @dataclass(frozen=True)
+class DeliverCall:
+    slot: str
+    """The repo slot whose worktree is committed (and pushed)."""
+    message: Template
+    push: bool
+    author_name: str
+    author_email: str
+
+
+@dataclass(frozen=True)
 class Invoke:
     """A state's one invocation; it runs while the state is active."""
 
     agent: AgentCall | None = None
     exec: ExecCall | None = None
+    deliver: DeliverCall | None = None
     on_done: tuple[Transition, ...] = ()
     on_error: tuple[Transition, ...] = ()
 
