@@ -93,7 +93,7 @@ def test_send_and_status_tell_the_truth(
     )
     resumed = kubeturn("run", "--resume", "gate", cwd=project)
     assert (resumed.returncode, resumed.stderr) == (1, ""), resumed.stdout
-    assert resumed.stdout.splitlines()[-1] == (
+    assert resumed.stdout.splitlines()[-2] == (
         "message: the Machine faulted in state 'waiting': CEL expression 'event.level > 1' "
         "failed: no key 'level' (spec.machine.states.waiting.on.check.guard); no state "
         "handles error.expression"
