@@ -1237,12 +1237,13 @@ def _mounts(container: Body, volumes: Mapping[str, Path]) -> dict[str, Path]:
 
 
 def _rewrite(text: str, mounts: Mapping[str, Path]) -> str:
-    """``text`` with each mount path (a whole path component) replaced by its directory,
-    in one pass: a directory put in is never read again as a mount path (``/tmp``)."""
+    """``text`` with each mount path (a whole path component, followed by ``/``, a quote,
+    a space, a shell operator or the end) replaced by its directory, in one pass: a
+    directory put in is never read again as a mount path (``/tmp``)."""
     if not mounts:
         return text
     paths = "|".join(re.escape(m) for m in sorted(mounts, key=len, reverse=True))
-    pattern = rf"(?<![\w/])({paths})(?=/|\"|'|\s|$)"
+    pattern = rf"(?<![\w/])({paths})(?=[/\"'\s;&|<>)]|$)"
     return re.sub(pattern, lambda found: str(mounts[found.group(1)]), text)
 
 
