@@ -16,6 +16,8 @@ Cases:
   nor the tools container of the sandbox mounts; the branch is pushed (the server's ref
   is the commit), the Pod is deleted, one Pod was made, and nothing held the password in
   a command line or environment while git pushed;
+- the slot's Secret missing: the Pod runs all the same and says so, naming the Secret
+  and the key, before git asks the server anything;
 - a wrong password: not pushed, "credentials refused", naming the slot, the Secret and
   the URL, not the password; the remote branch is not made;
 - the remote branch moved to a commit the delivered one does not build on: not pushed,
@@ -332,8 +334,19 @@ async def test_refused_pushes_say_why_and_change_nothing(
     commit = world.deliver()
     served = world.server.served
     path = f"/api/v1/namespaces/{NAMESPACE}/secrets/{SECRET}"
-    async with k8s_client.put(path, json=secret("not-the-password")) as answer:
+    async with k8s_client.delete(path) as answer:
         assert answer.status == 200, await answer.text()
+
+    missing = await world.pusher.push(world.request(commit))
+
+    assert missing == failed(
+        world,
+        f"the Secret '{SECRET}' is missing or has no key 'username' (or it is empty);"
+        " the URL needs 'username' and 'password'",
+    )
+    assert (world.server.served, world.server.refused, world.pods_made()) == (served, 1, 1)
+
+    await Api(k8s_client).create(secret("not-the-password"))
 
     wrong = await world.pusher.push(world.request(commit))
 
@@ -344,7 +357,7 @@ async def test_refused_pushes_say_why_and_change_nothing(
     assert "Authentication failed" in wrong.error
     assert "not-the-password" not in wrong.error
     assert world.remote(f"refs/heads/{BRANCH}") is None
-    assert (world.server.served, world.pods_made()) == (served, 1)
+    assert (world.server.served, world.pods_made()) == (served, 2)
 
     async with k8s_client.put(path, json=secret(PASSWORD)) as answer:
         assert answer.status == 200, await answer.text()
@@ -363,7 +376,7 @@ async def test_refused_pushes_say_why_and_change_nothing(
         f" {commit[:12]} does not build on (nothing is forced)",
     )
     assert world.remote(f"refs/heads/{BRANCH}") == moved
-    assert world.pods_made() == 2
+    assert world.pods_made() == 3
     assert world.secret_seen() == []
 
 
