@@ -26,7 +26,8 @@ Cases:
   through a linked directory: refused as a link; the password is nowhere (the Pod's log,
   its termination message, the result), and nothing is pushed;
 - an operator that stops mid-push (the call cancelled once the Pod exists) and is asked
-  again finds that Pod and reads its end: one Pod in all, the branch pushed.
+  again finds that Pod and reads its end: one Pod in all, the branch pushed; asked once
+  more after that Pod went, a second Pod finds the remote at the commit: pushed.
 """
 
 from __future__ import annotations
@@ -326,6 +327,11 @@ async def test_the_branch_is_pushed_from_a_pod_an_operator_asked_again_finds(
         if any(m["name"] == clones.name(SLOT) for m in c.get("volumeMounts", []))
     ]
     assert holders == [clones.name(SLOT)]
+
+    again = await world.pusher.push(request)  # its Pod read and gone: the remote has it
+
+    assert again == PushResult(True)
+    assert world.pods_made() == 2
 
 
 async def test_refused_pushes_say_why_and_change_nothing(
