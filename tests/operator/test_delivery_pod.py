@@ -25,6 +25,8 @@ Cases:
 - the bundle is a symbolic link to a file holding the Secret's password, or is reached
   through a linked directory: refused as a link; the password is nowhere (the Pod's log,
   its termination message, the result), and nothing is pushed;
+- a push that cannot begin (its Run gone, no sandbox Pod, a commit id that is not full)
+  says so and makes no Pod;
 - an operator that stops mid-push (the call cancelled once the Pod exists) and is asked
   again finds that Pod and reads its end: one Pod in all, the branch pushed; asked once
   more after that Pod went, a second Pod finds the remote at the commit: pushed.
@@ -33,9 +35,11 @@ Cases:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +55,13 @@ from kubeturn.orchestrator.delivery import PushRequest, PushResult
 from tests.operator import emulator, git_http
 from tests.operator import kubelet as kubelet_
 from tests.operator.installation import Installation
-from tests.operator.operator_support import GROUP_VERSION, NAMESPACE, Writes, eventually
+from tests.operator.operator_support import (
+    GROUP_VERSION,
+    NAMESPACE,
+    Writes,
+    eventually,
+    names,
+)
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the kubelet mounts the work volume read-only: needs root"
@@ -167,8 +177,6 @@ def _has_object(repository: Path, commit: str) -> bool:
 @pytest.fixture
 def scratch() -> Iterator[Path]:
     """A directory git may use as any user (pytest's temp dirs are root's alone)."""
-    import tempfile
-
     path = Path(tempfile.mkdtemp(prefix="kubeturn-delivery-"))
     path.chmod(0o755)
     yield path
@@ -416,3 +424,25 @@ async def test_a_linked_bundle_is_refused_and_the_secret_read_nowhere(world: Wor
     assert world.secret_seen() == []
     said = f"kubeturn: {refused.error}"
     assert [said in log.read_text() for log in logs] == [True, True]
+
+
+async def test_a_push_that_cannot_begin_says_why_and_makes_nothing(
+    k8s: emulator.KubernetesApi, k8s_client: aiohttp.ClientSession, kube: Kube
+) -> None:
+    pusher = deliveries.KubePusher(kube)
+    url = "https://git.example/team/repo.git"
+    request = PushRequest(
+        NAMESPACE, RUN, WORKSPACE, SLOT, BRANCH, "f" * 40, BUNDLE, CLONE, url, SECRET
+    )
+    said = f"cannot push repo slot '{SLOT}' to {url}: "
+
+    assert await pusher.push(request) == PushResult(False, f"{said}the Run '{RUN}' is gone")
+    await Api(k8s_client).create(run())
+    assert await pusher.push(request) == PushResult(
+        False, f"{said}the Workspace has no sandbox Pod, whose node holds its work volume"
+    )
+    short = dataclasses.replace(request, commit="f" * 12)
+    assert await pusher.push(short) == PushResult(
+        False, f"{said}'{'f' * 12}' is not a full commit id"
+    )
+    assert names(k8s, "v1/pods") == []

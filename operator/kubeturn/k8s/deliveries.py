@@ -13,7 +13,6 @@ read-only, the Harness image, and is owned by the Run, so it goes with it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import importlib.resources
 import json
@@ -22,6 +21,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+import urllib3.exceptions
+from kubernetes.client.exceptions import ApiException
 
 from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s import clones, names, objects
@@ -255,6 +257,11 @@ def waiting_for(pod: Mapping[str, Any]) -> str:
     return phase
 
 
+def _failed(request: PushRequest, why: str) -> PushResult:
+    shown = shown_url(request.url)
+    return PushResult(False, f"cannot push repo slot '{request.slot}' to {shown}: {why}")
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -276,9 +283,17 @@ class KubePusher(Pusher):
         self._timeout_s = timeout_s
 
     async def push(self, request: PushRequest) -> PushResult:
+        try:
+            return await self._push(request)
+        except ApiException as error:
+            why = f"the Kubernetes API answered {error.status} {error.reason}"
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            why = f"the Kubernetes API could not be reached: {error}"
+        return _failed(request, why)
+
+    async def _push(self, request: PushRequest) -> PushResult:
         def failed(why: str) -> PushResult:
-            shown = shown_url(request.url)
-            return PushResult(False, f"cannot push repo slot '{request.slot}' to {shown}: {why}")
+            return _failed(request, why)
 
         if not FULL_COMMIT.match(request.commit):
             return failed(f"'{request.commit}' is not a full commit id")
@@ -327,7 +342,12 @@ class KubePusher(Pusher):
         while not ended(pod) and loop.time() < deadline:
             await asyncio.sleep(min(wait, max(0.0, deadline - loop.time())))
             wait = min(wait * 1.5, POLL_MAX_S)
-            found = await self._kube.get(PODS, namespace, name)
+            try:
+                found = await self._kube.get(PODS, namespace, name)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+                # The API server away for a moment: the Pod runs on; read it again.
+                log.debug("reading push Pod %s/%s: %s", namespace, name, error)
+                continue
             if found is None or found["metadata"]["uid"] != uid:
                 return None
             pod = found
@@ -346,5 +366,11 @@ class KubePusher(Pusher):
         return False
 
     async def _delete(self, namespace: str, name: str, pod: Object) -> None:
-        with contextlib.suppress(Conflict):  # made anew meanwhile: not this push's
+        """Delete this very Pod; one that cannot be deleted now is left (it goes with its
+        Run), and what it said stands."""
+        try:
             await self._kube.delete(PODS, namespace, name, uid=pod["metadata"]["uid"])
+        except Conflict:
+            pass  # made anew meanwhile: not this push's
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+            log.warning("the push Pod %s/%s is left: %s", namespace, name, error)
