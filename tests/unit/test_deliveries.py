@@ -64,7 +64,7 @@ def request(
         slot="target",
         branch="kubeturn/r1",
         commit=COMMIT,
-        bundle=".kubeturn-deliveries/r1/target.bundle",
+        bundle=".deliveries/r1/target.bundle",
         clone=".repos/target",
         url=url,
         secret=secret,
@@ -192,7 +192,7 @@ def test_the_pod_is_hardened() -> None:
 def test_its_settings_name_what_to_push_and_how_never_a_credential() -> None:
     found = settings(build())
     assert {k: found[k] for k in ("bundle", "clone", "branch", "commit", "url", "secret")} == {
-        "bundle": ".kubeturn-deliveries/r1/target.bundle",
+        "bundle": ".deliveries/r1/target.bundle",
         "clone": ".repos/target",
         "branch": "kubeturn/r1",
         "commit": COMMIT,
