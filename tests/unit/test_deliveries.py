@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from kubeturn.k8s import clones, deliveries, names, objects, push_program
-from kubeturn.orchestrator.delivery import PushRequest
+from kubeturn.orchestrator.delivery import PushRequest, shown_url
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 Body = dict[str, Any]
@@ -115,7 +115,7 @@ def test_any_run_and_slot_give_a_pod_name_a_kubelet_runs() -> None:
     ],
 )
 def test_a_url_is_shown_without_its_user(url: str, shown: str) -> None:
-    assert deliveries.shown_url(url) == shown
+    assert shown_url(url) == shown
 
 
 # ----------------------------------------------------------------------------- the Pod

@@ -20,7 +20,6 @@ import logging
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
@@ -29,7 +28,7 @@ from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s import clones, names, objects
 from kubeturn.k8s.kube import PODS, RUNS, Conflict, Kube
 from kubeturn.k8s.sandboxes import HARNESS_CONTAINER
-from kubeturn.orchestrator.delivery import Pusher, PushRequest, PushResult
+from kubeturn.orchestrator.delivery import Pusher, PushRequest, PushResult, refused, shown_url
 
 COMPONENT = "delivery"
 """The push Pods' ``app.kubernetes.io/component``."""
@@ -64,16 +63,6 @@ def pod_name(run: str, slot: str, commit: str) -> str:
     ``names`` shortens it: the same push always gets the same name, another never."""
     suffix = f"-{names.dns_label('push-', slot)}-{commit[:12]}"
     return names.object_name(run, suffix, names.POD_NAME_MAX)
-
-
-def shown_url(url: str) -> str:
-    """``url`` without a user or password, as messages quote it (an ssh URL may name its
-    login user; a URL with a password is refused by the API, but never quoted even so)."""
-    if "://" in url:
-        parts = urlsplit(url)
-        host = parts.netloc.rpartition("@")[2]
-        return urlunsplit(parts._replace(netloc=host))
-    return url.partition("@")[2] if clones.transport(url) is clones.Transport.SSH else url
 
 
 @functools.cache
@@ -257,11 +246,6 @@ def waiting_for(pod: Mapping[str, Any]) -> str:
     return phase
 
 
-def _failed(request: PushRequest, why: str) -> PushResult:
-    shown = shown_url(request.url)
-    return PushResult(False, f"cannot push repo slot '{request.slot}' to {shown}: {why}")
-
-
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -289,11 +273,11 @@ class KubePusher(Pusher):
             why = f"the Kubernetes API answered {error.status} {error.reason}"
         except (urllib3.exceptions.HTTPError, OSError) as error:
             why = f"the Kubernetes API could not be reached: {error}"
-        return _failed(request, why)
+        return refused(request, why)
 
     async def _push(self, request: PushRequest) -> PushResult:
         def failed(why: str) -> PushResult:
-            return _failed(request, why)
+            return refused(request, why)
 
         if not FULL_COMMIT.match(request.commit):
             return failed(f"'{request.commit}' is not a full commit id")
