@@ -177,7 +177,9 @@ async def test_wrong_credentials_are_one_line_without_the_password(
     result = await LocalPusher(delivered.root).push(delivered.request)
 
     assert not result.pushed
-    assert result.error == f"Authentication failed for '{url}/'"
+    assert result.error == (
+        f"cannot push repo slot 'target' to {url}: Authentication failed for '{url}/'"
+    )
     assert git_server.pushes == 0
 
 
@@ -196,8 +198,9 @@ async def test_a_branch_that_moved_on_the_server_is_refused_in_one_line(
 
     assert not result.pushed
     assert result.error == (
-        f"{BRANCH} in {url} has moved on from what was delivered (not a fast-forward); "
-        "kubeturn never forces it: merge it there, or remove that branch"
+        f"cannot push repo slot 'target' to {url}: {BRANCH} there has moved on from "
+        "what was delivered (not a fast-forward); kubeturn never forces it: merge it there, "
+        "or remove that branch"
     )
     assert git(served, "rev-parse", BRANCH) == moved
 
@@ -213,8 +216,9 @@ async def test_a_branch_that_moved_in_a_local_repository_is_never_forced(
 
     assert not result.pushed
     assert result.error == (
-        f"{BRANCH} in {project} has moved on from what was delivered (not a fast-forward); "
-        "kubeturn never forces it: merge it there, or remove that branch"
+        f"cannot push repo slot 'target' to {project}: {BRANCH} there has moved on from "
+        "what was delivered (not a fast-forward); kubeturn never forces it: merge it there, "
+        "or remove that branch"
     )
     assert git(project, "rev-parse", BRANCH) == moved
     git(project, "branch", "-D", BRANCH)

@@ -7,8 +7,10 @@ Cases (one operator, two Runs in the shared Workspace):
   commits it on ``kubeturn/<run>`` by the manifest's author, its bundle is under
   ``.deliveries``, ``onDone`` gets the commit, and ``status.deliveries`` holds exactly one
   record, not pushed; Succeeded;
-- ``push: true`` on an operator with no pusher: the commit is made and recorded, and the
-  delivery's ``onError`` says there is no pusher; the Run Failed with that message.
+- ``push: true``: the commit is made, and pushed to the slot's repository by the
+  operator's pusher (a push Pod of its own, ADR 0065): the repository's ``kubeturn/<run>``
+  is that commit, ``onDone`` and the one ``status.deliveries`` record say pushed, and no
+  push Pod is left; Succeeded.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kubeturn.orchestrator.delivery import NO_PUSHER
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.installation import Installation
@@ -148,9 +149,20 @@ async def test_a_run_commits_its_work_and_records_each_delivery_once(world: Worl
     assert (work / ".deliveries" / "kept" / "target.bundle").is_file()
 
     pushed = status(world.k8s, RUNS, "pushed")
-    assert pushed["phase"] == "Failed", pushed
-    assert pushed["output"]["reason"] == "deliver"
-    assert pushed["output"]["message"] == NO_PUSHER
+    commit = git(work / "target" / "kubeturn-pushed", "rev-parse", "HEAD")
+    assert pushed["phase"] == "Succeeded", pushed
+    assert pushed["output"] == {
+        "commit": commit,
+        "branch": "kubeturn/pushed",
+        "changed": True,
+        "pushed": True,
+        "remote": world.origin,
+    }
     (record,) = pushed["deliveries"]
-    assert (record["pushed"], record["error"], record["remote"]) == (False, NO_PUSHER, world.origin)
-    assert record["commit"] == git(work / "target" / "kubeturn-pushed", "rev-parse", "HEAD")
+    assert (record["pushed"], record["commit"], record["remote"]) == (True, commit, world.origin)
+    assert git(Path(world.origin.removeprefix("file:")), "rev-parse", "kubeturn/pushed") == commit
+    assert git(Path(world.origin.removeprefix("file:")), "branch", "--list", "kubeturn/kept") == ""
+    async with world.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods") as answer:
+        pods = (await answer.json())["items"]
+    components = [pod["metadata"]["labels"].get("app.kubernetes.io/component") for pod in pods]
+    assert "delivery" not in components

@@ -95,10 +95,11 @@ async def test_with_push_one_request_as_the_seam_says() -> None:
 
 
 async def test_a_refused_push_says_what_where_and_why() -> None:
-    refused = PushResult(pushed=False, error="not a fast-forward")
+    said = f"cannot push repo slot 'target' to {URL}: not a fast-forward"
+    refused = PushResult(pushed=False, error=said)
     result = await deliverer(Sandbox(), Pusher(refused)).deliver(effect(push=True))
     assert (result.pushed, result.commit, result.remote) == (False, "c" * 40, URL)
-    assert result.error == f"could not push kubeturn/r to {URL}: not a fast-forward"
+    assert result.error == said
 
 
 async def test_no_pusher_or_no_slot() -> None:

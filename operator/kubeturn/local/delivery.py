@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kubeturn.api.status import DeliveryRecord
 from kubeturn.local.repos import is_remote
-from kubeturn.orchestrator.delivery import PushRequest, PushResult
+from kubeturn.orchestrator.delivery import PushRequest, PushResult, refused
 
 GIT_TIMEOUT_S = 300.0
 """A push of a large branch over a slow link takes minutes; five bound a stuck one."""
@@ -44,7 +44,7 @@ class LocalPusher:
             code, said = await _git("init", "--quiet", "--bare", str(own))
             if code != 0:
                 why = f"cannot make a repository to push from: {_last(said)}"
-                return PushResult(pushed=False, error=why)
+                return refused(request, why)
             (own / "objects" / "info" / "alternates").write_text(f"{objects}\n")
             ref = f"refs/heads/{request.branch}"
             bundle = str(self._work_root / request.bundle)
@@ -53,14 +53,12 @@ class LocalPusher:
             )
             if code != 0:
                 why = f"the delivered bundle cannot be read: {_last(said)}"
-                return PushResult(pushed=False, error=why)
+                return refused(request, why)
             code, said = await _git("-C", str(own), "rev-parse", "--verify", "--quiet", ref)
             if code != 0 or said != request.commit:
-                return PushResult(
-                    pushed=False,
-                    error=f"the bundle holds {request.branch} at {said or 'nothing'}, "
-                    f"not at {request.commit}",
-                )
+                holds = said or "nothing"
+                why = f"the bundle holds {request.branch} at {holds}, not at {request.commit}"
+                return refused(request, why)
             if is_remote(request.url):
                 code, said = await _git(
                     *OWN, "-C", str(own), "push", "--quiet", "--porcelain", request.url,
@@ -73,7 +71,7 @@ class LocalPusher:
                     str(own), f"{ref}:{ref}",
                 )  # fmt: skip
         if code != 0:
-            return PushResult(pushed=False, error=_why(request, said))
+            return refused(request, _why(request, said))
         return PushResult(pushed=True)
 
 
@@ -81,8 +79,8 @@ def _why(request: PushRequest, said: str) -> str:
     """A refused push in one line: what git said last, or what a rejection means."""
     if "non-fast-forward" in said or "[rejected]" in said or "fetch first" in said:
         return (
-            f"{request.branch} in {request.url} has moved on from what was delivered (not a "
-            "fast-forward); kubeturn never forces it: merge it there, or remove that branch"
+            f"{request.branch} there has moved on from what was delivered (not a fast-forward); "
+            "kubeturn never forces it: merge it there, or remove that branch"
         )
     return _last(said) or "git did not say why"
 

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 from kubeturn.orchestrator.core import DeliverResult
 from kubeturn.orchestrator.effects import StartDeliver
@@ -54,6 +55,26 @@ class PushResult:
     pushed: bool
     error: str | None = None
     """Why not, in one line (credentials refused, not a fast-forward, unreachable)."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` without a user or password, as messages quote it (an ssh URL may name its
+    login user; one with a password is never quoted either)."""
+    if "://" in url:
+        parts = urlsplit(url)
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    user, at, rest = url.partition("@")
+    scp_like = at and "/" not in user and ":" in rest
+    return rest if scp_like else url
+
+
+def refused(request: PushRequest, why: str) -> PushResult:
+    """A push that did not happen, in the one line every pusher gives: the slot, where to
+    (``shown_url``) and why."""
+    return PushResult(
+        pushed=False,
+        error=f"cannot push repo slot '{request.slot}' to {shown_url(request.url)}: {why}",
+    )
 
 
 class Pusher(Protocol):
@@ -147,8 +168,8 @@ class Deliverer:
             pushed = await self.pusher.push(request)
         except Exception as error:  # a pusher's defect fails this delivery, not the Run's actor
             log.exception("the push of %s to %s failed", self.branch, remote.url)
-            pushed = PushResult(pushed=False, error=f"the pusher failed: {error}")
+            pushed = refused(request, f"the pusher failed: {error}")
         if not pushed.pushed:
-            why = pushed.error or "the pusher did not say why"
-            return replace(result, error=f"could not push {self.branch} to {remote.url}: {why}")
+            said = pushed.error or refused(request, "the pusher did not say why").error
+            return replace(result, error=said)
         return replace(result, pushed=True)
