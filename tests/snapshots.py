@@ -19,8 +19,9 @@ from typing import Any
 from kubeturn.k8s import patches
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import snapshots, statuses
-from kubeturn.orchestrator.core import RunCore
+from kubeturn.orchestrator.core import DeliverResult, RunCore
 from kubeturn.orchestrator.effects import Admit, Sweep
+from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn_harness.wire import Outcome
 from tests.statuses import without_nulls
 
@@ -33,9 +34,9 @@ def loaded(machine: str) -> LoadedRun:
     return load_run_yaml(path.read_text(), str(path))
 
 
-def core_of(machine: str) -> RunCore:
+def core_of(machine: str, workspace: WorkspaceView | None = None) -> RunCore:
     counter = itertools.count(1)
-    return RunCore(loaded(machine), workspace=None, new_id=lambda: f"n{next(counter)}")
+    return RunCore(loaded(machine), workspace=workspace, new_id=lambda: f"n{next(counter)}")
 
 
 def _admit_all(core: RunCore, effects: Any, submission: str, now: float) -> None:
@@ -103,6 +104,15 @@ def failed() -> tuple[str, RunCore]:
     return "handoff", core
 
 
+def delivering() -> tuple[str, RunCore]:
+    """One delivery recorded, the next under way."""
+    core = core_of("delivers", WorkspaceView({"target": "/work/target/kubeturn-delivers"}))
+    core.start(0.0)
+    done = DeliverResult(branch="kubeturn/delivers", commit="c" * 40, changed=True)
+    core.deliver_done("first#1", done, 1.0)
+    return "delivers", core
+
+
 SCENARIOS: dict[str, Callable[[], tuple[str, RunCore]]] = {
     "pending": pending,
     "running-live-turn": running_with_live_turn,
@@ -111,6 +121,7 @@ SCENARIOS: dict[str, Callable[[], tuple[str, RunCore]]] = {
     "running-command": running_command,
     "finished-with-history": finished_with_history,
     "failed": failed,
+    "delivering": delivering,
 }
 
 

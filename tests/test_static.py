@@ -1,8 +1,9 @@
 """The codebase's static checks, run as tests so the one test command covers them.
 
-Cases: ruff lint, ruff format, mypy (strict, per pyproject.toml), and the import-layer
+Cases: ruff lint, ruff format, mypy (strict, per pyproject.toml), the import-layer
 contracts (import-linter: the Harness never imports kopf, kubernetes or the operator;
-its functional core does no HTTP).
+its functional core does no HTTP), and actionlint on every GitHub workflow (an action on
+a retired runtime is a finding; docs/decisions/0058-workflows-are-checked-by-actionlint.md).
 """
 
 from __future__ import annotations
@@ -42,3 +43,14 @@ def test_mypy_strict() -> None:
 
 def test_import_layers() -> None:
     run("lint-imports")
+
+
+def test_actionlint() -> None:
+    """actionlint finds nothing in .github/workflows. Its shellcheck and pyflakes
+    integrations are off: they run only where those tools are on PATH (GitHub's runners
+    have shellcheck), and a finding must not depend on the machine."""
+    workflows = sorted(
+        str(path.relative_to(REPO)) for path in (REPO / ".github" / "workflows").glob("*.y*ml")
+    )
+    assert workflows, "no workflow under .github/workflows"
+    run("actionlint", "-no-color", "-shellcheck=", "-pyflakes=", *workflows)

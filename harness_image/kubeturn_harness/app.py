@@ -32,6 +32,7 @@ from kubeturn_harness.wire import (
     AbortResponse,
     AdmitRequest,
     AdmitResponse,
+    DeliverRequest,
     ErrorBody,
     ExecRequest,
     ForgetRunRequest,
@@ -204,6 +205,11 @@ async def run_exec(request: web.Request) -> web.Response:
     return web.json_response(result.model_dump())
 
 
+async def deliver(request: web.Request) -> web.Response:
+    delivered = await request.app[HARNESS].deliver(await _body(request, DeliverRequest))
+    return web.json_response(delivered.model_dump())
+
+
 async def worktrees(request: web.Request) -> web.Response:
     made = await request.app[HARNESS].worktrees(await _body(request, WorktreesRequest))
     return web.json_response(made.model_dump())
@@ -254,6 +260,7 @@ HANDLERS: dict[str, Handler] = {
     "read": read,
     "abort": abort,
     "run_exec": run_exec,
+    "deliver": deliver,
     "worktrees": worktrees,
     "forget_run": forget_run,
     "repos": repos,

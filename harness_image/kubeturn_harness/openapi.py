@@ -31,6 +31,9 @@ from kubeturn_harness.wire import (
     AbortResponse,
     AdmitRequest,
     AdmitResponse,
+    DeliverRequest,
+    DeliverResponse,
+    DeliveryAuthor,
     ErrorBody,
     ExecRequest,
     ExecResponse,
@@ -246,6 +249,22 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation(
         "POST",
+        "/deliveries",
+        "deliver",
+        "Commit a Run's worktree of a repo slot on its branch, as the Agents' tools run, and "
+        "bundle the branch where no Agent can write (a `deliver` invoke).",
+        {
+            200: Answer("The branch's commit, whether it is new, and its bundle.", DeliverResponse),
+            409: refused(
+                "Nothing to deliver, or the worktree cannot be: no worktree, not on its "
+                "branch, git refused."
+            ),
+            503: NOT_READY,
+        },
+        body=DeliverRequest,
+    ),
+    Operation(
+        "POST",
         "/worktrees",
         "worktrees",
         "Make (or find) a Run's worktree of each repo slot; idempotent.",
@@ -308,6 +327,9 @@ MODELS: tuple[type[BaseModel], ...] = (
     AdmitResponse,
     AbortRequest,
     AbortResponse,
+    DeliverRequest,
+    DeliverResponse,
+    DeliveryAuthor,
     ExecRequest,
     ExecResponse,
     History,

@@ -27,13 +27,17 @@ from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import ModelPort
 from kubeturn_harness.orchestrator import OrchestratorPort
 from kubeturn_harness.providers import Providers
+from kubeturn_harness.sandbox import deliveries
 from kubeturn_harness.sandbox.client import Toolbox
+from kubeturn_harness.sandbox.protocol import Deliver
 from kubeturn_harness.settings import Settings
 from kubeturn_harness.settlements import Sweep
 from kubeturn_harness.store import ConversationLog, Store
 from kubeturn_harness.tool_loop import RECEIPT_AFTER_CUT_S, Limits, RunEnv
 from kubeturn_harness.wire import (
     AdmitRequest,
+    DeliverRequest,
+    DeliverResponse,
     ExecRequest,
     ExecResponse,
     ForgetRunRequest,
@@ -96,6 +100,10 @@ class Harness:
         self._evictor: asyncio.Task[None] | None = None
         self._forgetting: set[asyncio.Task[RunForgotten]] = set()
         """Forgettings under way: a caller that goes away does not cut one short."""
+        self._delivering: set[asyncio.Task[DeliverResponse]] = set()
+        """Deliveries under way: a caller that goes away does not cut git short."""
+        self._delivery_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        """One delivery of a Run's slot at a time: one asked again waits for the first."""
         metrics.in_memory.set_function(lambda: len(self._conversations))
 
     async def start(self) -> None:
@@ -121,7 +129,7 @@ class Harness:
 
     async def close(self) -> None:
         self.ready = False
-        tasks: list[asyncio.Task[Any]] = [*self._forgetting]
+        tasks: list[asyncio.Task[Any]] = [*self._forgetting, *self._delivering]
         if self._evictor is not None:
             tasks.append(self._evictor)
         for task in tasks:
@@ -166,6 +174,40 @@ class Harness:
                 Path(request.cwd), request.command, request.timeoutSeconds
             )
         return ExecResponse.model_validate(done.model_dump())
+
+    async def deliver(self, request: DeliverRequest) -> DeliverResponse:
+        """Commit a Run's worktree of a slot on its branch and bundle the branch (a
+        ``deliver`` invoke); the toolbox does both, as the tools run (ADR 0063). Runs to
+        its end even if the caller goes away (an operator restarting asks again, and
+        waits for it), so git is never cut mid-commit."""
+        task = asyncio.create_task(self._deliver(request), name=f"deliver {request.run}")
+        self._delivering.add(task)
+        task.add_done_callback(self._delivering.discard)
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _deliver(self, request: DeliverRequest) -> DeliverResponse:
+        lock = self._delivery_locks.setdefault((request.run, request.slot), asyncio.Lock())
+        async with lock:
+            return await self._deliver_now(request)
+
+    async def _deliver_now(self, request: DeliverRequest) -> DeliverResponse:
+        worktree = self.toolbox.work_root / request.slot / request.branch.replace("/", "-")
+        bundle = deliveries.bundle_path(request.run, request.slot)
+        asked = Deliver(
+            branch=request.branch,
+            message=request.message,
+            authorName=request.author.name,
+            authorEmail=request.author.email,
+        )
+        async with _toolbox_answers():
+            done = await self.toolbox.deliver(worktree, bundle, asked)
+        return DeliverResponse(
+            commit=done.commit,
+            changed=done.changed,
+            bundle=bundle,
+            clone=deliveries.clone_path(request.slot),
+        )
 
     async def worktrees(self, request: WorktreesRequest) -> WorktreesResponse:
         """Make (or find) a Run's worktree of each repo slot; idempotent."""
@@ -291,7 +333,7 @@ async def _toolbox_answers() -> AsyncIterator[None]:
         raise WireError(str(error), status=503) from error
 
 
-def _retrieve(task: asyncio.Task[RunForgotten]) -> None:
+def _retrieve(task: asyncio.Task[Any]) -> None:
     """Retrieve a forgetting's failure even when its caller went away (else asyncio logs
     it as never retrieved); the caller, if still there, has it from the shield."""
     if not task.cancelled():

@@ -24,6 +24,10 @@ visible ASCII (RFC 6750's ``b64token`` is narrower still; every kubeturn token i
 
 SLOT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 """An Agent slot's or a repo slot's name: one safe path segment (never ``.`` or ``..``)."""
+RUN_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+"""A Run's name (a DNS subdomain)."""
+BRANCH_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
+"""A Run's branch, as kubeturn names it."""
 MAX_INSTANCE_ID = 512
 """The longest Instance ID a route takes, in characters."""
 ABSOLUTE: JsonDict = {"pattern": "^/[^\\u0000]*$"}
@@ -277,13 +281,54 @@ class ExecResponse(_Body):
     timedOut: bool
 
 
+class DeliveryAuthor(_Body):
+    name: str = Field(
+        min_length=1, max_length=200, pattern=r"^[^<>\n\u0000]+$", description="The name."
+    )
+    email: str = Field(
+        min_length=3,
+        max_length=254,
+        pattern=r"^[^<>\s\u0000]+@[^<>\s\u0000]+$",
+        description="The email address.",
+    )
+
+
+class DeliverRequest(_Body):
+    """``POST /deliveries``: commit a Run's worktree of a repo slot on its branch (as the
+    Agents' tools run) and bundle the branch where no Agent can write (a ``deliver``
+    invoke)."""
+
+    run: str = Field(pattern=RUN_NAME, description="The Run.")
+    branch: str = Field(pattern=BRANCH_NAME, description="The Run's branch, kubeturn/<run>.")
+    slot: str = Field(pattern=SLOT_NAME, description="The repo slot whose worktree to commit.")
+    message: str = Field(
+        min_length=1,
+        max_length=65536,
+        description="The commit message.",
+        json_schema_extra=NO_NUL,
+    )
+    author: DeliveryAuthor = Field(description="The commit's author and committer.")
+
+    @field_validator("message")
+    @classmethod
+    def _message_without_nul(cls, value: str) -> str:
+        return _no_nul(value, "the message")
+
+
+class DeliverResponse(_Body):
+    commit: str = Field(description="The commit the branch points at.")
+    changed: bool = Field(description="A new commit was made; false: nothing to commit.")
+    bundle: str = Field(description="The branch's bundle, relative to the work root.")
+    clone: str = Field(
+        description="The slot's clone, relative to the work root: the bundle needs its objects."
+    )
+
+
 class WorktreesRequest(_Body):
     """``POST /worktrees``: a Run's worktrees, made from the Workspace's clones."""
 
-    run: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", description="The Run.")
-    branch: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$", description="The branch for the Run."
-    )
+    run: str = Field(pattern=RUN_NAME, description="The Run.")
+    branch: str = Field(pattern=BRANCH_NAME, description="The branch for the Run.")
     slots: list[Annotated[str, Field(pattern=SLOT_NAME)]] = Field(
         min_length=1, description="The repo slots to make worktrees of."
     )

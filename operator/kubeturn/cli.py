@@ -6,6 +6,12 @@ with its path;
 ``kubeturn run FILE`` runs a Run on this machine (``kubeturn.local``); ``send``,
 ``cancel``, ``turns`` and ``status`` work on a local Run, or with ``--kube`` on a Run in a
 cluster (``kubeturn.k8s.control``, imported only then: a local run needs no cluster).
+``kubeturn version`` (or ``--version``) says which kubeturn this is.
+
+Every command that prints objects takes one ``-o`` option, as kubectl's: ``table`` (the
+default), ``wide`` (more columns), ``json`` or ``yaml``, whose times are RFC 3339 in UTC
+(ADR 0069). ``send`` refuses, before it sends anything, an event the Run does not accept
+now or data that misfits its schema, naming what the Run accepts (ADR 0067).
 
 Every failure a person can fix is one line on stderr, ``kubeturn: what is wrong, where,
 what to do``, and exit status 1; never a traceback.
@@ -17,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import importlib.metadata
 import json
 import logging
 import os
@@ -38,7 +45,8 @@ from kubeturn.errors import CommandError, DefinitionErrors
 from kubeturn.local import control as local
 from kubeturn.local import view
 from kubeturn.local.workdir import DEFAULT_ROOT
-from kubeturn.machine.load import load_run, parse_yaml
+from kubeturn.machine.load import load_run, parse_yaml_documents
+from kubeturn.orchestrator import signals
 
 if TYPE_CHECKING:
     from kubeturn.k8s.hub import OperatorSettings
@@ -47,12 +55,32 @@ log = logging.getLogger(__name__)
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
+OUTPUTS = ("table", "wide", "json", "yaml")
+"""``-o`` of every command that prints objects, as kubectl's."""
+TERMINAL = ("Succeeded", "Failed", "Cancelled")
+
+
+def version() -> str:
+    """This kubeturn's version, as installed."""
+    try:
+        return importlib.metadata.version("kubeturn")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="kubeturn", description="Run coding-agent workflows.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"kubeturn {version()}",
+        help="print kubeturn's version and exit",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    shown = commands.add_parser("version", help="print kubeturn's version")
+    _output(shown)
 
     operator = commands.add_parser("operator", help="run the Kubernetes operator")
     operator.add_argument(
@@ -64,7 +92,9 @@ def _parser() -> argparse.ArgumentParser:
         "none watches the whole cluster",
     )
     operator.add_argument(
-        "--harness-image", default=env("KUBETURN_HARNESS_IMAGE", "ghcr.io/kubeturn/harness:latest")
+        "--harness-image",
+        default=env("KUBETURN_HARNESS_IMAGE", "ghcr.io/kubeturn/harness:latest"),
+        help="the image of every sandbox's Harness (env KUBETURN_HARNESS_IMAGE)",
     )
     operator.add_argument(
         "--require-confinement",
@@ -76,9 +106,21 @@ def _parser() -> argparse.ArgumentParser:
     operator.add_argument(
         "--orchestrator-url",
         default=env("KUBETURN_ORCHESTRATOR_URL", "http://kubeturn-orchestrator:8081"),
+        help="where the Harnesses reach this operator's Orchestrator API "
+        "(env KUBETURN_ORCHESTRATOR_URL)",
     )
     operator.add_argument(
-        "--providers", type=Path, default=Path(p) if (p := env("KUBETURN_PROVIDERS")) else None
+        "--providers",
+        type=Path,
+        default=Path(p) if (p := env("KUBETURN_PROVIDERS")) else None,
+        help="the model providers file every Harness gets (YAML: name → {type: openai, "
+        "baseUrl, apiKeyEnv}; env KUBETURN_PROVIDERS)",
+    )
+    operator.add_argument(
+        "--api-port",
+        type=int,
+        default=env("KUBETURN_API_PORT", "8081"),
+        help="the port of the Orchestrator API (env KUBETURN_API_PORT; default 8081)",
     )
     operator.add_argument(
         "--default-model",
@@ -88,7 +130,6 @@ def _parser() -> argparse.ArgumentParser:
         "spec.defaultModel (the chart's defaultModel; env KUBETURN_DEFAULT_MODEL); its "
         "provider must be one of --providers'",
     )
-    operator.add_argument("--api-port", type=int, default=env("KUBETURN_API_PORT", "8081"))
     operator.add_argument(
         "--lease",
         default=env("KUBETURN_LEASE") or None,
@@ -149,15 +190,32 @@ def _parser() -> argparse.ArgumentParser:
         "keeps its default",
     )
     operator.add_argument(
-        "--log-format", choices=["text", "json"], default=env("KUBETURN_LOG_FORMAT", "text")
+        "--log-format",
+        choices=["text", "json"],
+        default=env("KUBETURN_LOG_FORMAT", "text"),
+        help="text, or one JSON object per line (env KUBETURN_LOG_FORMAT)",
     )
-    operator.add_argument("--kubeconfig", default=env("KUBECONFIG"))
-    operator.add_argument("--log-level", default=env("KUBETURN_LOG_LEVEL", "INFO"))
+    operator.add_argument(
+        "--kubeconfig",
+        default=env("KUBECONFIG"),
+        help="the kubeconfig (env KUBECONFIG); none: the pod's service account",
+    )
+    operator.add_argument(
+        "--log-level",
+        default=env("KUBETURN_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (env KUBETURN_LOG_LEVEL; default INFO)",
+    )
 
     validate = commands.add_parser(
-        "validate", help="check Run and Workspace manifests; exit 1 on any problem"
+        "validate",
+        help="check Run and Workspace manifests; exit 1 on any problem",
+        description="Check Run and Workspace manifests (several documents per file, split by "
+        "---) with the operator's checks, and print every problem of each with its manifest "
+        "path. Exit status 1 on any problem.",
     )
-    validate.add_argument("files", nargs="+", type=Path)
+    validate.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="a YAML file of manifests"
+    )
     validate.add_argument(
         "--cluster",
         action="store_true",
@@ -223,10 +281,21 @@ def _parser() -> argparse.ArgumentParser:
         "--harness-port", type=int, default=0, help="port of the Harness (0: a free one)"
     )
 
-    send = commands.add_parser("send", help="send an outside event (a signal) to a Run")
+    send = commands.add_parser(
+        "send",
+        help="send an outside event (a signal) to a Run",
+        description="Send an outside event to a Run. An event the Run does not accept now, "
+        "or data that misfits the event's schema, is refused before it is sent, naming what "
+        "the Run accepts (kubeturn status shows it): a signal is handled when it arrives, "
+        "never kept for a state entered later.",
+    )
     send.add_argument("name", help="the Run's name")
     send.add_argument("event", help="the event, e.g. approve")
-    send.add_argument("--data", default="{}", help="the event's payload: a JSON object")
+    send.add_argument(
+        "--data",
+        default="{}",
+        help="the event's payload: a JSON object, checked against the event's schema",
+    )
     send.add_argument("--id", help="the signal's id, unique in the Run (default: a new one)")
     _target(send)
 
@@ -236,14 +305,28 @@ def _parser() -> argparse.ArgumentParser:
 
     turns = commands.add_parser("turns", help="print a Run's settled Turns")
     turns.add_argument("name", help="the Run's name")
-    turns.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    _output(turns)
     _target(turns)
 
-    status = commands.add_parser("status", help="print a Run's phase, state and Turn count")
+    status = commands.add_parser(
+        "status",
+        help="print a Run's phase, state, Turn count and what it waits for",
+    )
     status.add_argument("name", help="the Run's name")
-    status.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    _output(status)
     _target(status)
     return parser
+
+
+def _output(command: argparse.ArgumentParser) -> None:
+    """The one ``-o`` of every command that prints objects."""
+    command.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default="table",
+        help="table (the default), wide (more detail), json or yaml (times as RFC 3339, UTC)",
+    )
 
 
 def _target(command: argparse.ArgumentParser) -> None:
@@ -265,26 +348,46 @@ def _target(command: argparse.ArgumentParser) -> None:
 def validate(
     files: Sequence[Path], *, cluster: bool = False, default_model: str | None = None
 ) -> int:
+    """Every document of every file checked; each problem printed, each valid one said.
+    With ``cluster``, what fails on a cluster too (``kubeturn.api.cluster_checks``)."""
     failed = False
     known = cluster_checks.known_from(_documents(files), default_model) if cluster else None
     for path in files:
         try:
-            document = parse_yaml(path.read_text(encoding="utf-8"), str(path))
-            if isinstance(document, dict) and document.get("kind") == "Workspace":
-                validate_workspace(document)
-            else:
-                load_run(document, workspace_required=cluster)
-            if known is not None:
-                cluster_checks.check(document, known)
+            documents = parse_yaml_documents(path.read_text(encoding="utf-8"), str(path))
         except OSError as error:
             print(f"{path}: cannot read it: {error.strerror}", file=sys.stderr)
             failed = True
+            continue
         except DefinitionErrors as errors:
             for line in problems(errors, str(path)):
                 print(line, file=sys.stderr)
             failed = True
-        else:
-            print(f"{path}: valid")
+            continue
+        if not documents:
+            print(f"{path}: no manifest in it", file=sys.stderr)
+            failed = True
+        for number, document in enumerate(documents, start=1):
+            source = str(path) if len(documents) == 1 else f"{path} (document {number})"
+            kind = document.get("kind") if isinstance(document, dict) else None
+            group = str(document.get("apiVersion") or "") if isinstance(document, dict) else ""
+            if kind and group and not group.startswith("kubeturn.dev/"):
+                # A bundle for kubectl apply holds other objects too (a Secret, a Namespace).
+                print(f"{source}: a {kind}, not a kubeturn resource: not checked")
+                continue
+            try:
+                if kind == "Workspace":
+                    validate_workspace(document)
+                else:
+                    load_run(document, workspace_required=cluster)
+                if known is not None:
+                    cluster_checks.check(document, known)
+            except DefinitionErrors as errors:
+                for line in problems(errors, source):
+                    print(line, file=sys.stderr)
+                failed = True
+            else:
+                print(f"{source}: valid")
     return 1 if failed else 0
 
 
@@ -293,7 +396,7 @@ def _documents(files: Sequence[Path]) -> list[Any]:
     found = []
     for path in files:
         with contextlib.suppress(OSError, DefinitionErrors):
-            found.append(parse_yaml(path.read_text(encoding="utf-8"), str(path)))
+            found += parse_yaml_documents(path.read_text(encoding="utf-8"), str(path))
     return found
 
 
@@ -353,9 +456,15 @@ def send(args: argparse.Namespace) -> int:
         raise CommandError('--data must be a JSON object, e.g. \'{"notes": "ok"}\'')
     signal_id = args.id or f"{args.event[:48]}-{secrets.token_hex(4)}"
     if args.kube:
-        asyncio.run(_on_cluster(args, lambda cluster: cluster.send(args.event, data, signal_id)))
+
+        async def checked_send(cluster: Any) -> None:
+            _accepts(args.name, await cluster.status(), args.event, data)
+            await cluster.send(args.event, data, signal_id)
+
+        asyncio.run(_on_cluster(args, checked_send))
         print(f"sent {args.event} to Run {args.name} (signal {signal_id})")
         return 0
+    _accepts(args.name, local.status(args.name, args.workdir), args.event, data)
     sent = local.send(args.name, args.event, data, signal_id, args.workdir)
     if sent.delivered_now:
         print(f"sent {args.event} to run {args.name} (signal {signal_id})")
@@ -365,6 +474,20 @@ def send(args: argparse.Namespace) -> int:
             f"drives it now: `kubeturn run --resume {args.name}` delivers it"
         )
     return 0
+
+
+def _accepts(name: str, status: dict[str, Any], event: str, data: dict[str, Any]) -> None:
+    """Refuse, before it is sent, a signal the Run would ignore (ADR 0067). A Run that has
+    not started, or whose status predates ``acceptedEvents``, is judged when it arrives;
+    an ended one is refused by the send itself."""
+    if status.get("phase") in TERMINAL or "acceptedEvents" not in status:
+        return
+    found = list(status.get("acceptedEvents") or [])
+    if len(found) >= signals.MAX_ACCEPTED and all(item.get("event") != event for item in found):
+        return  # the status lists only the first ones: the Run judges the rest
+    why = signals.refusal(found, event, data)
+    if why is not None:
+        raise CommandError(f"not sent to run {name}: {why}")
 
 
 def cancel(args: argparse.Namespace) -> int:
@@ -385,12 +508,10 @@ def cancel(args: argparse.Namespace) -> int:
 def turns(args: argparse.Namespace) -> int:
     status = _status(args)
     records = list(status.get("turns") or [])
-    if args.output == "json":
-        print(json.dumps(records, indent=2))
-    elif args.output == "yaml":
-        print(yaml.safe_dump(records, sort_keys=False), end="")
-    elif records:
-        print("\n".join(view.history_table(records)))
+    if _printed(records, args.output):
+        return 0
+    if records:
+        print("\n".join(view.history_table(records, wide=args.output == "wide")))
         dropped = int(status.get("droppedTurns") or 0)
         if dropped:
             print(view.dropped_line(dropped))
@@ -401,13 +522,29 @@ def turns(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     found = {k: v for k, v in _status(args).items() if k != "snapshot"}
-    if args.output == "json":
-        print(json.dumps(found, indent=2))
-    elif args.output == "yaml":
-        print(yaml.safe_dump(found, sort_keys=False), end="")
-    else:
-        print("\n".join(view.status_lines(args.name, found)))
+    if not args.kube:
+        found["driven"] = local.driven(args.name, args.workdir)
+    if not _printed(found, args.output):
+        print("\n".join(view.status_lines(args.name, found, wide=args.output == "wide")))
     return 0
+
+
+def shown_version(args: argparse.Namespace) -> int:
+    if not _printed({"version": version()}, args.output):
+        print(f"kubeturn {version()}")
+    return 0
+
+
+def _printed(value: Any, output: str) -> bool:
+    """``value`` printed as ``-o json`` or ``-o yaml`` say (its times as RFC 3339); False
+    for ``table`` and ``wide``, which each command prints its own way."""
+    if output == "json":
+        print(json.dumps(view.rfc3339(value), indent=2, ensure_ascii=False))
+    elif output == "yaml":
+        print(yaml.safe_dump(view.rfc3339(value), sort_keys=False, allow_unicode=True), end="")
+    else:
+        return False
+    return True
 
 
 def _status(args: argparse.Namespace) -> dict[str, Any]:
@@ -553,7 +690,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-COMMANDS = {"run": run, "send": send, "cancel": cancel, "turns": turns, "status": status}
+COMMANDS = {
+    "run": run,
+    "send": send,
+    "cancel": cancel,
+    "turns": turns,
+    "status": status,
+    "version": shown_version,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

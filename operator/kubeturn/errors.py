@@ -97,7 +97,7 @@ class ExpressionError(KubeturnError):
     payload can fail on another; the interpreter decides what that means for the Run.
     """
 
-    def __init__(self, source: str, cause: str, *, where: str = "") -> None:
+    def __init__(self, source: str, cause: str, *, where: str = "", key: str | None = None) -> None:
         super().__init__(f"CEL expression {source!r} failed: {cause}")
         self.source = source
         """The expression as written."""
@@ -105,6 +105,8 @@ class ExpressionError(KubeturnError):
         """What CEL (or the conversion of its result) said."""
         self.where = where
         """The manifest path the expression was written at, when known."""
+        self.key = key
+        """The map key that was missing, when that is why it failed."""
 
 
 class CommandError(KubeturnError):

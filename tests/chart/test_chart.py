@@ -79,6 +79,8 @@ from tests import tools
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kubeturn"
 CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+"""The default tag of both images."""
 RELEASE = "kt"
 NAMESPACE = "kubeturn-system"
 FULLNAME = f"{RELEASE}-kubeturn"
@@ -451,7 +453,7 @@ def test_deployment_probes_ports_and_strategy(default_objects: list[Object]) -> 
         "rollingUpdate": {"maxSurge": "100%", "maxUnavailable": "100%"},
     }
     container = _container(default_objects)
-    assert container["image"] == "ghcr.io/kubeturn/operator:0.1.0"  # appVersion
+    assert container["image"] == f"ghcr.io/kubeturn/operator:{APP_VERSION}"
     assert container["args"] == ["operator"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"orchestrator": 8081, "metrics": 9090, "health": 8080}
@@ -475,7 +477,7 @@ def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
     orchestrator = _one(default_objects, "Service", f"{FULLNAME}-orchestrator")
     assert env == {
         "KUBETURN_NAMESPACES": "",
-        "KUBETURN_HARNESS_IMAGE": "ghcr.io/kubeturn/harness:0.1.0",
+        "KUBETURN_HARNESS_IMAGE": f"ghcr.io/kubeturn/harness:{APP_VERSION}",
         "KUBETURN_ORCHESTRATOR_URL": f"http://{FULLNAME}-orchestrator.{NAMESPACE}.svc:8081",
         "KUBETURN_PROVIDERS": "/etc/kubeturn/providers.yaml",
         "KUBETURN_DEFAULT_MODEL": "",

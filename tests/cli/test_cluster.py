@@ -6,7 +6,11 @@ Cases:
   makes the list, the next appends, the signals already there stay as they were; the
   namespace is the kubeconfig context's unless ``--namespace`` says otherwise;
 - ``cancel`` sets ``spec.cancel``;
-- ``status`` and ``turns`` read ``Run.status`` (text, and ``-o json``);
+- ``status`` and ``turns`` read ``Run.status`` (a table, ``-o wide`` with when each Turn
+  started, and ``-o json`` with RFC 3339 times);
+- ``send`` refuses, before it patches anything, an event ``status.acceptedEvents`` lacks
+  or data that misfits its schema, naming what the Run accepts; ``status`` shows what the
+  Run waits for and the signals it ignored;
 - one line, exit 1, for: a Run that is not there, a finished Run (no more signals), a
   cluster that cannot be reached.
 """
@@ -170,17 +174,90 @@ async def test_status_and_turns_read_run_status(
     assert out.splitlines() == ["run: done", "phase: Succeeded", "state: -", "turns: 1"]
     code, out, err = await kubeturn("status", "done", "-o", "json", config=config)
     assert "snapshot" not in json.loads(out)
+    code, out, err = await kubeturn("turns", "done", "-o", "json", config=config)
+    (shown,) = json.loads(out)
+    assert (shown["startedAt"], shown["settledAt"]) == (
+        "1970-01-01T00:00:10.000Z",
+        "1970-01-01T00:00:12.500Z",
+    )
+    assert shown["submissions"][0]["admittedAt"] == "1970-01-01T00:00:10.000Z"
     code, out, err = await kubeturn("turns", "done", config=config)
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         "TURN  AGENT  STATE         OUTCOME  CAUSE  TOKENS  DURATION  MESSAGE",
         "t1    coder  implementing  ended    pick   100/7   2.5s      -",
     ]
+    code, out, err = await kubeturn("turns", "done", "-o", "wide", config=config)
+    assert out.splitlines() == [
+        "TURN  AGENT  STATE         OUTCOME  CAUSE  TOKENS  DURATION  MESSAGE  STARTED"
+        "                   SUBMISSIONS  INSTANCE",
+        "t1    coder  implementing  ended    pick   100/7   2.5s      -        "
+        "1970-01-01T00:00:10.000Z  1            team.done/root/coder",
+    ]
     code, _, err = await kubeturn("send", "done", "approve", config=config)
     assert code == 1
     assert err == (
         "kubeturn: the Run 'done' in namespace 'team' is Succeeded: it takes no more signals\n"
     )
+
+
+async def test_send_refuses_what_the_run_does_not_accept(
+    cluster: emulator.KubernetesApi, tmp_path: Path
+) -> None:
+    config = emulator.write_kubeconfig(
+        tmp_path / "kubeconfig", str(cluster.url), "team", token=cluster.admin_token
+    )
+    schema = {"type": "object", "properties": {"reason": {"type": "string", "minLength": 3}}}
+    accepted = [
+        {"event": "approve", "state": "gate", "description": "Ship it.", "schema": schema},
+        {"event": "reject", "state": "gate"},
+    ]
+    ignored = {"id": "early", "result": "ignored", "message": "no active state accepts go"}
+    await make_run(
+        cluster,
+        "gated",
+        status={
+            "phase": "Running",
+            "state": "gate",
+            "acceptedEvents": accepted,
+            "waitingFor": "approve,reject",
+            "processedSignals": [ignored],
+        },
+    )
+    code, _, err = await kubeturn("send", "gated", "merge", config=config)
+    assert (code, err) == (
+        1,
+        "kubeturn: not sent to run gated: no active state accepts merge; the Run accepts "
+        "now: approve (gate), reject (gate)\n",
+    )
+    code, _, err = await kubeturn(
+        "send", "gated", "approve", "--data", '{"reason": 7}', config=config
+    )
+    assert (code, err) == (
+        1,
+        "kubeturn: not sent to run gated: the data of approve does not fit its schema: "
+        "reason: 7 is not of type 'string'\n",
+    )
+    assert "signals" not in await spec_of(cluster, "gated")
+    code, out, err = await kubeturn("status", "gated", config=config)
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "run: gated",
+        "phase: Running",
+        "state: gate",
+        "turns: 0",
+        "waiting for: approve, reject",
+        "  approve (gate): Ship it.",
+        "  reject (gate)",
+        "ignored signal early: no active state accepts go",
+    ]
+    code, out, err = await kubeturn("status", "gated", "-o", "wide", config=config)
+    assert f"    schema: {json.dumps(schema, sort_keys=True)}" in out.splitlines()
+    code, out, err = await kubeturn(
+        "send", "gated", "approve", "--id", "a-1", "--data", '{"reason": "fine"}', config=config
+    )
+    assert (code, err) == (0, ""), out
+    assert [s["id"] for s in (await spec_of(cluster, "gated"))["signals"]] == ["a-1"]
 
 
 async def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:

@@ -143,7 +143,7 @@ def test_task_with_review_waits_at_the_gate_until_a_signal_moves_it(
     final = status(project / ".kubeturn-work" / "task-with-review", "task-with-review")
     assert (final["phase"], final["processedSignals"], final["turnCount"]) == (
         "Succeeded",
-        ["approve-1"],
+        [{"id": "approve-1", "result": "handled"}],
         4,
     )
     again = kubeturn("send", "task-with-review", "approve", cwd=project)

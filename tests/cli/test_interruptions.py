@@ -14,8 +14,9 @@ Cases:
   calls were cut;
 - ``kubeturn cancel NAME`` from another terminal: the running ``kubeturn run`` sends
   CANCEL, both Turns are ``aborted``, the Run is Cancelled, exit 1;
-- ``kubeturn send`` to a run no ``kubeturn run`` drives is queued, and delivered (once)
-  by ``--resume``.
+- the killed run's ``status`` says no ``kubeturn run`` drives it; a ``kubeturn send`` of
+  an event it does not accept is refused, naming what it accepts, and nothing is
+  delivered on ``--resume`` (a queued signal's delivery: ``test_signals.py``).
 """
 
 from __future__ import annotations
@@ -80,11 +81,15 @@ conversations:
     # The Harness ended with its parent: its model call was cut.
     model.wait_for(all_closed, "the killed run's model call to be cut")
     shown = kubeturn("status", "retry", cwd=project)
-    assert shown.stdout.splitlines()[1:3] == ["phase: Running", "state: working"], shown.stdout
-    queued = kubeturn("send", "retry", "ping", "--id", "ping-1", cwd=project)
-    assert queued.stdout == (
-        "queued ping for run retry (signal ping-1); no kubeturn run drives it now: "
-        "`kubeturn run --resume retry` delivers it\n"
+    assert shown.stdout.splitlines()[1:3] == [
+        "phase: Stopped (saved Running; no `kubeturn run` drives it: `kubeturn run --resume "
+        "retry` continues it)",
+        "state: working",
+    ], shown.stdout
+    refused = kubeturn("send", "retry", "ping", "--id", "ping-1", cwd=project)
+    assert refused.stderr == (
+        "kubeturn: not sent to run retry: no active state accepts ping; the Run accepts now: "
+        "done (working)\n"
     )
 
     resumed = kubeturn("run", "--resume", "retry", cwd=project)
@@ -97,7 +102,7 @@ conversations:
     # The Turn's message: its failed Submission's (the Turn failed).
     assert "the Harness restarted while this Submission ran" in resumed.stdout
     final = status(workdir, "retry")
-    assert (final["phase"], final["processedSignals"]) == ("Succeeded", ["ping-1"])
+    assert (final["phase"], final["processedSignals"]) == ("Succeeded", [])
     assert [r["name"] for r in final["turns"]] == ["t1", "t2"]
     assert final["turnCount"] == 2
     first, second = final["turns"]

@@ -506,13 +506,13 @@ main() {
   outcomes=$(run_field '{.status.turns[*].outcome}')
   causes=$(run_field '{.status.turns[*].cause}')
   states=$(run_field '{.status.turns[*].state}')
-  signals=$(run_field '{.status.processedSignals[*]}')
+  signals=$(run_field '{range .status.processedSignals[*]}{.id}:{.result}{end}')
   # Each Turn ended by its own pick: the sweep named the running Submission, and the
   # Harness settled it `ended` (the outcome table of docs/turn-semantics.md), across real pods and Services.
   expect "Turn outcomes" "$outcomes" "ended ended ended ended"
   expect "Turn causes" "$causes" "pick pick pick pick"
   expect "Turn states" "$states" "implementing reviewing fixing reviewing"
-  expect "processed signals" "$signals" "approve-1"
+  expect "processed signals" "$signals" "approve-1:handled"
   # And wait_no_agentturns saw every AgentTurn's sweep finalizer run, so the API server
   # could remove it: no Turn is left running on a Harness.
   echo "    ok: no AgentTurn left"

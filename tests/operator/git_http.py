@@ -47,6 +47,8 @@ class GitServer:
     """When set, every request is redirected (302) to this base URL, as a moved forge's."""
     redirected: int = 0
     """Requests answered with that redirect."""
+    pushes: int = 0
+    """Pushes served (authorized ``git-receive-pack`` requests)."""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if self.moved_to is not None:
@@ -58,6 +60,7 @@ class GitServer:
             self.refused += 1
             return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="git"'})
         self.served += 1
+        self.pushes += request.method == "POST" and request.path.endswith("/git-receive-pack")
         self.exposed += await asyncio.to_thread(_holding, self.password.encode())
         # aiohttp has undone any chunking and gzip of the body: git gets it plain.
         body = await request.read()

@@ -2,8 +2,9 @@
 
 The emulator stores Pods and nothing runs them. :class:`Kubelet` polls the emulator (over
 HTTP, as a node's kubelet watches its Pods) for Pods labelled
-``app.kubernetes.io/component=sandbox`` and runs each as a node would, writing its
-status as a kubelet does. It also stands for the scheduler: it binds each new Pod to its
+``app.kubernetes.io/component`` ``sandbox`` or ``delivery`` (a Run's push Pods) and runs
+each as a node would, writing its status as a kubelet does; a Pod already ``Succeeded``
+or ``Failed`` is never run again. It also stands for the scheduler: it binds each new Pod to its
 node (``pods/binding``, :data:`NODE`) once every claim the Pod mounts exists, and leaves
 it ``PodScheduled=False``, ``Unschedulable``, until then. Per Pod (:class:`PodWorker`):
 
@@ -11,7 +12,8 @@ it ``PodScheduled=False``, ``Unschedulable``, until then. Per Pod (:class:`PodWo
   its uid: kept across Pods, as a volume outlives its Pod, and removed once its claim is
   gone and no Pod uses it, as a dynamically provisioned volume is), an ``emptyDir`` one
   per Pod, a ``configMap`` or ``secret`` one per Pod holding its keys as files (a
-  Secret's ``data`` base64-decoded); a mount's ``subPath`` is that directory inside its
+  Secret's ``data`` base64-decoded; an ``optional`` one that is missing, empty); a
+  mount's ``subPath`` is that directory inside its
   volume, made (mode 0777, as the volume's root) when missing;
 - the init containers run one after another (as root, with their command, their env
   resolved and every mount path in their command and env replaced by its directory):
@@ -38,9 +40,22 @@ it ``PodScheduled=False``, ``Unschedulable``, until then. Per Pod (:class:`PodWo
   image's entrypoint) with its args;
 - ``containerStatuses`` say each container's state (``waiting`` with its reason,
   ``running``, ``terminated`` with ``Completed`` or ``Error``, the exit code, a signal
-  counting 128 + its number), ``lastState``, ``restartCount``, ``ready``; with
-  ``terminationMessagePolicy: FallbackToLogsOnError`` a container that failed has the
-  end of its log (80 lines, 2048 bytes at most) as its ``message``;
+  counting 128 + its number), ``lastState``, ``restartCount``, ``ready``; the
+  ``message`` is what the container wrote to its ``terminationMessagePath`` (by
+  default ``/dev/termination-log``; a new empty file for each run of it, standing for
+  that path in its command, args and env; 4096 bytes at most), or, when it wrote
+  nothing and failed, with ``terminationMessagePolicy: FallbackToLogsOnError``, the
+  end of its log (80 lines, 2048 bytes at most);
+- a container whose command is the Harness image's Python (``/opt/kubeturn/bin/python``)
+  runs this Python;
+- a ``readOnly`` mount (or any mount of a claim whose volume source says ``readOnly``)
+  is read-only as far as a process can be made to hold it so: the container runs as
+  root in a mount namespace of its own where each such directory is bind-mounted
+  read-only over itself, and without the capability to mount it again (writes fail
+  with EROFS); its other processes, and other containers, see the directory as it is.
+  What it cannot hold: a process of another container writing the same directory
+  meanwhile is not kept out (nor is it on a node), and a container whose command
+  leaves that namespace (``nsenter``) would escape it;
 - a container is ready once its ``readinessProbe`` (``httpGet``, with its
   ``initialDelaySeconds``, ``periodSeconds``, ``timeoutSeconds`` and thresholds, the
   API's defaults otherwise) answers 200-399, and unready after ``failureThreshold``
@@ -70,18 +85,19 @@ Once its Harness prints ``harness listening on …`` a Pod is in :attr:`Kubelet.
 (:meth:`Kubelet.running` waits for that) until its containers are stopped; a Pod of a
 name another Pod had starts its containers only once that one's are stopped (an
 eviction stops them before the Pod turns ``Failed``: a test that writes ``Failed``
-itself gets the same order). While :attr:`Kubelet.held` is set, no new Pod is bound (a
-node slow to take one); those already running run on. :meth:`Kubelet.stop` stops every
+itself gets the same order). While :attr:`Kubelet.held` is set, no new Pod is bound or
+run, even one made with its ``nodeName`` (a node slow to take one); those already running
+run on. :meth:`Kubelet.stop` stops every
 container within 5 s (the node shutting down) and removes every directory.
 
 Not emulated: liveness and startup probes, probes other than ``httpGet``, resource
 limits and OOM kills, the securityContext's user (everything runs as root, tools as
-nobody), the termination message file (only ``FallbackToLogsOnError`` gives a message),
-``items`` of volume sources and their later updates, image pulls (every image is the
-Harness), ``activeDeadlineSeconds``, preStop hooks, sidecar (restartable init)
-containers. A container's environment or volume the kubelet cannot resolve (a missing
-Secret, another volume type) is reported in :attr:`Kubelet.errors` and leaves its Pod
-``Pending``, ``CreateContainerConfigError``, without the kubelet's retries.
+nobody) and ``readOnlyRootFilesystem``, ``items`` of volume sources and their later
+updates, image pulls (every image is the Harness), ``activeDeadlineSeconds``, preStop
+hooks, sidecar (restartable init) containers. A container's environment or volume the
+kubelet cannot resolve (a missing Secret, another volume type) is reported in
+:attr:`Kubelet.errors` and leaves its Pod ``Pending``, ``CreateContainerConfigError``,
+without the kubelet's retries.
 """
 
 from __future__ import annotations
@@ -107,7 +123,11 @@ from typing import Any
 
 import aiohttp
 
-SELECTOR = "app.kubernetes.io/component=sandbox"
+COMPONENT = "app.kubernetes.io/component"
+COMPONENTS = ("sandbox", "delivery")
+"""The Pods this kubelet runs: the sandboxes, and the short-lived Pods that push a Run's
+delivered branch (a set-based selector, which the emulator does not parse, so the Pods
+are listed and chosen here)."""
 NODE = "kubeturn-test-node"
 """The one node this kubelet is: the name it binds Pods to."""
 POLL_S = 0.1
@@ -120,6 +140,19 @@ BACKOFF_FIRST_S = 10.0
 BACKOFF_MAX_S = 300.0
 """The kubelet's crash back-off: 10 s, doubled on each crash, up to 5 minutes; forgotten
 once a container ran twice that long (10 minutes)."""
+TERMINATION_LOG = "/dev/termination-log"
+"""A container's ``terminationMessagePath`` when its spec gives none (the API's default)."""
+MESSAGE_MAX = 4096
+"""The most of a termination message file the kubelet reads."""
+IMAGE_PYTHON = "/opt/kubeturn/bin/python"
+"""The Harness image's Python: a command naming it runs this Python."""
+READ_ONLY = (
+    'for d; do [ "$d" = -- ] && break; mount --bind -o ro "$d" "$d" || exit 125; shift;'
+    ' done; shift; exec setpriv --bounding-set -sys_admin -- "$@"'
+)
+"""Run as root in a new mount namespace (``unshare``): each directory before ``--``
+bind-mounted read-only over itself, then the rest without the capability to mount
+again: writes under those directories fail with EROFS, even as root."""
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
 """How much of a failed container's log becomes its termination message
@@ -272,6 +305,8 @@ class Container:
     log_start: int = 0
     """Where this run's output begins in ``log`` (earlier runs' is before it)."""
     container_id: str = ""
+    message_file: Path | None = None
+    """The file standing for this run's ``terminationMessagePath``."""
 
     @property
     def name(self) -> str:
@@ -294,8 +329,9 @@ class Container:
         return status
 
     def ended(self, returncode: int, started_at: str) -> None:
-        """The process exited: its state is ``terminated``, with the end of its log as the
-        message of a failure when its policy says so."""
+        """The process exited: its state is ``terminated``, with what it wrote to its
+        termination message file (4096 bytes at most) as the message, or, when that is
+        empty, the end of its log as the message of a failure if its policy says so."""
         code = exit_code(returncode)
         terminated: Body = {
             "exitCode": code,
@@ -304,7 +340,13 @@ class Container:
             "finishedAt": now_stamp(),
             "containerID": self.container_id,
         }
-        if code and self.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+        if self.message_file is not None and self.message_file.is_file():
+            with self.message_file.open("rb") as handle:
+                written = handle.read(MESSAGE_MAX).decode(errors="replace")
+            if written:
+                terminated["message"] = written
+        fallback = self.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+        if code and fallback and "message" not in terminated:
             with self.log.open("rb") as handle:
                 handle.seek(self.log_start)
                 message = log_tail(handle.read())
@@ -415,7 +457,7 @@ class Kubelet:
     async def _run(self) -> None:
         while True:
             try:
-                pods = await self.get(f"/api/v1/pods?labelSelector={SELECTOR}")
+                pods = await self.get("/api/v1/pods")
             except (PodFailed, aiohttp.ClientError) as failure:
                 self.errors.append(f"listing the Pods: {failure}")
                 await asyncio.sleep(POLL_S)
@@ -423,14 +465,18 @@ class Kubelet:
             seen = set()
             for pod in pods["items"]:
                 meta, spec = pod["metadata"], pod["spec"]
+                if (meta.get("labels") or {}).get(COMPONENT) not in COMPONENTS:
+                    continue
                 seen.add(meta["uid"])
                 worker = self._workers.get(meta["uid"])
                 if worker is not None:
                     worker.observe(pod)
                     continue
+                if (pod.get("status") or {}).get("phase") in TERMINAL or self.held:
+                    continue  # a Pod that ended never runs again; a held node takes none
                 try:
                     bound = spec.get("nodeName") == NODE or (
-                        not spec.get("nodeName") and not self.held and await self._bind(pod)
+                        not spec.get("nodeName") and await self._bind(pod)
                     )
                 except (PodFailed, aiohttp.ClientError) as failure:
                     self.errors.append(f"binding Pod {meta['namespace']}/{meta['name']}: {failure}")
@@ -562,6 +608,7 @@ class PodWorker:
         self._task: asyncio.Task[None] | None = None
         self._life: asyncio.Task[None] | None = None
         self._sandbox: Sandbox | None = None
+        self._messages: Path | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"pod {self.path}")
@@ -721,6 +768,7 @@ class PodWorker:
         container.runs += 1
         started_at = now_stamp()
         container.log_start = container.log.stat().st_size if container.log.exists() else 0
+        container.message_file = self._message_file(container)
         process = await self._spawn(container)
         container.process = process
         container.container_id = f"containerd://{secrets.token_hex(32)}"
@@ -746,6 +794,18 @@ class PodWorker:
         container.ended(returncode, started_at)
         await self._report()
         return exit_code(returncode)
+
+    def _message_file(self, container: Container) -> Path:
+        """A new, empty file for this run of the container's termination message,
+        standing for its ``terminationMessagePath``."""
+        if self._messages is None:
+            self._messages = _directory("kubeturn-messages-")
+            self._scratch.append(self._messages)
+        path = self._messages / f"{container.name}-{container.runs}"
+        path.touch(mode=0o666)
+        target = container.spec.get("terminationMessagePath") or TERMINATION_LOG
+        self.mounts.setdefault(container.name, {})[target] = path
+        return path
 
     async def _probe(self, container: Container, process: asyncio.subprocess.Process) -> None:
         """The container's readiness probe (``httpGet``), as long as this run of it lasts."""
@@ -790,8 +850,14 @@ class PodWorker:
             if name == HARNESS_CONTAINER and not container.init:
                 args = [self.ip or "" if arg == "0.0.0.0" else arg for arg in args]
             command = [_rewrite(part, mounts) for part in spec.get("command", [])]
+            if command and command[0] == IMAGE_PYTHON:
+                command[0] = sys.executable
             argv = [*(command or HARNESS_ENTRYPOINT), *args]
             env = await self._env(spec, mounts)
+        read_only = self._read_only(spec, self.mounts[name])
+        if read_only:
+            namespace = ["unshare", "--mount", "--propagation", "private", "--"]
+            argv = [*namespace, "sh", "-c", READ_ONLY, "sh", *map(str, read_only), "--", *argv]
         container.log.parent.mkdir(exist_ok=True)
         with container.log.open("ab") as log:
             return await asyncio.create_subprocess_exec(
@@ -802,6 +868,20 @@ class PodWorker:
                 stderr=log,
                 start_new_session=True,  # its process group stands for the container
             )
+
+    def _read_only(self, spec: Body, mounts: Mapping[str, Path]) -> list[Path]:
+        """The directories of the container's read-only mounts: ``readOnly`` on the mount
+        or on the volume's claim."""
+        claims = {
+            v["name"]
+            for v in self.pod["spec"].get("volumes", [])
+            if (v.get("persistentVolumeClaim") or {}).get("readOnly")
+        }
+        return [
+            mounts[m["mountPath"].rstrip("/")]
+            for m in spec.get("volumeMounts", [])
+            if m.get("readOnly") or m["name"] in claims
+        ]
 
     async def _read_harness(
         self, container: Container, process: asyncio.subprocess.Process
@@ -1066,11 +1146,19 @@ class PodWorker:
         if "emptyDir" in volume:
             return path
         if "configMap" in volume:
-            source = await self._object("configmaps", namespace, volume["configMap"]["name"])
+            plural, source_name = "configmaps", volume["configMap"]["name"]
+            optional = bool(volume["configMap"].get("optional"))
         elif "secret" in volume:
-            source = await self._object("secrets", namespace, volume["secret"]["secretName"])
+            plural, source_name = "secrets", volume["secret"]["secretName"]
+            optional = bool(volume["secret"].get("optional"))
         else:
             raise PodFailed(f"volume {volume['name']}: only PVCs, emptyDirs, ConfigMaps, Secrets")
+        path_of = f"/api/v1/namespaces/{namespace}/{plural}/{source_name}"
+        source = await self.kubelet.get_or_none(path_of)
+        if source is None:
+            if optional:
+                return path  # an optional source that is missing: an empty directory
+            raise PodFailed(f"GET {path_of}: HTTP 404")
         for key, value in _values(source).items():
             (path / key).write_text(value)
         return path
@@ -1149,12 +1237,13 @@ def _mounts(container: Body, volumes: Mapping[str, Path]) -> dict[str, Path]:
 
 
 def _rewrite(text: str, mounts: Mapping[str, Path]) -> str:
-    """``text`` with each mount path (a whole path component) replaced by its directory,
-    in one pass: a directory put in is never read again as a mount path (``/tmp``)."""
+    """``text`` with each mount path (a whole path component, followed by ``/``, a quote,
+    a space, a shell operator or the end) replaced by its directory, in one pass: a
+    directory put in is never read again as a mount path (``/tmp``)."""
     if not mounts:
         return text
     paths = "|".join(re.escape(m) for m in sorted(mounts, key=len, reverse=True))
-    pattern = rf"(?<![\w/])({paths})(?=/|\"|'|\s|$)"
+    pattern = rf"(?<![\w/])({paths})(?=[/\"'\s;&|<>)]|$)"
     return re.sub(pattern, lambda found: str(mounts[found.group(1)]), text)
 
 

@@ -25,6 +25,19 @@ Cases:
   delete with a shorter grace shortens the wait;
 - a Pod someone else made ``Failed`` has its containers stopped and stays, keeping its
   phase and reason, until it is deleted (then at once);
+- a Pod labelled ``delivery`` is run as a sandbox is, one of another component never;
+  with ``restartPolicy: Never`` its container runs once: the Pod ``Succeeded`` with it
+  ``terminated``/``Completed`` (0), or ``Failed`` with ``Error`` and its exit code, and
+  is not run again while it stays;
+- a container's termination message is what it wrote to its ``terminationMessagePath``
+  (the default ``/dev/termination-log`` or its own), read up to 4096 bytes; with
+  ``FallbackToLogsOnError`` the log's end only when it wrote nothing;
+- the Harness image's Python (``/opt/kubeturn/bin/python``) in a command is this Python;
+- a ``readOnly`` mount, and every mount of a claim whose source says ``readOnly``, cannot
+  be written or mounted again from inside, even as root, while another mount of the
+  container can be written and other Pods still write the same volume;
+- a missing Secret of an ``optional`` volume mounts as an empty directory;
+- a held kubelet runs no new Pod, not even one made with its ``nodeName``;
 - the back-off (10, 20, 40 … 300 s, forgotten after 10 minutes of running) and the phase
   rules, as pure functions.
 """
@@ -33,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -63,12 +77,12 @@ def container(name: str, command: list[str], **fields: Any) -> Body:
     return {"name": name, "image": "example/plain:1", "command": command, **fields}
 
 
-def pod(name: str, containers: list[Body], **spec: Any) -> Body:
+def pod(name: str, containers: list[Body], component: str = "sandbox", **spec: Any) -> Body:
     return {
         "metadata": {
             "name": name,
             "namespace": NAMESPACE,
-            "labels": {"app.kubernetes.io/component": "sandbox"},
+            "labels": {"app.kubernetes.io/component": component},
         },
         "spec": {"containers": containers, **spec},
     }
@@ -427,3 +441,187 @@ def test_a_termination_message_is_the_last_80_lines_and_2048_bytes() -> None:
     lines = b"".join(f"line {i}\n".encode() for i in range(100))
     assert kubelet_.log_tail(lines).splitlines() == [f"line {i}" for i in range(20, 100)]
     assert kubelet_.log_tail(b"x" * 5000) == "x" * 2048
+
+
+# ----------------------------------------------------------------------------- short-lived Pods
+
+
+async def test_a_delivery_pod_runs_once_and_ends_as_its_container_did(
+    k8s: emulator.KubernetesApi, kubelet: kubelet_.Kubelet, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    for name, code in (("fine", 0), ("broken", 3)):
+        script = f"echo once >> {ran / name}; exit {code}"
+        k8s.create_object(
+            PODS,
+            pod(name, [container("push", ["sh", "-c", script])], "delivery", restartPolicy="Never"),
+        )
+    other = pod("other", [container("main", ["sh", "-c", f"touch {ran / 'other'}"])], "web")
+    k8s.create_object(PODS, other)
+
+    fine = await until(k8s, "fine", lambda b: phase(b) == "Succeeded" and b, "fine Succeeded")
+    broken = await until(k8s, "broken", lambda b: phase(b) == "Failed" and b, "broken Failed")
+    for body, reason, code in ((fine, "Completed", 0), (broken, "Error", 3)):
+        terminated = state(body, "push")["state"]["terminated"]
+        assert (terminated["reason"], terminated["exitCode"]) == (reason, code)
+        assert state(body, "push")["restartCount"] == 0
+    await asyncio.sleep(10 * kubelet_.POLL_S)  # many polls: neither is run again
+    assert (ran / "fine").read_text() == (ran / "broken").read_text() == "once\n"
+    assert phase(read(k8s, "fine")) == "Succeeded"
+    assert not (ran / "other").exists()
+    assert "nodeName" not in read(k8s, "other")["spec"]
+
+
+async def test_the_termination_message_is_what_the_container_wrote_to_its_file(
+    k8s: emulator.KubernetesApi, kubelet: kubelet_.Kubelet
+) -> None:
+    cases = {
+        "default": (["sh", "-c", "printf said > /dev/termination-log"], {}),
+        "own": (
+            ["sh", "-c", "printf '%5000s' | tr ' ' x > /run/result; exit 1"],
+            {"terminationMessagePath": "/run/result"},
+        ),
+        "written": (
+            ["sh", "-c", "echo logged; echo written > /dev/termination-log; exit 2"],
+            {"terminationMessagePolicy": "FallbackToLogsOnError"},
+        ),
+        "logged": (
+            ["sh", "-c", "echo logged; exit 2"],
+            {"terminationMessagePolicy": "FallbackToLogsOnError"},
+        ),
+    }
+    for name, (command, fields) in cases.items():
+        k8s.create_object(
+            PODS,
+            pod(name, [container("push", command, **fields)], "delivery", restartPolicy="Never"),
+        )
+    messages = {}
+    for name in cases:
+        body = await until(k8s, name, lambda b: phase(b) in kubelet_.TERMINAL and b, "ended")
+        messages[name] = state(body, "push")["state"]["terminated"].get("message")
+    assert messages == {
+        "default": "said",
+        "own": "x" * kubelet_.MESSAGE_MAX,
+        "written": "written\n",
+        "logged": "logged\n",
+    }
+
+
+async def test_the_images_python_is_this_python(
+    k8s: emulator.KubernetesApi, kubelet: kubelet_.Kubelet
+) -> None:
+    command = [kubelet_.IMAGE_PYTHON, "-I", "-c", "import sys; print(sys.executable, end='')"]
+    fields = {"terminationMessagePolicy": "FallbackToLogsOnError"}
+    k8s.create_object(
+        PODS,
+        pod(
+            "p",
+            [container("push", [*command[:-1], command[-1] + "; sys.exit(1)"], **fields)],
+            "delivery",
+            restartPolicy="Never",
+        ),
+    )
+    body = await until(k8s, "p", lambda b: phase(b) == "Failed" and b, "Failed")
+    assert state(body, "push")["state"]["terminated"]["message"] == PYTHON
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mount namespaces need root")
+async def test_a_read_only_mount_cannot_be_written_even_as_root(
+    k8s: emulator.KubernetesApi, kubelet: kubelet_.Kubelet
+) -> None:
+    claim = {
+        "metadata": {"name": "data", "namespace": NAMESPACE},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    k8s.create_object(CLAIMS, claim)
+    writer = "mkdir /data/work && echo by-the-sandbox > /data/work/file && exec sleep 120"
+    mounts = [{"name": "data", "mountPath": "/data"}]
+    k8s.create_object(
+        PODS,
+        pod(
+            "sandbox",
+            [container("main", ["sh", "-c", writer], volumeMounts=mounts)],
+            volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        ),
+    )
+    await until(
+        k8s, "sandbox", lambda b: "running" in state(b, "main").get("state", {}), "it writes"
+    )
+    await asyncio.sleep(0.2)
+    tries = (
+        "cat /work/file; "
+        "touch /work/new 2>/dev/null && echo wrote work; "
+        "touch /secret/new 2>/dev/null && echo wrote secret; "
+        "mount -o remount,rw,bind /work 2>/dev/null && echo remounted; "
+        "touch /scratch/new && echo wrote scratch; "
+        "cat /whole/work/file; touch /whole/new 2>/dev/null && echo wrote whole; true"
+    )
+    sources = [
+        ("plain", {"persistentVolumeClaim": {"claimName": "data"}}),
+        ("whole", {"persistentVolumeClaim": {"claimName": "data", "readOnly": True}}),
+    ]
+    mounts = [
+        {"name": "plain", "mountPath": "/work", "subPath": "work", "readOnly": True},
+        {"name": "whole", "mountPath": "/whole"},
+        {"name": "secret", "mountPath": "/secret", "readOnly": True},
+        {"name": "scratch", "mountPath": "/scratch"},
+    ]
+    k8s.create_object(
+        PODS,
+        pod(
+            "reader",
+            [container("push", ["sh", "-c", tries], volumeMounts=mounts)],
+            "delivery",
+            restartPolicy="Never",
+            volumes=[
+                *({"name": name, **source} for name, source in sources),
+                {"name": "secret", "secret": {"secretName": "absent", "optional": True}},
+                {"name": "scratch", "emptyDir": {}},
+            ],
+        ),
+    )
+    body = await until(k8s, "reader", lambda b: phase(b) == "Succeeded" and b, "Succeeded")
+    log = next(kubelet.logs.glob(f"{NAMESPACE}_reader_*")) / "push.log"
+    assert log.read_text() == "by-the-sandbox\nwrote scratch\nby-the-sandbox\n"
+    assert state(body, "push")["state"]["terminated"]["exitCode"] == 0
+    assert kubelet.errors == []
+
+
+async def test_a_missing_secret_of_an_optional_volume_is_an_empty_directory(
+    k8s: emulator.KubernetesApi, kubelet: kubelet_.Kubelet
+) -> None:
+    volumes = [{"name": "s", "secret": {"secretName": "absent", "optional": True}}]
+    look = ["sh", "-c", "ls -A /s > /dev/termination-log; [ -d /s ]"]
+    k8s.create_object(
+        PODS,
+        pod(
+            "p",
+            [container("push", look, volumeMounts=[{"name": "s", "mountPath": "/s"}])],
+            "delivery",
+            restartPolicy="Never",
+            volumes=volumes,
+        ),
+    )
+    body = await until(k8s, "p", lambda b: phase(b) == "Succeeded" and b, "Succeeded")
+    assert "message" not in state(body, "push")["state"]["terminated"]
+
+
+async def test_a_held_kubelet_runs_no_new_pod_not_even_one_given_its_node(
+    k8s: emulator.KubernetesApi, kubelet: kubelet_.Kubelet
+) -> None:
+    kubelet.held = True
+    k8s.create_object(
+        PODS,
+        pod(
+            "p",
+            [container("push", ["true"])],
+            "delivery",
+            restartPolicy="Never",
+            nodeName=kubelet_.NODE,
+        ),
+    )
+    await asyncio.sleep(10 * kubelet_.POLL_S)
+    assert phase(read(k8s, "p")) is None
+    kubelet.held = False
+    await until(k8s, "p", lambda b: phase(b) == "Succeeded", "Succeeded once let go")

@@ -10,8 +10,11 @@ Cases:
   number; ``Run.status.state`` is the final state ``done``;
   ``Run.status.turns`` holds each Turn once, ``turnCount`` is 4; one
   ``TurnSettled`` Event per Turn; ``kubectl get agentturns`` shows the CRD's printer
-  columns while a Turn runs; the operator's ``/metrics`` counts the Run ``Succeeded``
-  and its Turns ``ended`` by ``pick``;
+  columns while a Turn runs; an ``approve`` sent while the coder works is recorded
+  ``ignored`` in ``processedSignals`` with the events the Run accepts, and a
+  ``SignalIgnored`` Warning Event; at ``humanReview`` the status lists ``approve`` and
+  ``reject`` as accepted (``kubectl get runs -o wide``: ``ACCEPTS``); the operator's
+  ``/metrics`` counts the Run ``Succeeded`` and its Turns ``ended`` by ``pick``;
 - ``kubectl delete agentturn`` on a live Turn whose model request is held: the sweep
   names no cause, so the Harness settles it ``aborted`` with no message, as does the
   AgentTurn's last ``status.settlement``; the held request is cut and no other is made;
@@ -325,6 +328,26 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     shown = table((await world.kubectl("get", "agentturns")).stdout)
     assert shown[0] == ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE"]
     assert [row[:6] for row in shown[1:]] == [[first, RUN, "coder", "implementing", "Running", ""]]
+    # A person approving before the review: ignored, said so, and not kept for later.
+    early = [
+        {"op": "add", "path": "/spec/signals/-", "value": {"id": "early-1", "event": "approve"}}
+    ]
+    await world.kubectl("patch", "run", RUN, "--type=json", "-p", json.dumps(early))
+    ignored = {
+        "id": "early-1",
+        "result": "ignored",
+        "message": "no active state accepts approve; the Run accepts now: submit (implementing)",
+    }
+    await eventually(
+        lambda: world.run(RUN).get("processedSignals") == [ignored],
+        "the early approval to be recorded ignored",
+    )
+    await eventually(lambda: len(events(world.k8s, "SignalIgnored")) == 1, "a SignalIgnored Event")
+    (warning,) = events(world.k8s, "SignalIgnored")
+    assert (warning["type"], warning["message"]) == (
+        "Warning",
+        f"signal early-1 (approve) ignored: {ignored['message']}",
+    )
     assert await world.release(CODER) == 1
 
     await eventually(
@@ -334,14 +357,28 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     )
     # Recorded in the Run before its finalizer goes: the last AgentTurn goes next.
     await eventually(lambda: names(world.k8s, AGENTTURNS) == [], "every AgentTurn to go")
-    signal = {"spec": {"signals": [{"id": "approve-1", "event": "approve"}]}}
-    await world.kubectl("patch", "run", RUN, "--type=merge", "-p", json.dumps(signal))
+    waiting = world.run(RUN)
+    assert waiting["waitingFor"] == "approve,reject"
+    assert [(a["event"], a["state"]) for a in waiting["acceptedEvents"]] == [
+        ("approve", "humanReview"),
+        ("reject", "humanReview"),
+    ]
+    ready = {c["type"]: c for c in waiting["conditions"]}["Ready"]
+    assert ready["message"] == (
+        "the Run is Running; it accepts now: approve (humanReview), reject (humanReview)"
+    )
+    wide = table((await world.kubectl("get", "runs", "-o", "wide")).stdout)
+    assert (wide[0][-1], wide[1][-1]) == ("ACCEPTS", "approve,reject")
+    signal = [
+        {"op": "add", "path": "/spec/signals/-", "value": {"id": "approve-1", "event": "approve"}}
+    ]
+    await world.kubectl("patch", "run", RUN, "--type=json", "-p", json.dumps(signal))
     done = await world.run_phase(RUN, "Succeeded")
 
     assert done["output"] == {"rounds": 1, "summary": "added tests"}
     assert done["turnCount"] == 4
-    assert done["processedSignals"] == ["approve-1"]
-    assert done["observedGeneration"] == 2  # the signal's generation, acted on
+    assert done["processedSignals"] == [ignored, {"id": "approve-1", "result": "handled"}]
+    assert done["observedGeneration"] == 3  # the signal's generation, acted on
     turns = done["turns"]
     assert [(t["agent"], t["state"], t["outcome"], t["cause"]) for t in turns] == [
         ("coder", "implementing", "ended", "pick"),
@@ -580,7 +617,7 @@ async def test_a_snapshot_a_newer_kubeturn_wrote_is_not_restored_and_says_why(
     assert ready()["status"] == "False"
     assert ready()["message"] == (
         "the Run's saved state (status.snapshot) cannot be restored: it is version 99, "
-        "written by a newer kubeturn; this one reads versions 0 to 1: run a kubeturn that "
+        "written by a newer kubeturn; this one reads versions 0 to 2: run a kubeturn that "
         "reads it. The Run is not driven; delete it, or run a kubeturn that reads it"
     )
     before = read(world.k8s, RUNS, "waits") or {}

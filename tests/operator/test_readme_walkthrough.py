@@ -14,6 +14,8 @@ example) first, so that a change there fails this test rather than passing unsee
   names it);
 - ``kubectl get agentturns -w`` runs in the background until the Run is over, then stops.
 
+The "Building your own images" alternative is not run: it needs a Docker registry.
+
 The operator is started as the chart's Deployment, as ``helm install`` stored it in the
 emulator, runs it: its environment (``kubeturn operator`` reads nothing else) with the
 providers ConfigMap's file where the Deployment mounts it, as the chart's ServiceAccount
@@ -66,6 +68,9 @@ README = ROOT / "README.md"
 CHART = ROOT / "charts" / "kubeturn"
 EXAMPLE = "examples/cluster/task-with-review.yaml"
 SECTION = "## Installing on a cluster"
+ALTERNATIVE = "**Building your own images.**"
+"""A paragraph of the section whose commands build and push images: not run here (no
+registry); the published chart stands for what they would make."""
 CHART_REF = "oci://ghcr.io/kubeturn/charts/kubeturn --version 0.5.0"
 BASE_URL = "https://api.openai.com/v1"
 REPOSITORY = "https://github.com/octocat/Hello-World.git"
@@ -94,10 +99,16 @@ SCRIPT = script(
 
 def walkthrough() -> list[str]:
     """The commands of the walkthrough's code blocks (the section's ``sh`` blocks before
-    the Workspace's), continuation lines joined, in order."""
+    the Workspace's, but the "Building your own images" alternative's), continuation lines
+    joined, in order."""
     text = README.read_text(encoding="utf-8")
     section = text[text.index(SECTION) :]
     section = section[: section.index("A Workspace shows its sandbox")]
+    if ALTERNATIVE in section:
+        start = section.index(ALTERNATIVE)
+        opened = section.index("```sh\n", start)
+        closed = section.index("```", opened + len("```sh\n")) + len("```")
+        section = section[:start] + section[closed:]
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", section, flags=re.S):
         joined = block.replace("\\\n", " ")

@@ -404,7 +404,11 @@ class TestAThrowOrADefectNoStateCatches:
     def test_an_expression_error_on_the_picks_route(self) -> None:
         core, _ = started("handoff", coder="s1")
         _, effects = core.pick(HANDOFF_IID, "check", {}, 1.0)
-        message = "the Machine faulted: CEL expression 'event.level > 1' failed: no key 'level'"
+        message = (
+            "the Machine faulted in state 'work': CEL expression 'event.level > 1' failed: "
+            "no key 'level' (spec.machine.states.work.on.check.guard); no state handles "
+            "error.expression"
+        )
         assert effects.items == [
             Sweep("t1", "coder", HANDOFF_IID, None, "s1"),
             Finished("Failed", None, message),

@@ -366,7 +366,9 @@ class TestMacrosteps:
             Finished(
                 "Failed",
                 None,
-                "the Machine faulted: CEL expression 'context.nope == 1' failed: no key 'nope'",
+                "the Machine faulted in state 'broken': CEL expression 'context.nope == 1' "
+                "failed: no key 'nope' (spec.machine.states.broken.always.guard); no state "
+                "handles error.expression",
             )
         ]
         assert (core.turns, core.history) == ({}, [])

@@ -184,6 +184,7 @@ COLUMNS = {
         ("Phase", ".status.phase", "string"),
         ("Turns", ".status.turnCount", "integer"),
         AGE,
+        ("Accepts", ".status.waitingFor", "string"),
     ],
     "Workspace": [
         ("Phase", ".status.phase", "string"),

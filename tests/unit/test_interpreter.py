@@ -28,8 +28,15 @@ Cases, a class per fixture, each asserting the exact ``entered``/``exited`` orde
   its leaf is the root;
 - cancel: an unhandled CANCEL cancels the Run, stopping every invoke and cancelling
   every timer, innermost first; a handled CANCEL is an ordinary event;
-- faults: an expression error fails the Run with ``fault`` set and every stop without a
-  cause, also stops made before the error in the same step;
+- faults: an expression error nothing handles fails the Run with ``fault`` set, the
+  message naming the state, the expression, its path and the key, and every stop
+  without a cause, also stops made before the error in the same step;
+- expression errors (``error.expression``): a failing guard selects nothing and the
+  state's handler routes it, with the state, path and message; a failing assign moves
+  nothing and writes nothing, an outer handler takes it; a final's failing output is
+  heard in the final (no done event); an error while handling one faults the Run;
+  ``accepted``: the events the active states take, innermost first, with description
+  and schema, none of the Machine's own, none once ended;
 - causes: a step's cause rides its stops, starts and armed timers; cancelled timers
   keep their own causes; a timer armed by a pick fires with it; a timer armed before
   keeps no cause;
@@ -524,7 +531,10 @@ class TestFaults:
         fault = "CEL expression 'event.missing == 1' failed: no key 'missing'"
         assert step.fault == fault
         assert m.config.status is Status.FAILED
-        assert m.config.message == f"the Machine faulted: {fault}"
+        assert m.config.message == (
+            f"the Machine faulted in state 'work': {fault} "
+            "(spec.machine.states.work.on.check.guard); no state handles error.expression"
+        )
         assert moved(step) == (("work.busy", "work"), ())
         assert step.stopped == (Stopped(exec_, NO_CAUSE), Stopped(agent, NO_CAUSE))
         assert (m.config.timers, m.config.invokes, m.leaf) == ((), (), ROOT)
@@ -538,6 +548,71 @@ class TestFaults:
         assert moved(step) == (("work.busy", "work", "checked"), ("checked",))
         assert step.stopped == (Stopped(exec_, NO_CAUSE), Stopped(agent, NO_CAUSE))
         assert m.config.status is Status.FAILED
+
+
+class TestExpressionErrors:
+    def test_a_failing_guard_selects_nothing_and_its_state_routes_the_error(self) -> None:
+        m = Machine("expression_errors")
+        agent = m.invoke("work")
+        step = m.send("approve", cause=PICK)
+        assert moved(step) == (("work",), ("retry",))
+        assert step.stopped == (Stopped(agent, PICK),)
+        assert (step.fault, m.config.status) == (None, Status.RUNNING)
+        assert m.config.context["failure"] == {
+            "state": "work",
+            "where": "spec.machine.states.work.on.approve.guard",
+            "message": "no key 'level'",
+        }
+
+    def test_a_failing_assign_moves_and_writes_nothing_and_an_outer_handler_takes_it(
+        self,
+    ) -> None:
+        m = Machine("expression_errors")
+        step = m.send("count")
+        # Reaching the top-level final ends the Run, which exits it too.
+        assert moved(step) == (("work", "broken"), ("broken",))
+        assert m.config.status is Status.FAILED
+        assert m.config.output == {"state": "work", "expression": "event.missing", "key": "missing"}
+        assert (m.config.context["n"], "m" in m.config.context) == (0, False)
+        assert m.config.message == "reached the failed final 'broken'"
+
+    def test_a_final_output_that_fails_is_heard_in_the_final(self) -> None:
+        m = Machine("expression_errors")
+        step = m.send("finish")
+        assert moved(step) == (
+            ("work", "ending.last", "ending", "broken"),
+            ("ending", "ending.last", "broken"),
+        )
+        assert m.config.output == {
+            "state": "ending.last",
+            "expression": "context.absent",
+            "key": "absent",
+        }
+
+    def test_an_error_while_handling_one_faults_the_run(self) -> None:
+        m = Machine("expression_errors")
+        m.send("approve")
+        step = m.send("bad")
+        assert step.fault == "CEL expression 'event.never == 1' failed: no key 'never'"
+        assert m.config.status is Status.FAILED
+        assert m.config.message == (
+            "the Machine faulted in state 'retry': CEL expression 'event.never == 1' failed: "
+            "no key 'never' (spec.machine.states.retry.on[\"error.expression\"].guard); it "
+            "failed while error.expression was handled"
+        )
+        assert m.config.ended_in == "retry"
+
+    def test_accepted_lists_what_the_active_states_take(self) -> None:
+        m = Machine("expression_errors")
+        assert [(a.event, a.state, a.description) for a in it.accepted(m.chart, m.config)] == [
+            ("approve", "work", "Approve."),
+            ("count", "work", "Count."),
+            ("finish", "work", "Finish."),
+        ]
+        review = Machine("guards")
+        assert it.accepted(review.chart, review.config)
+        m.send("count")
+        assert it.accepted(m.chart, m.config) == []
 
 
 class TestCauses:

@@ -4,7 +4,8 @@ Machines are generated as manifests and loaded through ``load_run`` (real CEL): 
 uniquely named states, some compound, some final (``output`` and ``outcome: failed``
 sometimes); ``on`` transitions among them with random targets (or none), simple guards
 on ``context.n`` (and one that fails on events without ``x``), ``context.n + 1``
-assigns; ``after`` timers, guarded ``always`` transitions, exec invokes with or without
+assigns (and one that fails likewise), ``error.expression`` handled by some states;
+``after`` timers, guarded ``always`` transitions, exec invokes with or without
 ``onDone``/``onError``, compound ``onDone``. A state no transition reaches gets a
 machine-level jump to it, so every generated machine loads.
 
@@ -66,6 +67,10 @@ SETTINGS = settings(
 )
 EVENTS = ("a", "b", "c")
 GUARDS = (None, None, None, "context.n < 2", "context.n % 2 == 0", "event.x == 1")
+ASSIGNS = ("context.n + 1", "context.n + 1", "context.n + event.x")
+"""Assigned values; the last fails on an event without ``x``."""
+HANDLED = (*EVENTS, "error.expression")
+"""Events a state may handle: the script's, and a failed expression."""
 DELAYS = ("1s", "2s", "5s")
 CAUSE = frozenset({"t1"})
 
@@ -83,7 +88,7 @@ def transitions(draw: st.DrawFn, paths: list[str], *, targetless: bool = True) -
         if guard is not None:
             written["guard"] = guard
         if draw(st.booleans()):
-            written["assign"] = {"context.n": "context.n + 1"}
+            written["assign"] = {"context.n": draw(st.sampled_from(ASSIGNS))}
         return written
 
     return [one() for _ in range(draw(st.integers(1, 2)))]
@@ -115,7 +120,7 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
             written["states"] = {f"s{c}": state(c) for c in children[index]}
             if draw(st.booleans()):
                 written["onDone"] = draw(transitions(paths, targetless=False))
-        events = draw(st.lists(st.sampled_from(EVENTS), max_size=2, unique=True))
+        events = draw(st.lists(st.sampled_from(HANDLED), max_size=2, unique=True))
         if events:
             written["on"] = {event: draw(transitions(paths)) for event in events}
         delays = draw(st.lists(st.sampled_from(DELAYS), max_size=2, unique=True))

@@ -568,14 +568,81 @@ class TestInvokes:
         invoke = {**agent(), "exec": {"command": "make"}}
         document = manifest({"a": {"invoke": invoke, "on": {"go": TO_B}}, "b": DONE})
         assert only_problem(document) == (
-            "spec.machine.states.a.invoke: an invoke runs one thing: agent or exec, not both"
+            "spec.machine.states.a.invoke: an invoke runs one thing: agent, exec or deliver, "
+            "not agent and exec"
         )
 
     def test_neither_agent_nor_exec(self) -> None:
         document = manifest({"a": {"invoke": {"onError": "b"}}, "b": DONE})
         assert only_problem(document) == (
             "spec.machine.states.a.invoke: an invoke runs one thing: add agent (an Agent's "
-            "Turn) or exec (a command)"
+            "Turn), exec (a command) or deliver (commit and push a repo slot's work)"
+        )
+
+    def test_deliver(self) -> None:
+        deliver = {
+            "deliver": {
+                "slot": "target",
+                "message": "Work of {{ input.task }}",
+                "push": True,
+                "author": {"name": "Ada", "email": "ada@example.com"},
+            },
+            "onDone": "b",
+        }
+        document = manifest({"a": {"invoke": deliver}, "b": DONE})
+        document["spec"]["workspace"] = {"template": {"repos": {"target": {"url": "."}}}}
+        run = load_run(document)
+        invoke = run.chart.states[model.StatePath("a")].invoke
+        assert invoke is not None
+        assert invoke.deliver == model.DeliverCall(
+            "target", CelTemplate("Work of {{ input.task }}"), True, "Ada", "ada@example.com"
+        )
+
+    def test_deliver_has_a_default_author(self) -> None:
+        deliver = {"deliver": {"slot": "target", "message": "m"}, "onDone": "b"}
+        document = manifest({"a": {"invoke": deliver}, "b": DONE})
+        document["spec"]["workspace"] = {"template": {"repos": {"target": {"url": "."}}}}
+        invoke = load_run(document).chart.states[model.StatePath("a")].invoke
+        assert invoke is not None
+        assert invoke.deliver is not None
+        assert (invoke.deliver.push, invoke.deliver.author_name, invoke.deliver.author_email) == (
+            False,
+            "kubeturn",
+            "kubeturn@users.noreply.kubeturn.dev",
+        )
+
+    def test_deliver_names_a_repo_slot_of_the_template(self) -> None:
+        deliver = {"deliver": {"slot": "targt", "message": "m"}, "onDone": "b"}
+        document = manifest({"a": {"invoke": deliver}, "b": DONE})
+        document["spec"]["workspace"] = {"template": {"repos": {"target": {"url": "."}}}}
+        assert only_problem(document) == (
+            "spec.machine.states.a.invoke.deliver.slot: no repo slot 'targt' in the Workspace "
+            "(its repos: target)"
+        )
+
+    def test_deliver_without_a_workspace(self) -> None:
+        deliver = {"deliver": {"slot": "target", "message": "m"}, "onDone": "b"}
+        document = manifest({"a": {"invoke": deliver}, "b": DONE})
+        assert only_problem(document).startswith(
+            "spec.machine.states.a.invoke.deliver.slot: no repo slot 'target': the Run has no "
+            "Workspace with repos"
+        )
+
+    def test_deliver_to_a_named_workspace_is_checked_when_it_runs(self) -> None:
+        deliver = {"deliver": {"slot": "any", "message": "m"}, "onDone": "b"}
+        document = manifest({"a": {"invoke": deliver}, "b": DONE})
+        document["spec"]["workspace"] = {"name": "shared"}
+        assert load_run(document).chart.states[model.StatePath("a")].invoke is not None
+
+    def test_deliver_author_is_checked(self) -> None:
+        deliver = {
+            "deliver": {"slot": "target", "message": "m", "author": {"name": "A", "email": "x"}},
+            "onDone": "b",
+        }
+        document = manifest({"a": {"invoke": deliver}, "b": DONE})
+        document["spec"]["workspace"] = {"template": {"repos": {"target": {"url": "."}}}}
+        assert only_problem(document).startswith(
+            "spec.machine.states.a.invoke.deliver.author.email:"
         )
 
     def test_an_agents_turn_has_no_done(self) -> None:
@@ -699,8 +766,8 @@ class TestTimersAndEvents:
         assert only_problem(document) == (
             f"spec.machine.states.a.on{where}: {event!r} is reserved: the machine names its "
             "own events done.…, error.… and after:…; handle an invoke's end with "
-            "invoke.onDone or invoke.onError, a timer with after, and a compound state's end "
-            "with onDone"
+            "invoke.onDone or invoke.onError, a timer with after, a compound state's end "
+            "with onDone, and a failed expression with error.expression"
         )
 
     def test_machine_events_may_be_handled(self) -> None:

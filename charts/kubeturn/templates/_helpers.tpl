@@ -39,7 +39,8 @@ the release's namespace, so releases of one name in two namespaces do not collid
 
 {{/*
 Selector labels of the operator pods. `component: operator` keeps them apart from the
-sandbox pods (`component: sandbox`), which share app.kubernetes.io/name.
+sandbox pods (`component: sandbox`) and push pods (`component: delivery`), which share
+app.kubernetes.io/name.
 */}}
 {{- define "kubeturn.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "kubeturn.name" . }}
@@ -113,8 +114,9 @@ shapes and fails on a request they refuse, or on a rule no request used
 - runs/finalizers, workspaces/finalizers, update: the objects the operator makes name
   their owner with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
   admission plugin allows only to who may update the owner's finalizers.
-- pods: the sandbox Pod, read, made and deleted by name; list and watch for kopf's watch
-  of sandbox Pods, which a label selector narrows but RBAC cannot (it does not see labels).
+- pods: the sandbox Pod, and the short-lived Pod that pushes a Run's delivered branch
+  (ADR 0065), read, made and deleted by name; list and watch for kopf's watch of sandbox
+  Pods, which a label selector narrows but RBAC cannot (it does not see labels).
 - secrets: the Workspace's token Secret, read, made and deleted by name (deleted when its
   tokens are rotated, or when it is an earlier Workspace's of the name, ADR 0043). Never
   listed or watched: RBAC cannot narrow those to kubeturn's Secrets, so that would be

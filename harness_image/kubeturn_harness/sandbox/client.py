@@ -30,6 +30,8 @@ from kubeturn_harness.sandbox.protocol import (
     Call,
     Command,
     CommandDone,
+    Deliver,
+    Delivered,
     Git,
     GitOp,
     Kind,
@@ -75,6 +77,7 @@ class Toolbox:
         *,
         cwd: Path | None = None,
         access: WorkspaceAccess = WorkspaceAccess.WRITE,
+        bundle: str | None = None,
     ) -> Session:
         """Open a session; ``ToolboxUnavailable`` when the toolbox cannot, saying why."""
         opening = Open(
@@ -84,6 +87,7 @@ class Toolbox:
             access=access,
             private=[str(path) for path in self.private],
             limits=self.limits,
+            bundle=bundle,
         )
         try:
             async with asyncio.timeout(CONNECT_S):
@@ -114,6 +118,18 @@ class Toolbox:
             await session.close()
         if isinstance(answer, Refused):
             raise WireError(answer.error, field="command", status=answer.status)
+        return answer
+
+    async def deliver(self, worktree: Path, bundle: str, request: Deliver) -> Delivered:
+        """Commit a Run's worktree and bundle its branch at ``bundle`` (relative to the work
+        root), confined as the tools are."""
+        session = await self.session(Kind.DELIVER, cwd=worktree, bundle=bundle)
+        try:
+            answer = await session.ask_or_refused(request, Delivered)
+        finally:
+            await session.close()
+        if isinstance(answer, Refused):
+            raise WireError(answer.error, field=answer.field, status=answer.status)
         return answer
 
     async def worktrees(self, request: WorktreesRequest) -> WorktreesResponse:

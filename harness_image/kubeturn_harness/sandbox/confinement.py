@@ -23,6 +23,9 @@ from kubeturn_harness.sandbox import landlock
 
 REPOS_DIR = ".repos"
 """Where under the work root the clones live, one directory per repo slot."""
+DELIVERIES_DIR = ".deliveries"
+"""Where under the work root the bundles of delivered branches go (ADR 0063): private to
+every session, so no Agent writes what is pushed."""
 
 SYSTEM_ROOTS = (
     "/usr",

@@ -29,6 +29,9 @@ class Kind(StrEnum):
     """An Agent's Working tools for one Submission, confined to its Run's worktrees."""
     EXEC = "exec"
     """One command for the Machine (an ``exec`` invoke), confined like the tools."""
+    DELIVER = "deliver"
+    """Commit a Run's worktree and bundle its branch (a ``deliver`` invoke), confined like
+    the tools; the bundle goes to a file the session opened before it was confined."""
     GIT = "git"
     """The Workspace's clones and the Runs' worktrees: git run by kubeturn itself, with
     every hook and executable setting off; no Agent's command runs in it."""
@@ -52,6 +55,10 @@ class Open(_Message):
         default_factory=list, description="Paths no session may reach (the Harness's data)."
     )
     limits: Limits
+    bundle: str | None = Field(
+        default=None,
+        description="A deliver session's bundle, relative to the work root (under .deliveries).",
+    )
 
 
 class Opened(_Message):
@@ -85,6 +92,20 @@ class CommandDone(_Message):
     output: str
     droppedBytes: int
     timedOut: bool
+
+
+class Deliver(_Message):
+    """The request of a ``deliver`` session."""
+
+    branch: str
+    message: str
+    authorName: str
+    authorEmail: str
+
+
+class Delivered(_Message):
+    commit: str
+    changed: bool
 
 
 class GitOp(StrEnum):

@@ -1,12 +1,13 @@
 """One session of the toolbox, in a process of its own: forked for one connection, it
 confines itself and serves that connection's requests until the Harness closes it.
 
-A ``tools`` or ``exec`` session makes itself a child subreaper, takes its rlimits
+A ``tools``, ``exec`` or ``deliver`` session makes itself a child subreaper, takes its rlimits
 and restricts itself with Landlock to its plan (``confinement``) before it reads its
 first request; every process it starts inherits all of it. After each request, and
 when the connection closes or the process is told to stop (SIGTERM, or the toolbox's
 death), it kills every process it started, ``setsid`` and double forks included, then
-answers or exits. A ``git`` session is kubeturn's own work on the clones: it is not
+answers or exits. A ``deliver`` session opens its bundle's file before it is confined
+(``deliveries``). A ``git`` session is kubeturn's own work on the clones: it is not
 confined and runs no Agent's command.
 """
 
@@ -29,13 +30,14 @@ from types import FrameType
 
 from pydantic import BaseModel, ValidationError
 
-from kubeturn_harness.sandbox import confinement, landlock, privileges, reaper
+from kubeturn_harness.sandbox import confinement, deliveries, landlock, privileges, reaper
 from kubeturn_harness.sandbox.clones import Clones, GitRefused, git_environment
 from kubeturn_harness.sandbox.protocol import (
     LINE_LIMIT,
     Call,
     Command,
     CommandDone,
+    Deliver,
     Git,
     GitOp,
     Kind,
@@ -178,7 +180,19 @@ async def _open(
     reach = confinement.reach(cwd, work_root, slots, Path.is_dir)
     await clones.adopt_linked(list(reach))
     private = [Path(p) for p in opening.private]
-    private += [settings.scratch_root, settings.socket.parent]
+    private += [
+        settings.scratch_root,
+        settings.socket.parent,
+        work_root / confinement.DELIVERIES_DIR,
+    ]
+    bundle: int | None = None
+    if opening.kind is Kind.DELIVER:
+        # Opened before the session is confined: the plan denies .deliveries to it.
+        try:
+            bundle = deliveries.open_bundle(work_root, opening.bundle or "")
+        except (OSError, ValueError) as error:
+            said = f"the bundle could not be made at {opening.bundle}: {error}"
+            return Opened(), _refusing(said)
     plan = confinement.plan(
         cwd=cwd,
         work_root=work_root,
@@ -213,6 +227,9 @@ async def _open(
     opened = Opened(landlock=version, reach=[str(p) for p in plan.reach], writable=writable)
     if opening.kind is Kind.EXEC:
         return opened, _exec_handler(context)
+    if bundle is not None:
+        env = git_environment(os.environ, home)
+        return opened, _deliver_handler(cwd, clones, bundle, env)
     return opened, _tools_handler(context)
 
 
@@ -266,6 +283,28 @@ def _exec_handler(context: ToolContext) -> Handler:
             droppedBytes=done.dropped,
             timedOut=done.exit_code is None,
         )
+
+    return handle
+
+
+def _refusing(error: str) -> Handler:
+    async def handle(line: bytes) -> BaseModel:
+        return Refused(error=error, field="slot", status=409)
+
+    return handle
+
+
+def _deliver_handler(worktree: Path, clones: Clones, bundle: int, env: dict[str, str]) -> Handler:
+    async def handle(line: bytes) -> BaseModel:
+        try:
+            request = Deliver.model_validate_json(line)
+        except ValidationError as error:
+            return Refused(error=f"not a delivery: {error}", status=400)
+        clone = clones.clone(worktree.parent.name)
+        try:
+            return await deliveries.deliver(worktree, clone, request, bundle, env)
+        except OSError as error:
+            return Refused(error=f"git could not run: {error}", field="slot")
 
     return handle
 

@@ -7,7 +7,11 @@ check (targets, Menus, expressions) is ``kubeturn.machine.load``'s. Nothing here
 from kubeturn.api.common import API_GROUP, API_VERSION, ObjectMeta
 from kubeturn.api.durations import parse_duration
 from kubeturn.api.machine import (
+    DEFAULT_AUTHOR_EMAIL,
+    DEFAULT_AUTHOR_NAME,
     AgentInvoke,
+    Author,
+    DeliverInvoke,
     ExecInvoke,
     InvokeSpec,
     MachineSpec,
@@ -22,8 +26,12 @@ from kubeturn.api.workspace import Repo, Resources, SecretRef, Storage, Workspac
 __all__ = [
     "API_GROUP",
     "API_VERSION",
+    "DEFAULT_AUTHOR_EMAIL",
+    "DEFAULT_AUTHOR_NAME",
     "AgentInvoke",
     "AgentSlot",
+    "Author",
+    "DeliverInvoke",
     "ExecInvoke",
     "InvokeSpec",
     "MachineSpec",

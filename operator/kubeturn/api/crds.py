@@ -120,14 +120,19 @@ class PrinterColumn:
     json_path: str
     type: str
     description: str
+    priority: int = 0
+    """0: shown by ``kubectl get``; 1: only with ``-o wide``."""
 
     def as_dict(self) -> Schema:
-        return {
+        column: Schema = {
             "name": self.name,
             "type": self.type,
             "jsonPath": self.json_path,
             "description": self.description,
         }
+        if self.priority:
+            column["priority"] = self.priority
+        return column
 
 
 AGE = PrinterColumn(
@@ -200,6 +205,13 @@ RUN = Resource(
         ),
         PrinterColumn("Turns", ".status.turnCount", "integer", "Turns settled so far."),
         AGE,
+        PrinterColumn(
+            "Accepts",
+            ".status.waitingFor",
+            "string",
+            "The events the Run accepts now (status.acceptedEvents has their schemas).",
+            priority=1,
+        ),
     ),
     amendments=(
         Amendment(

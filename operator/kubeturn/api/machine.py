@@ -157,16 +157,73 @@ class ExecInvoke(Spec):
     )
 
 
+DEFAULT_AUTHOR_NAME = "kubeturn"
+DEFAULT_AUTHOR_EMAIL = "kubeturn@users.noreply.kubeturn.dev"
+"""Who a delivered commit is by when the manifest names no author (ADR 0063)."""
+
+
+class Author(Spec):
+    """Who a delivered commit is by (its author and committer)."""
+
+    name: str = Field(
+        min_length=1, max_length=200, pattern=r"^[^<>\n\x00]+$", description="The name."
+    )
+    email: str = Field(
+        min_length=3,
+        max_length=254,
+        pattern=r"^[^<>\s\x00]+@[^<>\s\x00]+$",
+        description="The email.",
+    )
+
+
+class DeliverInvoke(Spec):
+    """Commit the Run's worktree of a repo slot on its branch ``kubeturn/<run>`` and, with
+    push, push that branch to the slot's repository (ADR 0063)."""
+
+    slot: str = Field(
+        min_length=1, description="The repo slot (a key of the Workspace's repos) to deliver."
+    )
+    message: str = Field(
+        min_length=1,
+        description=(
+            "The commit message, with {{ <CEL> }} holes over input, context, event and workspace."
+        ),
+    )
+    push: bool = Field(
+        default=False,
+        description=(
+            "true: push the branch to the slot's url with its secretRef, from a container "
+            "that alone holds the credential; false: commit only."
+        ),
+    )
+    author: Author | None = Field(
+        default=None,
+        description=(
+            f"The commit's author and committer; {DEFAULT_AUTHOR_NAME} "
+            f"<{DEFAULT_AUTHOR_EMAIL}> when absent."
+        ),
+    )
+
+
 class InvokeSpec(Spec):
-    """The state's one invocation, running while the state is active: an Agent or a command."""
+    """The state's one invocation, running while the state is active: an Agent, a command,
+    or a delivery of the work."""
 
     agent: AgentInvoke | None = Field(default=None, description="Ask an Agent for a Turn.")
     exec: ExecInvoke | None = Field(default=None, description="Run a command in the Workspace.")
+    deliver: DeliverInvoke | None = Field(
+        default=None,
+        description=(
+            "Commit a repo slot's worktree on the Run's branch kubeturn/<run>, and push it "
+            "with push: true."
+        ),
+    )
     onDone: TransitionSpec | None = Field(
         default=None,
         description=(
-            "Taken when the command succeeds; event.output is its result. Not for an agent: "
-            "a Turn ends by the Agent's picks or by the state's exit."
+            "Taken when the command or the delivery succeeds; event.output is its result "
+            "(a delivery's: commit, branch, changed, pushed, remote). Not for an agent: a "
+            "Turn ends by the Agent's picks or by the state's exit."
         ),
     )
     onError: TransitionSpec | None = Field(
@@ -217,7 +274,8 @@ class StateSpec(Spec):
         description="Transitions taken without an event as soon as their guard holds.",
     )
     invoke: InvokeSpec | None = Field(
-        default=None, description="What runs while the state is active: an Agent or a command."
+        default=None,
+        description="What runs while the state is active: an Agent, a command or a delivery.",
     )
     onDone: TransitionSpec | None = Field(
         default=None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from kubeturn_harness.wire import Outcome, Usage
 
@@ -125,6 +125,24 @@ class TurnHistoryRecord(Status):
     tokens: Usage | None = Field(default=None, description="Tokens its provider reported.")
 
 
+class DeliveryRecord(Status):
+    """One delivery of a repo slot's work (a ``deliver`` invoke), as it ended."""
+
+    state: str = Field(description="The state that asked for it.")
+    slot: str = Field(description="The repo slot delivered.")
+    branch: str | None = Field(default=None, description="The branch, kubeturn/<run>.")
+    commit: str | None = Field(default=None, description="The commit the branch points at.")
+    changed: bool = Field(
+        default=False, description="A new commit was made (false: nothing to commit)."
+    )
+    pushed: bool = Field(default=False, description="The branch was pushed to remote.")
+    remote: str | None = Field(default=None, description="The repository URL it was pushed to.")
+    error: Message | None = Field(
+        default=None, description="Why it failed, when it did (at most 2 KiB)."
+    )
+    time: float = Field(description="When it ended (Unix seconds).")
+
+
 class RunSnapshot(Status):
     """What the operator resumes a Run from, as the Run's core wrote it
     (``kubeturn.orchestrator.core.RunCore.snapshot``; its format is
@@ -149,10 +167,50 @@ class RunSnapshot(Status):
     notices: Any = Field(default=None, description="Notices for each Agent's next Turn.")
     recorded: Any = Field(default=None, description="Turns recorded over the Run's life.")
     signals: Any = Field(default=None, description="Ids of the outside signals already sent.")
+    ignoredSignals: Any = Field(
+        default=None, description="Of those, the ones the machine did not take, and why."
+    )
     execs: Any = Field(default=None, description="Commands started and not yet answered.")
+    delivering: Any = Field(default=None, description="Deliveries started and not yet ended.")
     cancelled: Any = Field(default=None, description="CANCEL was sent.")
     turnSeq: Any = Field(default=None, description="Turns started over the Run's life.")
     deliverySeq: Any = Field(default=None, description="Picks delivered over the Run's life.")
+
+
+class SignalResult(StrEnum):
+    HANDLED = "handled"
+    IGNORED = "ignored"
+
+
+class ProcessedSignal(Status):
+    """What became of one of ``spec.signals`` (ADR 0067)."""
+
+    id: str = Field(description="The signal's id.")
+    result: SignalResult = Field(
+        default=SignalResult.HANDLED,
+        description=(
+            "handled: the machine took it; ignored: no active state accepted it (or its data "
+            "did not fit, or no guard held) when it arrived, and it was not kept for later."
+        ),
+    )
+    message: Message | None = Field(
+        default=None, description="Why it was ignored, naming the events the Run accepted."
+    )
+
+
+class AcceptedEvent(Status):
+    """An event the Run's active states take now: what a signal may send."""
+
+    event: str = Field(description="The event's name, e.g. approve.")
+    state: str = Field(description="The innermost active state that handles it.")
+    description: Message | None = Field(
+        default=None, description="What it means, as the Machine describes it."
+    )
+    schema_: dict[str, Any] | None = Field(
+        default=None,
+        alias="schema",
+        description="JSON Schema its data must fit (left out above 4 KiB; still checked).",
+    )
 
 
 class RunStatus(Status):
@@ -183,6 +241,13 @@ class RunStatus(Status):
         default=None,
         description="Why the Run failed, when it did (at most 2 KiB; a longer one is cut).",
     )
+    deliveries: list[DeliveryRecord] = Field(
+        default_factory=list,
+        description=(
+            "The most recent deliveries of the Agents' work (deliver invokes), newest last: "
+            "at most 20. The operator resumes from them with the snapshot."
+        ),
+    )
     snapshot: RunSnapshot | None = Field(
         default=None,
         description=(
@@ -190,14 +255,33 @@ class RunStatus(Status):
             "operator resumes from both. Not for users."
         ),
     )
-    processedSignals: list[str] = Field(
-        default_factory=list, description="Ids of spec.signals already sent to the machine."
+    processedSignals: list[ProcessedSignal] = Field(
+        default_factory=list,
+        description=("spec.signals already processed, in order: each handled, or ignored and why."),
+    )
+    acceptedEvents: list[AcceptedEvent] = Field(
+        default_factory=list,
+        description=(
+            "What the Run waits for: the events its active states accept now, with their "
+            "descriptions and data schemas (at most 16). A signal of another event is ignored."
+        ),
+    )
+    waitingFor: str | None = Field(
+        default=None, description="The accepted events' names, for kubectl get -o wide."
     )
     cancelProcessed: bool = Field(default=False, description="spec.cancel was sent.")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, and why.")
     observedGeneration: int | None = Field(
         default=None, description="The .metadata.generation last acted on."
     )
+
+    @field_validator("processedSignals", mode="before")
+    @classmethod
+    def _ids_of_earlier_versions(cls, value: Any) -> Any:
+        """A status written before signals had results lists their ids: handled."""
+        if isinstance(value, list):
+            return [{"id": item} if isinstance(item, str) else item for item in value]
+        return value
 
 
 class WorkspacePhase(StrEnum):

@@ -52,6 +52,9 @@ rather than ask."""
 SAFE_GIT_OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 """On every git command: no hook and no fsmonitor command runs, whatever a repository's
 configuration or template says."""
+HTTPS_KEYS = ("username", "password")
+SSH_KEYS = ("ssh-privatekey",)
+"""The Secret's keys an https URL needs, and an ssh URL ('known_hosts' is optional)."""
 COMMIT_REF = re.compile(r"^[0-9a-fA-F]{7,64}$")
 """A ``ref`` read as a commit id: 7 hex digits (git's shortest abbreviation) up to 64 (a
 full SHA-256 id). A branch or tag named like that cannot be cloned by name."""
@@ -143,8 +146,55 @@ def volume(slot: str, repo: Repo) -> Object | None:
     """The slot's Secret as a volume, or None when it has no ``secretRef``."""
     if repo.secretRef is None:
         return None
-    secret = {"secretName": repo.secretRef.name, "defaultMode": SECRET_MODE}
-    return {"name": name(slot), "secret": secret}
+    return secret_volume(slot, repo.secretRef.name)
+
+
+def secret_volume(slot: str, secret: str, *, optional: bool = False) -> Object:
+    """The slot's Secret ``secret`` as a volume of its own, owner-read only; ``optional``:
+    a missing Secret mounts as an empty directory (the container then says which key it
+    lacks) instead of keeping its Pod from starting."""
+    source: Object = {"secretName": secret, "defaultMode": SECRET_MODE}
+    if optional:
+        source["optional"] = True
+    return {"name": name(slot), "secret": source}
+
+
+def secret_mount(slot: str) -> Object:
+    """Where a container that uses the slot's credentials mounts them, read-only."""
+    return {"name": name(slot), "mountPath": CREDENTIALS_PATH, "readOnly": True}
+
+
+def credential_env(url: str, secret: str) -> list[Object]:
+    """The environment a container using the slot's Secret gives git: the Secret's name
+    (for messages) and, for https, what the credential helper answers for: the scheme,
+    and the host with the port as the URL writes it (the URL holds no user: the API
+    refuses one)."""
+    env = [{"name": "REPO_SECRET", "value": secret}]
+    if transport(url) is Transport.HTTPS:
+        env.append({"name": "REPO_PROTOCOL", "value": protocol(url)})
+        env.append({"name": "REPO_HOST", "value": urlsplit(url).netloc})
+    return env
+
+
+def needed_keys(url: str) -> tuple[str, ...]:
+    """The Secret's keys a ``secretRef`` on ``url`` must have: none for a URL that is
+    neither https nor ssh (which takes no ``secretRef``)."""
+    kind = transport(url)
+    if kind is Transport.HTTPS:
+        return HTTPS_KEYS
+    return SSH_KEYS if kind is Transport.SSH else ()
+
+
+def git_options(url: str, *, credentials: bool) -> list[str]:
+    """The ``-c`` options of every git command that reaches ``url``: no hook, no
+    fsmonitor; only the URL's protocol (a redirect to another, https to http, is
+    refused); with ``credentials`` over https, no credential helper but ours, which
+    answers from the mounted Secret for the URL's own protocol, host and port alone."""
+    options = [*SAFE_GIT_OPTIONS, "-c", "protocol.allow=never"]
+    options += ["-c", f"protocol.{protocol(url)}.allow=always"]
+    if credentials and transport(url) is Transport.HTTPS:
+        options += ["-c", "credential.helper=", "-c", f"credential.helper={_CREDENTIAL_HELPER}"]
+    return options
 
 
 def container(
@@ -154,13 +204,8 @@ def container(
     env = [{"name": "REPO_URL", "value": repo.url}, {"name": "REPO_REF", "value": repo.ref}]
     mounts = [work]
     if repo.secretRef is not None:
-        env.append({"name": "REPO_SECRET", "value": repo.secretRef.name})
-        if transport(repo.url) is Transport.HTTPS:
-            # What git's credential request names: the scheme, and the host with the port
-            # as the URL writes it (the URL holds no user: the API refuses one).
-            env.append({"name": "REPO_PROTOCOL", "value": protocol(repo.url)})
-            env.append({"name": "REPO_HOST", "value": urlsplit(repo.url).netloc})
-        mounts.append({"name": name(slot), "mountPath": CREDENTIALS_PATH, "readOnly": True})
+        env += credential_env(repo.url, repo.secretRef.name)
+        mounts.append(secret_mount(slot))
     return {
         "name": name(slot),
         "image": image,
@@ -196,17 +241,13 @@ def script(slot: str, repo: Repo) -> str:
         f'rm -rf "{partial}"',
     ]
     kind = transport(repo.url)
-    # git speaks the URL's protocol alone: a redirect elsewhere (https to http) is refused.
-    options = [*SAFE_GIT_OPTIONS, "-c", "protocol.allow=never"]
-    options += ["-c", f"protocol.{protocol(repo.url)}.allow=always"]
     if kind is Transport.SSH:
         lines += _ssh(slot, key=repo.secretRef is not None)
     elif repo.secretRef is not None:
         if kind is not Transport.HTTPS:
             return _text([*lines, 'fail "a secretRef takes an https or ssh URL, not $REPO_URL"'])
-        lines += _needs("username", "password", why="an https URL")
-        options += ["-c", "credential.helper=", "-c", f"credential.helper={_CREDENTIAL_HELPER}"]
-    git = shlex.join(["git", *options])
+        lines += _needs(*needed_keys(repo.url), why="an https URL")
+    git = shlex.join(["git", *git_options(repo.url, credentials=repo.secretRef is not None)])
     checkout = "--no-checkout" if is_commit(repo.ref) else '--branch "$REPO_REF"'
     lines.append(
         f'{git} clone --quiet {checkout} -- "$REPO_URL" "{partial}"'
@@ -230,7 +271,7 @@ def _ssh(slot: str, *, key: bool) -> list[str]:
     """Lines exporting ``GIT_SSH_COMMAND``: with the Secret's key (checked first) and its
     ``known_hosts`` if it has one, else trusting the host key on first use, and saying so."""
     first_use = "the host key is trusted on first use"
-    lines = _needs("ssh-privatekey", why="an ssh URL") if key else []
+    lines = _needs(*SSH_KEYS, why="an ssh URL") if key else []
     lines.append('command -v ssh >/dev/null || fail "the image has no ssh client"')
     if key:
         lines += [

@@ -35,6 +35,10 @@ SANDBOX_UPDATED = "SandboxUpdated"
 again from the current one; the message says what changed."""
 SANDBOX_REFUSED = "SandboxRefused"
 """On a Workspace (Warning): the API server refused the sandbox Pod (a quota, a policy)."""
+SIGNAL_IGNORED = "SignalIgnored"
+"""On a Run (Warning): a signal of ``spec.signals`` that no active state accepted (or whose
+data misfit, or that no guard let through) was ignored; the message names the events the
+Run accepts. Posted once per signal id."""
 NORMAL, WARNING = "Normal", "Warning"
 
 

@@ -22,6 +22,7 @@ from kubeturn.k8s.apiserver import ApiServerAddresses
 from kubeturn.k8s.kube import Kube
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.api import Registry
+from kubeturn.orchestrator.delivery import Pusher
 from kubeturn.orchestrator.harness_client import HarnessClient
 
 REPORT_KEEP_S = 600.0
@@ -100,6 +101,10 @@ class Hub:
     """Fire-and-forget work (Events), kept referenced until done."""
     clock: Callable[[], float] = time.monotonic
     """Monotonic seconds, for how long an unclaimed report is kept."""
+    pusher: Pusher | None = None
+    """What pushes a Run's delivered branch (``kubeturn.k8s.deliveries.KubePusher``, a
+    short-lived Pod that alone mounts the slot's Secret); None: a ``deliver`` with
+    ``push: true`` fails saying this operator has no pusher."""
     _swept: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     _reported_at: dict[tuple[str, str], float] = field(default_factory=dict)
     _resuming: set[str] = field(default_factory=set)

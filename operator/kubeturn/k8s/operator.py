@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.k8s import agentturns, diffbase, leader, runs, workspaces
+from kubeturn.k8s.deliveries import KubePusher
 from kubeturn.k8s.hub import Hub, OperatorSettings
 from kubeturn.k8s.kube import RUNS, Kube, pool_size
 from kubeturn.orchestrator import api
@@ -290,7 +291,7 @@ async def run(
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     client = kube_client(kubeconfig)
     kube = Kube(client)
-    hub = Hub(kube, settings)
+    hub = Hub(kube, settings, pusher=KubePusher(kube, resources=settings.sandbox_resources))
     registry = build(hub, client)
     servers = Servers()
     stop = stop if stop is not None else stop_on_signals()

@@ -15,7 +15,9 @@ a back-off), and drives the Orchestrator core. The snapshot is written to ``Run.
 before any effect is applied (``statuses``: the settled Turns' records as
 ``status.turns``, the rest as ``status.snapshot``, whence a restarted operator resumes),
 and every status write is built from the ``RunStatus`` model; ``spec.signals`` are sent
-once each (their ids live in the snapshot) and ``spec.cancel`` once. Deleting a Run
+once each (their ids live in the snapshot; one no active state accepts is recorded
+ignored, with a ``SignalIgnored`` Warning Event, and stays in the spec: ADR 0067) and
+``spec.cancel`` once. Deleting a Run
 deletes its live AgentTurns, whose finalizers sweep them, before the Run goes; then the
 Harness of the shared Workspace it worked in forgets it: its worktrees and conversations
 (ADR 0030).
@@ -50,12 +52,17 @@ from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
 from kubeturn.k8s.turns import ClusterTurns
 from kubeturn.machine.load import LoadedRun, load_run
-from kubeturn.orchestrator import snapshots, statuses
+from kubeturn.orchestrator import signals, snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import ExecResult, RunCore
+from kubeturn.orchestrator.delivery import Committed, Deliverer, DeliveryFailed, Remote
 from kubeturn.orchestrator.effects import StartExec
 from kubeturn.orchestrator.frames import WorkspaceView
-from kubeturn.orchestrator.harness_client import HarnessRefused, HarnessUnreachable
+from kubeturn.orchestrator.harness_client import (
+    HarnessCommitter,
+    HarnessRefused,
+    HarnessUnreachable,
+)
 from kubeturn.orchestrator.turns import TurnRecord
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
@@ -103,15 +110,21 @@ class StatusStore:
         core = self._core
         phase = core.shown_phase.value
         finished = phase not in ("Pending", "Running")
+        status = statuses.run_status(core, snapshot)
+        said = core.message or f"the Run is {phase}"
+        if not finished and status.acceptedEvents:
+            # kubectl describe shows the condition first: what a person may send now.
+            accepted = [item.model_dump(by_alias=True) for item in status.acceptedEvents]
+            said += f"; it accepts now: {signals.listing(accepted)}"
         ready = conditions.put(
             [],
             conditions.READY,
             not finished or phase == "Succeeded",
             conditions.FINISHED if finished else conditions.RUNNING,
-            core.message or f"the Run is {phase}",
+            said,
             self._generation(),
         )
-        status = statuses.run_status(core, snapshot).model_copy(
+        status = status.model_copy(
             update={"conditions": ready, "observedGeneration": self._generation()}
         )
         # A merge patch keeps the keys of an older snapshot that the new one lacks.
@@ -174,6 +187,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             store=store,
             clock=time.time,
             on_record=_recorded(hub, plain),
+            deliveries=_deliverer(hub, namespace, name, workspace),
         )
         key = f"{namespace}/{name}"
         hub.registry.actors[key] = actor
@@ -184,9 +198,13 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             _post_recent(hub, plain, core.history)
             while not stopped:
                 for signal in list(spec.get("signals") or []):
+                    known = signal["id"] in core.signals
                     await actor.signal(
                         signal["event"], dict(signal.get("data") or {}), signal_id=signal["id"]
                     )
+                    why = core.ignored.get(signal["id"])
+                    if not known and why is not None:
+                        _ignored(hub, plain, signal["id"], signal["event"], why)
                 if spec.get("cancel"):
                     await actor.cancel()
                 await stopped.wait(SPEC_POLL_S)
@@ -457,6 +475,18 @@ def _recorded(hub: Hub, run: dict[str, Any], *, count: bool = True) -> Callable[
     return post
 
 
+def _ignored(hub: Hub, run: dict[str, Any], signal_id: str, event: str, why: str) -> None:
+    """Post a Warning Event on the Run for a signal it ignored (in the background, once per
+    id); ``status.processedSignals`` keeps why in any case."""
+    said = f"signal {signal_id} ({event}) ignored: {why}"
+    posting = events.post(
+        hub.kube, run, events.SIGNAL_IGNORED, said, events.WARNING, once=signal_id
+    )
+    task = asyncio.create_task(posting)
+    hub.background.add(task)
+    task.add_done_callback(_posted(hub))
+
+
 def _posted(hub: Hub) -> Callable[[asyncio.Task[None]], None]:
     """Forget a background Event post, logging one that failed (the Event is missed; the
     record in ``Run.status.turns`` is what counts)."""
@@ -464,7 +494,7 @@ def _posted(hub: Hub) -> Callable[[asyncio.Task[None]], None]:
     def done(task: asyncio.Task[None]) -> None:
         hub.background.discard(task)
         if not task.cancelled() and (error := task.exception()) is not None:
-            log.warning("an Event of a recorded Turn was not posted: %s", error)
+            log.warning("an Event on a Run was not posted: %s", error)
 
     return done
 
@@ -483,6 +513,60 @@ def _post_recent(hub: Hub, run: dict[str, Any], history: list[TurnRecord]) -> No
     for record in history:
         if record.settledAt >= since:
             _recorded(hub, run, count=False)(record)
+
+
+def _deliverer(hub: Hub, namespace: str, run: str, workspace: str | None) -> Deliverer | None:
+    """The Run's ``DeliverPort``: its Workspace's Harness commits, ``hub.pusher`` pushes."""
+    if not workspace:
+        return None
+
+    async def remotes() -> dict[str, Remote]:
+        found = await hub.kube.get(WORKSPACES, namespace, workspace)
+        repos = ((found or {}).get("spec") or {}).get("repos") or {}
+        return {
+            slot: Remote(repo["url"], (repo.get("secretRef") or {}).get("name"))
+            for slot, repo in repos.items()
+        }
+
+    return Deliverer(
+        namespace=namespace,
+        run=run,
+        workspace=workspace,
+        branch=names.branch(run),
+        committer=_Commits(hub, namespace, workspace, run),
+        remotes=remotes,
+        pusher=hub.pusher,
+    )
+
+
+class _Commits:
+    """A delivery's commit, by the Workspace's Harness: as an exec waits for it (below),
+    and, being safe to repeat, sent again to the Harness serving now after any call that
+    got no answer, until ``harnesses.WAIT_S`` has passed."""
+
+    def __init__(self, hub: Hub, namespace: str, workspace: str, run: str) -> None:
+        self._hub, self._namespace, self._workspace, self._run = hub, namespace, workspace, run
+
+    async def commit(
+        self, slot: str, branch: str, message: str, author: tuple[str, str]
+    ) -> Committed:
+        deadline = time.monotonic() + harnesses.WAIT_S
+        while True:
+            harness = await harnesses.wait(self._hub, self._namespace, self._workspace, deadline)
+            if harness is None:
+                raise DeliveryFailed(
+                    f"the Harness of Workspace {self._workspace} is not known: the Workspace "
+                    f"is gone, or its sandbox was not Ready within {harnesses.WAIT_S:g} s"
+                )
+            try:
+                return await HarnessCommitter(self._run, harness).commit(
+                    slot, branch, message, author
+                )
+            except DeliveryFailed as failed:
+                unreached = isinstance(failed.__cause__, HarnessUnreachable)
+                if not unreached or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(harnesses.POLL_S)
 
 
 class _Execs:

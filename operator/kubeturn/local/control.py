@@ -41,6 +41,12 @@ def status(name: str, workdir: Path | None) -> dict[str, Any]:
     return files.read_status() or {"phase": "Pending"}
 
 
+def driven(name: str, workdir: Path | None) -> bool:
+    """Whether a ``kubeturn run`` drives the Run now; a Run none drives stays where it was
+    saved until ``kubeturn run --resume`` continues it."""
+    return files_of(name, workdir).is_driven()
+
+
 def send(name: str, event: str, data: dict[str, Any], signal_id: str, workdir: Path | None) -> Sent:
     files = files_of(name, workdir)
     _check_open(name, files)

@@ -40,6 +40,7 @@ from aiohttp import web
 
 from kubeturn.errors import CommandError, SnapshotUnreadable
 from kubeturn.local import children, repos
+from kubeturn.local.delivery import LocalPusher, work_lines
 from kubeturn.local.turns import WatchedHarness
 from kubeturn.local.view import LiveView, summary
 from kubeturn.local.workdir import (
@@ -55,8 +56,9 @@ from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api, statuses
 from kubeturn.orchestrator.actor import AdmitFailed, RunActor
 from kubeturn.orchestrator.core import RunCore, RunPhase
+from kubeturn.orchestrator.delivery import Deliverer, Remote
 from kubeturn.orchestrator.frames import WorkspaceView
-from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn.orchestrator.harness_client import HarnessClient, HarnessCommitter
 from kubeturn_harness.errors import ConfigError
 from kubeturn_harness.providers import Providers
 from kubeturn_harness.scripted import ScriptError, load_script
@@ -355,6 +357,7 @@ class LocalRun:
                 store=started.store,
                 clock=time.time,
                 on_change=lambda _: self._changed.set(),
+                deliveries=_deliverer(loaded, workdir, started.client, slots),
             )
             key = f"{loaded.namespace}/{loaded.name}"
             registry.workspaces[key] = WORKSPACE
@@ -440,6 +443,8 @@ class LocalRun:
         elapsed = time.time() - self._started_since(core)
         for line in summary(loaded.name, status_of(core, {}), elapsed):
             self.out.write(line + "\n")
+        for line in work_lines(branch_of(loaded.name), started.worktrees, core.delivered):
+            self.out.write(line + "\n")
         self.out.flush()
         if self._interrupted.is_set():
             return EXIT_INTERRUPTED
@@ -449,7 +454,11 @@ class LocalRun:
         """Wait (bounded) until every Turn of the Run is recorded."""
         core = actor.core
         deadline = time.monotonic() + SETTLE_S
-        while core.turns and time.monotonic() < deadline and not self._forced.is_set():
+        while (
+            (core.turns or core.delivering)
+            and time.monotonic() < deadline
+            and not self._forced.is_set()
+        ):
             self._changed.clear()
             self.view.update(core, watched.tool_calls, time.time())
             await _first(self._changed, self._forced, within=POLL_S)
@@ -467,6 +476,26 @@ class LocalRun:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _deliverer(
+    loaded: LoadedRun, workdir: Workdir, client: HarnessClient, slots: dict[str, repos.Slot]
+) -> Deliverer:
+    """The Run's ``DeliverPort``: the Harness commits, this process pushes (ADR 0064)."""
+    remotes = {name: Remote(slot.url) for name, slot in slots.items()}
+
+    async def known() -> dict[str, Remote]:
+        return remotes
+
+    return Deliverer(
+        namespace="",
+        run=loaded.name,
+        workspace=WORKSPACE,
+        branch=branch_of(loaded.name),
+        committer=HarnessCommitter(loaded.name, client),
+        remotes=known,
+        pusher=LocalPusher(workdir.root),
+    )
 
 
 def _unrestorable(files: RunFiles, error: Exception) -> CommandError:
@@ -510,9 +539,14 @@ def _models_for(
     if script is not None:
         return script, None, SCRIPTED_MODEL
     if providers is None:
+        looked = ""
+        if options.manifest is not None and options.resume is None:
+            beside_path = _beside_path(options.manifest)
+            looked = f" (there is no script beside the manifest: {options.base / beside_path})"
         raise CommandError(
-            "no model provider: pass --model scripted:SCRIPT to run offline on a scripted "
-            "model, or --providers FILE (YAML: name → {type: openai, baseUrl, apiKeyEnv})"
+            f"no model provider{looked}: pass --model scripted:SCRIPT to run offline on a "
+            "scripted model, or --providers FILE (YAML: name → {type: openai, baseUrl, "
+            "apiKeyEnv})"
         )
     default_model = os.environ.get("KUBETURN_DEFAULT_MODEL")
     _check_models(loaded, providers, default_model)
@@ -523,8 +557,13 @@ def script_beside(manifest: Path | None) -> Path | None:
     """``x.script.yaml`` beside the manifest ``x.yaml``, when there is one."""
     if manifest is None:
         return None
-    beside = manifest.with_name(f"{manifest.name.rsplit('.', 1)[0]}.script.yaml")
+    beside = _beside_path(manifest)
     return beside if beside.is_file() else None
+
+
+def _beside_path(manifest: Path) -> Path:
+    """Where the script of ``manifest`` would be: ``x.yaml`` → ``x.script.yaml``."""
+    return manifest.with_name(f"{manifest.name.rsplit('.', 1)[0]}.script.yaml")
 
 
 def _script(model: str, base: Path) -> Path:
@@ -536,7 +575,9 @@ def _script(model: str, base: Path) -> Path:
         )
     script = (base / where).resolve()
     if not script.is_file():
-        raise CommandError(f"cannot read the scripted model's script {where}: no such file")
+        raise CommandError(
+            f"cannot read the scripted model's script {where}: there is no file {script}"
+        )
     try:
         load_script(script)
     except ScriptError as error:

@@ -8,6 +8,7 @@ as ``kubectl get -w`` does. The columns follow ``kubectl get agentturns``.
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,8 @@ from kubeturn.orchestrator.turns import Turn, TurnPhase
 
 LIVE_COLUMNS = ("TURN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE", "TOOLS")
 HISTORY_COLUMNS = ("TURN", "AGENT", "STATE", "OUTCOME", "CAUSE", "TOKENS", "DURATION", "MESSAGE")
+WIDE_COLUMNS = (*HISTORY_COLUMNS, "STARTED", "SUBMISSIONS", "INSTANCE")
+"""``-o wide``: when each Turn started (RFC 3339), its Submissions, its conversation."""
 TTY_ROWS = 20
 """Rows the live table keeps on a terminal: the most recent Turns; the summary has all."""
 MESSAGE_WIDTH = 100
@@ -142,9 +145,10 @@ def turn_message(record: Mapping[str, Any]) -> str:
     return ""
 
 
-def history_table(records: Sequence[Mapping[str, Any]]) -> list[str]:
+def history_table(records: Sequence[Mapping[str, Any]], *, wide: bool = False) -> list[str]:
     """Settled Turns (``Run.status.turns`` records) as a table, in the order they started;
-    a record has the same fields on a cluster and in a local Run's ``snapshot.json``."""
+    a record has the same fields on a cluster and in a local Run's ``snapshot.json``.
+    ``wide`` adds when each started, its Submissions and its conversation."""
     lines = []
     ordered = sorted(
         records,
@@ -154,19 +158,24 @@ def history_table(records: Sequence[Mapping[str, Any]]) -> list[str]:
         message = " ".join(turn_message(record).split())
         if len(message) > MESSAGE_WIDTH:
             message = message[: MESSAGE_WIDTH - 1] + "…"
-        lines.append(
-            (
-                str(record.get("name", "")),
-                str(record.get("agent", "")),
-                str(record.get("state", "")),
-                str(record.get("outcome", "")),
-                str(record.get("cause") or "-"),
-                tokens(record.get("tokens")),
-                duration(float(record.get("settledAt", 0)) - float(record.get("startedAt", 0))),
-                message or "-",
-            )
+        cells: tuple[str, ...] = (
+            str(record.get("name", "")),
+            str(record.get("agent", "")),
+            str(record.get("state", "")),
+            str(record.get("outcome", "")),
+            str(record.get("cause") or "-"),
+            tokens(record.get("tokens")),
+            duration(float(record.get("settledAt", 0)) - float(record.get("startedAt", 0))),
+            message or "-",
         )
-    return align(HISTORY_COLUMNS, lines)
+        if wide:
+            cells += (
+                timestamp(float(record.get("startedAt", 0))),
+                str(len(record.get("submissions") or [])),
+                str(record.get("instanceId") or "-"),
+            )
+        lines.append(cells)
+    return align(WIDE_COLUMNS if wide else HISTORY_COLUMNS, lines)
 
 
 def dropped_line(dropped: int) -> str:
@@ -175,21 +184,78 @@ def dropped_line(dropped: int) -> str:
     return f"({dropped} earlier settled {turns} not listed: a Run keeps its most recent ones)"
 
 
-def status_lines(name: str, status: Mapping[str, Any]) -> list[str]:
-    """``kubeturn status``: what a Run is doing, as ``key: value`` lines."""
+FINISHED = ("Succeeded", "Failed", "Cancelled")
+
+
+def status_lines(name: str, status: Mapping[str, Any], *, wide: bool = False) -> list[str]:
+    """``kubeturn status``: what a Run is doing and what it waits for, as ``key: value``
+    lines; ``wide`` adds each accepted event's schema and every processed signal.
+
+    A local Run that no ``kubeturn run`` drives (``driven`` false) is not running,
+    whatever it was saved as: it says so, and how to continue it."""
+    phase = status.get("phase") or "Pending"
+    shown_phase = phase
+    if status.get("driven") is False and phase not in FINISHED:
+        shown_phase = (
+            f"Stopped (saved {phase}; no `kubeturn run` drives it: "
+            f"`kubeturn run --resume {name}` continues it)"
+        )
     lines = [
         f"run: {name}",
-        f"phase: {status.get('phase') or 'Pending'}",
+        f"phase: {shown_phase}",
         f"state: {status.get('state') or '-'}",
         f"turns: {status.get('turnCount', 0)}",
     ]
     if status.get("liveTurns"):
         lines.append(f"live turns: {status['liveTurns']}")
+    accepted = list(status.get("acceptedEvents") or [])
+    if "acceptedEvents" in status and phase not in FINISHED:
+        names = ", ".join(str(a.get("event")) for a in accepted) or "no outside event"
+        lines.append(f"waiting for: {names}")
+        for item in accepted:
+            described = f": {item['description']}" if item.get("description") else ""
+            lines.append(f"  {item.get('event')} ({item.get('state')}){described}")
+            if wide and item.get("schema") is not None:
+                lines.append(f"    schema: {_compact(item['schema'])}")
+    for signal in status.get("processedSignals") or []:
+        if isinstance(signal, Mapping) and signal.get("result") == "ignored":
+            lines.append(f"ignored signal {signal.get('id')}: {signal.get('message') or '-'}")
+        elif wide:
+            shown_id = signal.get("id") if isinstance(signal, Mapping) else signal
+            lines.append(f"signal {shown_id}: handled")
     if status.get("message"):
         lines.append(f"message: {status['message']}")
     if status.get("output") is not None:
         lines.append(f"output: {_compact(status['output'])}")
     return lines
+
+
+TIME_KEYS = ("At", "Time", "Timestamp")
+"""A key ending so holds a time: ``startedAt``, ``lastTransitionTime``."""
+
+
+def timestamp(seconds: float) -> str:
+    """Unix seconds as RFC 3339 in UTC, to the millisecond: ``2026-12-01T18:44:33.123Z``."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def rfc3339(value: Any) -> Any:
+    """``value`` (a status, records) with every time kept as Unix seconds written as RFC
+    3339 in UTC, for ``-o json|yaml``: what kubectl users read and parse."""
+    if isinstance(value, Mapping):
+        return {
+            key: timestamp(float(item))
+            if isinstance(key, str)
+            and key.endswith(TIME_KEYS)
+            and isinstance(item, int | float)
+            and not isinstance(item, bool)
+            else rfc3339(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [rfc3339(item) for item in value]
+    return value
 
 
 def summary(name: str, status: Mapping[str, Any], elapsed: float | None) -> list[str]:

@@ -223,12 +223,15 @@ class _Compiler:
             event_where = manifest_path(where, "on", event)
             if not event:
                 self.problem(event_where, "an event needs a name")
-            elif event.startswith(model.RESERVED_EVENT_PREFIXES):
+            elif event.startswith(model.RESERVED_EVENT_PREFIXES) and (
+                event != model.ERROR_EXPRESSION
+            ):
                 self.problem(
                     event_where,
                     f"{event!r} is reserved: the machine names its own events done.…, error.… "
                     "and after:…; handle an invoke's end with invoke.onDone or invoke.onError, "
-                    "a timer with after, and a compound state's end with onDone",
+                    "a timer with after, a compound state's end with onDone, and a failed "
+                    "expression with error.expression",
                 )
             handled[event] = self.transitions(written, source, event, event_where)
         return handled
@@ -347,11 +350,17 @@ class _Compiler:
 
     def invoke(self, path: model.StatePath, spec: api.InvokeSpec, where: str) -> model.Invoke:
         where = manifest_path(where, "invoke")
-        if spec.agent is not None and spec.exec is not None:
-            self.problem(where, "an invoke runs one thing: agent or exec, not both")
-        if spec.agent is None and spec.exec is None:
+        given = [k for k in ("agent", "exec", "deliver") if getattr(spec, k) is not None]
+        if len(given) > 1:
             self.problem(
-                where, "an invoke runs one thing: add agent (an Agent's Turn) or exec (a command)"
+                where,
+                f"an invoke runs one thing: agent, exec or deliver, not {' and '.join(given)}",
+            )
+        if not given:
+            self.problem(
+                where,
+                "an invoke runs one thing: add agent (an Agent's Turn), exec (a command) or "
+                "deliver (commit and push a repo slot's work)",
             )
         if spec.agent is not None and spec.onDone is not None:
             self.problem(
@@ -362,6 +371,7 @@ class _Compiler:
         return model.Invoke(
             agent=self.agent_call(spec.agent, manifest_path(where, "agent")),
             exec=self.exec_call(spec.exec, manifest_path(where, "exec")),
+            deliver=self.deliver_call(spec.deliver, manifest_path(where, "deliver")),
             on_done=self.transitions(
                 spec.onDone, path, model.DONE_INVOKE, manifest_path(where, "onDone")
             ),
@@ -399,6 +409,18 @@ class _Compiler:
             command=self.template(spec.command, manifest_path(where, "command")),
             cwd=self.template(spec.cwd, manifest_path(where, "cwd")) if spec.cwd else None,
             timeout_s=timeout,
+        )
+
+    def deliver_call(self, spec: api.DeliverInvoke | None, where: str) -> model.DeliverCall | None:
+        if spec is None:
+            return None
+        author = spec.author
+        return model.DeliverCall(
+            slot=spec.slot,
+            message=self.template(spec.message, manifest_path(where, "message")),
+            push=spec.push,
+            author_name=author.name if author else api.DEFAULT_AUTHOR_NAME,
+            author_email=author.email if author else api.DEFAULT_AUTHOR_EMAIL,
         )
 
     # ------------------------------------------------------------------ expressions

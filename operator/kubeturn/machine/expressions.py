@@ -163,7 +163,10 @@ def _evaluate(program: cel.Program, source: str, where: str, activation: Mapping
     try:
         value = program.execute(dict(activation))
     except KeyError as error:  # a missing map key; its str() would be only the quoted key
-        raise ExpressionError(source, f"no key {error.args[0]!r}", where=where) from error
+        key = error.args[0] if error.args else None
+        raise ExpressionError(
+            source, f"no key {key!r}", where=where, key=None if key is None else str(key)
+        ) from error
     except Exception as error:  # CEL raises many kinds; all mean "this expression failed"
         raise ExpressionError(source, str(error) or type(error).__name__, where=where) from error
     try:

@@ -16,8 +16,16 @@ Semantics (ADR 0010 records them):
 - Reaching a final child raises that parent's done event inside the macrostep; reaching
   a top-level final ends the Run (``failed`` finals fail it); eventless (``always``)
   transitions run until none is enabled, at most ``MAX_MICROSTEPS`` per macrostep.
-- An expression that fails faults the Run: every state is exited with no cause. So
-  does an invoke's error that nothing handles (a defect no state catches).
+- An expression that fails (a guard, an assign, a final's output; ADR 0068) abandons
+  the microstep it was evaluated in: a failing guard selects nothing, a failing assign
+  takes no part of its transition (every value is evaluated before anything moves).
+  The Machine then hears the internal event ``error.expression`` (``event.state``,
+  ``event.expression``, ``event.where``, ``event.message`` and, for a missing map key,
+  ``event.key``), which the active states handle with ``on`` as any event, from the
+  leaf outward. Unhandled, or failing again while it is handled, it faults the Run:
+  every state is exited with no cause, the message naming the state, the expression
+  and the key. So does an invoke's error that nothing handles (a defect no state
+  catches), and a chain of eventless transitions that never settles.
 - A Run that ends (a top-level final, CANCEL, a fault) exits every state, so its leaf is
   the root; ``ended_in`` keeps the leaf that was active when it ended, for display
   (ADR 0022).
@@ -37,6 +45,7 @@ from enum import StrEnum
 from typing import Any
 
 from kubeturn.errors import ExpressionError
+from kubeturn.machine import model
 from kubeturn.machine.model import ROOT, Chart, Kind, State, StatePath, Timer, Transition
 
 MAX_MICROSTEPS = 256
@@ -47,7 +56,10 @@ DONE_INVOKE = "done.invoke"
 ERROR_INVOKE = "error.invoke"
 DONE_STATE = "done.state"
 AGENT_FAULT = "agent.fault"
+ERROR_EXPRESSION = model.ERROR_EXPRESSION
 CANCEL = "CANCEL"
+MACHINE_EVENTS = frozenset({AGENT_FAULT, ERROR_EXPRESSION, CANCEL})
+"""Events the Machine raises itself (CANCEL: ``spec.cancel``), never accepted as a signal."""
 
 Cause = frozenset[str]
 NO_CAUSE: Cause = frozenset()
@@ -63,6 +75,7 @@ class Status(StrEnum):
 class InvokeKind(StrEnum):
     AGENT = "agent"
     EXEC = "exec"
+    DELIVER = "deliver"
 
 
 @dataclass(frozen=True)
@@ -184,6 +197,7 @@ class _Macro:
     armed: list[TimerEntry] = field(default_factory=list)
     cancelled: list[TimerEntry] = field(default_factory=list)
     internal: list[Event] = field(default_factory=list)
+    fault: str | None = None
 
     def config(self) -> Config:
         return Config(
@@ -198,7 +212,7 @@ class _Macro:
             ended_in=self.ended_in,
         )
 
-    def result(self, event: Event, *, taken: bool, fault: str | None = None) -> Step:
+    def result(self, event: Event, *, taken: bool) -> Step:
         return Step(
             config=self.config(),
             event=event,
@@ -209,8 +223,18 @@ class _Macro:
             stopped=tuple(self.stopped),
             armed=tuple(self.armed),
             cancelled=tuple(self.cancelled),
-            fault=fault,
+            fault=self.fault,
         )
+
+
+class _Failed(Exception):
+    """An expression failed in a microstep: the microstep is abandoned, and the Machine
+    hears ``error.expression``."""
+
+    def __init__(self, state: StatePath, error: ExpressionError) -> None:
+        super().__init__(str(error))
+        self.state = state
+        self.error = error
 
 
 # --------------------------------------------------------------------------- entry points
@@ -221,7 +245,10 @@ def start(chart: Chart, scope: Scope, now: float) -> Step:
     event = Event("start")
     macro = _macro(chart, Config(leaf=ROOT, context=dict(chart.context)), scope, now, NO_CAUSE)
     try:
-        _enter_from(macro, ROOT, _initial_path(chart, ROOT))
+        try:
+            _enter_from(macro, ROOT, _initial_path(chart, ROOT))
+        except _Failed as failed:
+            macro.internal.append(_error_event(macro, failed))
         _settle(macro)
     except ExpressionError as error:
         return _fault(macro, event, error)
@@ -240,19 +267,22 @@ def step(chart: Chart, config: Config, event: Event, scope: Scope, now: float) -
         # entered again since) is stale: dropped, as a cancelled timer's event is.
         return macro.result(event, taken=False)
     try:
-        transition = _select(macro, event)
-        if transition is None:
-            if event.type == CANCEL:
-                _end(macro, Status.CANCELLED, message="cancelled")
-                return macro.result(event, taken=True)
-            unhandled = _unhandled_error(macro, event)
-            if unhandled is not None:
-                # A defect that no state catches is never a pick's: no stop has a cause.
-                macro.cause = NO_CAUSE
-                _end(macro, Status.FAILED, message=unhandled)
-                return macro.result(event, taken=True)
-            return macro.result(event, taken=False)
-        _take(macro, transition, event)
+        try:
+            transition = _select(macro, event)
+            if transition is None:
+                if event.type == CANCEL:
+                    _end(macro, Status.CANCELLED, message="cancelled")
+                    return macro.result(event, taken=True)
+                unhandled = _unhandled_error(macro, event)
+                if unhandled is not None:
+                    # A defect that no state catches is never a pick's: no stop has a cause.
+                    macro.cause = NO_CAUSE
+                    _end(macro, Status.FAILED, message=unhandled)
+                    return macro.result(event, taken=True)
+                return macro.result(event, taken=False)
+            _take(macro, transition, event)
+        except _Failed as failed:
+            macro.internal.append(_error_event(macro, failed))
         _settle(macro)
     except ExpressionError as error:
         return _fault(macro, event, error)
@@ -278,6 +308,42 @@ def next_fire(config: Config) -> float | None:
 
 def timer_event(entry: TimerEntry) -> Event:
     return Event(entry.timer, cause=entry.cause, origin=entry.origin)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """An event the active states handle now: what a signal may send."""
+
+    event: str
+    state: StatePath
+    """The innermost active state handling it."""
+    description: str | None
+    schema: Mapping[str, Any] | None
+    """What its payload must be (the first transition's that says), if any."""
+
+
+def accepted(chart: Chart, config: Config) -> list[Accepted]:
+    """The events the active states handle now, innermost state first, each once, with
+    the description and schema of the first of its transitions that gives them (as an
+    Agent's Menu takes them); guard-blind: a guard may still refuse one. Events the
+    Machine raises itself (``agent.fault``, ``error.expression``, ``CANCEL``) are not
+    among them, nor anything once the Run has ended."""
+    if config.status is not Status.RUNNING:
+        return []
+    found: dict[str, Accepted] = {}
+    for path in active(chart, config):
+        for name, transitions in chart.states[path].on.items():
+            if name in found or name in MACHINE_EVENTS or not transitions:
+                continue
+            described = next((t for t in transitions if t.description), None)
+            shaped = next((t for t in transitions if t.schema is not None), None)
+            found[name] = Accepted(
+                event=name,
+                state=path,
+                description=described.description if described else None,
+                schema=shaped.schema if shaped else None,
+            )
+    return list(found.values())
 
 
 def handled_below(chart: Chart, config: Config, state: StatePath) -> list[str]:
@@ -350,8 +416,8 @@ def _select(macro: _Macro, event: Event) -> Transition | None:
             return None
         invoke = chart.states[entry.state].invoke
         assert invoke is not None
-        if entry.kind is InvokeKind.EXEC:
-            # An exec that answered is no longer running; an Agent's Turn runs on
+        if entry.kind is not InvokeKind.AGENT:
+            # An exec or a delivery that answered is no longer running; an Agent's Turn runs on
             # until its state exits, whatever its fault route does.
             macro.invokes.remove(entry)
         candidates = invoke.on_done if event.type == DONE_INVOKE else invoke.on_error
@@ -397,10 +463,20 @@ def _first_enabled(
     for transition in transitions:
         if transition.guard is None:
             return transition
-        verdict = transition.guard.evaluate(_activation(macro, event))
+        verdict = _evaluate(macro, transition.guard, transition.source, event)
         if verdict is True:
             return transition
     return None
+
+
+def _evaluate(
+    macro: _Macro, expression: model.Expression, state: StatePath, event: Event | None
+) -> Any:
+    """``expression``'s value; ``_Failed`` (of ``state``) when it fails."""
+    try:
+        return expression.evaluate(_activation(macro, event))
+    except ExpressionError as error:
+        raise _Failed(state, error) from error
 
 
 def _activation(macro: _Macro, event: Event | None) -> dict[str, Any]:
@@ -413,7 +489,8 @@ def _activation(macro: _Macro, event: Event | None) -> dict[str, Any]:
 def _take(macro: _Macro, transition: Transition, event: Event) -> None:
     chart = macro.chart
     updates = [
-        (path, value.evaluate(_activation(macro, event))) for path, value in transition.assign
+        (path, _evaluate(macro, value, transition.source, event))
+        for path, value in transition.assign
     ]
     target = transition.target
     if target is None or target == transition.source:
@@ -493,14 +570,20 @@ def _enter(macro: _Macro, state: State) -> None:
         macro.armed.append(entry)
     if state.invoke is not None:
         macro.seq += 1
-        kind = InvokeKind.AGENT if state.invoke.agent is not None else InvokeKind.EXEC
+        kind = (
+            InvokeKind.AGENT
+            if state.invoke.agent is not None
+            else InvokeKind.DELIVER
+            if state.invoke.deliver is not None
+            else InvokeKind.EXEC
+        )
         entry_i = InvokeEntry(state.path, kind, macro.cause, macro.seq)
         macro.invokes.append(entry_i)
         macro.started.append(entry_i)
 
 
 def _reach_final(macro: _Macro, final: State) -> None:
-    output = final.output.evaluate(_activation(macro, None)) if final.output else None
+    output = _evaluate(macro, final.output, final.path, None) if final.output else None
     if final.failed:
         _end(
             macro, Status.FAILED, output=output, message=f"reached the failed final '{final.path}'"
@@ -527,32 +610,94 @@ def _settle(macro: _Macro) -> None:
     for _ in range(MAX_MICROSTEPS):
         if macro.status is not Status.RUNNING:
             return
-        if macro.internal:
-            event = macro.internal.pop(0)
-            state = macro.chart.states[StatePath(event.origin or "")]
-            if state.path in active(macro.chart, macro.config()):
-                chosen = _first_enabled(macro, state.on_done, event)
+        handling: Event | None = None
+        try:
+            if macro.internal:
+                event = macro.internal.pop(0)
+                if event.type == ERROR_EXPRESSION:
+                    handling = event
+                    _handle_error(macro, event)
+                    continue
+                state = macro.chart.states[StatePath(event.origin or "")]
+                if state.path in active(macro.chart, macro.config()):
+                    chosen = _first_enabled(macro, state.on_done, event)
+                    if chosen is not None:
+                        _take(macro, chosen, event)
+                continue
+            chosen = None
+            for path in active(macro.chart, macro.config()):
+                chosen = _first_enabled(macro, macro.chart.states[path].always, None)
                 if chosen is not None:
-                    _take(macro, chosen, event)
-            continue
-        chosen = None
-        for path in active(macro.chart, macro.config()):
-            chosen = _first_enabled(macro, macro.chart.states[path].always, None)
-            if chosen is not None:
-                break
-        if chosen is None:
-            return
-        _take(macro, chosen, Event("always", cause=macro.cause))
+                    break
+            if chosen is None:
+                return
+            _take(macro, chosen, Event("always", cause=macro.cause))
+        except _Failed as failed:
+            if handling is not None:
+                _expression_fault(macro, failed, while_handling=True)
+                return
+            macro.internal.append(_error_event(macro, failed))
     raise ExpressionError(
         "always", f"more than {MAX_MICROSTEPS} eventless transitions in one step: a loop"
     )
 
 
+def _error_event(macro: _Macro, failed: _Failed) -> Event:
+    """``error.expression`` for an expression that failed in ``failed.state``."""
+    error = failed.error
+    fields: dict[str, Any] = {
+        "state": failed.state,
+        "expression": error.source,
+        "where": error.where,
+        "message": error.cause,
+    }
+    if error.key is not None:
+        fields["key"] = error.key
+    return Event(ERROR_EXPRESSION, fields, macro.cause, origin=failed.state)
+
+
+def _handle_error(macro: _Macro, event: Event) -> None:
+    """``error.expression`` to the active states, from the leaf outward; unhandled, the
+    Run faults."""
+    chosen = _bubble(macro, event)
+    if chosen is None:
+        _expression_fault(macro, _Failed(StatePath(event.origin or ""), _as_error(event)))
+        return
+    _take(macro, chosen, event)
+
+
+def _as_error(event: Event) -> ExpressionError:
+    fields = event.fields
+    return ExpressionError(
+        str(fields["expression"]),
+        str(fields["message"]),
+        where=str(fields.get("where") or ""),
+        key=fields.get("key"),
+    )
+
+
+def _expression_fault(macro: _Macro, failed: _Failed, *, while_handling: bool = False) -> None:
+    """The Run fails for an expression nothing handled: a defect, so no stop has a cause."""
+    error = failed.error
+    where = f" ({error.where})" if error.where else ""
+    state = f" in state '{failed.state}'" if failed.state else ""
+    why = (
+        "it failed while error.expression was handled"
+        if while_handling
+        else "no state handles error.expression"
+    )
+    macro.cause = NO_CAUSE
+    macro.stopped = [Stopped(s.invoke, NO_CAUSE) for s in macro.stopped]
+    macro.fault = str(error)
+    _end(macro, Status.FAILED, message=f"the Machine faulted{state}: {error}{where}; {why}")
+
+
 def _fault(macro: _Macro, event: Event, error: ExpressionError) -> Step:
     macro.cause = NO_CAUSE
     macro.stopped = [Stopped(s.invoke, NO_CAUSE) for s in macro.stopped]
+    macro.fault = str(error)
     _end(macro, Status.FAILED, message=f"the Machine faulted: {error}")
-    return macro.result(event, taken=True, fault=str(error))
+    return macro.result(event, taken=True)
 
 
 def _timer(chart: Chart, entry: TimerEntry) -> Timer:

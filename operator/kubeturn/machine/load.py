@@ -2,27 +2,30 @@
 every problem at once.
 
 ``load_run`` is the one way from a manifest to a runnable machine. Shape problems
-(pydantic) are reported first, since nothing else can be checked without a shape;
-then the machine is compiled and every whole-manifest check runs (targets, kinds,
-reachability, Menus, expressions, durations, and on request the Workspace that Agents
-and commands need), each problem collected with its manifest path into one
-``DefinitionErrors``. No IO: ``load_run_yaml`` parses text it is given.
+(pydantic) come first; then the machine is compiled and every whole-manifest check runs
+(targets, kinds, reachability, Menus, expressions, durations, and on request the
+Workspace that Agents and commands need), each problem collected with its manifest path
+into one ``DefinitionErrors``. A shape problem outside ``spec.machine`` (an Agent's
+field of the wrong type) does not hide the machine's own problems: a machine whose shape
+is sound is checked all the same, and both are reported at once. No IO:
+``load_run_yaml`` parses text it is given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from kubeturn import api
-from kubeturn.api.depth import MAX_SPEC_DEPTH, MAX_STATE_DEPTH, MAX_VALUE_DEPTH
-from kubeturn.api.validation import validate_run
+from kubeturn.api.depth import MAX_SPEC_DEPTH, MAX_STATE_DEPTH, MAX_VALUE_DEPTH, depth_problems
+from kubeturn.api.validation import on_keys_restored, validate_run
 from kubeturn.errors import DefinitionError, DefinitionErrors
 from kubeturn.machine import model, reachability, targets
-from kubeturn.machine.compiler import compile_machine
+from kubeturn.machine.compiler import Compiled, compile_machine
 from kubeturn.machine.menus import MenuEntry
 from kubeturn.machine.menus import build as build_menus
 
@@ -33,6 +36,7 @@ __all__ = [
     "load_run",
     "load_run_yaml",
     "parse_yaml",
+    "parse_yaml_documents",
 ]
 
 DEFAULT_NAMESPACE = "default"
@@ -69,19 +73,17 @@ def load_run(document: Mapping[str, Any], *, workspace_required: bool = False) -
     Workspace's sandbox; the local runner does not, since it lends such a Run its workdir
     (ADR 0023).
     """
-    run = validate_run(document)
+    try:
+        run = validate_run(document)
+    except DefinitionErrors as shape:
+        beyond = _machine_problems_beyond(document, shape.errors)
+        if not beyond:
+            raise
+        raise DefinitionErrors([*shape.errors, *beyond]) from shape
     compiled = compile_machine(run.spec.machine, run.spec.agents)
-    problems = list(compiled.problems)
-    menus, menu_problems = build_menus(compiled.chart)
-    problems.extend(menu_problems)
-    problems.extend(
-        DefinitionError(
-            targets.state_where(path),
-            f"no transition leads to the state {path!r}: target it from another state, or "
-            "remove it",
-        )
-        for path in reachability.unreachable(compiled.chart, assumed=compiled.explained)
-    )
+    menus, whole = _whole_machine(compiled)
+    problems = [*compiled.problems, *whole]
+    problems.extend(_deliver_slots(compiled.chart, run.spec))
     if workspace_required and run.spec.workspace is None:
         problems.extend(_without_workspace(compiled.chart))
     if problems:
@@ -96,6 +98,57 @@ def load_run(document: Mapping[str, Any], *, workspace_required: bool = False) -
     )
 
 
+def _whole_machine(
+    compiled: Compiled,
+) -> tuple[dict[model.StatePath, tuple[MenuEntry, ...]], list[DefinitionError]]:
+    """The Menus of a compiled machine, and the problems of its Menus and reachability."""
+    menus, problems = build_menus(compiled.chart)
+    problems.extend(
+        DefinitionError(
+            targets.state_where(path),
+            f"no transition leads to the state {path!r}: target it from another state, or "
+            "remove it",
+        )
+        for path in reachability.unreachable(compiled.chart, assumed=compiled.explained)
+    )
+    return menus, problems
+
+
+def _machine_problems_beyond(
+    document: Any, shape: Sequence[DefinitionError]
+) -> list[DefinitionError]:
+    """The machine's own problems (targets, expressions, Menus) in a manifest that has shape
+    problems elsewhere, so that one edit fixes them all; none when the machine's own shape
+    is wrong, the whole is not a mapping, or it nests too deep (then only that is said)."""
+    if any(
+        p.path in ("", "spec", "spec.machine") or p.path.startswith("spec.machine") for p in shape
+    ):
+        return []
+    restored = on_keys_restored(document)
+    spec = restored.get("spec") if isinstance(restored, Mapping) else None
+    if not isinstance(spec, Mapping) or depth_problems(document):
+        return []
+    try:
+        machine = api.MachineSpec.model_validate(spec.get("machine"))
+    except ValidationError:
+        return []
+    agents: dict[str, api.AgentSlot] = {}
+    written = spec.get("agents")
+    for name, slot in written.items() if isinstance(written, Mapping) else []:
+        try:
+            agents[str(name)] = api.AgentSlot.model_validate(slot)
+        except ValidationError:
+            # Its problems are among the shape's; the machine may still name it.
+            agents[str(name)] = api.AgentSlot.model_construct(instructions="-")
+    compiled = compile_machine(machine, agents)
+    said = {str(problem) for problem in shape}
+    return [
+        problem
+        for problem in [*compiled.problems, *_whole_machine(compiled)[1]]
+        if str(problem) not in said
+    ]
+
+
 def _without_workspace(chart: model.Chart) -> list[DefinitionError]:
     """The problem of a Run with no Workspace whose states invoke something (none if none
     does: a Machine of timers and signals alone runs anywhere)."""
@@ -105,6 +158,8 @@ def _without_workspace(chart: model.Chart) -> list[DefinitionError]:
             continue
         if state.invoke.agent is not None:
             needs.append(f"the state {path!r} invokes the Agent {state.invoke.agent.slot!r}")
+        elif state.invoke.deliver is not None:
+            needs.append(f"the state {path!r} delivers the repo slot {state.invoke.deliver.slot!r}")
         else:
             needs.append(f"the state {path!r} runs a command (exec)")
     if not needs:
@@ -117,6 +172,30 @@ def _without_workspace(chart: model.Chart) -> list[DefinitionError]:
             "one the Run owns (`workspace: {template: {repos: ...}}`)",
         )
     ]
+
+
+def _deliver_slots(chart: model.Chart, spec: api.RunSpec) -> list[DefinitionError]:
+    """A delivery's slot must be a repo slot of the Workspace, where the manifest says which
+    slots it has (a template); a Workspace named is checked when the delivery runs."""
+    if spec.workspace is not None and spec.workspace.template is None:
+        return []
+    repos = spec.workspace.template.repos if spec.workspace and spec.workspace.template else {}
+    problems = []
+    for path, state in chart.states.items():
+        deliver = state.invoke.deliver if state.invoke is not None else None
+        if deliver is None or deliver.slot in repos:
+            continue
+        where = targets.state_where(path) + ".invoke.deliver.slot"
+        if repos:
+            listed = ", ".join(sorted(repos))
+            why = f"no repo slot {deliver.slot!r} in the Workspace (its repos: {listed})"
+        else:
+            why = (
+                f"no repo slot {deliver.slot!r}: the Run has no Workspace with repos to deliver; "
+                "give it one (`workspace: {template: {repos: {<slot>: {url: ...}}}}`)"
+            )
+        problems.append(DefinitionError(where, why))
+    return problems
 
 
 def load_run_yaml(
@@ -132,8 +211,19 @@ def parse_yaml(text: str, source: str = "<manifest>") -> Any:
     PyYAML recurses a few frames per level: a document nested some hundreds of levels
     deep, far beyond what a Run may nest (``kubeturn.api.depth``), cannot be read.
     """
+    return _parsed(lambda: yaml.safe_load(text), source)
+
+
+def parse_yaml_documents(text: str, source: str = "<manifest>") -> list[Any]:
+    """Every YAML document of ``text`` (split by ``---``; empty ones left out), as
+    ``kubectl apply -f`` reads a file; ``DefinitionErrors`` as ``parse_yaml``."""
+    documents = _parsed(lambda: list(yaml.safe_load_all(text)), source)
+    return [document for document in documents if document is not None]
+
+
+def _parsed(parse: Callable[[], Any], source: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return parse()
     except RecursionError as error:
         raise DefinitionErrors(
             [

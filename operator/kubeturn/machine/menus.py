@@ -5,8 +5,8 @@ states inside it, in document order (the state's own first, then its descendants
 depth-first); when an event is handled at several places, its first definition gives
 the tool's description and schema. Each event becomes a tool of the same name, so a
 name must be a valid tool name that no Working tool has, and a description (the
-tool's only manual) is required. ``agent.fault`` and ``CANCEL`` are raised by the
-machine, never picked, so they are never offered. No IO.
+tool's only manual) is required. ``agent.fault``, ``error.expression`` and ``CANCEL``
+are raised by the machine, never picked, so they are never offered. No IO.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ WORKING_TOOLS = frozenset({"read", "write", "edit", "bash", "grep", "glob"})
 """The Harness's Working tools (``kubeturn_harness.tools.schemas.ToolName``; a test keeps
 the two equal). A pick under one of these names would be ambiguous to the model."""
 
-MACHINE_EVENTS = frozenset({"agent.fault", "CANCEL"})
+MACHINE_EVENTS = frozenset({"agent.fault", model.ERROR_EXPRESSION, "CANCEL"})
 """Events the machine raises itself; a state may handle them, no Agent picks them."""
 
 MENU_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")

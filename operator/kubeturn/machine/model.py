@@ -22,8 +22,11 @@ ERROR_INVOKE = "error.invoke"
 """The event of an invoke failing; the state's ``invoke.onError`` handles it."""
 DONE_STATE = "done.state"
 """The event of a compound state's final child being reached; its ``onDone`` handles it."""
+ERROR_EXPRESSION = "error.expression"
+"""The event of a CEL expression failing at run time (ADR 0068): ``on`` may handle it."""
 RESERVED_EVENT_PREFIXES = ("done.", "error.", "after:")
-"""Events the machine names itself; a manifest may not handle them in ``on``."""
+"""Events the machine names itself; a manifest may not handle them in ``on``, but for
+``ERROR_EXPRESSION``."""
 
 
 def timer_id(state: StatePath, delay: str) -> str:
@@ -89,11 +92,22 @@ class ExecCall:
 
 
 @dataclass(frozen=True)
+class DeliverCall:
+    slot: str
+    """The repo slot whose worktree is committed (and pushed)."""
+    message: Template
+    push: bool
+    author_name: str
+    author_email: str
+
+
+@dataclass(frozen=True)
 class Invoke:
     """A state's one invocation; it runs while the state is active."""
 
     agent: AgentCall | None = None
     exec: ExecCall | None = None
+    deliver: DeliverCall | None = None
     on_done: tuple[Transition, ...] = ()
     on_error: tuple[Transition, ...] = ()
 

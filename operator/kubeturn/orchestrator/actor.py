@@ -15,13 +15,14 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubeturn.orchestrator.core import ExecResult, Gone, PickAnswer, RunCore
+from kubeturn.orchestrator.core import DeliverResult, ExecResult, Gone, PickAnswer, RunCore
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
     Effects,
     Finished,
     Recorded,
+    StartDeliver,
     StartExec,
     StopExec,
     Sweep,
@@ -70,6 +71,20 @@ class ExecPort(Protocol):
     async def run(self, effect: StartExec) -> ExecResult: ...
 
 
+class DeliverPort(Protocol):
+    """Commits a slot's worktree on the Run's branch and, with ``push``, pushes it; how it
+    ended, never raising (ADR 0063)."""
+
+    async def deliver(self, effect: StartDeliver) -> DeliverResult: ...
+
+
+class NoDeliveries:
+    """The port of a shell that cannot deliver: every delivery fails, saying so."""
+
+    async def deliver(self, effect: StartDeliver) -> DeliverResult:
+        return DeliverResult(error="this Run's shell cannot deliver work")
+
+
 class SnapshotStore(Protocol):
     async def save(self, snapshot: dict[str, Any]) -> None: ...
 
@@ -89,10 +104,12 @@ class RunActor:
         clock: Clock,
         on_change: Callable[[RunActor], None] | None = None,
         on_record: Callable[[TurnRecord], None] | None = None,
+        deliveries: DeliverPort | None = None,
     ) -> None:
         self.core = core
         self._turns = turns
         self._execs = execs
+        self._deliveries: DeliverPort = deliveries or NoDeliveries()
         self._store = store
         self._clock = clock
         self._on_change = on_change
@@ -198,6 +215,8 @@ class RunActor:
                 self._chain(effect.instance_id, self._sweep(effect))
             elif isinstance(effect, StartExec):
                 self._execs_running[effect.invocation] = self._spawn(self._exec(effect))
+            elif isinstance(effect, StartDeliver):
+                self._spawn(self._deliver(effect))
             elif isinstance(effect, StopExec):
                 task = self._execs_running.pop(effect.invocation, None)
                 if task is not None:
@@ -273,6 +292,10 @@ class RunActor:
         result = await self._execs.run(effect)
         self._execs_running.pop(effect.invocation, None)
         await self._do(lambda now: self.core.exec_done(effect.invocation, result, now))
+
+    async def _deliver(self, effect: StartDeliver) -> None:
+        result = await self._deliveries.deliver(effect)
+        await self._do(lambda now: self.core.deliver_done(effect.invocation, result, now))
 
     def _arm_timer(self) -> None:
         current = asyncio.current_task()

@@ -31,8 +31,8 @@ from typing import Any
 
 import jsonschema
 
-from kubeturn.api.status import bounded
-from kubeturn.errors import SnapshotUnreadable
+from kubeturn.api.status import DeliveryRecord, bounded
+from kubeturn.errors import ExpressionError, SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import (
     DONE_INVOKE,
@@ -47,13 +47,14 @@ from kubeturn.machine.interpreter import (
 )
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import StatePath
-from kubeturn.orchestrator import frames, ids, turns
+from kubeturn.orchestrator import frames, ids, signals, turns
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
     Effects,
     Finished,
     Recorded,
+    StartDeliver,
     StartExec,
     StopExec,
     Sweep,
@@ -87,6 +88,12 @@ about 100 KiB; failed Turns carry their messages (up to 2 KiB each,
 Run stays far below etcd's 1.5 MiB per object: the spec (at most 128 KiB,
 ``kubeturn.k8s.runs.MAX_SPEC_BYTES``), kubectl's copy of it in an annotation, the
 history, and the snapshot of what is live."""
+DELIVERIES_KEPT = 20
+"""Delivery records kept (``Run.status.deliveries``), newest last: a Run delivers a few
+times; each record is at most a few KiB (its error is bounded)."""
+DELIVERED_KEY = "delivered"
+"""The core's snapshot's key of the delivery records; a Run's status holds them as
+``deliveries``."""
 MAX_TIMERS_AT_ONCE = 1000
 """Timers fired in one call; a zero-delay timer that re-arms itself cannot spin forever."""
 
@@ -130,6 +137,19 @@ class ExecResult:
     """Set when the command could not run at all."""
 
 
+@dataclass(frozen=True)
+class DeliverResult:
+    """How a delivery ended: its branch and commit, pushed or why not."""
+
+    branch: str | None = None
+    commit: str | None = None
+    changed: bool = False
+    pushed: bool = False
+    remote: str | None = None
+    error: str | None = None
+    """Set when it failed: nothing to deliver, the push refused, ..."""
+
+
 class RunCore:
     def __init__(
         self,
@@ -167,8 +187,15 @@ class RunCore:
         """Turns recorded over the Run's life (the history keeps the last ones)."""
         self.execs: dict[str, StartExec] = {}
         """Commands started and not yet answered, as rendered: a restore starts them again."""
+        self.delivering: dict[str, StartDeliver] = {}
+        """Deliveries started and not yet ended, as rendered: a restore starts them again,
+        whether or not their state is still active (a delivery is never stopped)."""
+        self.delivered: list[DeliveryRecord] = []
+        """The most recent deliveries' records, oldest first, at most ``DELIVERIES_KEPT``."""
         self.signals: list[str] = []
         """Ids of the outside signals already sent: each is sent exactly once."""
+        self.ignored: dict[str, str] = {}
+        """Of those, the ones the Machine did not take, and why (ADR 0067)."""
         self.cancelled = False
         self.turn_seq = 0
         """Turns started over the Run's life: the n-th is ``t<n>`` (``ids.turn``)."""
@@ -199,12 +226,37 @@ class RunCore:
         *,
         signal_id: str | None = None,
     ) -> Effects:
-        """An outside event; one with an id is sent once, however often it is repeated."""
+        """An outside event; one with an id is sent once, however often it is repeated.
+
+        It is handled now or never (ADR 0067): one that no active state accepts, whose data
+        does not fit its schema, or that no guard lets through changes nothing, and one
+        with an id is recorded in ``ignored`` with why."""
         if signal_id is not None:
             if signal_id in self.signals:
                 return Effects()
             self.signals.append(signal_id)
-        return self._send(Event(event, dict(data or {})), now)
+        effects = Effects()
+        if self.config is None:
+            return effects
+        payload = dict(data or {})
+        found = [
+            {"event": item.event, "state": item.state, "schema": item.schema}
+            for item in self.accepted()
+        ]
+        why = signals.refusal(found, event, payload)
+        if why is None:
+            step = self._step(Event(event, payload), now, effects)
+            if not step.taken:
+                why = f"no transition of {event} has a guard that holds now"
+        if why is not None and signal_id is not None:
+            self.ignored[signal_id] = bounded(why)
+        return effects
+
+    def accepted(self) -> list[interpreter.Accepted]:
+        """The events the active states accept now (``interpreter.accepted``)."""
+        if self.config is None:
+            return []
+        return interpreter.accepted(self.run.chart, self.config)
 
     def cancel(self, now: float) -> Effects:
         """CANCEL, sent once."""
@@ -242,6 +294,41 @@ class RunCore:
             )
         else:
             event = Event(DONE_INVOKE, {"output": fields}, entry.cause, invocation)
+        return self._send(event, now)
+
+    def deliver_done(self, invocation: str, result: DeliverResult, now: float) -> Effects:
+        """A delivery ended: it is recorded, and its state (if still active) gets its done
+        or error event. One already recorded (a repeat after a restore) is ignored."""
+        start = self.delivering.pop(invocation, None)
+        if start is None:
+            return Effects()
+        record = DeliveryRecord(
+            state=start.state,
+            slot=start.slot,
+            branch=result.branch,
+            commit=result.commit,
+            changed=result.changed,
+            pushed=result.pushed,
+            remote=result.remote,
+            error=result.error,
+            time=now,
+        )
+        self.delivered = [*self.delivered, record][-DELIVERIES_KEPT:]
+        entry = self._invocation(invocation)
+        if entry is None:
+            return Effects()
+        if result.error is not None:
+            fields = {"reason": "deliver", "message": bounded(result.error)}
+            event = Event(ERROR_INVOKE, fields, entry.cause, invocation)
+        else:
+            output = {
+                "commit": result.commit,
+                "branch": result.branch,
+                "changed": result.changed,
+                "pushed": result.pushed,
+                "remote": result.remote,
+            }
+            event = Event(DONE_INVOKE, {"output": output}, entry.cause, invocation)
         return self._send(event, now)
 
     def pick(
@@ -445,6 +532,8 @@ class RunCore:
         for invocation, start in self.execs.items():
             if invocation in running:
                 effects.add(start)
+        for delivery in self.delivering.values():
+            effects.add(delivery)
         return effects
 
     # ------------------------------------------------------------------ the machine
@@ -487,6 +576,8 @@ class RunCore:
                 self.execs.pop(stopped.invoke.id, None)
                 effects.add(StopExec(stopped.invoke.id))
                 continue
+            if stopped.invoke.kind is InvokeKind.DELIVER:
+                continue  # it runs to its end and is recorded; its result goes nowhere
             turn = self._turn_of(stopped.invoke.id)
             if turn is not None:
                 cause = PICK if turn.id in stopped.cause else None
@@ -496,6 +587,8 @@ class RunCore:
                 continue
             if started.kind is InvokeKind.AGENT:
                 self._start_turn(started, step.event, now, effects)
+            elif started.kind is InvokeKind.DELIVER:
+                self._start_deliver(started, step.event, effects)
             else:
                 self._start_exec(started, step.event, now, effects)
         if step.config.status is not Status.RUNNING and self.phase is RunPhase.RUNNING:
@@ -874,6 +967,46 @@ class RunCore:
         self.execs[entry.id] = start
         effects.add(start)
 
+    def _start_deliver(self, entry: InvokeEntry, event: Event | None, effects: Effects) -> None:
+        assert self.config is not None
+        state = self.run.chart.states[entry.state]
+        assert state.invoke is not None
+        call = state.invoke.deliver
+        assert call is not None
+        where = _invoke_path(entry.state) + ".deliver"
+        activation = interpreter.activation(self.config, event, self._scope)
+        refused: str | None = None
+        message = ""
+        try:
+            message = call.message.render(activation)
+        except ExpressionError as error:
+            refused = f"{where}.message: {error}"
+        if self.workspace is not None and call.slot not in self.workspace.repos:
+            listed = ", ".join(sorted(self.workspace.repos)) or "none"
+            refused = (
+                f"{where}.slot: no repo slot {call.slot!r} in the Workspace (its repos: {listed})"
+            )
+        elif self.workspace is None:
+            refused = f"{where}: the Run has no Workspace whose work it could deliver"
+        if refused is not None:
+            self._queue.append(
+                Event(
+                    ERROR_INVOKE, {"reason": "refused", "message": refused}, entry.cause, entry.id
+                )
+            )
+            return
+        start = StartDeliver(
+            invocation=entry.id,
+            state=entry.state,
+            slot=call.slot,
+            message=message,
+            push=call.push,
+            author_name=call.author_name,
+            author_email=call.author_email,
+        )
+        self.delivering[entry.id] = start
+        effects.add(start)
+
     def _at_rest(self, turn: Turn) -> bool:
         assert self.config is not None
         return interpreter.at_rest(self.run.chart, self.config, StatePath(turn.state))
@@ -937,6 +1070,7 @@ class RunCore:
             HISTORY_KEY: [r.model_dump(mode="json") for r in self.history],
             "recorded": self.recorded,
             "signals": list(self.signals),
+            "ignoredSignals": dict(self.ignored),
             "execs": [
                 {
                     "invocation": e.invocation,
@@ -946,6 +1080,18 @@ class RunCore:
                 }
                 for e in self.execs.values()
             ],
+            "delivering": [
+                {
+                    "invocation": d.invocation,
+                    "state": d.state,
+                    "slot": d.slot,
+                    "message": d.message,
+                    "push": d.push,
+                    "author": {"name": d.author_name, "email": d.author_email},
+                }
+                for d in self.delivering.values()
+            ],
+            DELIVERED_KEY: [r.model_dump(mode="json", exclude_none=True) for r in self.delivered],
             "cancelled": self.cancelled,
             "turnSeq": self.turn_seq,
             "deliverySeq": self.delivery_seq,
@@ -975,10 +1121,25 @@ class RunCore:
         self._history_bytes = [_size(record) for record in self.history]
         self.recorded = int(data["recorded"])
         self.signals = list(data["signals"])
+        # Absent from a snapshot written before signals could be ignored: none was.
+        self.ignored = {str(k): str(v) for k, v in dict(data.get("ignoredSignals") or {}).items()}
         self.execs = {
             e["invocation"]: StartExec(e["invocation"], e["command"], e["cwd"], float(e["timeout"]))
             for e in data["execs"]
         }
+        self.delivering = {
+            d["invocation"]: StartDeliver(
+                d["invocation"],
+                d["state"],
+                d["slot"],
+                d["message"],
+                bool(d["push"]),
+                d["author"]["name"],
+                d["author"]["email"],
+            )
+            for d in data["delivering"]
+        }
+        self.delivered = [DeliveryRecord.model_validate(r) for r in data[DELIVERED_KEY]]
         self.cancelled = bool(data["cancelled"])
         self.turn_seq = int(data["turnSeq"])
         self.delivery_seq = int(data["deliverySeq"])

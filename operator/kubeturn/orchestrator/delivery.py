@@ -11,8 +11,16 @@ setting, a symlink) runs or is followed where the credential is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+from kubeturn.orchestrator.core import DeliverResult
+from kubeturn.orchestrator.effects import StartDeliver
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,5 +57,119 @@ class PushResult:
     """Why not, in one line (credentials refused, not a fast-forward, unreachable)."""
 
 
+def shown_url(url: str) -> str:
+    """``url`` without a user or password, as messages quote it (an ssh URL may name its
+    login user; one with a password is never quoted either)."""
+    if "://" in url:
+        parts = urlsplit(url)
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    user, at, rest = url.partition("@")
+    scp_like = at and "/" not in user and ":" in rest
+    return rest if scp_like else url
+
+
+def refused(request: PushRequest, why: str) -> PushResult:
+    """A push that did not happen, in the one line every pusher gives: the slot, where to
+    (``shown_url``) and why."""
+    return PushResult(
+        pushed=False,
+        error=f"cannot push repo slot '{request.slot}' to {shown_url(request.url)}: {why}",
+    )
+
+
 class Pusher(Protocol):
     async def push(self, request: PushRequest) -> PushResult: ...
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What the sandbox answered a delivery: the branch's commit and bundle."""
+
+    commit: str
+    changed: bool
+    bundle: str
+    clone: str
+
+
+class DeliveryFailed(Exception):
+    """The sandbox could not commit or bundle the work; the message says why, in a line."""
+
+
+class Committer(Protocol):
+    """Commits a Run's worktree of a slot on its branch and bundles it (the Harness's
+    ``POST /deliveries``). Safe to repeat: nothing changed since is the same commit."""
+
+    async def commit(
+        self, slot: str, branch: str, message: str, author: tuple[str, str]
+    ) -> Committed: ...
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A repo slot's repository, as its Workspace names it."""
+
+    url: str
+    secret: str | None = None
+
+
+NO_PUSHER = (
+    "no pusher on this operator: it cannot push a Run's branch; deliver with push: false, "
+    "or run an operator that pushes"
+)
+
+
+@dataclass
+class Deliverer:
+    """The ``DeliverPort`` of a Run: the sandbox commits and bundles, then, with ``push``,
+    the ``Pusher`` pushes the bundle's branch to the slot's repository."""
+
+    namespace: str
+    run: str
+    workspace: str
+    branch: str
+    committer: Committer
+    remotes: Callable[[], Awaitable[Mapping[str, Remote]]]
+    """Each repo slot's repository, as the Workspace names it when the push is made."""
+    pusher: Pusher | None
+    """None: a push fails with ``NO_PUSHER``."""
+
+    async def deliver(self, effect: StartDeliver) -> DeliverResult:
+        try:
+            done = await self.committer.commit(
+                effect.slot,
+                self.branch,
+                effect.message,
+                (effect.author_name, effect.author_email),
+            )
+        except DeliveryFailed as failed:
+            return DeliverResult(branch=self.branch, error=str(failed))
+        result = DeliverResult(branch=self.branch, commit=done.commit, changed=done.changed)
+        if not effect.push:
+            return result
+        remote = (await self.remotes()).get(effect.slot)
+        if remote is None:
+            return replace(result, error=f"the Workspace has no repo slot {effect.slot!r}")
+        result = replace(result, remote=remote.url)
+        if self.pusher is None:
+            return replace(result, error=NO_PUSHER)
+        request = PushRequest(
+            namespace=self.namespace,
+            run=self.run,
+            workspace=self.workspace,
+            slot=effect.slot,
+            branch=self.branch,
+            commit=done.commit,
+            bundle=done.bundle,
+            clone=done.clone,
+            url=remote.url,
+            secret=remote.secret,
+        )
+        try:
+            pushed = await self.pusher.push(request)
+        except Exception as error:  # a pusher's defect fails this delivery, not the Run's actor
+            log.exception("the push of %s to %s failed", self.branch, remote.url)
+            pushed = refused(request, f"the pusher failed: {error}")
+        if not pushed.pushed:
+            said = pushed.error or refused(request, "the pusher did not say why").error
+            return replace(result, error=said)
+        return replace(result, pushed=True)

@@ -54,6 +54,21 @@ class StopExec:
 
 
 @dataclass(frozen=True)
+class StartDeliver:
+    """Commit a repo slot's worktree on the Run's branch and, with ``push``, push it. Never
+    stopped: a delivery runs to its end even when its state exits (ADR 0063)."""
+
+    invocation: str
+    state: str
+    """The state that asked for it."""
+    slot: str
+    message: str
+    push: bool
+    author_name: str
+    author_email: str
+
+
+@dataclass(frozen=True)
 class Answer:
     """The answer of an outstanding pick, for whoever long-polls its delivery."""
 
@@ -77,7 +92,7 @@ class Recorded:
     record: TurnRecord
 
 
-Effect = Admit | Sweep | StartExec | StopExec | Answer | Finished | Recorded
+Effect = Admit | Sweep | StartExec | StopExec | StartDeliver | Answer | Finished | Recorded
 
 
 @dataclass

@@ -42,9 +42,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from kubeturn.orchestrator.actor import AdmitFailed, Settled
 from kubeturn.orchestrator.core import ExecResult
+from kubeturn.orchestrator.delivery import Committed, DeliveryFailed
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn_harness.wire import (
     AdmitResponse,
+    DeliverResponse,
     ErrorBody,
     EventType,
     ExecResponse,
@@ -304,6 +306,24 @@ class HarnessClient:
         ran = _decoded(_EXECUTED, answer, what)
         return ExecResult(ran.exitCode, ran.output, timed_out=ran.timedOut)
 
+    async def send_deliver(
+        self, run: str, branch: str, slot: str, message: str, author: tuple[str, str]
+    ) -> DeliverResponse:
+        """Have the Harness commit the Run's worktree of ``slot`` and bundle its branch
+        (safe to repeat: nothing changed since is the same commit)."""
+        body = {
+            "run": run,
+            "branch": branch,
+            "slot": slot,
+            "message": message,
+            "author": {"name": author[0], "email": author[1]},
+        }
+        what = "the delivery"
+        answer = await self._call("POST", f"{self._base}/deliveries", what, json=body)
+        if answer.status != 200:
+            raise _refused(what, answer)
+        return _decoded(_DELIVERED, answer, what)
+
     async def worktrees(self, run: str, branch: str, slots: list[str]) -> dict[str, str]:
         """The Run's worktree of each repo slot (made if missing): slot → path."""
         body = {"run": run, "branch": branch, "slots": slots}
@@ -396,6 +416,7 @@ _ADMITTED = TypeAdapter(AdmitResponse)
 _EVENTS = TypeAdapter(list[StreamEvent])
 _HISTORY = TypeAdapter(History)
 _EXECUTED = TypeAdapter(ExecResponse)
+_DELIVERED = TypeAdapter(DeliverResponse)
 _WORKTREES = TypeAdapter(WorktreesResponse)
 _FORGOTTEN = TypeAdapter(RunForgotten)
 
@@ -411,6 +432,30 @@ def _decoded(shape: TypeAdapter[T], answer: _Answer, what: str) -> T:
             status=answer.status,
             said=answer.body.decode(errors="replace")[:SAID_LIMIT],
         ) from error
+
+
+@dataclass(frozen=True)
+class HarnessCommitter:
+    """The ``Committer`` of a Run whose Harness is ``client``: its ``POST /deliveries``."""
+
+    run: str
+    client: HarnessClient
+
+    async def commit(
+        self, slot: str, branch: str, message: str, author: tuple[str, str]
+    ) -> Committed:
+        try:
+            done = await self.client.send_deliver(self.run, branch, slot, message, author)
+        except HarnessRefused as refused:
+            raise DeliveryFailed(one_line(refused.said or str(refused))) from refused
+        except HarnessError as error:
+            raise DeliveryFailed(one_line(str(error))) from error
+        return Committed(done.commit, done.changed, done.bundle, done.clone)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and runs of spaces as single spaces."""
+    return " ".join(text.split())
 
 
 def _refused(what: str, answer: _Answer) -> HarnessRefused:

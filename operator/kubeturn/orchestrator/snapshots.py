@@ -15,6 +15,11 @@ Versions:
 - **1**: the records are ``status.turns`` only (ADR 0045); Turns and deliveries are
   numbered apart (``turnSeq``, ``deliverySeq``; ADR 0021); ``execs`` lists the commands
   started and not yet answered.
+- **2**: ``delivering`` lists the deliveries (``deliver`` invokes) started and not yet
+  ended; their records are ``status.deliveries`` (ADR 0063). A version 1 snapshot had
+  none under way.
+- Any version may hold ``ignoredSignals`` (id → why): the signals no state took (ADR
+  0067); one without it (every snapshot written before) had none.
 
 A new version gets a step here, a golden snapshot in ``tests/unit/snapshots/`` and a
 line above; a golden is never changed once written.
@@ -27,7 +32,7 @@ from typing import Any
 
 from kubeturn.errors import SnapshotUnreadable
 
-VERSION = 1
+VERSION = 2
 """The version this kubeturn writes."""
 VERSION_KEY = "version"
 HISTORY_KEY = "history"
@@ -60,10 +65,20 @@ def migrate(snapshot: Any, turns: Sequence[Any]) -> dict[str, Any]:
     """
     if not isinstance(snapshot, Mapping):
         raise SnapshotUnreadable(f"it is a {type(snapshot).__name__}, not an object")
-    if version_of(snapshot) == 0:
-        return _from_0(snapshot, turns)
+    version = version_of(snapshot)
+    if version == 0:
+        return _from_1(_from_0(snapshot, turns))
     current = {k: v for k, v in snapshot.items() if k not in LEGACY_KEYS}
-    return {**current, HISTORY_KEY: list(turns)}
+    current = {**current, HISTORY_KEY: list(turns)}
+    return _from_1(current) if version == 1 else current
+
+
+def _from_1(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """Version 1 → 2: a kubeturn that wrote version 1 had no deliveries, so none runs."""
+    data = dict(snapshot)
+    data.setdefault("delivering", [])
+    data[VERSION_KEY] = VERSION
+    return data
 
 
 def _from_0(snapshot: Mapping[str, Any], turns: Sequence[Any]) -> dict[str, Any]:
@@ -76,5 +91,5 @@ def _from_0(snapshot: Mapping[str, Any], turns: Sequence[Any]) -> dict[str, Any]
     data.setdefault("deliverySeq", shared)
     data.setdefault("execs", [])
     data.setdefault(HISTORY_KEY, list(turns))
-    data[VERSION_KEY] = VERSION
+    data[VERSION_KEY] = 1
     return data

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubeturn.api.status import RunStatus
+from kubeturn.api.status import ProcessedSignal, RunStatus, SignalResult
 from kubeturn.errors import SnapshotUnreadable
-from kubeturn.orchestrator import snapshots
-from kubeturn.orchestrator.core import RunCore
+from kubeturn.orchestrator import signals, snapshots
+from kubeturn.orchestrator.core import DELIVERED_KEY, RunCore
 from kubeturn.orchestrator.snapshots import HISTORY_KEY
 
 
@@ -29,6 +29,7 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
     """What ``Run.status`` says of ``core``, whose snapshot is ``snapshot``: every field
     but ``conditions`` and ``observedGeneration``, which are the shell's."""
     records = [record.model_dump(mode="json") for record in core.history]
+    accepted = signals.accepted_events(core.accepted())
     return RunStatus(
         phase=core.shown_phase.value,
         state=core.state,
@@ -37,8 +38,20 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
         droppedTurns=core.recorded - len(records),
         output=core.config.output if core.config else None,
         message=core.message,
-        snapshot={key: value for key, value in snapshot.items() if key != HISTORY_KEY},
-        processedSignals=list(core.signals),
+        deliveries=[record.model_dump(mode="json", exclude_none=True) for record in core.delivered],
+        snapshot={
+            key: value for key, value in snapshot.items() if key not in (HISTORY_KEY, DELIVERED_KEY)
+        },
+        processedSignals=[
+            ProcessedSignal(id=signal_id, result=SignalResult.IGNORED, message=why)
+            if (why := core.ignored.get(signal_id)) is not None
+            else ProcessedSignal(id=signal_id, result=SignalResult.HANDLED)
+            for signal_id in core.signals
+        ],
+        acceptedEvents=accepted,
+        waitingFor=signals.waiting_for(
+            [item.model_dump(mode="json", by_alias=True) for item in accepted]
+        ),
         cancelProcessed=core.cancelled,
     )
 
@@ -56,4 +69,10 @@ def resume_point(status: Mapping[str, Any]) -> dict[str, Any] | None:
         turns = []
     if not isinstance(turns, list):
         raise SnapshotUnreadable(f"its turns are a {type(turns).__name__}, not a list")
-    return snapshots.migrate(snapshot, turns)
+    current = snapshots.migrate(snapshot, turns)
+    deliveries = status.get("deliveries")
+    if deliveries is None:
+        deliveries = []
+    if not isinstance(deliveries, list):
+        raise SnapshotUnreadable(f"its deliveries are a {type(deliveries).__name__}, not a list")
+    return {**current, DELIVERED_KEY: deliveries}
