@@ -289,7 +289,7 @@ async def test_the_readme_walkthrough_runs_as_written(
                 ("reviewer", "reviewing", "ended", "pick"),
             ]
             assert done["output"] == {"rounds": 0, "summary": "added CONTRIBUTING.md"}
-            assert done["processedSignals"] == ["approve-1"]
+            assert done["processedSignals"] == [{"id": "approve-1", "result": "handled"}]
             described = await shell(describe)
             assert "Succeeded" in described
             # Events of one second are listed in no particular order.
