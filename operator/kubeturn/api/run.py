@@ -125,6 +125,8 @@ class RunSpec(Spec):
     )
     signals: list[Signal] = Field(
         default_factory=list,
+        # Defaulted by the API server too, so a JSON patch can append to it at once.
+        json_schema_extra={"default": []},
         max_length=MAX_SIGNALS,
         description=(
             "Outside events, append-only (at most 200); each is sent to the machine once, in order."
