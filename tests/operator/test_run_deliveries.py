@@ -33,12 +33,10 @@ from tests.operator.operator_support import (
     call,
     eventually,
     fail_on_logged_errors,
-    make_origin,
     script,
-    scripted_operator,
     status,
 )
-from tests.operator.test_workspace_lifecycle import POD, World, workspace
+from tests.operator.test_workspace_lifecycle import POD, World, shared_workspace
 
 SCRIPT = script(
     {
@@ -98,10 +96,9 @@ async def world(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> AsyncIterator[World]:
-    async with scripted_operator(installation, SCRIPT) as scripted:
-        made = World(k8s, k8s_client, scripted.session, kubelet, make_origin(tmp_path / "git"))
-        await made.create(workspace(made.origin))
-        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
+    async with shared_workspace(
+        k8s, k8s_client, installation, kubelet, SCRIPT, tmp_path / "git"
+    ) as made:
         yield made
     fail_on_logged_errors(caplog, kubelet.started)
 

@@ -38,9 +38,7 @@ from tests.operator.operator_support import (
     WORKSPACES,
     eventually,
     fail_on_logged_errors,
-    make_origin,
     read,
-    scripted_operator,
     status,
 )
 from tests.operator.test_workspace_lifecycle import (
@@ -52,7 +50,7 @@ from tests.operator.test_workspace_lifecycle import (
     World,
     coder,
     run,
-    workspace,
+    shared_workspace,
 )
 
 RUN_PATH = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{{name}}"
@@ -69,10 +67,9 @@ async def world(
 ) -> AsyncIterator[World]:
     """The operator on the scripted model, the shared Workspace Ready; the test fails if
     the operator or a Harness logged an error."""
-    async with scripted_operator(installation, SCRIPT) as scripted:
-        made = World(k8s, k8s_client, scripted.session, kubelet, make_origin(tmp_path / "git"))
-        await made.create(workspace(made.origin))
-        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
+    async with shared_workspace(
+        k8s, k8s_client, installation, kubelet, SCRIPT, tmp_path / "git"
+    ) as made:
         yield made
     fail_on_logged_errors(caplog, kubelet.started)
 

@@ -56,6 +56,7 @@ import contextlib
 import json
 import subprocess
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,24 @@ async def _watch(api: aiohttp.ClientSession, into: list[Body], opened: asyncio.E
         async for line in response.content:
             if line.strip():
                 into.append(json.loads(line)["object"])
+
+
+@asynccontextmanager
+async def shared_workspace(
+    k8s: emulator.KubernetesApi,
+    k8s_client: aiohttp.ClientSession,
+    installation: Installation,
+    kubelet: kubelet_.Kubelet,
+    script: str,
+    git: Path,
+) -> AsyncIterator[World]:
+    """The operator on the scripted model answering ``script``, and the shared Workspace
+    (its repo made under ``git``) Ready."""
+    async with scripted_operator(installation, script) as scripted:
+        made = World(k8s, k8s_client, scripted.session, kubelet, make_origin(git))
+        await made.create(workspace(made.origin))
+        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
+        yield made
 
 
 @pytest.fixture

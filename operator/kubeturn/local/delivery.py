@@ -14,18 +14,14 @@ there is refused, in one line.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kubeturn.api.status import DeliveryRecord
-from kubeturn.local.repos import is_remote
+from kubeturn.local.repos import is_remote, run_git
 from kubeturn.orchestrator.delivery import PushRequest, PushResult, refused
 
-GIT_TIMEOUT_S = 300.0
-"""A push of a large branch over a slow link takes minutes; five bound a stuck one."""
 OWN = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 """On the pushing repository (made here, so it holds no hook anyway): nothing runs."""
 
@@ -41,32 +37,32 @@ class LocalPusher:
         objects = clone / ".git" / "objects" if (clone / ".git").is_dir() else clone / "objects"
         with tempfile.TemporaryDirectory(prefix="kubeturn-push-") as temporary:
             own = Path(temporary) / "push.git"
-            code, said = await _git("init", "--quiet", "--bare", str(own))
+            code, said = await run_git("init", "--quiet", "--bare", str(own))
             if code != 0:
                 why = f"cannot make a repository to push from: {_last(said)}"
                 return refused(request, why)
             (own / "objects" / "info" / "alternates").write_text(f"{objects}\n")
             ref = f"refs/heads/{request.branch}"
             bundle = str(self._work_root / request.bundle)
-            code, said = await _git(
+            code, said = await run_git(
                 *OWN, "-C", str(own), "fetch", "--quiet", bundle, f"+{ref}:{ref}"
             )
             if code != 0:
                 why = f"the delivered bundle cannot be read: {_last(said)}"
                 return refused(request, why)
-            code, said = await _git("-C", str(own), "rev-parse", "--verify", "--quiet", ref)
+            code, said = await run_git("-C", str(own), "rev-parse", "--verify", "--quiet", ref)
             if code != 0 or said != request.commit:
                 holds = said or "nothing"
                 why = f"the bundle holds {request.branch} at {holds}, not at {request.commit}"
                 return refused(request, why)
             if is_remote(request.url):
-                code, said = await _git(
+                code, said = await run_git(
                     *OWN, "-C", str(own), "push", "--quiet", "--porcelain", request.url,
                     f"{request.commit}:{ref}",
                 )  # fmt: skip
             else:
                 # Fetched back from the person's repository: it only gains the branch.
-                code, said = await _git(
+                code, said = await run_git(
                     "-C", request.url, "fetch", "--no-tags", "--no-recurse-submodules",
                     str(own), f"{ref}:{ref}",
                 )  # fmt: skip
@@ -100,27 +96,6 @@ def work_lines(
         else:
             lines.append(f"work: {tree} (branch {branch}, not delivered)")
     return lines
-
-
-async def _git(*args: str) -> tuple[int, str]:
-    """Run the person's git; its exit code and what it said (stdout and stderr)."""
-    environment = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-    process = await asyncio.create_subprocess_exec(
-        "git",
-        *args,
-        env=environment,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        async with asyncio.timeout(GIT_TIMEOUT_S):
-            output, _ = await process.communicate()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        return 1, f"git {args[0]} took longer than {GIT_TIMEOUT_S:g} s"
-    return process.returncode or 0, output.decode(errors="replace").strip()
 
 
 def _last(said: str) -> str:

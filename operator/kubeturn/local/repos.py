@@ -26,7 +26,8 @@ from kubeturn.api.workspace import Repo
 from kubeturn.errors import CommandError
 
 GIT_TIMEOUT_S = 300.0
-"""A clone of a large repository over a slow link takes minutes; five bound a stuck one."""
+"""A clone or push of a large repository over a slow link takes minutes; five bound a
+stuck one."""
 _SCP_LIKE = re.compile(r"^[\w.+-]+@[\w.-]+:")
 
 
@@ -99,6 +100,14 @@ async def clone(slot: Slot, destination: Path) -> None:
 
 async def _git(*args: str, cwd: Path | None = None) -> tuple[int, str]:
     """Run git; its exit code and the last line it said (stdout and stderr merged)."""
+    code, said = await run_git(*args, cwd=cwd)
+    lines = [line.strip() for line in said.splitlines()]
+    return code, next((line for line in reversed(lines) if line), "")
+
+
+async def run_git(*args: str, cwd: Path | None = None) -> tuple[int, str]:
+    """Run the person's git, never prompting; its exit code and all it said (stdout and
+    stderr merged). Bounded by ``GIT_TIMEOUT_S``."""
     environment = {
         **os.environ,
         "GIT_TERMINAL_PROMPT": "0",
@@ -126,6 +135,4 @@ async def _git(*args: str, cwd: Path | None = None) -> tuple[int, str]:
         process.kill()
         await process.wait()
         return 1, f"git {args[0]} took longer than {GIT_TIMEOUT_S:g} s"
-    lines = [line.strip() for line in output.decode(errors="replace").splitlines()]
-    said = next((line for line in reversed(lines) if line), "")
-    return process.returncode or 0, said
+    return process.returncode or 0, output.decode(errors="replace").strip()
