@@ -92,9 +92,9 @@ def test_the_example_leaves_the_branch_in_the_users_repository(project: Path) ->
     assert git(project, "rev-list", f"main..{BRANCH}") == commit  # one commit on main
     assert git(project, "rev-parse", f"{BRANCH}^") == main
     assert git(project, "log", "-1", "--format=%an|%s", BRANCH) == (
-        "kubeturn example|Add a changelog for 0.1.0"
+        "kubeturn example|Say how to propose a change"
     )
-    assert git(project, "show", f"{BRANCH}:CHANGELOG.md").startswith("# Changelog")
+    assert git(project, "show", f"{BRANCH}:CONTRIBUTING.md").startswith("# Contributing")
     assert last_line(result.stdout, "run deliver: ").startswith(
         "run deliver: Succeeded in state delivered"
     )
