@@ -4,7 +4,8 @@ path, and otherwise one line on stderr (what, where, what to do), never a traceb
 Cases:
 - ``kubeturn validate`` on broken manifests prints every problem of each, with the file
   and the manifest path (or the YAML line and column), an Agent's shape problem beside
-  the machine's own, says which files are valid, and exits 1; ``--cluster`` also
+  the machine's own, a type error in one state beside an unknown target in another,
+  says which files are valid, and exits 1; ``--cluster`` also
   refuses a Run that invokes without ``spec.workspace``;
   both refuse a ``metadata.name`` (and a Secret's name) no Kubernetes object could have;
 - ``kubeturn run`` refuses with one line, exit 1, and leaves no workdir behind for: a
@@ -87,6 +88,31 @@ def test_validate_prints_every_problem_with_its_path(tmp_path: Path) -> None:
     assert lines[4].startswith("bad.yaml:3:1: not valid YAML: ")
     assert lines[5] == "missing.yaml: cannot read it: No such file or directory"
     assert len(lines) == 6
+
+
+def test_validate_prints_a_type_error_in_one_state_and_an_unknown_target_in_another(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "run.yaml").write_text(
+        BROKEN.replace("model: gpt-4", "model: openai/gpt-4o").replace(
+            "      finished: {type: final}\n",
+            "      finished: {type: final}\n      waiting:\n        after: {10m: {guard: 3}}\n",
+        )
+    )
+    result = kubeturn("validate", "run.yaml", cwd=tmp_path)
+
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    # No reachability problem is said once a part is cut: `orphan` is not reported.
+    assert result.stderr.splitlines() == [
+        "run.yaml: spec.machine.states.waiting.after.10m.guard: input should be a valid "
+        "string; got 3",
+        "run.yaml: spec.machine.states.coding.on.done.target: no state 'finishd' "
+        "(did you mean 'finished'?)",
+        "run.yaml: spec.machine.states.coding.on.done: an event offered to the Agent "
+        "'coder' needs a description: add description: saying what the pick means",
+    ]
 
 
 def test_validate_cluster_asks_for_a_workspace_where_the_local_runner_does_not(

@@ -29,13 +29,18 @@ Cases:
   manifest's other problems; the same Run loads without the option (the local runner),
   and with the option once it names a Workspace or describes one; a Run that invokes
   nothing needs none;
-- all at once: five different problems give five errors, one per line; shape problems
-  are reported alone; YAML syntax errors name the source, line and column.
+- all at once: five different problems give five errors, one per line; a shape problem
+  inside the machine (a field, a transition, a list item, a required field, a whole
+  state, an unknown field) hides none of its other problems and adds none (no
+  reachability problem of a cut transition, no Menu or kind problem of a cut field);
+  a malformed ``states``, which cannot be cut, is reported alone; YAML syntax errors
+  name the source, line and column.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -43,7 +48,7 @@ import pytest
 import yaml
 
 from kubeturn.api.validation import on_keys_restored
-from kubeturn.errors import DefinitionError, DefinitionErrors
+from kubeturn.errors import DefinitionError, DefinitionErrors, manifest_path
 from kubeturn.machine import model
 from kubeturn.machine.expressions import CelExpression, CelTemplate
 from kubeturn.machine.load import LoadedRun, MenuEntry, load_run, load_run_yaml
@@ -788,6 +793,38 @@ class TestTimersAndEvents:
 # --------------------------------------------------------------------------- all at once
 
 
+COMPOUND = manifest(
+    {
+        "work": {
+            "initial": "build",
+            "on": {"CANCEL": "stopped"},
+            "states": {
+                "build": {
+                    "invoke": {
+                        "exec": {"command": "make", "timeout": "5m"},
+                        "onDone": {"target": "review", "assign": {"context.n": "1"}},
+                        "onError": [{"target": "failed", "guard": "true"}, "failed"],
+                    },
+                },
+                "review": {
+                    "invoke": agent(),
+                    "on": {
+                        "ok": {"target": "passed", "description": "Approve."},
+                        "back": {"target": "build", "description": "Again."},
+                    },
+                    "after": {"1h": "failed"},
+                },
+                "failed": {"type": "final", "outcome": "failed", "output": "'no'"},
+                "passed": {"type": "final", "output": "'yes'"},
+            },
+            "onDone": "end",
+        },
+        "end": {"always": {"target": "stopped", "guard": "true"}},
+        "stopped": {"type": "final"},
+    },
+)
+
+
 class TestAllAtOnce:
     def test_five_problems_give_five_errors(self, example: dict[str, Any]) -> None:
         states = example["spec"]["machine"]["states"]
@@ -814,13 +851,130 @@ class TestAllAtOnce:
         ]
         assert all(isinstance(error, DefinitionError) for error in caught.value.errors)
 
-    def test_shape_problems_are_reported_alone(self, example: dict[str, Any]) -> None:
+    def test_a_shape_problem_in_one_state_hides_no_problem_of_another(
+        self, example: dict[str, Any]
+    ) -> None:
         states = example["spec"]["machine"]["states"]
         states["reviewing"]["on"]["review_verdict"][0]["target"] = "humanReveiw"
         states["done"]["outcome"] = "maybe"
+        states["implementing"]["on"]["submit"]["guard"] = 3
         assert problems(example) == [
-            "spec.machine.states.done.outcome: input should be 'succeeded' or 'failed'; got 'maybe'"
+            "spec.machine.states.implementing.on.submit.guard: input should be a valid "
+            "string; got 3",
+            "spec.machine.states.done.outcome: input should be 'succeeded' or 'failed'; "
+            "got 'maybe'",
+            "spec.machine.states.reviewing.on.review_verdict[0].target: no state "
+            "'humanReveiw' (did you mean 'humanReview'?)",
         ]
+
+    @pytest.mark.parametrize(
+        ("place", "value", "said"),
+        [
+            pytest.param(
+                ("reviewing",),
+                3,
+                "spec.machine.states.reviewing: should be a mapping (an object); got int 3",
+                id="a state, which still resolves as a target",
+            ),
+            pytest.param(
+                ("implementing", "on", "submit"),
+                3,
+                "spec.machine.states.implementing.on.submit: a transition is a target "
+                "state's name, a transition object, or a list of them",
+                id="a transition, the only one to reviewing",
+            ),
+            pytest.param(
+                ("reviewing", "on", "review_verdict", 0),
+                [],
+                "spec.machine.states.reviewing.on.review_verdict[0]: a transition is a "
+                "target state's name or a transition object",
+                id="a transition in a list, the later ones keeping their place",
+            ),
+            pytest.param(
+                ("implementing", "invoke", "agent", "slot"),
+                3,
+                "spec.machine.states.implementing.invoke.agent.slot: input should be a "
+                "valid string; got 3",
+                id="a required field: its invoke is cut",
+            ),
+            pytest.param(
+                ("done", "type"),
+                "Final",
+                "spec.machine.states.done.type: input should be 'final'; got 'Final'",
+                id="a final's type: its output is no problem then",
+            ),
+        ],
+    )
+    def test_what_is_cut_hides_nothing_else_and_adds_nothing(
+        self, example: dict[str, Any], place: tuple[str | int, ...], value: Any, said: str
+    ) -> None:
+        states = example["spec"]["machine"]["states"]
+        states["fixing"]["on"]["submit"]["target"] = "reviewin"
+        states["humanReview"]["on"]["reject"]["guard"] = "contxt.rounds > 1"
+        node = states
+        for part in place[:-1]:
+            node = node[part]
+        node[place[-1]] = value
+        assert problems(example) == [
+            said,
+            "spec.machine.states.fixing.on.submit.target: no state 'reviewin' (did you mean "
+            "'reviewing'?)",
+            "spec.machine.states.humanReview.on.reject.guard: 'contxt.rounds > 1' reads "
+            "'contxt'; an expression may read only context, event, input, workspace",
+        ]
+
+    def test_an_unknown_field_is_cut(self, example: dict[str, Any]) -> None:
+        states = example["spec"]["machine"]["states"]
+        states["humanReview"]["on"]["reject"]["gaurd"] = "true"
+        states["fixing"]["on"]["submit"]["target"] = "reviewin"
+        assert problems(example) == [
+            "spec.machine.states.humanReview.on.reject.gaurd: unknown field 'gaurd' "
+            "(did you mean 'guard'?)",
+            "spec.machine.states.fixing.on.submit.target: no state 'reviewin' (did you mean "
+            "'reviewing'?)",
+        ]
+
+    def test_what_cannot_be_cut_is_reported_alone(self, example: dict[str, Any]) -> None:
+        """A state's states name targets: cut, they would make targets unknown."""
+        states = example["spec"]["machine"]["states"]
+        states["reviewing"]["on"]["review_verdict"][0]["target"] = "humanReveiw"
+        states["humanReview"]["states"] = ["waiting"]
+        assert problems(example) == [
+            "spec.machine.states.humanReview.states: should be a mapping (an object); got a list"
+        ]
+
+    @pytest.mark.parametrize(
+        ("document", "known"),
+        [
+            pytest.param(_EXAMPLE, ("fixing", "on", "submit", "target"), id="the example"),
+            pytest.param(
+                COMPOUND,
+                ("work", "states", "review", "on", "back", "target"),
+                id="compound states",
+            ),
+        ],
+    )
+    def test_every_single_corruption_is_said_and_adds_nothing(
+        self, document: dict[str, Any], known: tuple[str, ...]
+    ) -> None:
+        """Each field of the states (not inside free JSON) set to each wrong value, and
+        each mapping given an unknown field, beside one unknown target: the corruption is
+        reported, the target too unless the corruption holds it or is a ``states`` (which
+        cannot be cut), and nothing else (exhaustive: some hundreds of loads)."""
+        target = manifest_path("spec.machine.states", *known)
+        for where, corrupt in _corruptions(document["spec"]["machine"]["states"]):
+            broken = copy.deepcopy(document)
+            states = broken["spec"]["machine"]["states"]
+            _setting(known, "nowhere")(states)
+            corrupt(states)
+            said = problems(broken)
+            place = manifest_path("spec.machine.states", *where)
+            own = [line for line in said if _around(line.split(": ", 1)[0], place)]
+            others = [line for line in said if line not in own]
+            assert own, (where, said)
+            assert [line for line in others if not line.startswith(target)] == [], (where, said)
+            if not _around(target, place) and where[-1] != "states":
+                assert len(others) == 1, (where, said)
 
     def test_yaml_syntax_errors_name_the_source_line_and_column(self) -> None:
         with pytest.raises(DefinitionErrors) as caught:
@@ -832,3 +986,40 @@ class TestAllAtOnce:
     def test_definition_errors_need_an_error(self) -> None:
         with pytest.raises(ValueError, match="at least one"):
             DefinitionErrors([])
+
+
+WRONG: tuple[Any, ...] = (3, [3], {"bogus": 1})
+
+
+def _corruptions(
+    node: Any, where: tuple[str | int, ...] = ()
+) -> Iterator[tuple[tuple[str | int, ...], Callable[[Any], None]]]:
+    """Every single corruption below ``node``: each value set to each of ``WRONG`` (that
+    differs from it in kind), and an unknown field added to each mapping; schemas and
+    context are free JSON, so only they themselves are corrupted, not what they hold."""
+    if isinstance(node, dict):
+        yield (*where, "bogus"), _setting((*where, "bogus"), "x")
+    if not isinstance(node, dict | list):
+        return
+    for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+        place = (*where, key)
+        for wrong in WRONG:
+            if type(wrong) is not type(value):
+                yield place, _setting(place, wrong)
+        if key != "schema":
+            yield from _corruptions(value, place)
+
+
+def _setting(place: tuple[str | int, ...], value: Any) -> Callable[[Any], None]:
+    def corrupt(states: Any) -> None:
+        node = states
+        for part in place[:-1]:
+            node = node[part]
+        node[place[-1]] = copy.deepcopy(value)
+
+    return corrupt
+
+
+def _around(path: str, place: str) -> bool:
+    inner, outer = (path, place) if len(path) >= len(place) else (place, path)
+    return inner == outer or inner.startswith((outer + ".", outer + "["))

@@ -5,9 +5,9 @@ every problem at once.
 (pydantic) come first; then the machine is compiled and every whole-manifest check runs
 (targets, kinds, reachability, Menus, expressions, durations, and on request the
 Workspace that Agents and commands need), each problem collected with its manifest path
-into one ``DefinitionErrors``. A shape problem outside ``spec.machine`` (an Agent's
-field of the wrong type) does not hide the machine's own problems: a machine whose shape
-is sound is checked all the same, and both are reported at once. No IO:
+into one ``DefinitionErrors``. A shape problem does not hide the machine's other
+problems: the machine, its malformed parts cut away, is checked all the same, and both
+are reported at once. No IO:
 ``load_run_yaml`` parses text it is given.
 """
 
@@ -28,6 +28,7 @@ from kubeturn.machine import model, reachability, targets
 from kubeturn.machine.compiler import Compiled, compile_machine
 from kubeturn.machine.menus import MenuEntry
 from kubeturn.machine.menus import build as build_menus
+from kubeturn.machine.pruning import sound_part
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -99,10 +100,13 @@ def load_run(document: Mapping[str, Any], *, workspace_required: bool = False) -
 
 
 def _whole_machine(
-    compiled: Compiled,
+    compiled: Compiled, *, reachability_too: bool = True
 ) -> tuple[dict[model.StatePath, tuple[MenuEntry, ...]], list[DefinitionError]]:
-    """The Menus of a compiled machine, and the problems of its Menus and reachability."""
+    """The Menus of a compiled machine, and the problems of its Menus and (unless told not
+    to) its reachability."""
     menus, problems = build_menus(compiled.chart)
+    if not reachability_too:
+        return menus, problems
     problems.extend(
         DefinitionError(
             targets.state_where(path),
@@ -118,20 +122,23 @@ def _machine_problems_beyond(
     document: Any, shape: Sequence[DefinitionError]
 ) -> list[DefinitionError]:
     """The machine's own problems (targets, expressions, Menus) in a manifest that has shape
-    problems elsewhere, so that one edit fixes them all; none when the machine's own shape
-    is wrong, the whole is not a mapping, or it nests too deep (then only that is said)."""
-    if any(
-        p.path in ("", "spec", "spec.machine") or p.path.startswith("spec.machine") for p in shape
-    ):
+    problems, so that one edit fixes them all.
+
+    Shape problems inside the machine are cut away first (``kubeturn.machine.pruning``);
+    then what is said at or around a cut place is not said again, nor is reachability (a
+    state may be unreachable only because the transition to it was cut). None when the
+    whole, the spec or the machine itself is wrong, the machine cannot be cut sound, or
+    the manifest nests too deep (then only that is said)."""
+    if any(p.path in ("", "spec", "spec.machine") for p in shape) or depth_problems(document):
         return []
     restored = on_keys_restored(document)
     spec = restored.get("spec") if isinstance(restored, Mapping) else None
-    if not isinstance(spec, Mapping) or depth_problems(document):
+    if not isinstance(spec, Mapping):
         return []
-    try:
-        machine = api.MachineSpec.model_validate(spec.get("machine"))
-    except ValidationError:
+    sound = sound_part(spec.get("machine"), "spec.machine")
+    if sound is None:
         return []
+    machine, cut = sound
     agents: dict[str, api.AgentSlot] = {}
     written = spec.get("agents")
     for name, slot in written.items() if isinstance(written, Mapping) else []:
@@ -142,11 +149,18 @@ def _machine_problems_beyond(
             agents[str(name)] = api.AgentSlot.model_construct(instructions="-")
     compiled = compile_machine(machine, agents)
     said = {str(problem) for problem in shape}
+    whole = _whole_machine(compiled, reachability_too=not cut)[1]
     return [
         problem
-        for problem in [*compiled.problems, *_whole_machine(compiled)[1]]
-        if str(problem) not in said
+        for problem in [*compiled.problems, *whole]
+        if str(problem) not in said and not any(_around(problem.path, place) for place in cut)
     ]
+
+
+def _around(path: str, place: str) -> bool:
+    """Whether ``path`` is ``place``, inside it, or one of its ancestors."""
+    inner, outer = (path, place) if len(path) >= len(place) else (place, path)
+    return inner == outer or inner.startswith((outer + ".", outer + "["))
 
 
 def _without_workspace(chart: model.Chart) -> list[DefinitionError]:
