@@ -238,7 +238,7 @@ async def test_send_refuses_what_the_run_does_not_accept(
         "kubeturn: not sent to run gated: the data of approve does not fit its schema: "
         "reason: 7 is not of type 'string'\n",
     )
-    assert "signals" not in await spec_of(cluster, "gated")
+    assert (await spec_of(cluster, "gated"))["signals"] == []  # the CRD's default, nothing sent
     code, out, err = await kubeturn("status", "gated", config=config)
     assert (code, err) == (0, "")
     assert out.splitlines() == [
