@@ -87,8 +87,9 @@ Limits, accepted, that tests must not rely on: admission plugins and webhooks (n
 but the one above: no quota, no LimitRange, no Pod Security admission), and built-in
 defaulting (a Pod's protocol, pull policy... are stored as written); validation of
 built-in kinds beyond what :mod:`~tests.operator.builtin_kinds` lists (Services past
-their names, security contexts, affinity...); ``fieldValidation=Strict`` (unknown
-fields are always dropped silently); validation ratcheting, CRD conversion, CEL cost
+their names, security contexts, affinity...); ``fieldValidation=Strict`` of built-in
+kinds (their unknown fields are dropped silently; a custom resource's are refused, 400,
+as the API server refuses them); validation ratcheting, CRD conversion, CEL cost
 budgets and the CEL libraries no CRD here uses (a rule calling one refuses its CRD at
 load); immutability of ``uid`` and ``creationTimestamp`` on update (the stored ones are
 kept, as for ``generation``); no ``managedFields``; no deletion of a namespace's
@@ -103,7 +104,7 @@ applying; ``+cbor`` refused); protobuf bodies only of Secrets and ConfigMaps
 (:mod:`~tests.operator.protobuf`: ``kubectl create secret|configmap`` and helm's release
 storage send them; others 415); OpenAPI v3 documents (:mod:`~tests.operator.openapi`) that
 say every resource takes ``fieldValidation``, so kubectl and helm leave validation to the
-server, where ``fieldValidation=Strict`` is not emulated; no OpenAPI v2 (a client that
+server (``Strict`` is enforced for custom resources only); no OpenAPI v2 (a client that
 validates itself fails); CustomResourceDefinitions are stored and ``Established`` at once,
 but the resources served stay :data:`CRDS`'; Deployments are stored and run by nothing;
 strategic merge patches replace lists;
@@ -118,6 +119,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import datetime
@@ -222,6 +224,10 @@ body over that is refused as the API server refuses it."""
 JSON_HEADERS = {"Content-Type": "application/json"}
 OPENAPI_V3 = "/openapi/v3"
 APPLY_PATCH = "application/apply-patch+"
+FIELD_VALIDATION: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "FIELD_VALIDATION", default=""
+)
+"""The request's ``fieldValidation``, for the decoding of the object it writes."""
 """Server-side apply's PATCH types (``+yaml``; ``+cbor`` is refused: not decoded)."""
 ACTIONS = {
     "list": kmock.action.LIST,
@@ -729,6 +735,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
         refused = self._refusal(request)
         if refused is not None:
             return await _respond(refused.code, refused.status())(request)
+        FIELD_VALIDATION.set(request.params.get("fieldValidation", ""))
         ordered = sorted(self._payloads, key=_precedence)
         for payload in ordered:
             sees = _sees(payload._source, request)
@@ -1186,6 +1193,10 @@ class KubernetesApi(kmock.KubernetesEmulator):
         typed (built-ins); a copy."""
         body = copy.deepcopy(body)
         if resource in self._custom:
+            unknown = self._custom[resource].unknown(body)
+            if unknown and FIELD_VALIDATION.get() == "Strict":
+                fields = ", ".join(f'unknown field "{path}"' for path in unknown)
+                raise apimachinery.ApiError(400, f"strict decoding error: {fields}")
             body = self._custom[resource].prepare(body)
         elif resource in self._builtin:
             body = self._builtin[resource].prepare(body)

@@ -212,6 +212,25 @@ def prune(value: Any, node: Node | None) -> Any:
     return value
 
 
+def unknown_fields(value: Any, node: Node | None, path: str = "") -> list[str]:
+    """The paths of the fields ``prune`` drops: what ``fieldValidation=Strict`` refuses."""
+    if node is None:
+        return []
+    found: list[str] = []
+    if isinstance(value, dict):
+        for name, item in value.items():
+            child = node.child(name)
+            where = f"{path}.{name}" if path else str(name)
+            if child is not None:
+                found += unknown_fields(item, child, where)
+            elif not node.preserve_unknown:
+                found.append(where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += unknown_fields(item, node.items, f"{path}[{index}]")
+    return found
+
+
 def drop_nulls(value: Any, node: Node | None) -> Any:
     """``PruneNonNullableNullsWithoutDefaults``: remove null fields that may not be null
     and have no default to take their place."""
@@ -521,6 +540,14 @@ class CustomResource:
         content = {k: v for k, v in body.items() if k != "metadata"}
         content = with_defaults(drop_nulls(prune(content, self.schema), self.schema), self.schema)
         return {**content, "metadata": meta}
+
+    def unknown(self, body: Body) -> list[str]:
+        """The fields of ``body`` its decoding would drop, as ``fieldValidation=Strict``
+        names them."""
+        meta = body.get("metadata") or {}
+        strays = [f"metadata.{k}" for k in meta if k not in OBJECT_META_FIELDS]
+        content = {k: v for k, v in body.items() if k not in ("metadata", "apiVersion", "kind")}
+        return strays + unknown_fields(content, self.schema)
 
     def validate(self, body: Body, old: Body | None) -> list[FieldError]:
         """Every schema, list-type and CEL error of a prepared body (``old``: the object

@@ -13,7 +13,8 @@ Cases:
   message); each schema keyword is enforced (type, int-or-string, enum, required,
   minimum, maximum, pattern, minLength, maxLength, minItems, maxItems, minProperties,
   maxProperties, additionalProperties, nullable; a null where none may be is dropped);
-  unknown fields are pruned silently on create, PUT, PATCH and /status; defaults come
+  unknown fields are pruned silently on create, PUT, PATCH and /status, and refused
+  (400, each named) with ``fieldValidation=Strict``, as kubectl and helm send it; defaults come
   from the schema; the CRDs' CEL rules are enforced, transition rules against the old
   object (skipped on create); list-map items are unique by key; ``messageExpression``,
   ``reason``, ``fieldPath``, ``optionalOldSelf``; a rule calling a function the emulator
@@ -659,6 +660,24 @@ async def test_unknown_fields_are_pruned_silently(k8s: emulator.KubernetesApi) -
     status, patched = await call(k8s, "PATCH", f"{RUNS}/a/status", {"status": {"turns": [record]}})
     assert status == 200
     assert patched["status"]["turns"][0]["tokens"] == {"promptTokens": 1, "completionTokens": 0}
+
+
+async def test_strict_field_validation_refuses_unknown_fields(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    body = run("a", spec=spec(x=1) | {"bogus": 1}, metadata={"junk": 1})
+    status, refused = await call(k8s, "POST", f"{RUNS}?fieldValidation=Strict", body)
+    assert (status, refused["reason"]) == (400, "BadRequest")
+    assert refused["message"] == (
+        'strict decoding error: unknown field "metadata.junk", unknown field "spec.bogus"'
+    )
+    created = await create_run(k8s, "a", spec=spec(x=1))
+    status, refused = await call(
+        k8s, "PUT", f"{RUNS}/a?fieldValidation=Strict", created | {"extra": True}
+    )
+    assert (status, refused["message"]) == (400, 'strict decoding error: unknown field "extra"')
+    status, _ = await call(k8s, "PUT", f"{RUNS}/a?fieldValidation=Ignore", created | {"extra": 1})
+    assert status == 200
 
 
 async def test_defaults_come_from_the_schema(k8s: emulator.KubernetesApi) -> None:
