@@ -15,9 +15,9 @@ import contextlib
 import logging
 import stat
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubeturn_harness import eviction
 from kubeturn_harness.clock import Clock
@@ -29,6 +29,7 @@ from kubeturn_harness.orchestrator import OrchestratorPort
 from kubeturn_harness.providers import Providers
 from kubeturn_harness.sandbox import deliveries
 from kubeturn_harness.sandbox.client import Toolbox
+from kubeturn_harness.sandbox.clones import worktree_path
 from kubeturn_harness.sandbox.protocol import Deliver
 from kubeturn_harness.settings import Settings
 from kubeturn_harness.settlements import Sweep
@@ -49,6 +50,7 @@ from kubeturn_harness.wire import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Key = tuple[str, str]
 PRIVATE = stat.S_IRWXU
@@ -98,10 +100,9 @@ class Harness:
         )
         self._conversations: dict[Key, Conversation] = {}
         self._evictor: asyncio.Task[None] | None = None
-        self._forgetting: set[asyncio.Task[RunForgotten]] = set()
-        """Forgettings under way: a caller that goes away does not cut one short."""
-        self._delivering: set[asyncio.Task[DeliverResponse]] = set()
-        """Deliveries under way: a caller that goes away does not cut git short."""
+        self._uncut_tasks: set[asyncio.Task[Any]] = set()
+        """Forgettings and deliveries under way: a caller that goes away does not cut git
+        short."""
         self._delivery_locks: dict[tuple[str, str], asyncio.Lock] = {}
         """One delivery of a Run's slot at a time: one asked again waits for the first."""
         metrics.in_memory.set_function(lambda: len(self._conversations))
@@ -129,7 +130,7 @@ class Harness:
 
     async def close(self) -> None:
         self.ready = False
-        tasks: list[asyncio.Task[Any]] = [*self._forgetting, *self._delivering]
+        tasks: list[asyncio.Task[Any]] = [*self._uncut_tasks]
         if self._evictor is not None:
             tasks.append(self._evictor)
         for task in tasks:
@@ -180,11 +181,7 @@ class Harness:
         ``deliver`` invoke); the toolbox does both, as the tools run (ADR 0063). Runs to
         its end even if the caller goes away (an operator restarting asks again, and
         waits for it), so git is never cut mid-commit."""
-        task = asyncio.create_task(self._deliver(request), name=f"deliver {request.run}")
-        self._delivering.add(task)
-        task.add_done_callback(self._delivering.discard)
-        task.add_done_callback(_retrieve)
-        return await asyncio.shield(task)
+        return await self._uncut(self._deliver(request), f"deliver {request.run}")
 
     async def _deliver(self, request: DeliverRequest) -> DeliverResponse:
         lock = self._delivery_locks.setdefault((request.run, request.slot), asyncio.Lock())
@@ -192,7 +189,7 @@ class Harness:
             return await self._deliver_now(request)
 
     async def _deliver_now(self, request: DeliverRequest) -> DeliverResponse:
-        worktree = self.toolbox.work_root / request.slot / request.branch.replace("/", "-")
+        worktree = worktree_path(self.toolbox.work_root, request.slot, request.branch)
         bundle = deliveries.bundle_path(request.run, request.slot)
         asked = Deliver(
             branch=request.branch,
@@ -217,9 +214,13 @@ class Harness:
     async def forget_run(self, request: ForgetRunRequest) -> RunForgotten:
         """Forget a deleted Run: its conversations and its worktrees (their branch stays).
         Runs to its end even if the caller goes away, so git is never cut mid-removal."""
-        task = asyncio.create_task(self._forget_run(request), name=f"forget {request.run}")
-        self._forgetting.add(task)
-        task.add_done_callback(self._forgetting.discard)
+        return await self._uncut(self._forget_run(request), f"forget {request.run}")
+
+    async def _uncut(self, work: Coroutine[Any, Any, T], name: str) -> T:
+        """``work``'s result; it runs to its end even if the caller goes away."""
+        task = asyncio.create_task(work, name=name)
+        self._uncut_tasks.add(task)
+        task.add_done_callback(self._uncut_tasks.discard)
         task.add_done_callback(_retrieve)
         return await asyncio.shield(task)
 

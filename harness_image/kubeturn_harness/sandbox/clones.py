@@ -88,6 +88,11 @@ def git_environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
     }
 
 
+def worktree_path(root: Path, slot: str, branch: str) -> Path:
+    """Where a Run's worktree of ``slot`` on ``branch`` lives under the work root."""
+    return root / slot / branch.replace("/", "-")
+
+
 class Clones:
     """The clones under ``root``, and the Runs' worktrees of them."""
 
@@ -109,8 +114,7 @@ class Clones:
         )
 
     def worktree(self, slot: str, branch: str) -> Path:
-        """Where a Run's worktree of ``slot`` on ``branch`` lives."""
-        return self.root / slot / branch.replace("/", "-")
+        return worktree_path(self.root, slot, branch)
 
     async def listing(self) -> ReposResponse:
         """Every clone, with its path and checked-out commit."""
