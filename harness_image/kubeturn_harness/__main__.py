@@ -23,9 +23,10 @@ from kubeturn_harness.app import make_runner
 from kubeturn_harness.clock import SystemClock
 from kubeturn_harness.errors import ConfigError
 from kubeturn_harness.metrics import HarnessMetrics
-from kubeturn_harness.models import OpenAIModels
+from kubeturn_harness.models import ProviderModels
+from kubeturn_harness.openai_models import OpenAIModels
 from kubeturn_harness.orchestrator import OrchestratorClient
-from kubeturn_harness.providers import Providers
+from kubeturn_harness.providers import Providers, ProviderType
 from kubeturn_harness.sandbox import privileges
 from kubeturn_harness.sandbox.client import LocalToolbox, Toolbox
 from kubeturn_harness.sandbox.protocol import Limits
@@ -204,7 +205,7 @@ async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> N
         if settings.orchestrator_url
         else None
     )
-    models = OpenAIModels(calls=settings.model_calls)
+    models = ProviderModels({ProviderType.OPENAI: OpenAIModels(calls=settings.model_calls)})
     harness = Harness(
         settings,
         clock=SystemClock(),

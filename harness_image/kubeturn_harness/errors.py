@@ -10,7 +10,7 @@
     ├── ToolboxUnavailable  the toolbox (where the Agents' tools run) cannot serve a
     │                    session now: a tool call fails, the run goes on
     └── RunFailed        a Submission's run threw: it settles ``failed`` with a type
-        ├── ProviderFailure  the model provider failed after its retries
+        ├── ProviderFailure  a model request failed (classified for the retry policy)
         └── MenuUnreadable   the surface could not be read or did not parse
 
 Foreign exceptions (openai, aiohttp, pydantic) are translated where they are caught,
@@ -69,7 +69,23 @@ class RunFailed(HarnessError):
 
 
 class ProviderFailure(RunFailed):
-    """The model provider failed after the SDK's retries."""
+    """A model request failed; classified so that one retry policy serves every adapter."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        """The HTTP status the provider answered; None when no answer came."""
+        self.retryable = retryable
+        """Whether the same request again may succeed (connection errors, 408, 429, 5xx)."""
+        self.retry_after_s = retry_after_s
+        """How long the provider asked to be left alone (``Retry-After``), when it said."""
 
 
 class MenuUnreadable(RunFailed):

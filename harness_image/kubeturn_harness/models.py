@@ -1,30 +1,23 @@
-"""The model port and its OpenAI-compatible adapter (the official ``openai`` SDK).
+"""The model port: what the tool loop asks of a model, and what every adapter returns.
 
-The tool loop sees only ``ModelPort``: one streamed chat completion per step. Text
-arrives in ``Partial`` as it streams, so a run cut mid-answer (a sweep cancels its task,
-which closes the HTTP stream) still has the words the model had said. Every SDK error is
-translated to ``ProviderFailure`` here and nowhere else, and so is the ``RecursionError``
-the SDK's ``json`` raises reading a streamed chunk nested too deep.
+The tool loop sees only ``ModelPort``: one streamed completion per step. An adapter
+(``openai_models``, one per provider type) makes one attempt per call and fills the
+``Partial`` as the answer streams, so a run cut mid-answer (a sweep cancels its task, which
+closes the HTTP stream) or a stream that fails midway still has what the model had said
+and the tokens it was reported to use. An adapter translates every error of its SDK to
+``ProviderFailure``, classified (status, whether a retry may help, the server's
+``Retry-After``); ``ProviderModels`` routes each request to its provider type's adapter.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from enum import StrEnum
+from typing import Any, Protocol
 
-import openai
-
-from kubeturn_harness.errors import ProviderFailure
-from kubeturn_harness.providers import ModelName, Provider
+from kubeturn_harness.providers import ModelName, ProviderType
 from kubeturn_harness.wire import ThinkingLevel, ToolCall, Usage
-
-MODEL_RETRIES = 2
-"""The SDK's own retries of a failed request (connection errors, 429, 5xx) before it
-fails: a blip is absorbed, a down provider fails the Submission within seconds."""
-
-MODEL_TIMEOUT_S = 600.0
-"""A streamed answer may take minutes; a stalled connection may not take forever."""
 
 MODEL_CALLS = 256
 """Model requests in flight at once to one provider; a further one waits for one to end.
@@ -34,19 +27,38 @@ with the Harness's own API, the Orchestrator's and the toolbox's (ADR 0054). A p
 that serves more at once for one sandbox is rare; its rate limits bind first."""
 
 
+class Finish(StrEnum):
+    """Why the model stopped answering, in the provider-neutral words of the loop."""
+
+    STOP = "stop"
+    """It said all it meant to (OpenAI ``stop``, Anthropic ``end_turn``)."""
+    TOOL_CALLS = "tool_calls"
+    """It stopped to have its tool calls run."""
+    LENGTH = "length"
+    """It hit the output token limit: the last text or tool call is truncated."""
+    OTHER = "other"
+    """Anything else a provider says (a content filter, a refusal), or nothing."""
+
+
 @dataclass(frozen=True)
 class ModelRequest:
     model: ModelName
     messages: list[dict[str, Any]]
+    """The prompt in OpenAI chat-completions shape; other adapters translate it."""
     tools: list[dict[str, Any]]
+    """Tool definitions in OpenAI's ``{"type": "function", "function": …}`` shape."""
     thinking: ThinkingLevel | None
 
 
 @dataclass
 class Partial:
-    """What a model answer has said so far."""
+    """What a model answer has said so far, kept by the caller across a cut or a failure."""
 
     text: list[str] = field(default_factory=list)
+    tool_calls: dict[int, ToolCall] = field(default_factory=dict)
+    """Calls streamed so far by their index; a call's arguments may still be incomplete."""
+    usage: Usage | None = None
+    """The usage the provider reported so far (most report it only at the end)."""
 
     @property
     def content(self) -> str:
@@ -58,122 +70,27 @@ class ModelAnswer:
     text: str
     tool_calls: list[ToolCall]
     usage: Usage | None
+    finish: Finish = Finish.STOP
 
 
 class ModelPort(Protocol):
     async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer: ...
 
 
-class OpenAIModels:
-    """Chat completions with tool calling, streamed, through one client per provider."""
+class ClosablePort(ModelPort, Protocol):
+    async def close(self) -> None: ...
 
-    def __init__(
-        self,
-        *,
-        retries: int = MODEL_RETRIES,
-        timeout: float = MODEL_TIMEOUT_S,
-        calls: int = MODEL_CALLS,
-    ) -> None:
-        self._clients: dict[str, openai.AsyncOpenAI] = {}
-        self._slots: dict[str, asyncio.Semaphore] = {}
-        """Per provider: its requests in flight, at most ``calls``."""
-        self._retries = retries
-        self._timeout = timeout
-        self._calls = calls
 
-    def _client(self, provider: Provider) -> openai.AsyncOpenAI:
-        client = self._clients.get(provider.name)
-        if client is None:
-            client = openai.AsyncOpenAI(
-                base_url=provider.spec.baseUrl,
-                api_key=provider.api_key,
-                max_retries=self._retries,
-                timeout=self._timeout,
-            )
-            self._clients[provider.name] = client
-        return client
+class ProviderModels:
+    """The Harness's model port: each request goes to its provider type's adapter."""
 
-    async def close(self) -> None:
-        for client in self._clients.values():
-            await client.close()
-        self._clients.clear()
+    def __init__(self, adapters: Mapping[ProviderType, ClosablePort]) -> None:
+        self._adapters = dict(adapters)
 
     async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
-        thinking = request.thinking
-        effort = (
-            openai.omit if thinking is None or thinking is ThinkingLevel.OFF else thinking.value
-        )
-        provider = request.model.provider
-        client = self._client(provider)
-        slots = self._slots.setdefault(provider.name, asyncio.Semaphore(self._calls))
-        async with slots:
-            return await self._stream(client, request, effort, partial)
+        adapter = self._adapters[request.model.provider.spec.type]
+        return await adapter.complete(request, partial)
 
-    async def _stream(
-        self, client: openai.AsyncOpenAI, request: ModelRequest, effort: Any, partial: Partial
-    ) -> ModelAnswer:
-        try:
-            stream = await client.chat.completions.create(
-                model=request.model.model,
-                messages=cast(Any, request.messages),
-                tools=cast(Any, request.tools) if request.tools else openai.omit,
-                reasoning_effort=cast(Any, effort),
-                stream=True,
-                stream_options={"include_usage": True},
-            )
-            try:
-                return await _collect(stream, partial)
-            finally:
-                await stream.close()
-        except openai.APIError as error:
-            raise ProviderFailure(_describe(request.model, error)) from error
-        except RecursionError as error:  # raised and unwound inside the SDK's reading
-            said = f"{_where(request.model)} answered JSON nested too deep to read"
-            raise ProviderFailure(said) from error
-
-
-async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
-    calls: dict[int, dict[str, Any]] = {}
-    usage: Usage | None = None
-    async for chunk in stream:
-        if chunk.usage is not None:
-            usage = Usage(
-                promptTokens=chunk.usage.prompt_tokens or 0,
-                completionTokens=chunk.usage.completion_tokens or 0,
-            )
-        for choice in chunk.choices:
-            delta = choice.delta
-            if delta.content:
-                partial.text.append(delta.content)
-            for call in delta.tool_calls or ():
-                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": []})
-                if call.id:
-                    slot["id"] = call.id
-                if call.function is not None:
-                    if call.function.name:
-                        slot["name"] += call.function.name
-                    if call.function.arguments:
-                        slot["arguments"].append(call.function.arguments)
-    tool_calls = [
-        ToolCall(
-            id=slot["id"] or f"call_{index}",
-            name=slot["name"],
-            arguments="".join(slot["arguments"]) or "{}",
-        )
-        for index, slot in sorted(calls.items())
-    ]
-    return ModelAnswer(text=partial.content, tool_calls=tool_calls, usage=usage)
-
-
-def _where(model: ModelName) -> str:
-    return (
-        f"provider {model.provider.name!r} ({model.provider.spec.baseUrl}), model {model.model!r}"
-    )
-
-
-def _describe(model: ModelName, error: openai.APIError) -> str:
-    where = _where(model)
-    status = getattr(error, "status_code", None)
-    if status is not None:
-        return f"{where} answered HTTP {status} after {MODEL_RETRIES} retries: {error.message}"
-    return f"{where} failed after {MODEL_RETRIES} retries: {error.message}"
+    async def close(self) -> None:
+        for adapter in self._adapters.values():
+            await adapter.close()

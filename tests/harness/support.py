@@ -26,7 +26,7 @@ from kubeturn_harness.__main__ import toolbox_client
 from kubeturn_harness.app import make_runner
 from kubeturn_harness.clock import Clock, SystemClock
 from kubeturn_harness.metrics import HarnessMetrics
-from kubeturn_harness.models import OpenAIModels
+from kubeturn_harness.openai_models import OpenAIModels
 from kubeturn_harness.orchestrator import OrchestratorClient
 from kubeturn_harness.providers import Providers
 from kubeturn_harness.service import Harness

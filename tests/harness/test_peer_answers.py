@@ -23,7 +23,8 @@ import pytest
 from aiohttp import web
 
 from kubeturn_harness.errors import MenuUnreadable, ProviderFailure
-from kubeturn_harness.models import ModelRequest, OpenAIModels, Partial
+from kubeturn_harness.models import ModelRequest, Partial
+from kubeturn_harness.openai_models import OpenAIModels
 from kubeturn_harness.orchestrator import Lost, OrchestratorClient, PollFailed, Rejected
 from kubeturn_harness.providers import ModelName, Provider, ProviderSpec
 from kubeturn_harness.wire import DeliveryId

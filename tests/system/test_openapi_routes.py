@@ -31,7 +31,7 @@ from kubeturn_harness import openapi as harness_openapi
 from kubeturn_harness.__main__ import toolbox_client
 from kubeturn_harness.clock import SystemClock
 from kubeturn_harness.metrics import HarnessMetrics
-from kubeturn_harness.models import OpenAIModels
+from kubeturn_harness.openai_models import OpenAIModels
 from kubeturn_harness.providers import Providers
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settings import Settings
