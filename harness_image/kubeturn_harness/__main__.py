@@ -19,6 +19,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from kubeturn_harness.anthropic_models import AnthropicModels
 from kubeturn_harness.app import make_runner
 from kubeturn_harness.clock import SystemClock
 from kubeturn_harness.errors import ConfigError
@@ -36,7 +37,7 @@ from kubeturn_harness.tools import tool_identity
 
 log = logging.getLogger("kubeturn_harness")
 
-QUIET_LOGGERS = ("httpx", "httpx2", "openai")
+QUIET_LOGGERS = ("httpx", "httpx2", "openai", "anthropic")
 """Libraries that log every model request at INFO; the Harness's own records say more."""
 
 
@@ -205,7 +206,12 @@ async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> N
         if settings.orchestrator_url
         else None
     )
-    models = ProviderModels({ProviderType.OPENAI: OpenAIModels(calls=settings.model_calls)})
+    models = ProviderModels(
+        {
+            ProviderType.OPENAI: OpenAIModels(calls=settings.model_calls),
+            ProviderType.ANTHROPIC: AnthropicModels(calls=settings.model_calls),
+        }
+    )
     harness = Harness(
         settings,
         clock=SystemClock(),

@@ -1,8 +1,9 @@
 """Model providers: the providers file, and resolving ``provider/model`` names.
 
 The file (``KUBETURN_PROVIDERS``) is YAML mapping each provider name to
-``{type: openai, baseUrl, apiKeyEnv?}``. API keys are read from the named environment
-variables of the Harness process, never written to the file and never passed to tools.
+``{type: openai | anthropic, baseUrl, apiKeyEnv?, maxTokens?}``. API keys are read from
+the named environment variables of the Harness process, never written to the file and
+never passed to tools.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from kubeturn_harness.errors import ConfigError, WireError
 class ProviderType(StrEnum):
     OPENAI = "openai"
     """Any OpenAI-compatible chat-completions server: OpenAI, vLLM, Ollama, LiteLLM."""
+    ANTHROPIC = "anthropic"
+    """Anthropic's Messages API (``baseUrl`` without ``/v1``), or a server that speaks it."""
 
 
 class ProviderSpec(BaseModel):
@@ -29,6 +32,9 @@ class ProviderSpec(BaseModel):
     type: ProviderType = ProviderType.OPENAI
     baseUrl: str = Field(min_length=1)
     apiKeyEnv: str | None = None
+    maxTokens: int | None = Field(default=None, ge=1)
+    """The most tokens one answer may have (``anthropic``: the API requires a limit;
+    unset, ``anthropic_models.MAX_TOKENS``; thinking's budget comes on top)."""
 
 
 class ProvidersFile(RootModel[dict[str, ProviderSpec]]):

@@ -82,11 +82,7 @@ class Tally:
     def add(self, usage: Usage | None) -> None:
         if usage is None:
             return
-        before = self.usage or Usage()
-        self.usage = Usage(
-            promptTokens=before.promptTokens + usage.promptTokens,
-            completionTokens=before.completionTokens + usage.completionTokens,
-        )
+        self.usage = (self.usage or Usage()).plus(usage)
 
 
 @dataclass(frozen=True)

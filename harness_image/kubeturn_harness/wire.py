@@ -392,8 +392,26 @@ class ToolCall(_Body):
 class Usage(_Body):
     """Tokens a provider reported."""
 
-    promptTokens: int = Field(default=0, description="Tokens of the prompts sent.")
+    promptTokens: int = Field(
+        default=0,
+        description="Tokens of the prompts sent, those read from or written to the cache included.",
+    )
     completionTokens: int = Field(default=0, description="Tokens the model generated.")
+    cacheReadTokens: int = Field(
+        default=0, description="Of promptTokens, those the provider read from its prompt cache."
+    )
+    cacheWriteTokens: int = Field(
+        default=0, description="Of promptTokens, those the provider wrote to its prompt cache."
+    )
+
+    def plus(self, other: Usage) -> Usage:
+        """The tokens of both, field by field."""
+        return Usage(
+            promptTokens=self.promptTokens + other.promptTokens,
+            completionTokens=self.completionTokens + other.completionTokens,
+            cacheReadTokens=self.cacheReadTokens + other.cacheReadTokens,
+            cacheWriteTokens=self.cacheWriteTokens + other.cacheWriteTokens,
+        )
 
 
 class Message(_Body):

@@ -9,6 +9,7 @@ record and the AgentTurn's settlement alike. Pure: no IO, no clock.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
@@ -135,10 +136,7 @@ def total_usage(submissions: list[SubmissionEntry]) -> Usage | None:
     used = [s.usage for s in submissions if s.usage is not None]
     if not used:
         return None
-    return Usage(
-        promptTokens=sum(u.promptTokens for u in used),
-        completionTokens=sum(u.completionTokens for u in used),
-    )
+    return functools.reduce(Usage.plus, used)
 
 
 def settle(submissions: Sequence[SubmissionEntry], caused: Caused, now: float) -> None:
