@@ -100,6 +100,7 @@ async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
             usage = Usage(
                 promptTokens=chunk.usage.prompt_tokens or 0,
                 completionTokens=chunk.usage.completion_tokens or 0,
+                cacheReadTokens=getattr(chunk.usage.prompt_tokens_details, "cached_tokens", 0) or 0,
             )
         for choice in chunk.choices:
             delta = choice.delta

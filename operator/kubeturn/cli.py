@@ -113,8 +113,8 @@ def _parser() -> argparse.ArgumentParser:
         "--providers",
         type=Path,
         default=Path(p) if (p := env("KUBETURN_PROVIDERS")) else None,
-        help="the model providers file every Harness gets (YAML: name → {type: openai, "
-        "baseUrl, apiKeyEnv}; env KUBETURN_PROVIDERS)",
+        help="the model providers file every Harness gets (YAML: name → {type: openai or "
+        "anthropic, baseUrl, apiKeyEnv}; env KUBETURN_PROVIDERS)",
     )
     operator.add_argument(
         "--api-port",
@@ -258,8 +258,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--providers",
         type=Path,
-        help="the model providers file (YAML: name → {type: openai, baseUrl, apiKeyEnv}); "
-        "env KUBETURN_PROVIDERS",
+        help="the model providers file (YAML: name → {type: openai or anthropic, baseUrl, "
+        "apiKeyEnv}); env KUBETURN_PROVIDERS",
     )
     run.add_argument(
         "--resume",

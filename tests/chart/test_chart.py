@@ -1019,6 +1019,7 @@ def test_providers_config_map_is_what_the_harness_accepts(
             "apiKeyEnv": "OPENAI_API_KEY",
         },
         "local": {"type": "openai", "baseUrl": "http://vllm.models.svc:8000/v1"},
+        "claude": {"type": "anthropic", "baseUrl": "https://api.anthropic.com", "maxTokens": 4096},
     }
     ProvidersFile.model_validate(parsed)  # extra="forbid": no apiKeySecret may leak in
 
