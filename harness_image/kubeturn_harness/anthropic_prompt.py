@@ -58,6 +58,8 @@ THINKING_BUDGETS: dict[ThinkingLevel, int] = {
 quadruples it; 16384 leaves room under the 32k output cap of the smallest-capped model
 that thinks, with the answer's own ``max_tokens`` on top."""
 
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
+
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -113,26 +115,36 @@ def tool_id(raw: str | None) -> str:
 def thinking_for(level: ThinkingLevel | None, prompt: Prompt) -> Block | None:
     """The ``thinking`` parameter for this request, or None for none.
 
-    A tool loop is one assistant turn, and the API wants one thinking configuration
-    through it: when the prompt ends in tool results, the assistant message they answer
-    must start with its thinking blocks if thinking is on. When that message has none
-    (it was made without thinking, or its blocks are no longer kept), this request goes
+    A tool loop is one assistant turn to the API: it runs from the first answer after a
+    user message that says something (not only tool results) to the prompt's end, and it
+    keeps one thinking configuration, so with thinking on its first answer must start
+    with its thinking blocks. When the prompt ends inside a loop whose first answer has
+    none (made without thinking, or its blocks are no longer kept), this request goes
     without thinking rather than be refused (ADR 0080).
     """
     if level is None or level is ThinkingLevel.OFF:
         return None
-    if _answers_unthought_call(prompt.messages):
+    opening = _loop_opening(prompt.messages)
+    if opening is not None and opening["content"][0]["type"] not in THINKING_BLOCKS:
         return None
     return {"type": "enabled", "budget_tokens": THINKING_BUDGETS[level]}
 
 
-def _answers_unthought_call(messages: list[MessageParam]) -> bool:
-    if len(messages) < 2 or messages[-1]["role"] != "user":
-        return False
-    if not any(block["type"] == "tool_result" for block in messages[-1]["content"]):
-        return False
-    answered = messages[-2]["content"]
-    return not answered or answered[0]["type"] not in ("thinking", "redacted_thinking")
+def _loop_opening(messages: list[MessageParam]) -> MessageParam | None:
+    """The first answer of the tool loop the prompt ends in; None when it ends in none
+    (its last message says something besides tool results)."""
+    opening = None
+    index = len(messages) - 1
+    while index >= 1 and _only_results(messages[index]):
+        opening = messages[index - 1]
+        index -= 2
+    return opening
+
+
+def _only_results(message: MessageParam) -> bool:
+    return message["role"] == "user" and all(
+        block["type"] == "tool_result" for block in message["content"]
+    )
 
 
 def _split_system(messages: Sequence[dict[str, Any]]) -> tuple[list[Block], list[dict[str, Any]]]:

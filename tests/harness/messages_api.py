@@ -6,8 +6,9 @@ user; empty text; a ``tool_use`` not answered at the start of the next user mess
 a ``tool_result`` answering no call of the message before it; a tool id outside
 ``[A-Za-z0-9_-]``; a tool ``input`` that is not an object; more than four cache
 breakpoints, or one on a thinking block or empty text; a thinking budget under 1024 or
-not under ``max_tokens``; thinking on while the tool results answer an assistant message
-that does not start with thinking; a tool without an object ``input_schema``.
+not under ``max_tokens``; thinking on while the prompt ends in a tool loop (answers and
+user messages of tool results only) whose first answer does not start with thinking, as
+the API's documentation reads; a tool without an object ``input_schema``.
 
 Each request takes the next item of its script: an ``Answer`` to stream (its events may
 be stopped before the end, or held until the test lets them go), or a ``Refusal`` (a
@@ -263,9 +264,12 @@ def _check_thinking(body: dict[str, Any]) -> str | None:
     if budget >= body["max_tokens"]:
         return "`max_tokens` must be greater than `thinking.budget_tokens`"
     messages = body["messages"]
-    last = messages[-1]["content"]
-    if len(messages) >= 2 and any(b["type"] == "tool_result" for b in last):
-        first = messages[-2]["content"][0]["type"]
+    index = len(messages) - 1
+    opening = None
+    while index >= 1 and all(b["type"] == "tool_result" for b in messages[index]["content"]):
+        opening, index = messages[index - 1], index - 2
+    if opening is not None:
+        first = opening["content"][0]["type"]
         if first not in ("thinking", "redacted_thinking"):
             return (
                 "Expected `thinking` or `redacted_thinking`, but found `" + first + "`. When "

@@ -13,7 +13,8 @@ Cases:
 - tools: ``{name, description, input_schema}``, an object schema when none is given;
 - thinking: the blocks kept for an answer's first call open that answer, verbatim;
   ``thinking_for`` maps each level to its budget, gives none for off/None, and none when
-  the prompt ends in results of an answer that does not open with thinking;
+  the prompt ends in a tool loop whose first answer does not open with thinking (later
+  answers of a loop need none; a prompt after the results opens a new turn);
 - cache breakpoints: the last tool, the last system block, the end of the previous
   request's prompt and the end of this one, at most four;
 - every conversion of a generated conversation is one the strict stand-in accepts.
@@ -241,13 +242,28 @@ class TestThinking:
     def test_off_is_none(self, level: ThinkingLevel | None) -> None:
         assert thinking_for(level, convert([user("Go.")], [])) is None
 
-    def test_results_of_an_answer_without_thinking_go_without(self) -> None:
+    def test_a_tool_loop_opened_without_thinking_goes_on_without(self) -> None:
         history = [user("Go."), calls(("c1", "{}")), result("c1")]
         assert thinking_for(ThinkingLevel.HIGH, convert(history, [])) is None
         kept = convert(history, [], {"c1": [THOUGHT]}.get)
         assert thinking_for(ThinkingLevel.HIGH, kept) is not None
-        later = convert([*history, {"role": "assistant", "content": "Done."}, user("More.")], [])
-        assert thinking_for(ThinkingLevel.HIGH, later) is not None
+
+    def test_a_loop_opened_with_thinking_thinks_through_later_answers_without(self) -> None:
+        history = [
+            user("Go."),
+            calls(("c1", "{}")),
+            result("c1"),
+            calls(("c2", "{}")),
+            result("c2"),
+        ]
+        assert thinking_for(ThinkingLevel.HIGH, convert(history, [], {"c1": [THOUGHT]}.get))
+        assert thinking_for(ThinkingLevel.HIGH, convert(history, [], {"c2": [THOUGHT]}.get)) is None
+
+    def test_a_prompt_after_the_results_opens_a_new_turn(self) -> None:
+        history = [user("Go."), calls(("c1", "{}")), result("c1"), user("Next Turn.")]
+        assert thinking_for(ThinkingLevel.HIGH, convert(history, [])) is not None
+        later = [user("Go."), {"role": "assistant", "content": "Done."}, user("More.")]
+        assert thinking_for(ThinkingLevel.HIGH, convert(later, [])) is not None
 
 
 class TestCache:
