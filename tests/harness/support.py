@@ -23,12 +23,14 @@ import aiohttp
 from aiohttp import web
 
 from kubeturn_harness.__main__ import toolbox_client
+from kubeturn_harness.anthropic_models import AnthropicModels
 from kubeturn_harness.app import make_runner
 from kubeturn_harness.clock import Clock, SystemClock
 from kubeturn_harness.metrics import HarnessMetrics
+from kubeturn_harness.models import ProviderModels
 from kubeturn_harness.openai_models import OpenAIModels
 from kubeturn_harness.orchestrator import OrchestratorClient
-from kubeturn_harness.providers import Providers
+from kubeturn_harness.providers import Providers, ProviderType
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settings import Settings
 
@@ -323,7 +325,9 @@ async def start_harness(
 ) -> tuple[Harness, str]:
     """The real Harness, in this process, on a free loopback port, with the toolbox at
     the socket ``toolbox``."""
-    models = OpenAIModels()
+    models = ProviderModels(
+        {ProviderType.OPENAI: OpenAIModels(), ProviderType.ANTHROPIC: AnthropicModels()}
+    )
     orchestrator = (
         OrchestratorClient(settings.orchestrator_url, settings.orchestrator_token)
         if settings.orchestrator_url
