@@ -5,7 +5,8 @@ Cases:
   the Turn: the Submission settles ``ended``; the server received exactly two requests,
   and none after the Turn ended; the file is written; the second request carries the
   first call and its result as llama.cpp's chat template needs them; the usage in the
-  record is what llama.cpp reported, request by request, and in total.
+  record is what llama.cpp reported (its cached prompt tokens as cache reads), request by
+  request, and in total.
 """
 
 from __future__ import annotations
@@ -64,13 +65,16 @@ async def test_a_working_tool_then_a_pick_that_ends_the_turn(
     history = await w.harness.history(IID)
     answers = [m for m in history["messages"] if m["role"] == "assistant"]
     reported = [e.usage for e in w.proxy.exchanges]
-    assert [m["usage"] for m in answers] == [
-        {"promptTokens": u["prompt_tokens"], "completionTokens": u["completion_tokens"]}
+    wanted = [
+        {
+            "promptTokens": u["prompt_tokens"],
+            "completionTokens": u["completion_tokens"],
+            "cacheReadTokens": (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+            "cacheWriteTokens": 0,
+        }
         for u in reported
         if u is not None
     ]
+    assert [m["usage"] for m in answers] == wanted
     assert len(answers) == 2
-    assert settled["usage"] == {
-        "promptTokens": sum(u["prompt_tokens"] for u in reported if u),
-        "completionTokens": sum(u["completion_tokens"] for u in reported if u),
-    }
+    assert settled["usage"] == {key: sum(u[key] for u in wanted) for key in wanted[0]}

@@ -1,0 +1,213 @@
+"""The Harness on a ``type: anthropic`` provider: llama.cpp's real server, through its
+Messages route (``/v1/messages``), behind the fault proxy.
+
+Cases:
+- a Turn with tools, streamed: the model calls a Working tool (``write``), then the
+  Menu pick ``done``, which ends the Turn: the Submission settles ``ended``; the server
+  received exactly two Messages requests and none after; the first carries the system
+  block, the tools and the prompt with their cache breakpoints; the second carries the
+  call as a ``tool_use`` block and its result as a ``tool_result`` block; the usage in
+  the record is what llama.cpp reported (input, cache reads, output), request by request
+  and in total, its cache reads counted on the second request;
+- a sweep while the answer streams (the response held open after its headers): the
+  Submission settles ``aborted``, the proxy sees its client close the connection, and
+  no request follows;
+- a refusal (400): the Submission fails with the API's message, after one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from kubeturn_harness.settings import Settings
+from tests.harness.support import (
+    ORCHESTRATOR_TOKEN,
+    TOKEN,
+    HarnessClient,
+    StubOrchestrator,
+    shared_dir,
+    start_harness,
+)
+from tests.provider.faults import Answer, Exchange, FaultProxy, Stall, Steer
+
+MODEL = "claude/tiny"
+IID = "iid-anthropic-1"
+PROMPT = "Write a greeting to hello, then call done."
+CACHE = {"type": "ephemeral"}
+
+
+def done_surface(iid: str) -> dict[str, Any]:
+    return {
+        "instanceId": iid,
+        "runId": "default.hello",
+        "menu": [{"name": "done", "description": "The greeting is written.", "input": {}}],
+        "allowed": ["done"],
+    }
+
+
+class MessagesSteering(FaultProxy):
+    """The fault proxy, steering the tiny model on the Messages route too: llama.cpp's
+    ``/v1/messages`` ignores ``logit_bias`` (and ``tool_choice``), so a steered request
+    goes to the server with the steered tool's definition alone. What the Harness sent
+    stays recorded as it was sent. ``gone`` counts the stalled responses whose client
+    closed the connection."""
+
+    gone = 0
+
+    async def _relay(
+        self, request: web.Request, exchange: Exchange, body: dict[str, Any]
+    ) -> web.StreamResponse:
+        bias = body.pop("logit_bias", None)
+        if bias:
+            body["tools"] = [tool for tool in body.get("tools", []) if tool["name"] in bias]
+        return await super()._relay(request, exchange, body)
+
+    async def _stall(self, request: web.Request, exchange: Exchange) -> web.StreamResponse:
+        try:
+            return await super()._stall(request, exchange)
+        except asyncio.CancelledError:  # the client closed the connection
+            self.gone += 1
+            raise
+
+
+@pytest.fixture
+async def proxy(llama_url: str) -> AsyncIterator[MessagesSteering]:
+    started = await MessagesSteering(llama_url).start()
+    yield started
+    await started.close()
+
+
+class World:
+    def __init__(self, proxy: MessagesSteering, stub: StubOrchestrator, harness: HarnessClient):
+        self.proxy = proxy
+        self.orchestrator = stub
+        self.harness = harness
+
+    async def admit(self, prompt: str = PROMPT) -> str:
+        return await self.harness.admit(IID, prompt, model=MODEL)
+
+
+@pytest.fixture
+async def world(
+    proxy: MessagesSteering, tmp_path: Path, toolbox_socket: Path
+) -> AsyncIterator[World]:
+    """The real Harness with ``{claude: {type: anthropic, baseUrl: <proxy>}}``."""
+    cleanups: list[Callable[[], Awaitable[Any]]] = []
+    session = aiohttp.ClientSession()
+    stub = StubOrchestrator()
+    stub_runner = web.AppRunner(stub.app())
+    await stub_runner.setup()
+    await web.TCPSite(stub_runner, "127.0.0.1", 0).start()
+    stub.url = f"http://127.0.0.1:{stub_runner.addresses[0][1]}"
+    cleanups.append(stub_runner.cleanup)
+    providers_file = tmp_path / "providers.yaml"
+    root = proxy.url.removesuffix("/v1")  # the SDK adds /v1/messages
+    providers_file.write_text(f"claude:\n  type: anthropic\n  baseUrl: {root}\n")
+    workdir = shared_dir()
+    cleanups.append(lambda: asyncio.to_thread(shutil.rmtree, workdir, True))
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
+        orchestrator_url=stub.url,
+        orchestrator_token=ORCHESTRATOR_TOKEN,
+        providers_file=providers_file,
+    )
+    harness, url = await start_harness(settings, cleanups, toolbox=toolbox_socket)
+    stub.surfaces[IID] = done_surface(IID)
+    yield World(proxy, stub, HarnessClient(url, session, harness, settings.data_dir, workdir))
+    for cleanup in reversed(cleanups):
+        await cleanup()
+    await session.close()
+
+
+async def test_a_turn_with_tools_streams_and_ends_by_its_pick(world: World) -> None:
+    async def on_pick(iid: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        await world.harness.abort(iid, {"cause": "pick", "submissionId": sid})
+        return 200, {"delivered": True, "event": body["type"], "turnComplete": True}
+
+    world.orchestrator.on_pick = on_pick
+    world.proxy.steer(Steer("write"), Steer("done"))
+    sid = await world.admit()
+    settled = await world.harness.settlement(IID, sid, timeout=60)
+
+    assert settled["outcome"] == "ended"
+    assert world.orchestrator.picks == [(IID, {"type": "done"})]
+    assert (world.harness.workdir / "hello").read_text() == "hello"
+    exchanges = world.proxy.exchanges
+    assert [(e.path, e.status, e.finished) for e in exchanges] == [("/v1/messages", 200, True)] * 2
+    first, second = world.proxy.sent
+    assert first["model"] == "tiny"
+    assert first["stream"] is True
+    assert first["system"][-1]["cache_control"] == CACHE
+    assert {t["name"] for t in first["tools"]} >= {"write", "done"}
+    assert first["tools"][-1]["cache_control"] == CACHE
+    assert first["messages"][0]["content"][-1]["cache_control"] == CACHE
+    call = second["messages"][-2]["content"][-1]
+    assert (call["type"], call["name"], call["input"]) == (
+        "tool_use",
+        "write",
+        {"path": "hello", "content": "hello"},
+    )
+    (result,) = second["messages"][-1]["content"]
+    assert (result["type"], result["tool_use_id"]) == ("tool_result", call["id"])
+    assert result["cache_control"] == CACHE
+
+    history = await world.harness.history(IID)
+    answers = [m for m in history["messages"] if m["role"] == "assistant"]
+    assert len(answers) == 2
+    reported = [e.usage for e in exchanges]
+    started = [e.events[0]["message"]["usage"] for e in exchanges]
+    wanted = [
+        {
+            "promptTokens": s["input_tokens"]
+            + s.get("cache_read_input_tokens", 0)
+            + s.get("cache_creation_input_tokens", 0),
+            "completionTokens": r["output_tokens"],
+            "cacheReadTokens": s.get("cache_read_input_tokens", 0),
+            "cacheWriteTokens": s.get("cache_creation_input_tokens", 0),
+        }
+        for s, r in zip(started, reported, strict=True)
+        if r is not None
+    ]
+    assert [m["usage"] for m in answers] == wanted
+    assert wanted[1]["cacheReadTokens"] > 0  # the second request reused the first's prefix
+    assert settled["usage"] == {key: sum(u[key] for u in wanted) for key in wanted[0]}
+
+
+async def test_a_sweep_closes_the_stream_and_no_request_follows(world: World) -> None:
+    world.proxy.queue(Stall())
+    sid = await world.admit()
+    async with asyncio.timeout(30):
+        while not world.proxy.exchanges:
+            await asyncio.sleep(0.02)
+    await world.harness.abort(IID, {"cause": None, "submissionId": sid})
+    settled = await world.harness.settlement(IID, sid, timeout=30)
+    assert settled["outcome"] == "aborted"
+    async with asyncio.timeout(10):
+        while not world.proxy.gone:
+            await asyncio.sleep(0.02)
+    assert world.proxy.gone == 1
+    assert len(world.proxy.exchanges) == 1  # the run settled: nothing more can be asked
+    assert world.proxy.exchanges[0].path == "/v1/messages"
+
+
+async def test_a_refusal_fails_the_submission_after_one_request(world: World) -> None:
+    refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}
+    world.proxy.queue(Answer(400, refusal))
+    sid = await world.admit()
+    settled = await world.harness.settlement(IID, sid, timeout=30)
+    assert settled["outcome"] == "failed"
+    root = world.proxy.url.removesuffix("/v1")
+    assert settled["error"]["message"] == (
+        f"provider 'claude' ({root}), model 'tiny' answered HTTP 400: no"
+    )
+    assert len(world.proxy.exchanges) == 1
