@@ -6,6 +6,10 @@ is rewritten by ``anthropic_prompt``; this module does the IO and keeps, for eac
 call an answer made, the thinking blocks that came before it, so the tool loop can send
 them back as the API requires (ADR 0080). Every error of the SDK, and of the HTTP stream
 under it, is translated to ``ProviderFailure`` here and nowhere else.
+
+The SDK is imported at the first request to an Anthropic provider, not with this module:
+it takes longer to import than the ``openai`` SDK (about twice as long, measured), and a
+Harness whose providers are all OpenAI-compatible should not start slower for it.
 """
 
 from __future__ import annotations
@@ -17,9 +21,8 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import anthropic
 import httpx2
 
 from kubeturn_harness import anthropic_prompt
@@ -28,6 +31,9 @@ from kubeturn_harness.errors import ProviderFailure
 from kubeturn_harness.models import MODEL_CALLS, Finish, ModelAnswer, ModelRequest, Partial
 from kubeturn_harness.providers import ModelName, Provider
 from kubeturn_harness.wire import ToolCall, Usage
+
+if TYPE_CHECKING:
+    import anthropic
 
 MAX_TOKENS = 8192
 """The answer's own ``max_tokens`` (the API requires one) unless the provider sets
@@ -98,6 +104,8 @@ class AnthropicModels:
     def _client(self, provider: Provider) -> anthropic.AsyncAnthropic:
         client = self._clients.get(provider.name)
         if client is None:
+            import anthropic
+
             client = anthropic.AsyncAnthropic(
                 base_url=provider.spec.baseUrl,
                 api_key=provider.api_key,
@@ -158,6 +166,8 @@ class AnthropicModels:
         params: dict[str, Any],
         partial: Partial,
     ) -> ModelAnswer:
+        import anthropic
+
         try:
             stream = await client.messages.create(**params, stream=True)
             try:
