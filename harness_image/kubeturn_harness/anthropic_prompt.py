@@ -29,12 +29,13 @@ the prompt into what the API accepts (ADR 0079):
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubeturn_harness import bodies
+from kubeturn_harness.errors import NotJson
 from kubeturn_harness.wire import ThinkingLevel
 
 Block = dict[str, Any]
@@ -98,10 +99,10 @@ def tool_param(tool: dict[str, Any]) -> Block:
 
 def tool_input(arguments: str | None) -> dict[str, Any]:
     """A call's arguments as the ``input`` object the API takes: ``{}`` unless they are
-    a JSON object."""
+    a JSON object the Harness reads (``bodies``: strict, finite, at most 64 deep)."""
     try:
-        parsed = json.loads(arguments or "")
-    except (ValueError, RecursionError):
+        parsed = bodies.parse(arguments or "", what="the arguments object")
+    except NotJson:
         return {}
     return parsed if isinstance(parsed, dict) else {}
 

@@ -4,7 +4,8 @@ Cases:
 - system: the leading system messages become system blocks (the last one a cache
   breakpoint); a system note later in the conversation becomes user text where it stood;
 - tool calls: ``tool_use`` blocks with the parsed arguments; arguments that are not a
-  JSON object (invalid, truncated, an array, a string, empty) become ``{}``; ids keep only
+  JSON object the Harness reads (invalid, truncated, an array, a string, empty, nested
+  past 64 levels, holding NaN) become ``{}``; ids keep only
   ``[A-Za-z0-9_-]``, alike on the call and its result;
 - tool results: consecutive results merge into one user message, and a user message
   right after them joins it, results first; a call without a result gets one saying so;
@@ -114,10 +115,19 @@ class TestToolCalls:
 
     @pytest.mark.parametrize(
         "arguments",
-        ['{"path": "a', "not json", "[1, 2]", '"a string"', "", "null", "{" * 5000 + "}" * 5000],
-        ids=["truncated", "invalid", "array", "string", "empty", "null", "nested"],
+        [
+            '{"path": "a',
+            "not json",
+            "[1, 2]",
+            '"a string"',
+            "",
+            "null",
+            '{"a":' * 100 + "1" + "}" * 100,
+            '{"n": NaN}',
+        ],
+        ids=["truncated", "invalid", "array", "string", "empty", "null", "nested", "NaN"],
     )
-    def test_arguments_that_are_not_an_object_are_an_empty_input(self, arguments: str) -> None:
+    def test_arguments_not_read_as_an_object_are_an_empty_input(self, arguments: str) -> None:
         assert tool_input(arguments) == {}
         prompt = convert([user("Go."), calls(("c1", arguments)), result("c1")], [])
         assert prompt.messages[1]["content"][0]["input"] == {}
