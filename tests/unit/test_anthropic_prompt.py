@@ -5,8 +5,8 @@ Cases:
   breakpoint); a system note later in the conversation becomes user text where it stood;
 - tool calls: ``tool_use`` blocks with the parsed arguments; arguments that are not a
   JSON object the Harness reads (invalid, truncated, an array, a string, empty, nested
-  past 64 levels, holding NaN) become ``{}``; ids keep only
-  ``[A-Za-z0-9_-]``, alike on the call and its result;
+  past 64 levels, holding NaN) become ``{}``; ids keep only ``[A-Za-z0-9_-]``, alike on
+  the call and its result;
 - tool results: consecutive results merge into one user message, and a user message
   right after them joins it, results first; a call without a result gets one saying so;
   a result whose call is not in the message before becomes text;
