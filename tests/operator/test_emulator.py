@@ -659,7 +659,12 @@ async def test_unknown_fields_are_pruned_silently(k8s: emulator.KubernetesApi) -
     }
     status, patched = await call(k8s, "PATCH", f"{RUNS}/a/status", {"status": {"turns": [record]}})
     assert status == 200
-    assert patched["status"]["turns"][0]["tokens"] == {"promptTokens": 1, "completionTokens": 0}
+    assert patched["status"]["turns"][0]["tokens"] == {
+        "promptTokens": 1,
+        "completionTokens": 0,
+        "cacheReadTokens": 0,
+        "cacheWriteTokens": 0,
+    }
 
 
 async def test_strict_field_validation_refuses_unknown_fields(
