@@ -9,7 +9,8 @@ it gives up is what a Turn waiting on that answer is held. Kinds:
 
 - ``500``: HTTP 500 to every request;
 - ``429``: HTTP 429 with ``Retry-After: 120`` to every request;
-- ``stall``: HTTP 200 and the headers of a stream, then nothing.
+- ``stall``: HTTP 200 and the headers of a stream, then nothing;
+- ``hang``: the request is read, and nothing is answered, not even headers.
 
 Prints, per kind: the requests the provider received, the seconds until the failure, and
 the failure's message. Timing is printed, never asserted.
@@ -29,7 +30,7 @@ from kubeturn_harness.models import ModelRequest, Partial, ProviderModels
 from kubeturn_harness.openai_models import OpenAIModels
 from kubeturn_harness.providers import Providers, ProviderType
 
-KINDS = ("500", "429", "stall")
+KINDS = ("500", "429", "stall", "hang")
 
 
 async def _provider(kind: str, received: list[float]) -> web.AppRunner:
@@ -43,7 +44,8 @@ async def _provider(kind: str, received: list[float]) -> web.AppRunner:
                 {"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "120"}
             )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
+        if kind == "stall":
+            await response.prepare(request)
         await asyncio.sleep(3600)
         return response
 

@@ -112,15 +112,26 @@ class Providers:
         if path is None:
             return cls({})
         try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as error:
+            text = path.read_text()
+        except OSError as error:
             raise ConfigError(f"cannot read the providers file {path}: {error}") from error
+        return cls.parse(text, f"providers file {path}")
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> Providers:
+        """The providers ``text`` defines; a ConfigError naming ``source`` and the first
+        key at fault otherwise (also for the operator, which checks the file it hands
+        every sandbox before it starts)."""
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"cannot read the {source}: {error}") from error
         try:
             parsed = ProvidersFile.model_validate(raw)
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            raise ConfigError(f"providers file {path}: {where}: {first['msg']}") from error
+            raise ConfigError(f"{source}: {where}: {first['msg']}") from error
         return cls({name: Provider(name, spec) for name, spec in parsed.root.items()})
 
     @property
