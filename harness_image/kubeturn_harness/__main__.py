@@ -206,15 +206,17 @@ async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> N
         if settings.orchestrator_url
         else None
     )
+    clock = SystemClock()
     models = ProviderModels(
         {
             ProviderType.OPENAI: OpenAIModels(calls=settings.model_calls),
             ProviderType.ANTHROPIC: AnthropicModels(calls=settings.model_calls),
-        }
+        },
+        clock=clock,
     )
     harness = Harness(
         settings,
-        clock=SystemClock(),
+        clock=clock,
         model=models,
         orchestrator=orchestrator,
         providers=providers,

@@ -1,10 +1,11 @@
 """The adapter for Anthropic's Messages API (the official ``anthropic`` SDK).
 
-One attempt per call (the SDK's own retries are off: kubeturn's retry policy wraps every
-adapter in one place), streamed, filling the ``Partial`` as the events arrive. The prompt
-is rewritten by ``anthropic_prompt``; this module does the IO and keeps, for each tool
-call an answer made, the thinking blocks that came before it, so the tool loop can send
-them back as the API requires (ADR 0080). Every error of the SDK, and of the HTTP stream
+One attempt per call (the SDK's own retries are off: kubeturn's retry policy,
+``retries``, wraps every adapter in one place; the timeouts are the provider's),
+streamed, filling the ``Partial`` as the events arrive. The prompt is rewritten by
+``anthropic_prompt``; this module does the IO and keeps, for each tool call an answer
+made, the thinking blocks that came before it, so the tool loop can send them back as
+the API requires (ADR 0080). Every error of the SDK, and of the HTTP stream
 under it, is translated to ``ProviderFailure`` here and nowhere else.
 
 The SDK is imported at the first request to an Anthropic provider, not with this module:
@@ -15,9 +16,7 @@ Harness whose providers are all OpenAI-compatible should not start slower for it
 from __future__ import annotations
 
 import asyncio
-import datetime
-import email.utils
-import math
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import httpx2
 
-from kubeturn_harness import anthropic_prompt
+from kubeturn_harness import anthropic_prompt, retries
 from kubeturn_harness.anthropic_prompt import Block
 from kubeturn_harness.errors import ProviderFailure
 from kubeturn_harness.models import MODEL_CALLS, Finish, ModelAnswer, ModelRequest, Partial
@@ -41,9 +40,6 @@ MAX_TOKENS = 8192
 single answer (a file written through a tool) rarely needs more. Thinking's budget is
 added on top."""
 
-MODEL_TIMEOUT_S = 600.0
-"""A streamed answer may take minutes; a stalled connection may not take forever."""
-
 THOUGHTS_KEPT = 1024
 """Answers whose thinking blocks are kept for their tool calls, the least recently used
 dropped first. The API needs them only while a tool loop goes on; a thousand live
@@ -57,9 +53,6 @@ FINISHES: Mapping[str | None, Finish] = {
 }
 """``stop_reason`` in the loop's words; any other (``refusal``, ``pause_turn``, none) is
 ``Finish.OTHER``."""
-
-RETRYABLE_STATUSES = frozenset({408, 429, 529})
-"""Besides every 5xx: a timeout, a rate limit, and Anthropic's ``overloaded`` (529)."""
 
 ERROR_STATUSES: Mapping[str, int] = {
     "invalid_request_error": 400,
@@ -92,13 +85,12 @@ class _Block:
 class AnthropicModels:
     """Messages with tool use, streamed, through one client per provider."""
 
-    def __init__(self, *, timeout: float = MODEL_TIMEOUT_S, calls: int = MODEL_CALLS) -> None:
+    def __init__(self, *, calls: int = MODEL_CALLS) -> None:
         self._clients: dict[str, anthropic.AsyncAnthropic] = {}
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per provider: its requests in flight, at most ``calls``."""
         self._thoughts: OrderedDict[tuple[str, str], tuple[Block, ...]] = OrderedDict()
         """(provider, tool call id) → the thinking blocks of the answer that made the call."""
-        self._timeout = timeout
         self._calls = calls
 
     def _client(self, provider: Provider) -> anthropic.AsyncAnthropic:
@@ -106,11 +98,16 @@ class AnthropicModels:
         if client is None:
             import anthropic
 
+            timeouts = provider.spec.timeouts
+            idle = timeouts.idleSeconds
             client = anthropic.AsyncAnthropic(
                 base_url=provider.spec.baseUrl,
                 api_key=provider.api_key,
                 max_retries=0,
-                timeout=self._timeout,
+                # read: the wait for the answer's headers and for each read of its body.
+                timeout=anthropic.Timeout(
+                    connect=timeouts.connectSeconds, read=idle, write=idle, pool=idle
+                ),
             )
             self._clients[provider.name] = client
         return client
@@ -168,31 +165,25 @@ class AnthropicModels:
     ) -> ModelAnswer:
         import anthropic
 
+        idle = model.provider.spec.timeouts.idleSeconds
         try:
             stream = await client.messages.create(**params, stream=True)
             try:
                 answer = _Answer(partial)
-                async for event in stream:
+                async for event in retries.chunks(stream, idle_s=idle, where=model.where):
                     answer.take(event)
             finally:
                 await stream.close()
-        except anthropic.APIStatusError as error:
-            raise _status_failure(model, error) from error
-        except anthropic.APIConnectionError as error:
-            raise ProviderFailure(
-                f"{_where(model)} could not be reached: {error.message}", retryable=True
-            ) from error
-        except httpx2.TransportError as error:  # the stream broke while it was read
-            said = f"{_where(model)} broke off its answer: {error or type(error).__name__}"
-            raise ProviderFailure(said, retryable=True) from error
         except anthropic.APIError as error:
-            raise ProviderFailure(f"{_where(model)} failed: {error.message}") from error
+            raise _failure(model, error) from error
+        except httpx2.TransportError as error:  # the stream broke while it was read
+            raise _dropped(model, str(error) or type(error).__name__) from error
         except RecursionError as error:  # raised and unwound inside the SDK's reading
-            said = f"{_where(model)} answered JSON nested too deep to read"
-            raise ProviderFailure(said) from error
+            outcome = "answered JSON nested too deep to read"
+            raise ProviderFailure(f"{model.where} {outcome}", outcome=outcome) from error
         if not answer.stopped:
-            said = f"{_where(model)} ended its stream before its answer ended"
-            raise ProviderFailure(said, retryable=True)
+            outcome = "ended its stream before its answer ended"
+            raise ProviderFailure(f"{model.where} {outcome}", retryable=True, outcome=outcome)
         self._keep(model.provider.name, answer.tool_calls, answer.thinking)
         return ModelAnswer(
             text=partial.content,
@@ -302,25 +293,50 @@ class _Answer:
         return kept
 
 
-def _where(model: ModelName) -> str:
-    return (
-        f"provider {model.provider.name!r} ({model.provider.spec.baseUrl}), model {model.model!r}"
+def _failure(model: ModelName, error: anthropic.APIError) -> ProviderFailure:
+    """One attempt's SDK error, classified for the retry policy."""
+    import anthropic
+
+    if isinstance(error, anthropic.APIStatusError):
+        status = error.status_code
+        headers = error.response.headers
+        detail = _error_message(error)
+        if status < 400:  # an ``error`` event in a stream that began with 200
+            kind = _error_type(error.body) or "error"
+            status = ERROR_STATUSES.get(kind, 500)
+            outcome = f"reported {kind} in its stream"
+            headers = httpx2.Headers()
+        else:
+            outcome = f"answered {retries.status_phrase(status)}"
+        return ProviderFailure(
+            f"{model.where} {outcome}: {detail}",
+            status=status,
+            retryable=retries.retryable_status(status, headers),
+            retry_after_s=retries.retry_after_s(headers, time.time()),
+            outcome=outcome,
+            detail=detail,
+        )
+    timeouts = model.provider.spec.timeouts
+    if isinstance(error, anthropic.APITimeoutError):
+        # The SDK wraps the transport's timeout; its class says which one ran out.
+        if type(error.__cause__).__name__ == "ConnectTimeout":
+            outcome = f"was not reached in {timeouts.connectSeconds:g} s (timeouts.connectSeconds)"
+        else:
+            outcome = f"sent nothing for {timeouts.idleSeconds:g} s (timeouts.idleSeconds)"
+        return ProviderFailure(f"{model.where} {outcome}", retryable=True, outcome=outcome)
+    if isinstance(error, anthropic.APIConnectionError):
+        cause = error.__cause__
+        return _dropped(model, str(cause) if cause is not None and str(cause) else error.message)
+    outcome = "answered something that is not a Messages stream"
+    return ProviderFailure(
+        f"{model.where} {outcome}: {error.message}", outcome=outcome, detail=error.message
     )
 
 
-def _status_failure(model: ModelName, error: anthropic.APIStatusError) -> ProviderFailure:
-    status = error.status_code
-    said = f"{_where(model)} answered HTTP {status}: {_error_message(error)}"
-    if status < 400:  # an ``error`` event inside a stream that began well
-        kind = _error_type(error.body) or "error"
-        status = ERROR_STATUSES.get(kind, 500)
-        said = f"{_where(model)} broke off its answer with {kind}: {_error_message(error)}"
-    retryable = status >= 500 or status in RETRYABLE_STATUSES
+def _dropped(model: ModelName, detail: str) -> ProviderFailure:
+    outcome = "could not be reached or dropped the connection"
     return ProviderFailure(
-        said,
-        status=status,
-        retryable=retryable,
-        retry_after_s=retry_after(error.response.headers),
+        f"{model.where} {outcome}: {detail}", retryable=True, outcome=outcome, detail=detail
     )
 
 
@@ -339,32 +355,3 @@ def _error_message(error: anthropic.APIStatusError) -> str:
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
             return cast(str, inner["message"])
     return error.message
-
-
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """How long the server asked to wait: ``retry-after-ms``, or ``Retry-After`` in
-    seconds or as an HTTP date; None when it said nothing readable."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return _seconds(float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return _seconds(float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.UTC)
-    return _seconds((when - datetime.datetime.now(datetime.UTC)).total_seconds())
-
-
-def _seconds(value: float) -> float | None:
-    return max(value, 0.0) if math.isfinite(value) else None

@@ -306,6 +306,22 @@ class SteppedClock:
     def advance(self, seconds: float) -> None:
         self._monotonic += seconds
 
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
+
+
+class NoWaitClock(SystemClock):
+    """The system's clock, except that a wait takes no time and is written down: a
+    provider's retries happen at once, and a test reads the back-offs they waited."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        await asyncio.sleep(0)
+
 
 def shared_dir() -> Path:
     """A directory the toolbox's sessions can use: pytest's own temporary directories are
@@ -322,11 +338,14 @@ async def start_harness(
     *,
     toolbox: Path,
     clock: Clock | None = None,
+    model_clock: Clock | None = None,
 ) -> tuple[Harness, str]:
     """The real Harness, in this process, on a free loopback port, with the toolbox at
-    the socket ``toolbox``."""
+    the socket ``toolbox``; its model requests wait on ``model_clock`` between attempts
+    (by default a ``NoWaitClock``: retries happen at once)."""
     models = ProviderModels(
-        {ProviderType.OPENAI: OpenAIModels(), ProviderType.ANTHROPIC: AnthropicModels()}
+        {ProviderType.OPENAI: OpenAIModels(), ProviderType.ANTHROPIC: AnthropicModels()},
+        clock=model_clock or NoWaitClock(),
     )
     orchestrator = (
         OrchestratorClient(settings.orchestrator_url, settings.orchestrator_token)

@@ -20,7 +20,9 @@ Cases:
   broken mid-stream, and a stream ended before ``message_stop``, are retryable and the
   ``Partial`` keeps what came;
 - a sweep: cancelling the task while the answer streams closes the connection at once
-  (the server sees its client go), no request follows, and the ``Partial`` keeps the text.
+  (the server sees its client go), no request follows, and the ``Partial`` keeps the text;
+- a stream silent for the provider's ``timeouts.idleSeconds`` fails the attempt,
+  retryable, keeping what came.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from kubeturn_harness import retries
 from kubeturn_harness.anthropic_models import MAX_TOKENS, AnthropicModels
 from kubeturn_harness.errors import ProviderFailure
 from kubeturn_harness.models import Finish, ModelAnswer, ModelRequest, Partial
@@ -278,8 +281,8 @@ async def test_a_refusal_is_one_request_and_a_classified_failure(
     failure = failed.value
     kind = refusal.body["error"]["type"]
     assert failure.message == (
-        f"provider 'claude' ({api.url}), model 'claude-test' answered HTTP {refusal.status}: "
-        f"the {kind} said so"
+        f"provider 'claude' ({api.url}), model 'claude-test' answered "
+        f"{retries.status_phrase(refusal.status)}: the {kind} said so"
     )
     assert (failure.status, failure.retryable) == (refusal.status, retryable)
     if retry_after is None:
@@ -296,7 +299,9 @@ async def test_nothing_listening_is_retryable_without_a_status(models: Anthropic
     with pytest.raises(ProviderFailure) as failed:
         await models.complete(asked, Partial())
     assert (failed.value.status, failed.value.retryable) == (None, True)
-    assert failed.value.message.startswith(f"provider 'claude' ({url}), model 'claude-test' could")
+    assert failed.value.message.startswith(
+        f"provider 'claude' ({url}), model 'claude-test' could not be reached or dropped"
+    )
 
 
 async def test_an_error_event_mid_stream_is_classified_by_its_type(
@@ -309,7 +314,7 @@ async def test_an_error_event_mid_stream_is_classified_by_its_type(
         with pytest.raises(ProviderFailure) as failed:
             await models.complete(request(api), partial)
     assert (failed.value.status, failed.value.retryable) == (529, True)
-    assert failed.value.message.endswith("broke off its answer with overloaded_error: Overloaded")
+    assert failed.value.message.endswith("reported overloaded_error in its stream: Overloaded")
     assert partial.content == "Half of it"
 
 
@@ -347,3 +352,15 @@ async def test_a_sweep_closes_the_stream_at_once(models: AnthropicModels) -> Non
         assert api.closed_by_client == 1
         assert len(api.requests) == 1
     assert partial.content == "Looking at it"
+
+
+async def test_a_silent_stream_fails_after_the_idle_timeout(models: AnthropicModels) -> None:
+    held = Answer([{"type": "text", "text": "Thinking"}], hold_after=4)
+    partial = Partial()
+    async with serving([held]) as api:
+        with pytest.raises(ProviderFailure) as failed:
+            await models.complete(request(api, timeouts={"idleSeconds": 0.2}), partial)
+        assert len(api.requests) == 1
+    assert (failed.value.status, failed.value.retryable) == (None, True)
+    assert failed.value.outcome == "sent nothing for 0.2 s (timeouts.idleSeconds)"
+    assert partial.content == "Thinking"

@@ -54,7 +54,7 @@ async def test_cached_prompt_tokens_are_cache_reads(details: Any, read: int) -> 
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    models = OpenAIModels(retries=0)
+    models = OpenAIModels()
     model = ModelName(Provider("local", ProviderSpec(baseUrl=url)), "m")
     try:
         answer = await models.complete(

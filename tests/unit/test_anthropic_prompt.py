@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubeturn_harness.anthropic_prompt import (
@@ -315,6 +315,7 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
     return messages
 
 
+@settings(deadline=None)  # a shared CI machine's pauses are not the converter's
 @given(conversations(), st.sampled_from([None, *ThinkingLevel]))
 def test_every_conversion_is_one_the_api_accepts(
     history: list[dict[str, Any]], level: ThinkingLevel | None

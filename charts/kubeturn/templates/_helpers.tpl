@@ -83,7 +83,8 @@ app.kubernetes.io/part-of: kubeturn
 
 {{/*
 The providers file, in the Harness's format (name → {type, baseUrl, apiKeyEnv?,
-maxTokens?}); the Harness refuses unknown keys, so apiKeySecret stays out of it.
+maxTokens?, retry?, timeouts?}); the Harness refuses unknown keys, so apiKeySecret stays
+out of it.
 */}}
 {{- define "kubeturn.providersYaml" -}}
 {{- $providers := dict }}
@@ -94,6 +95,12 @@ maxTokens?}); the Harness refuses unknown keys, so apiKeySecret stays out of it.
 {{- end }}
 {{- if $provider.maxTokens }}
 {{- $_ := set $entry "maxTokens" $provider.maxTokens }}
+{{- end }}
+{{- if $provider.retry }}
+{{- $_ := set $entry "retry" $provider.retry }}
+{{- end }}
+{{- if $provider.timeouts }}
+{{- $_ := set $entry "timeouts" $provider.timeouts }}
 {{- end }}
 {{- $_ := set $providers $name $entry }}
 {{- end }}
