@@ -166,7 +166,12 @@ async def test_5xx_then_an_answer_completes(
     w = await world(UNUSED, orchestrated=False, provider_url=p.url)
     settled = await turn(w)
     assert (settled["outcome"], p.received) == ("completed", 3)
-    assert settled["usage"] == {"promptTokens": 7, "completionTokens": 2}
+    assert settled["usage"] == {
+        "promptTokens": 7,
+        "completionTokens": 2,
+        "cacheReadTokens": 0,
+        "cacheWriteTokens": 0,
+    }
 
 
 async def test_429_with_a_short_retry_after_waits_it(

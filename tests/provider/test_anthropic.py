@@ -12,7 +12,9 @@ Cases:
 - a sweep while the answer streams (the response held open after its headers): the
   Submission settles ``aborted``, the proxy sees its client close the connection, and
   no request follows;
-- a refusal (400): the Submission fails with the API's message, after one request.
+- a refusal (400): the Submission fails with the API's message, after one request;
+- Anthropic's 529 (overloaded) is retried by kubeturn's policy: the second request's
+  answer ends the Turn by its pick.
 """
 
 from __future__ import annotations
@@ -208,6 +210,23 @@ async def test_a_refusal_fails_the_submission_after_one_request(world: World) ->
     assert settled["outcome"] == "failed"
     root = world.proxy.url.removesuffix("/v1")
     assert settled["error"]["message"] == (
-        f"provider 'claude' ({root}), model 'tiny' answered HTTP 400: no"
+        f"provider 'claude' ({root}), model 'tiny' answered HTTP 400 (bad request) to 1 "
+        "request, which kubeturn does not retry: no"
     )
     assert len(world.proxy.exchanges) == 1
+
+
+async def test_an_overloaded_answer_is_retried_by_the_policy(world: World) -> None:
+    async def on_pick(iid: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        await world.harness.abort(iid, {"cause": "pick", "submissionId": sid})
+        return 200, {"delivered": True, "event": body["type"], "turnComplete": True}
+
+    world.orchestrator.on_pick = on_pick
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    world.proxy.queue(Answer(529, overloaded))
+    world.proxy.steer(Steer("done"))
+    sid = await world.admit()
+    settled = await world.harness.settlement(IID, sid, timeout=60)
+    assert settled["outcome"] == "ended"
+    assert [e.status for e in world.proxy.exchanges] == [529, 200]
+    assert world.orchestrator.picks == [(IID, {"type": "done"})]
