@@ -44,8 +44,9 @@ import aiohttp
 from aiohttp import web
 
 MODEL_PATHS = ("/v1/chat/completions", "/v1/messages")
-TEXT_BIAS = {"<tool_call>": False}
-"""A ``logit_bias`` entry of ``false`` bans the token: the model answers with text."""
+TEXT_BIAS = {"<tool_call>": False, '{"': False}
+"""A ``logit_bias`` entry of ``false`` bans a token: with no call to open, the model answers
+with text."""
 NAME_BIAS = 20.0
 """Enough to win where the grammar allows a name, too little to matter where it does
 not (the tiny model's own preferences there are worth ~100)."""

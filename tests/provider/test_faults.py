@@ -92,7 +92,7 @@ async def test_a_streamed_answer_passes_through_whole(
     proxy.steer(Steer("write"))
     status, events = await stream(session, f"{proxy.url}/chat/completions", chat())
     assert status == 200
-    assert call_of(events) == ("write", '{"path":"hello","content":"hello"}', "tool_calls")
+    assert call_of(events) == ("write", '{"path": "hello", "content": "hello"}', "tool_calls")
     (exchange,) = proxy.exchanges
     assert exchange.finished
     assert exchange.events == events
