@@ -1,0 +1,134 @@
+"""The four examples of ``examples/``, run as a user runs them against a model server on
+their machine: ``kubeturn run FILE --providers FILE``, the providers file naming the
+examples' provider ``openai`` at llama.cpp's server (through the fault proxy, which
+steers the tiny model's picks, one per request).
+
+Cases:
+- ``hello``: the greeter writes with a Working tool, then picks ``done``: one Turn
+  ``ended`` by its pick; Succeeded; the server received exactly two requests;
+- ``exec-tests``: ``run_tests`` is answered with the command's output once the Machine
+  is back at Rest, then ``finish`` ends the Turn; Succeeded; two requests, the second
+  carrying the test command's output;
+- ``timeout``: the model's first answer stalls; the state's 2 s timer ends the Turn,
+  ``aborted`` with no cause; the Run Failed at ``timedOut``, exit 1; the proxy received
+  one request and forwarded none after the Turn ended;
+- ``task-with-review``: the coder submits, the reviewer approves (``review_verdict``
+  with ``verdict: approve``), the Run waits at ``humanReview`` until ``kubeturn send``
+  approves; Succeeded with both Turns ``ended`` by their picks; two requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.support import EXAMPLES, Background, git_repo, kubeturn, status, summary_rows
+from tests.provider.conftest import providers_yaml
+from tests.provider.faults import FaultProxy, Stall, Steer
+
+RUN_S = 120.0
+"""A Run of an example takes a few seconds here; a loaded CI machine may take far more."""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return git_repo(tmp_path / "project")
+
+
+@pytest.fixture
+def providers(proxy: FaultProxy, tmp_path: Path) -> Path:
+    """The examples' provider ``openai`` (``model: openai/gpt-4.1``) at the proxy."""
+    path = tmp_path / "providers.yaml"
+    path.write_text(providers_yaml("openai", proxy.url))
+    return path
+
+
+async def run(name: str, providers: Path, project: Path) -> tuple[int, str]:
+    done = await asyncio.to_thread(
+        kubeturn,
+        "run",
+        EXAMPLES / f"{name}.yaml",
+        "--providers",
+        providers,
+        cwd=project,
+        timeout=RUN_S,
+    )
+    assert done.stderr == "", done.stdout + done.stderr
+    return done.returncode, done.stdout
+
+
+def tool_results(body: dict[str, object]) -> list[str]:
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    return [str(m["content"]) for m in messages if m["role"] == "tool"]
+
+
+async def test_hello(proxy: FaultProxy, providers: Path, project: Path) -> None:
+    proxy.steer(Steer("write"), Steer("done"))
+    code, output = await run("hello", providers, project)
+    assert code == 0, output
+    assert summary_rows(output) == [("t1", "greeter", "greeting", "ended", "pick")]
+    assert 'output: "greeted"' in output
+    assert [e.status for e in proxy.exchanges] == [200, 200]
+    assert [s["model"] for s in proxy.sent] == ["gpt-4.1", "gpt-4.1"]
+    worktree = project / ".kubeturn-work" / "hello" / "target" / "kubeturn-hello"
+    assert (worktree / "hello").read_text() == "hello"
+
+
+async def test_exec_tests(proxy: FaultProxy, providers: Path, project: Path) -> None:
+    proxy.steer(Steer("run_tests"), Steer("finish"))
+    code, output = await run("exec-tests", providers, project)
+    assert code == 0, output
+    assert summary_rows(output) == [("t1", "coder", "coding", "ended", "pick")]
+    assert len(proxy.exchanges) == 2
+    (answer,) = tool_results(proxy.sent[1])
+    assert "Your pick `run_tests` was delivered" in answer
+    assert "1 failed (VERSION.txt is missing or empty)" in answer
+
+
+async def test_timeout(proxy: FaultProxy, providers: Path, project: Path) -> None:
+    proxy.queue(Stall())
+    code, output = await run("timeout", providers, project)
+    assert code == 1, output
+    assert summary_rows(output) == [("t1", "investigator", "investigating", "aborted", "-")]
+    assert "message: reached the failed final 'timedOut'" in output
+    (exchange,) = proxy.exchanges
+    assert exchange.forwarded is None
+    assert exchange.events == []
+
+
+async def test_task_with_review(
+    proxy: FaultProxy, providers: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBETURN_DEFAULT_MODEL", "openai/gpt-4.1")  # its Agents name none
+    proxy.steer(Steer("submit"), Steer("review_verdict", "approve"))
+    manifest = EXAMPLES / "task-with-review.yaml"
+    running = Background.start("run", manifest, "--providers", providers, cwd=project)
+    try:
+        await asyncio.to_thread(
+            running.wait_line,
+            r"^run task-with-review: state humanReview, phase Running$",
+            timeout=RUN_S,
+        )
+        sent = await asyncio.to_thread(
+            kubeturn, "send", "task-with-review", "approve", "--id", "approve-1", cwd=project
+        )
+        assert sent.returncode == 0, sent.stderr
+        code, output, errors = await asyncio.to_thread(running.wait, timeout=RUN_S)
+    finally:
+        running.stop()
+    assert (code, errors) == (0, ""), output
+    assert summary_rows(output) == [
+        ("t1", "coder", "implementing", "ended", "pick"),
+        ("t2", "reviewer", "reviewing", "ended", "pick"),
+    ]
+    assert 'output: {"rounds": 0, "summary": "hello"}' in output
+    final = status(project / ".kubeturn-work" / "task-with-review", "task-with-review")
+    assert final["phase"] == "Succeeded"
+    assert len(proxy.exchanges) == 2
+    calls = [json.dumps(e.events) for e in proxy.exchanges]
+    assert '"name": "submit"' in calls[0]
+    assert '"name": "review_verdict"' in calls[1]
