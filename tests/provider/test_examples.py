@@ -4,8 +4,10 @@ examples' provider ``openai`` at llama.cpp's server (through the fault proxy, wh
 steers the tiny model's picks, one per request).
 
 Cases:
-- ``hello``: the greeter writes with a Working tool, then picks ``done``: one Turn
-  ``ended`` by its pick; Succeeded; the server received exactly two requests;
+- ``hello``, as README.md's "A model server on your machine" runs it (its providers
+  file, with the proxy's address): the greeter writes with a Working tool, then picks
+  ``done``: one Turn ``ended`` by its pick; Succeeded; the server received exactly two
+  requests; the summary's tokens are the sum of what the server reported;
 - ``exec-tests``: ``run_tests`` is answered with the command's output once the Machine
   is back at Rest, then ``finish`` ends the Turn; Succeeded; two requests, the second
   carrying the test command's output;
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,8 @@ from tests.cli.support import EXAMPLES, Background, git_repo, kubeturn, status, 
 from tests.provider.conftest import providers_yaml
 from tests.provider.faults import FaultProxy, Stall, Steer
 
+README = Path(__file__).parents[2] / "README.md"
+README_SERVER = "http://127.0.0.1:8080/v1"
 RUN_S = 120.0
 """A Run of an example takes a few seconds here; a loaded CI machine may take far more."""
 
@@ -66,11 +71,26 @@ def tool_results(body: dict[str, object]) -> list[str]:
     return [str(m["content"]) for m in messages if m["role"] == "tool"]
 
 
-async def test_hello(proxy: FaultProxy, providers: Path, project: Path) -> None:
+def readme_providers(proxy: FaultProxy, path: Path) -> Path:
+    """The providers file README.md shows for a server on your machine, at the proxy."""
+    section = README.read_text().split("### A model server on your machine", 1)[1]
+    shown = re.search(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+    assert shown is not None, "README.md shows no providers file for a local server"
+    assert README_SERVER in shown.group(1)
+    path.write_text(shown.group(1).replace(README_SERVER, proxy.url))
+    return path
+
+
+async def test_hello(proxy: FaultProxy, project: Path, tmp_path: Path) -> None:
     proxy.steer(Steer("write"), Steer("done"))
+    providers = readme_providers(proxy, tmp_path / "providers.yaml")
     code, output = await run("hello", providers, project)
     assert code == 0, output
-    assert summary_rows(output) == [("t1", "greeter", "greeting", "ended", "pick")]
+    reported = [e.usage for e in proxy.exchanges if e.usage]
+    prompt = sum(u["prompt_tokens"] for u in reported)
+    completion = sum(u["completion_tokens"] for u in reported)
+    (row,) = [line.split() for line in output.splitlines() if line.startswith("t1 ")][-1:]
+    assert row[:6] == ["t1", "greeter", "greeting", "ended", "pick", f"{prompt}/{completion}"]
     assert 'output: "greeted"' in output
     assert [e.status for e in proxy.exchanges] == [200, 200]
     assert [s["model"] for s in proxy.sent] == ["gpt-4.1", "gpt-4.1"]
