@@ -163,10 +163,10 @@ def build(path: Path, vocabulary: Path) -> None:
     import gguf
 
     regular = _ranks(vocabulary)
-    alphabet = _byte_alphabet()
+    alphabet = str.maketrans({chr(byte): char for byte, char in _byte_alphabet().items()})
 
     def spelled(token: bytes) -> str:
-        return "".join(alphabet[byte] for byte in token)
+        return token.decode("latin-1").translate(alphabet)
 
     names = [spelled(token) for token in regular] + SPECIAL + ADDED
     types = [NORMAL] * len(regular) + [CONTROL] * len(SPECIAL)
