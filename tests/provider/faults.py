@@ -20,8 +20,10 @@ request is forwarded to the server unless the test queued a fault for it. Use::
 - ``steer(*steers)``: what the tiny model says is decided by a ``logit_bias`` the proxy
   adds to each model request (``tinymodel`` explains why it needs one): ``Steer("done")``
   makes it call ``done``; ``Steer("review_verdict", "approve")`` also picks that enum
-  value; ``Steer(text=True)`` makes it answer text instead of a call. Each request takes
-  the next steer; with none left, the last one given stays in force.
+  value; ``Steer(text=True)`` makes it answer text instead of a call;
+  ``Steer("done", repeat=True, max_tokens=28)`` makes it call ``done`` twice in one
+  answer (llama.cpp's own parallel calls). Each request takes the next steer; with none
+  left, the last one given stays in force.
 - ``exchanges``: one ``Exchange`` per request received, in order: ``sent`` is the JSON
   body exactly as the Harness sent it (assert on this), ``forwarded`` what went to the
   server after steering (None when the fault answered alone), ``fault`` the fault
@@ -42,6 +44,8 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from tests.provider import tinymodel
 
 MODEL_PATHS = ("/v1/chat/completions", "/v1/messages")
 TEXT_BIAS = {"<tool_call>": False, '{"': False}
@@ -93,11 +97,30 @@ class Steer:
     tool: str | None = None
     value: str | None = None
     text: bool = False
+    repeat: bool = False
+    """Ban the end of the answer: the model calls ``tool`` again and again, in one answer,
+    until ``max_tokens`` (or the server's limit, 256) cuts it with ``finish_reason:
+    length``. A ``done`` call with no arguments is 14 tokens: ``max_tokens=28`` gives two
+    whole calls."""
+    max_tokens: int | None = None
 
     def logit_bias(self) -> dict[str, Any]:
         if self.text:
             return dict(TEXT_BIAS)
-        return {word: NAME_BIAS for word in (self.tool, self.value) if word}
+        bias: dict[str, Any] = {word: NAME_BIAS for word in (self.tool, self.value) if word}
+        if self.repeat:
+            bias[str(tinymodel.END_OF_ANSWER)] = False
+        return bias
+
+    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as forwarded: the bias added, and ``max_tokens`` if given."""
+        forwarded = dict(body)
+        bias = self.logit_bias()
+        if bias:
+            forwarded["logit_bias"] = {**bias, **body.get("logit_bias", {})}
+        if self.max_tokens is not None:
+            forwarded["max_tokens"] = self.max_tokens
+        return forwarded
 
 
 @dataclass
@@ -172,10 +195,7 @@ class FaultProxy:
             return await self._stall(request, exchange)
         if isinstance(fault, Delay):
             await asyncio.sleep(fault.seconds)
-        forwarded = dict(sent)
-        bias = self._next_steer().logit_bias()
-        if bias:
-            forwarded["logit_bias"] = {**bias, **sent.get("logit_bias", {})}
+        forwarded = self._next_steer().apply(sent)
         exchange.forwarded = forwarded
         return await self._relay(request, exchange, forwarded)
 

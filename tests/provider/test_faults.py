@@ -9,6 +9,8 @@ Cases:
 - ``Stall`` sends the headers and then nothing; the client gives up;
 - ``Cut`` closes the connection after N events: the client sees the stream break;
 - ``Rewrite`` replaces a streamed call's arguments and its ``finish_reason``;
+- ``Steer(repeat=True)`` has the model repeat its call in one answer, cut at
+  ``max_tokens``: two whole ``done`` calls, ``finish_reason: length``;
 - llama.cpp's Anthropic Messages route (``/v1/messages``) streams a tool call through it.
 """
 
@@ -156,6 +158,23 @@ async def test_a_rewrite_replaces_the_arguments_and_the_finish_reason(
     status, events = await stream(session, f"{proxy.url}/chat/completions", chat())
     assert status == 200
     assert call_of(events) == ("write", '{"path": "hel', "length")
+
+
+async def test_a_repeating_steer_gives_several_identical_calls_in_one_answer(
+    proxy: FaultProxy, session: aiohttp.ClientSession
+) -> None:
+    proxy.steer(Steer("done", repeat=True, max_tokens=28))
+    status, events = await stream(session, f"{proxy.url}/chat/completions", chat())
+    assert status == 200
+    calls: dict[int, str] = {}
+    for event in events:
+        for choice in event.get("choices", []):
+            for call in choice["delta"].get("tool_calls") or []:
+                name = call["function"].get("name") or ""
+                calls[call["index"]] = calls.get(call["index"], "") + name
+    assert calls == {0: "done", 1: "done"}
+    assert call_of(events)[2] == "length"
+    assert "max_tokens" not in proxy.exchanges[0].sent
 
 
 async def test_the_anthropic_messages_route_streams_a_tool_call(

@@ -79,6 +79,9 @@ ADDED = [
 ]
 """Qwen2.5's added tokens, after the control tokens (``<tool_call>`` is 151657)."""
 
+END_OF_ANSWER = 151645
+"""``<|im_end|>``'s id: the end of an answer (llama.cpp's end-of-generation token)."""
+
 # Token types of GGUF (gguf.TokenType): a regular token, a control token, one added.
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
 
@@ -189,6 +192,7 @@ def build(path: Path, vocabulary: Path) -> None:
     tool_call = ids["<tool_call>"]
     tool_end = ids["</tool_call>"]
     im_end = ids["<|im_end|>"]
+    assert im_end == END_OF_ANSWER
     word = ids[WORD.encode()]
     texts = [text_of(i) for i in range(vocab)]
 
