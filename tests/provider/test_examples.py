@@ -62,6 +62,7 @@ async def test_hello(proxy: FaultProxy, project: Path, tmp_path: Path) -> None:
     completion = sum(u["completion_tokens"] for u in reported)
     (row,) = [line.split() for line in output.splitlines() if line.startswith("t1 ")][-1:]
     assert row[:6] == ["t1", "greeter", "greeting", "ended", "pick", f"{prompt}/{completion}"]
+    assert "run hello: Succeeded in state finished after " in output
     assert 'output: "greeted"' in output
     assert [e.status for e in proxy.exchanges] == [200, 200]
     assert [s["model"] for s in proxy.sent] == ["gpt-4.1", "gpt-4.1"]
@@ -74,6 +75,7 @@ async def test_exec_tests(proxy: FaultProxy, providers: Path, project: Path) -> 
     code, output = await local_run(EXAMPLES / "exec-tests.yaml", providers, project)
     assert code == 0, output
     assert summary_rows(output) == [("t1", "coder", "coding", "ended", "pick")]
+    assert "run exec-tests: Succeeded in state done after " in output
     assert len(proxy.exchanges) == 2
     (answer,) = tool_results(proxy.sent[1])
     assert "Your pick `run_tests` was delivered" in answer
@@ -85,6 +87,7 @@ async def test_timeout(proxy: FaultProxy, providers: Path, project: Path) -> Non
     code, output = await local_run(EXAMPLES / "timeout.yaml", providers, project)
     assert code == 1, output
     assert summary_rows(output) == [("t1", "investigator", "investigating", "aborted", "-")]
+    assert "run timeout: Failed in state timedOut after " in output
     assert "message: reached the failed final 'timedOut'" in output
     (exchange,) = proxy.exchanges
     assert exchange.forwarded is None
