@@ -56,22 +56,11 @@ def done_surface(iid: str) -> dict[str, Any]:
     }
 
 
-class MessagesSteering(FaultProxy):
-    """The fault proxy, steering the tiny model on the Messages route too: llama.cpp's
-    ``/v1/messages`` ignores ``logit_bias`` (and ``tool_choice``), so a steered request
-    goes to the server with the steered tool's definition alone. What the Harness sent
-    stays recorded as it was sent. ``gone`` counts the stalled responses whose client
-    closed the connection."""
+class ClosingProxy(FaultProxy):
+    """The fault proxy, counting in ``gone`` the stalled responses whose client closed
+    the connection."""
 
     gone = 0
-
-    async def _relay(
-        self, request: web.Request, exchange: Exchange, body: dict[str, Any]
-    ) -> web.StreamResponse:
-        bias = body.pop("logit_bias", None)
-        if bias:
-            body["tools"] = [tool for tool in body.get("tools", []) if tool["name"] in bias]
-        return await super()._relay(request, exchange, body)
 
     async def _stall(self, request: web.Request, exchange: Exchange) -> web.StreamResponse:
         try:
@@ -82,14 +71,14 @@ class MessagesSteering(FaultProxy):
 
 
 @pytest.fixture
-async def proxy(llama_url: str) -> AsyncIterator[MessagesSteering]:
-    started = await MessagesSteering(llama_url).start()
+async def proxy(llama_url: str) -> AsyncIterator[ClosingProxy]:
+    started = await ClosingProxy(llama_url).start()
     yield started
     await started.close()
 
 
 class World:
-    def __init__(self, proxy: MessagesSteering, stub: StubOrchestrator, harness: HarnessClient):
+    def __init__(self, proxy: ClosingProxy, stub: StubOrchestrator, harness: HarnessClient):
         self.proxy = proxy
         self.orchestrator = stub
         self.harness = harness
@@ -99,9 +88,7 @@ class World:
 
 
 @pytest.fixture
-async def world(
-    proxy: MessagesSteering, tmp_path: Path, toolbox_socket: Path
-) -> AsyncIterator[World]:
+async def world(proxy: ClosingProxy, tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[World]:
     """The real Harness with ``{claude: {type: anthropic, baseUrl: <proxy>}}``."""
     cleanups: list[Callable[[], Awaitable[Any]]] = []
     session = aiohttp.ClientSession()
