@@ -111,6 +111,9 @@ class MessageStatus(StrEnum):
     """A stop (a sweep, or an ``interrupt`` admission) cut this reply."""
     SUPERSEDED = "superseded"
     """A ``supersede`` admission cut this reply; it is never projected."""
+    FAILED = "failed"
+    """The model's stream failed midway (a cut connection, an error mid-stream): the
+    record keeps what had streamed; its calls never ran."""
 
 
 class Role(StrEnum):

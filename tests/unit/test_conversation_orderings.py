@@ -23,7 +23,8 @@ Cases:
   naming it while it ran, ``completed`` ⇐ a text answer, ``failed`` ⇐ a provider
   failure, four identical calls or a restart, ``aborted`` ⇐ a sweep, the first cutting
   admission, or no sweep after its Turn was over); a cut reply is marked by the first
-  stop that cut it; every tool call in the record has its answer; no model request
+  stop that cut it; a failed request's partial reply is kept, marked failed, as its
+  run's last message; every tool call in the record has its answer; no model request
   follows a Turn-ending pick; the metrics agree;
 - hypothesis over the sweep's timing for a Turn-ending pick: in the pick's own send,
   any number of loop ticks after the receipt, or after the run ended — all settle
@@ -608,9 +609,27 @@ def check_invariants(driver: Driver) -> None:
         ):
             assert settlement.message == NO_SWEEP.format(wait=DRAIN_WAIT_S)
 
+        # A reply whose request failed is kept, marked failed: the run's last message.
+        failed = [m for m in mine if m.status is MessageStatus.FAILED]
+        provider_failed = (
+            settlement.error is not None
+            and settlement.error.type is ErrorType.SUBMISSION_FAILED
+            and sid not in driver.swept | driver.restarted.keys()
+        )
+        if provider_failed:
+            assert [(m.content, m.projection) for m in failed] == [
+                (f"Partial words of {sid}", Projection.ASSISTANT_MARKED)
+            ]
+            assert mine[-1] == failed[0]
+        else:
+            assert failed == []
+
         # A cut reply is marked by the first stop that cut it.
         cut = [
-            m for m in mine if m.role is Role.ASSISTANT and m.status is not MessageStatus.COMPLETE
+            m
+            for m in mine
+            if m.role is Role.ASSISTANT
+            and m.status not in (MessageStatus.COMPLETE, MessageStatus.FAILED)
         ]
         assert len(cut) <= 1
         for reply in cut:
