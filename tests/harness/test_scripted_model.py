@@ -446,8 +446,7 @@ class TestCompletions:
         )
         seen: list[str] = []
         with pytest.raises(openai.APIConnectionError):
-            async for chunk in stream:
-                seen.extend(c.delta.content or "" for c in chunk.choices)
+            await read_text(stream, seen)
         assert "".join(seen) == "one two "
         [record] = await model.requests()
         assert record["cut"] is True
@@ -459,8 +458,7 @@ class TestCompletions:
         )
         seen: list[str] = []
         with pytest.raises(openai.APIError, match="the backend crashed"):
-            async for chunk in stream:
-                seen.extend(c.delta.content or "" for c in chunk.choices)
+            await read_text(stream, seen)
         assert "".join(seen) == "one two"
         [record] = await model.requests()
         assert record["cut"] is True
@@ -495,6 +493,12 @@ class TestCompletions:
         assert [m.id for m in listed.data] == ["scripted"]
         async with model.http.get("/_health") as response:
             assert response.status == 200
+
+
+async def read_text(stream: Any, seen: list[str]) -> None:
+    """Read a stream's text pieces into ``seen`` until it ends or breaks."""
+    async for chunk in stream:
+        seen.extend(choice.delta.content or "" for choice in chunk.choices)
 
 
 async def tool_arguments(model: Model, text: str, *, stream: bool) -> str:

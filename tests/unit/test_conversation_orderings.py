@@ -8,8 +8,9 @@ payload says ``over``.
 
 Cases:
 - hypothesis over operation sequences (admit with each input policy, sweeps with every
-  kind of body, the model's answer — text, a Turn-ending pick, a pick that keeps the
-  Turn open, a Turn-ending pick followed by more calls, a provider failure — loop
+  kind of body, the model's answer — text, text cut at the output limit, a Turn-ending
+  pick, a pick that keeps the Turn open, a Turn-ending pick followed by more calls, twelve
+  identical Turn-ending picks, a provider failure — loop
   ticks, time passing beyond the sweep wait, and a restart of the Harness on the same
   log), then a drain (a sweep, or answering until idle). After every sweep: it settled
   exactly the unsettled Submissions, as its body says (``ended`` only for a pick naming
@@ -21,7 +22,8 @@ Cases:
   requests in flight; each run's events lie between its start and the next start, and
   runs start in admission order; every outcome has its cause (``ended`` ⇐ a pick sweep
   naming it while it ran, ``completed`` ⇐ a text answer, ``failed`` ⇐ a provider
-  failure, four identical calls or a restart, ``aborted`` ⇐ a sweep, the first cutting
+  failure, four identical calls across answers, four answers in a row cut at the output
+  limit, or a restart, ``aborted`` ⇐ a sweep, the first cutting
   admission, or no sweep after its Turn was over); a cut reply is marked by the first
   stop that cut it; a failed request's partial reply is kept, marked failed, as its
   run's last message; every tool call in the record has its answer; no model request
@@ -73,7 +75,7 @@ from kubeturn_harness.conversations import (
 )
 from kubeturn_harness.errors import ProviderFailure
 from kubeturn_harness.metrics import HarnessMetrics
-from kubeturn_harness.models import ModelAnswer, ModelRequest, Partial
+from kubeturn_harness.models import Finish, ModelAnswer, ModelRequest, Partial
 from kubeturn_harness.orchestrator import Delivered, Gone, PickResult
 from kubeturn_harness.providers import Provider, Providers, ProviderSpec
 from kubeturn_harness.receipts import AFTER_TURN_END
@@ -225,7 +227,15 @@ class FakeOrchestrator:
         raise AssertionError("no pick of this fake is outstanding")
 
 
-ANSWERS = ["text", "pick-over", "pick-open", "pick-over-then-more", "fail"]
+ANSWERS = [
+    "text",
+    "text-cut-at-limit",
+    "pick-over",
+    "pick-open",
+    "pick-over-then-more",
+    "pick-over-twelve-times",
+    "fail",
+]
 CALLS = {
     "pick-over": [("finish", '{"over": true}')],
     "pick-open": [("finish", '{"over": false}')],
@@ -234,6 +244,7 @@ CALLS = {
         ("finish", '{"over": false}'),
         ("nope", "{}"),
     ],
+    "pick-over-twelve-times": [("finish", '{"over": true}')] * 12,
 }
 
 
@@ -241,6 +252,8 @@ def model_answer(kind: str, sid: str, step: int) -> ModelAnswer | Exception:
     usage = Usage(promptTokens=3, completionTokens=2)
     if kind == "text":
         return ModelAnswer(text="All done.", tool_calls=[], usage=usage)
+    if kind == "text-cut-at-limit":
+        return ModelAnswer(text="All do", tool_calls=[], usage=usage, finish=Finish.LENGTH)
     if kind == "fail":
         return ProviderFailure("the fake provider is down")
     calls = [
@@ -575,10 +588,15 @@ def check_invariants(driver: Driver) -> None:
             if settlement.error.type is ErrorType.HARNESS_RESTARTED:
                 assert sid in driver.restarted
             elif settlement.error.type is ErrorType.RUNAWAY:
-                assert answered.count("pick-open") >= 4
-                assert settlement.error.message == (
-                    "runaway: 4 identical calls of `finish` in a row"
-                )
+                # Only a loop across answers is a runaway: never a Turn-ending pick's
+                # blocked calls, however many.
+                identical = "runaway: 4 identical calls of `finish` in a row"
+                cut = "runaway: 4 answers in a row were cut off at the output limit"
+                assert settlement.error.message in (identical, cut)
+                if settlement.error.message == identical:
+                    assert answered.count("pick-open") >= 4
+                else:
+                    assert answered[-4:] == ["text-cut-at-limit"] * 4
             else:
                 assert settlement.error.type is ErrorType.SUBMISSION_FAILED
                 assert "fail" in answered
