@@ -120,8 +120,9 @@ async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
         # Built once at the end, not per delta: a long argument streams in thousands.
         partial.tool_calls = {index: calls[index].call(index) for index in sorted(calls)}
     if finish is None:
+        # Worded to follow the provider's name, as the retry policy reports an attempt.
         raise ProviderFailure(
-            "the answer's stream ended before the answer did (no finish_reason came)",
+            "ended the answer's stream before the answer (no finish_reason came)",
             retryable=True,
         )
     return ModelAnswer(
