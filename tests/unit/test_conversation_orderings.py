@@ -10,7 +10,7 @@ Cases:
 - hypothesis over operation sequences (admit with each input policy, sweeps with every
   kind of body, the model's answer — text, text cut at the output limit, a Turn-ending
   pick, a pick that keeps the Turn open, a Turn-ending pick followed by more calls, twelve
-  identical Turn-ending picks, a provider failure — loop
+  identical Turn-ending picks, a pick with truncated arguments, a provider failure — loop
   ticks, time passing beyond the sweep wait, and a restart of the Harness on the same
   log), then a drain (a sweep, or answering until idle). After every sweep: it settled
   exactly the unsettled Submissions, as its body says (``ended`` only for a pick naming
@@ -25,8 +25,10 @@ Cases:
   failure, four identical calls across answers, four answers in a row cut at the output
   limit, or a restart, ``aborted`` ⇐ a sweep, the first cutting
   admission, or no sweep after its Turn was over); a cut reply is marked by the first
-  stop that cut it; a failed request's partial reply is kept, marked failed, as its
-  run's last message; every tool call in the record has its answer; no model request
+  stop that cut it; every prompt the model received is one a provider accepts (each
+  call answered in order, its arguments one JSON object); a failed request's partial
+  reply is kept, marked failed, as its
+  run's last message; every call of a complete answer has its answer; no model request
   follows a Turn-ending pick; the metrics agree;
 - hypothesis over the sweep's timing for a Turn-ending pick: in the pick's own send,
   any number of loop ticks after the receipt, or after the run ended — all settle
@@ -144,7 +146,8 @@ class HeldRequest:
 
 
 class FakeModel:
-    """Each request says a few words, then waits until the test releases it."""
+    """Each request says a few words and begins a call, then waits until the test
+    releases it."""
 
     def __init__(self) -> None:
         self.pending: HeldRequest | None = None
@@ -154,8 +157,12 @@ class FakeModel:
         self.prompts: list[list[dict[str, Any]]] = []
 
     async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
-        users = [m["content"] for m in request.messages if m["role"] == "user"]
-        held = HeldRequest(sid=users[-1].split()[1])
+        prompts = [
+            m["content"]
+            for m in request.messages
+            if m["role"] == "user" and m["content"].startswith("prompt ")
+        ]
+        held = HeldRequest(sid=prompts[-1].split()[1])
         self.requests.append(held.sid)
         self.prompts.append(request.messages)
         self.in_flight += 1
@@ -163,6 +170,7 @@ class FakeModel:
         self.pending = held
         try:
             partial.text.append(f"Partial words of {held.sid}")
+            partial.tool_calls[0] = ToolCall(id=f"{held.sid}-cut", name="finish", arguments='{"ov')
             await held.gate.wait()
         finally:
             self.in_flight -= 1
@@ -234,6 +242,7 @@ ANSWERS = [
     "pick-open",
     "pick-over-then-more",
     "pick-over-twelve-times",
+    "pick-malformed",
     "fail",
 ]
 CALLS = {
@@ -245,6 +254,7 @@ CALLS = {
         ("nope", "{}"),
     ],
     "pick-over-twelve-times": [("finish", '{"over": true}')] * 12,
+    "pick-malformed": [("finish", '{"over": tr')],
 }
 
 
@@ -594,7 +604,7 @@ def check_invariants(driver: Driver) -> None:
                 cut = "runaway: 4 answers in a row were cut off at the output limit"
                 assert settlement.error.message in (identical, cut)
                 if settlement.error.message == identical:
-                    assert answered.count("pick-open") >= 4
+                    assert max(answered.count(k) for k in ("pick-open", "pick-malformed")) >= 4
                 else:
                     assert answered[-4:] == ["text-cut-at-limit"] * 4
             else:
@@ -639,8 +649,12 @@ def check_invariants(driver: Driver) -> None:
                 (f"Partial words of {sid}", Projection.ASSISTANT_MARKED)
             ]
             assert mine[-1] == failed[0]
-        else:
-            assert failed == []
+        elif failed:
+            # The request failed, and a sweep or a restart settled the run before it
+            # concluded: the record keeps the reply, the sweep's word settles it.
+            assert "fail" in answered
+            assert sid in driver.swept | driver.restarted.keys()
+            assert mine[-1] == failed[0]
 
         # A cut reply is marked by the first stop that cut it.
         cut = [
@@ -664,19 +678,42 @@ def check_invariants(driver: Driver) -> None:
         # No model request follows a Turn-ending pick.
         check_nothing_after_turn_over(events, sid)
 
+    # Every prompt is one a provider accepts: each call answered by its results, in
+    # order, and its arguments one JSON object.
+    for prompt in world.model.prompts:
+        check_prompt(prompt)
+
     assert world.metric("kubeturn_harness_runs_active") == 0
     assert world.metric("kubeturn_harness_submissions_settled_total") == len(driver.admitted)
     assert world.metric("kubeturn_harness_submissions_admitted_total") == len(driver.admitted)
 
 
 def check_calls_answered(mine: list[Message]) -> None:
+    """Every call of a complete answer has its result next; a cut or failed reply's calls
+    never ran, and no prompt carries them."""
     for index, message in enumerate(mine):
         if message.role is not Role.ASSISTANT or not message.toolCalls:
+            continue
+        if message.status is not MessageStatus.COMPLETE:
+            assert index == len(mine) - 1, "a cut or failed reply is its run's last message"
             continue
         answers = mine[index + 1 : index + 1 + len(message.toolCalls)]
         assert [(a.role, a.toolCallId) for a in answers] == [
             (Role.TOOL, call.id) for call in message.toolCalls
         ]
+
+
+def check_prompt(prompt: list[dict[str, Any]]) -> None:
+    waiting: list[str] = []
+    for entry in prompt:
+        if entry["role"] == "tool":
+            assert waiting, f"a result that answers no call: {entry}"
+            assert entry["tool_call_id"] == waiting.pop(0)
+            continue
+        assert waiting == [], f"calls left unanswered: {waiting}"
+        for call in entry.get("tool_calls", ()):
+            assert isinstance(json.loads(call["function"]["arguments"]), dict)
+            waiting.append(call["id"])
 
 
 def check_nothing_after_turn_over(events: list[StreamEvent], sid: str) -> None:
