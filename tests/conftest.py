@@ -29,6 +29,7 @@ TIERS = {
     "static",
     "chart",
     "cli",
+    "provider",
 }
 
 
