@@ -13,6 +13,9 @@ Cases:
   reads why, calls ``done``, and the Turn ends ``ended`` after two accepted requests;
 - ``finish_reason: length`` on a text answer: the next request ends with the note, and
   the Turn goes on to its pick;
+- twelve identical ``done`` calls in one answer (llama.cpp's one call, repeated by a
+  relay before the Harness, as a real model wrote them): the first ends the Turn, the
+  rest are blocked; one request, one pick, ``ended``, one settlement, no runaway;
 - a stream cut midway: the Submission settles ``failed`` after one request; the record
   keeps the text and the call as far as llama.cpp streamed them, marked ``failed``; the
   call never runs; a continued conversation's request, without that call, is accepted.
@@ -20,11 +23,17 @@ Cases:
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
-from kubeturn_harness.receipts import CUT_AT_LIMIT_NOTE, cut_at_limit
+import aiohttp
+import pytest
+from aiohttp import web
+
+from kubeturn_harness.receipts import AFTER_TURN_END, CUT_AT_LIMIT_NOTE, cut_at_limit
 from tests.provider.conftest import ProviderWorld, StartProviderWorld
-from tests.provider.faults import Cut, Rewrite, Steer
+from tests.provider.faults import Cut, FaultProxy, Rewrite, Steer
 
 IID = "iid-provider-answers"
 PROMPT = "Write a greeting to hello, then call done."
@@ -76,6 +85,76 @@ def streamed(events: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str]]]:
                 slot[0] += call["function"].get("name") or ""
                 slot[1] += call["function"].get("arguments") or ""
     return text, [(name, arguments) for name, arguments in calls.values()]
+
+
+class Repeater:
+    """A relay between the Harness and the fault proxy that repeats every streamed tool
+    call ``times`` times in its answer, with ids of their own, as a real model wrote
+    twelve ``done`` calls in one answer (llama.cpp's server makes one call per answer
+    unless asked for parallel calls)."""
+
+    def __init__(self, upstream: str, times: int) -> None:
+        self.upstream = upstream
+        self.times = times
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+        self._session = aiohttp.ClientSession()
+
+    async def start(self) -> Repeater:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._relay)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+        return self
+
+    async def close(self) -> None:
+        await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _relay(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = {"Content-Type": "application/json"}
+        url = f"{self.upstream}/chat/completions"
+        async with self._session.post(url, data=body, headers=headers) as upstream:
+            response = web.StreamResponse(
+                status=upstream.status, headers={"Content-Type": "text/event-stream"}
+            )
+            await response.prepare(request)
+            async for line in upstream.content:
+                await response.write(self._repeated(line))
+            await response.write_eof()
+            return response
+
+    def _repeated(self, line: bytes) -> bytes:
+        text = line.decode()
+        if not text.startswith("data: {"):
+            return line
+        chunk = json.loads(text.removeprefix("data: "))
+        for choice in chunk.get("choices", []):
+            calls = choice.get("delta", {}).get("tool_calls")
+            if calls:
+                choice["delta"]["tool_calls"] = [
+                    {
+                        **call,
+                        "index": call["index"] * self.times + copy,
+                        **({"id": f"{call['id']}-{copy}"} if call.get("id") else {}),
+                    }
+                    for call in calls
+                    for copy in range(self.times)
+                ]
+        return f"data: {json.dumps(chunk)}\n".encode()
+
+
+@pytest.fixture
+async def repeated(proxy: FaultProxy) -> AsyncIterator[Repeater]:
+    """Every tool call twelve times: the Harness is given the relay's URL as its provider's."""
+    repeater = await Repeater(proxy.url, 12).start()
+    proxy.url = repeater.url
+    yield repeater
+    await repeater.close()
 
 
 async def settle(w: ProviderWorld, sid: str) -> dict[str, Any]:
@@ -142,6 +221,24 @@ async def test_a_text_answer_cut_at_the_output_limit_is_asked_to_go_on(
         {"role": "assistant", "content": "hello"},
         {"role": "user", "content": CUT_AT_LIMIT_NOTE},
     ]
+
+
+async def test_twelve_identical_picks_end_the_turn_by_the_first_and_are_no_runaway(
+    provider_world: StartProviderWorld, repeated: Repeater
+) -> None:
+    w = await start(provider_world)
+    w.proxy.steer(Steer("done"))
+    sid = await w.admit(IID, PROMPT)
+    settled = await settle(w, sid)
+    assert (settled["outcome"], settled["error"], settled["message"]) == ("ended", None, None)
+    history = await w.harness.history(IID)
+    assert [s["submissionId"] for s in history["settlements"]] == [sid]
+    (reply,) = [m for m in history["messages"] if m["role"] == "assistant"]
+    assert [c["name"] for c in reply["toolCalls"]] == ["done"] * 12
+    assert w.orchestrator.picks == [(IID, {"type": "done"})]
+    results = [m["content"] for m in await w.harness.tool_results(IID)]
+    assert results[1:] == [AFTER_TURN_END] * 11
+    assert [e.status for e in w.proxy.exchanges] == [200]
 
 
 async def test_a_stream_cut_midway_keeps_what_streamed_and_its_call_never_runs(
