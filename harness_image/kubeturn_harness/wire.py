@@ -405,7 +405,9 @@ class Message(_Body):
     role: Role
     content: str = ""
     briefing: str | None = Field(
-        default=None, description="The Harness's turn block that followed the prompt."
+        default=None,
+        description="The Harness's turn block that followed the prompt; with no content, "
+        "a note of the Harness's own (an answer cut at the output limit goes on).",
     )
     toolCalls: list[ToolCall] = Field(default_factory=list)
     toolCallId: str | None = None
