@@ -205,10 +205,13 @@ async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> N
         if settings.orchestrator_url
         else None
     )
-    models = ProviderModels({ProviderType.OPENAI: OpenAIModels(calls=settings.model_calls)})
+    clock = SystemClock()
+    models = ProviderModels(
+        {ProviderType.OPENAI: OpenAIModels(calls=settings.model_calls)}, clock=clock
+    )
     harness = Harness(
         settings,
-        clock=SystemClock(),
+        clock=clock,
         model=models,
         orchestrator=orchestrator,
         providers=providers,

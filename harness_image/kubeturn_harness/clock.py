@@ -1,7 +1,9 @@
-"""The Harness's clock, injected so tests and the record agree on what time it is."""
+"""The Harness's clock, injected so tests and the record agree on what time it is, and so
+a wait (a model request's back-off) takes no real time in a test."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Protocol
@@ -16,6 +18,10 @@ class Clock(Protocol):
         """Seconds on a clock that never goes back, for waits and latencies."""
         ...
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``; cancelling the waiting task ends the wait at once."""
+        ...
+
 
 class SystemClock:
     def now(self) -> str:
@@ -23,3 +29,6 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)

@@ -69,7 +69,12 @@ class RunFailed(HarnessError):
 
 
 class ProviderFailure(RunFailed):
-    """A model request failed; classified so that one retry policy serves every adapter."""
+    """A model request failed; classified so that one retry policy serves every adapter.
+
+    An adapter raises it for ONE attempt, its ``message`` naming the provider and saying
+    what that attempt met; the retry policy (``kubeturn_harness.retries``) raises the
+    one that ends a model call, its ``message`` saying what every attempt met and why
+    no further one was made."""
 
     def __init__(
         self,
@@ -78,14 +83,22 @@ class ProviderFailure(RunFailed):
         status: int | None = None,
         retryable: bool = False,
         retry_after_s: float | None = None,
+        outcome: str | None = None,
+        detail: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         """The HTTP status the provider answered; None when no answer came."""
         self.retryable = retryable
-        """Whether the same request again may succeed (connection errors, 408, 429, 5xx)."""
+        """Whether the same request again may succeed (connection errors, timeouts, 408,
+        409, 429, 5xx)."""
         self.retry_after_s = retry_after_s
         """How long the provider asked to be left alone (``Retry-After``), when it said."""
+        self.outcome = outcome or message
+        """What the attempt met, to follow the provider's name: ``answered HTTP 429
+        (rate limited)``, ``could not be reached``, ``sent nothing for 60 s``."""
+        self.detail = detail
+        """The provider's own words (its error message), when it said any."""
 
 
 class MenuUnreadable(RunFailed):

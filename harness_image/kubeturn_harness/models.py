@@ -6,16 +6,20 @@ The tool loop sees only ``ModelPort``: one streamed completion per step. An adap
 closes the HTTP stream) or a stream that fails midway still has what the model had said
 and the tokens it was reported to use. An adapter translates every error of its SDK to
 ``ProviderFailure``, classified (status, whether a retry may help, the server's
-``Retry-After``); ``ProviderModels`` routes each request to its provider type's adapter.
+``Retry-After``); ``ProviderModels`` routes each request to its provider type's adapter,
+under kubeturn's retry policy (``kubeturn_harness.retries``), the same for every adapter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from kubeturn_harness import retries
+from kubeturn_harness.clock import Clock, SystemClock
 from kubeturn_harness.providers import ModelName, ProviderType
 from kubeturn_harness.wire import ThinkingLevel, ToolCall, Usage
 
@@ -82,14 +86,36 @@ class ClosablePort(ModelPort, Protocol):
 
 
 class ProviderModels:
-    """The Harness's model port: each request goes to its provider type's adapter."""
+    """The Harness's model port: each request goes to its provider type's adapter, and
+    is tried again as its provider's retry policy says (``retries.call``). Before a
+    further attempt the caller's ``Partial`` is emptied: it holds what the attempt in
+    flight has said, so a cut keeps that answer, never two answers run together."""
 
-    def __init__(self, adapters: Mapping[ProviderType, ClosablePort]) -> None:
+    def __init__(
+        self,
+        adapters: Mapping[ProviderType, ClosablePort],
+        *,
+        clock: Clock | None = None,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
         self._adapters = dict(adapters)
+        self._clock: Clock = clock or SystemClock()
+        self._jitter = jitter
 
     async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
         adapter = self._adapters[request.model.provider.spec.type]
-        return await adapter.complete(request, partial)
+        attempts = 0
+
+        async def attempt() -> ModelAnswer:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                partial.text.clear()
+                partial.tool_calls.clear()
+                partial.usage = None
+            return await adapter.complete(request, partial)
+
+        return await retries.call(attempt, request.model, self._clock, self._jitter)
 
     async def close(self) -> None:
         for adapter in self._adapters.values():

@@ -1,54 +1,52 @@
 """The adapter for OpenAI-compatible chat-completions servers (the official ``openai`` SDK).
 
-Every SDK error is translated to ``ProviderFailure`` here and nowhere else, and so is the
-``RecursionError`` the SDK's ``json`` raises reading a streamed chunk nested too deep.
+It makes ONE attempt per call: the SDK's own retries are off (``max_retries=0``), and
+kubeturn's policy (``kubeturn_harness.retries``) decides whether and when to try again.
+Every SDK error is translated to a classified ``ProviderFailure`` here and nowhere else
+(``_failure``), and so is the ``RecursionError`` the SDK's ``json`` raises reading a
+streamed chunk nested too deep. The SDK range this is tested with is pinned in
+pyproject (docs/decisions/0076): its error classes, ``Timeout`` and the translation of
+a stream's transport errors to ``APIConnectionError`` are what this module relies on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from typing import Any, cast
 
 import openai
 
+from kubeturn_harness import retries
 from kubeturn_harness.errors import ProviderFailure
 from kubeturn_harness.models import MODEL_CALLS, Finish, ModelAnswer, ModelRequest, Partial
 from kubeturn_harness.providers import ModelName, Provider
 from kubeturn_harness.wire import ThinkingLevel, ToolCall, Usage
 
-MODEL_RETRIES = 2
-"""The SDK's own retries of a failed request (connection errors, 429, 5xx) before it
-fails: a blip is absorbed, a down provider fails the Submission within seconds."""
-
-MODEL_TIMEOUT_S = 600.0
-"""A streamed answer may take minutes; a stalled connection may not take forever."""
-
 
 class OpenAIModels:
     """Chat completions with tool calling, streamed, through one client per provider."""
 
-    def __init__(
-        self,
-        *,
-        retries: int = MODEL_RETRIES,
-        timeout: float = MODEL_TIMEOUT_S,
-        calls: int = MODEL_CALLS,
-    ) -> None:
+    def __init__(self, *, calls: int = MODEL_CALLS) -> None:
         self._clients: dict[str, openai.AsyncOpenAI] = {}
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per provider: its requests in flight, at most ``calls``."""
-        self._retries = retries
-        self._timeout = timeout
         self._calls = calls
 
     def _client(self, provider: Provider) -> openai.AsyncOpenAI:
         client = self._clients.get(provider.name)
         if client is None:
+            timeouts = provider.spec.timeouts
+            idle = timeouts.idleSeconds
             client = openai.AsyncOpenAI(
                 base_url=provider.spec.baseUrl,
                 api_key=provider.api_key,
-                max_retries=self._retries,
-                timeout=self._timeout,
+                max_retries=0,
+                # read: the wait for the answer's headers and for each read of its body.
+                timeout=openai.Timeout(
+                    connect=timeouts.connectSeconds, read=idle, write=idle, pool=idle
+                ),
             )
             self._clients[provider.name] = client
         return client
@@ -72,9 +70,10 @@ class OpenAIModels:
     async def _stream(
         self, client: openai.AsyncOpenAI, request: ModelRequest, effort: Any, partial: Partial
     ) -> ModelAnswer:
+        model = request.model
         try:
             stream = await client.chat.completions.create(
-                model=request.model.model,
+                model=model.model,
                 messages=cast(Any, request.messages),
                 tools=cast(Any, request.tools) if request.tools else openai.omit,
                 reasoning_effort=cast(Any, effort),
@@ -82,14 +81,17 @@ class OpenAIModels:
                 stream_options={"include_usage": True},
             )
             try:
-                return await _collect(stream, partial)
+                idle = model.provider.spec.timeouts.idleSeconds
+                return await _collect(
+                    retries.chunks(stream, idle_s=idle, where=model.where), partial
+                )
             finally:
                 await stream.close()
         except openai.APIError as error:
-            raise ProviderFailure(_describe(request.model, error)) from error
+            raise _failure(model, error) from error
         except RecursionError as error:  # raised and unwound inside the SDK's reading
-            said = f"{_where(request.model)} answered JSON nested too deep to read"
-            raise ProviderFailure(said) from error
+            outcome = "answered JSON nested too deep to read"
+            raise ProviderFailure(f"{model.where} {outcome}", outcome=outcome) from error
 
 
 async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
@@ -166,15 +168,44 @@ class _CallPieces:
         return ToolCall(id=self.id or f"call_{index}", name=self.name, arguments=arguments)
 
 
-def _where(model: ModelName) -> str:
-    return (
-        f"provider {model.provider.name!r} ({model.provider.spec.baseUrl}), model {model.model!r}"
+_SDK_PREFIX = re.compile(r"^Error code: \d+ - ")
+"""How the SDK starts a status error's message; the status is said apart."""
+
+
+def _failure(model: ModelName, error: openai.APIError) -> ProviderFailure:
+    """One attempt's SDK error, classified for the retry policy."""
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        headers = error.response.headers
+        outcome = f"answered {retries.status_phrase(status)}"
+        detail = _SDK_PREFIX.sub("", error.message)
+        return ProviderFailure(
+            f"{model.where} {outcome}: {detail}",
+            status=status,
+            retryable=retries.retryable_status(status, headers),
+            retry_after_s=retries.retry_after_s(headers, time.time()),
+            outcome=outcome,
+            detail=detail,
+        )
+    timeouts = model.provider.spec.timeouts
+    if isinstance(error, openai.APITimeoutError):
+        # The SDK wraps the transport's timeout; its class says which one ran out.
+        if type(error.__cause__).__name__ == "ConnectTimeout":
+            outcome = f"was not reached in {timeouts.connectSeconds:g} s (timeouts.connectSeconds)"
+        else:
+            outcome = f"sent nothing for {timeouts.idleSeconds:g} s (timeouts.idleSeconds)"
+        return ProviderFailure(f"{model.where} {outcome}", retryable=True, outcome=outcome)
+    if isinstance(error, openai.APIConnectionError):
+        cause = error.__cause__
+        detail = str(cause) if cause is not None and str(cause) else error.message
+        outcome = "could not be reached or dropped the connection"
+        return ProviderFailure(
+            f"{model.where} {outcome}: {detail}", retryable=True, outcome=outcome, detail=detail
+        )
+    if isinstance(error, openai.APIResponseValidationError):
+        outcome = "answered something that is not a chat completion"
+    else:  # an error the server reported inside its stream
+        outcome = "reported an error in its stream"
+    return ProviderFailure(
+        f"{model.where} {outcome}: {error.message}", outcome=outcome, detail=error.message
     )
-
-
-def _describe(model: ModelName, error: openai.APIError) -> str:
-    where = _where(model)
-    status = getattr(error, "status_code", None)
-    if status is not None:
-        return f"{where} answered HTTP {status} after {MODEL_RETRIES} retries: {error.message}"
-    return f"{where} failed after {MODEL_RETRIES} retries: {error.message}"

@@ -1,8 +1,10 @@
 """Model providers: the providers file, and resolving ``provider/model`` names.
 
 The file (``KUBETURN_PROVIDERS``) is YAML mapping each provider name to
-``{type: openai, baseUrl, apiKeyEnv?}``. API keys are read from the named environment
-variables of the Harness process, never written to the file and never passed to tools.
+``{type: openai, baseUrl, apiKeyEnv?, retry?, timeouts?}``. API keys are read from the
+named environment variables of the Harness process, never written to the file and never
+passed to tools. ``retry`` and ``timeouts`` are kubeturn's own policy for that provider
+(``kubeturn_harness.retries``; docs/decisions/0076 and 0077), not its SDK's.
 """
 
 from __future__ import annotations
@@ -23,12 +25,52 @@ class ProviderType(StrEnum):
     """Any OpenAI-compatible chat-completions server: OpenAI, vLLM, Ollama, LiteLLM."""
 
 
+class RetrySpec(BaseModel):
+    """How one model request is tried again (docs/decisions/0076): at most ``attempts``
+    requests, waiting between them a back-off that doubles from ``backoffSeconds`` to
+    ``maxBackoffSeconds`` (jittered), or as long as the provider asked (``Retry-After``)
+    when that is no more than ``maxRetryAfterSeconds``; a longer ask fails at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attempts: int = Field(default=3, ge=1, le=10)
+    """Requests per model call, the first included: a blip (a restart, one 502) is
+    absorbed; a provider that is down fails the Turn within seconds."""
+    backoffSeconds: float = Field(default=1.0, ge=0, le=60)
+    """Wait before the second request; it doubles for each further one. 1 s lets a
+    restarting server come back without hammering it."""
+    maxBackoffSeconds: float = Field(default=8.0, ge=0, le=300)
+    """The longest back-off between two requests (the SDK's own ceiling, 8 s)."""
+    maxRetryAfterSeconds: float = Field(default=30.0, ge=0, le=600)
+    """The longest ``Retry-After`` kubeturn waits for; a provider that asks for longer
+    fails the request at once, saying so, rather than holding the Turn for minutes
+    while its state waits on it."""
+
+
+class TimeoutSpec(BaseModel):
+    """How long one request may wait on the provider (docs/decisions/0077)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    connectSeconds: float = Field(default=10.0, gt=0, le=300)
+    """Opening the connection (TCP and TLS): a reachable provider connects in well under
+    a second; 10 s covers a slow DNS or a cold proxy."""
+    idleSeconds: float = Field(default=60.0, gt=0, le=3600)
+    """The longest the provider may stay silent: until its answer starts, and between
+    two chunks of it. A silent stream fails the attempt (retried like a 5xx). 60 s is
+    far above a healthy server's gap between tokens; a server that reads a long prompt
+    slowly (a CPU-only one) or a model that reasons long before its first token may need
+    more."""
+
+
 class ProviderSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: ProviderType = ProviderType.OPENAI
     baseUrl: str = Field(min_length=1)
     apiKeyEnv: str | None = None
+    retry: RetrySpec = Field(default_factory=RetrySpec)
+    timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
 
 
 class ProvidersFile(RootModel[dict[str, ProviderSpec]]):
@@ -53,6 +95,13 @@ class ModelName:
     provider: Provider
     model: str
 
+    @property
+    def where(self) -> str:
+        """How a message names it: the provider, its URL and the model."""
+        return (
+            f"provider {self.provider.name!r} ({self.provider.spec.baseUrl}), model {self.model!r}"
+        )
+
 
 class Providers:
     def __init__(self, providers: dict[str, Provider]) -> None:
@@ -63,15 +112,26 @@ class Providers:
         if path is None:
             return cls({})
         try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as error:
+            text = path.read_text()
+        except OSError as error:
             raise ConfigError(f"cannot read the providers file {path}: {error}") from error
+        return cls.parse(text, f"providers file {path}")
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> Providers:
+        """The providers ``text`` defines; a ConfigError naming ``source`` and the first
+        key at fault otherwise (also for the operator, which checks the file it hands
+        every sandbox before it starts)."""
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"cannot read the {source}: {error}") from error
         try:
             parsed = ProvidersFile.model_validate(raw)
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            raise ConfigError(f"providers file {path}: {where}: {first['msg']}") from error
+            raise ConfigError(f"{source}: {where}: {first['msg']}") from error
         return cls({name: Provider(name, spec) for name, spec in parsed.root.items()})
 
     @property

@@ -46,7 +46,8 @@ class Settings:
     orchestrator_token: str | None = field(default=None, repr=False)
     """This Workspace's token for the Orchestrator API."""
     providers_file: Path | None = None
-    """YAML: provider name → {type, baseUrl, apiKeyEnv}."""
+    """YAML: provider name → {type, baseUrl, apiKeyEnv, retry, timeouts}; each provider's
+    retry policy and timeouts are its own (``providers.RetrySpec``, ``TimeoutSpec``)."""
     default_model: str | None = None
     """``provider/model`` used when an admission names none."""
     sweep_wait_s: float = SWEEP_WAIT_S

@@ -114,7 +114,8 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path(p) if (p := env("KUBETURN_PROVIDERS")) else None,
         help="the model providers file every Harness gets (YAML: name → {type: openai, "
-        "baseUrl, apiKeyEnv}; env KUBETURN_PROVIDERS)",
+        "baseUrl, apiKeyEnv, retry, timeouts}; env KUBETURN_PROVIDERS); refused at start "
+        "when the Harness would refuse it",
     )
     operator.add_argument(
         "--api-port",
@@ -258,8 +259,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--providers",
         type=Path,
-        help="the model providers file (YAML: name → {type: openai, baseUrl, apiKeyEnv}); "
-        "env KUBETURN_PROVIDERS",
+        help="the model providers file (YAML: name → {type: openai, baseUrl, apiKeyEnv, "
+        "retry, timeouts}); env KUBETURN_PROVIDERS",
     )
     run.add_argument(
         "--resume",
@@ -576,6 +577,8 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
             raise CommandError(
                 f"cannot read the providers file {args.providers}: {error.strerror}"
             ) from error
+        if (problem := models.providers_problem(providers)) is not None:
+            raise CommandError(f"--providers (the chart's providers) is refused: {problem}")
     sandbox_egress = _chart_json(
         args.sandbox_egress, SandboxEgress, "sandbox.egress", "--sandbox-egress"
     )

@@ -64,6 +64,7 @@ Cases:
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -1018,9 +1019,28 @@ def test_providers_config_map_is_what_the_harness_accepts(
             "baseUrl": "https://api.openai.com/v1",
             "apiKeyEnv": "OPENAI_API_KEY",
         },
-        "local": {"type": "openai", "baseUrl": "http://vllm.models.svc:8000/v1"},
+        "local": {
+            "type": "openai",
+            "baseUrl": "http://vllm.models.svc:8000/v1",
+            "retry": {"attempts": 5, "maxRetryAfterSeconds": 60},
+            "timeouts": {"idleSeconds": 180},
+        },
     }
     ProvidersFile.model_validate(parsed)  # extra="forbid": no apiKeySecret may leak in
+
+
+def test_the_schemas_provider_policy_is_the_harnesss() -> None:
+    from kubeturn_harness.providers import RetrySpec, TimeoutSpec
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    entry = schema["properties"]["providers"]["additionalProperties"]["properties"]
+    for key, model in [("retry", RetrySpec), ("timeouts", TimeoutSpec)]:
+        harness = model.model_json_schema()["properties"]
+        chart = entry[key]["properties"]
+        assert set(chart) == set(harness), key
+        for name, bounds in chart.items():
+            for bound in ("minimum", "exclusiveMinimum", "maximum"):
+                assert bounds.get(bound) == harness[name].get(bound), f"{key}.{name} {bound}"
 
 
 def test_notes_tell_how_a_workspace_gets_the_api_key(helm: str) -> None:
@@ -1089,6 +1109,8 @@ def test_every_values_key_has_a_comment() -> None:
             "providers.p.apiKeySecret.key=k",
             "apiKeyEnv",
         ),
+        ("providers.p.baseUrl=http://m:8000/v1,providers.p.retry.attempts=0", "attempts"),
+        ("providers.p.baseUrl=http://m:8000/v1,providers.p.timeouts.idle=5", "idle"),
         ("leaderElection.leaseDurationSeconds=1.5", "leaseDurationSeconds"),
         (
             "leaderElection.renewDeadlineSeconds=15",
@@ -1118,6 +1140,8 @@ def test_every_values_key_has_a_comment() -> None:
         "unknown-key",
         "log-format",
         "secret-without-env",
+        "no-attempts",
+        "unknown-timeout",
         "fractional-lease",
         "renew-deadline-above-lease",
         "retry-period-too-long",

@@ -14,7 +14,8 @@ Cases:
   the name the Run gives, validated with it;
 - ``kubeturn operator`` with a ``--default-model`` whose provider ``--providers`` does not
   define (the chart's ``defaultModel``) stops at once with one line naming it (exit 2),
-  before it reaches any cluster.
+  before it reaches any cluster; so does one with a providers file the Harness would
+  refuse (a retry policy out of bounds), naming the key.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+from kubeturn import cli
+from kubeturn.errors import CommandError
 from tests.cli.support import environment, kubeturn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,3 +164,20 @@ def test_the_operator_refuses_a_default_model_of_no_provider(tmp_path: Path) -> 
         "(defined: openai); name a model of one of them, or add the provider to the chart's "
         "providers"
     ]
+
+
+def test_the_operator_refuses_a_providers_file_the_harness_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In-process: the same settings function `kubeturn operator` starts with, without the
+    # seconds a process of its own costs.
+    providers = tmp_path / "providers.yaml"
+    providers.write_text("local: {baseUrl: 'http://127.0.0.1:8000/v1', retry: {attempts: 0}}\n")
+    monkeypatch.delenv("KUBETURN_DEFAULT_MODEL", raising=False)
+    args = cli._parser().parse_args(["operator", "--providers", str(providers)])
+    with pytest.raises(CommandError) as refused:
+        cli.operator_settings(args)
+    assert str(refused.value) == (
+        "--providers (the chart's providers) is refused: providers file: "
+        "local.retry.attempts: Input should be greater than or equal to 1"
+    )

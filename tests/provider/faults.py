@@ -20,8 +20,12 @@ request is forwarded to the server unless the test queued a fault for it. Use::
 - ``steer(*steers)``: what the tiny model says is decided by a ``logit_bias`` the proxy
   adds to each model request (``tinymodel`` explains why it needs one): ``Steer("done")``
   makes it call ``done``; ``Steer("review_verdict", "approve")`` also picks that enum
-  value; ``Steer(text=True)`` makes it answer text instead of a call. Each request takes
-  the next steer; with none left, the last one given stays in force.
+  value; ``Steer(text=True)`` makes it answer text instead of a call;
+  ``Steer("done", repeat=True, max_tokens=28)`` makes it call ``done`` twice in one
+  answer (llama.cpp's own parallel calls). Each request takes the next steer; with none
+  left, the last one given stays in force. On ``/v1/messages``, whose llama.cpp route
+  drops ``logit_bias``, a steer forwards only its tool (and its value as the only one the
+  tool's ``enum`` allows); text and repeats cannot be steered there.
 - ``exchanges``: one ``Exchange`` per request received, in order: ``sent`` is the JSON
   body exactly as the Harness sent it (assert on this), ``forwarded`` what went to the
   server after steering (None when the fault answered alone), ``fault`` the fault
@@ -43,9 +47,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-MODEL_PATHS = ("/v1/chat/completions", "/v1/messages")
-TEXT_BIAS = {"<tool_call>": False}
-"""A ``logit_bias`` entry of ``false`` bans the token: the model answers with text."""
+from tests.provider import tinymodel
+
+CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
+"""llama.cpp's Anthropic Messages API."""
+MODEL_PATHS = (CHAT, MESSAGES)
+TEXT_BIAS = {"<tool_call>": False, '{"': False}
+"""A ``logit_bias`` entry of ``false`` bans a token: with no call to open, the model answers
+with text."""
 NAME_BIAS = 20.0
 """Enough to win where the grammar allows a name, too little to matter where it does
 not (the tiny model's own preferences there are worth ~100)."""
@@ -92,11 +102,46 @@ class Steer:
     tool: str | None = None
     value: str | None = None
     text: bool = False
+    repeat: bool = False
+    """Ban the end of the answer: the model calls ``tool`` again and again, in one answer,
+    until ``max_tokens`` (or the server's limit, 256) cuts it with ``finish_reason:
+    length``. A ``done`` call with no arguments is 14 tokens: ``max_tokens=28`` gives two
+    whole calls."""
+    max_tokens: int | None = None
 
     def logit_bias(self) -> dict[str, Any]:
         if self.text:
             return dict(TEXT_BIAS)
-        return {word: NAME_BIAS for word in (self.tool, self.value) if word}
+        bias: dict[str, Any] = {word: NAME_BIAS for word in (self.tool, self.value) if word}
+        if self.repeat:
+            bias[str(tinymodel.END_OF_ANSWER)] = False
+        return bias
+
+    def apply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as forwarded: steered, and ``max_tokens`` set if given."""
+        forwarded = dict(body)
+        if self.max_tokens is not None:
+            forwarded["max_tokens"] = self.max_tokens
+        if path == MESSAGES:
+            return self._narrowed(forwarded)
+        bias = self.logit_bias()
+        if bias:
+            forwarded["logit_bias"] = {**bias, **body.get("logit_bias", {})}
+        return forwarded
+
+    def _narrowed(self, body: dict[str, Any]) -> dict[str, Any]:
+        """llama.cpp's Messages route drops ``logit_bias``: there the steered tool is the
+        only tool forwarded, and the steered value the only one its ``enum`` allows."""
+        if self.tool is None:
+            return body
+        tools = [dict(t) for t in body.get("tools", []) if t.get("name") == self.tool]
+        for tool in tools:
+            schema = json.loads(json.dumps(tool.get("input_schema", {})))
+            for prop in schema.get("properties", {}).values():
+                if self.value is not None and self.value in prop.get("enum", []):
+                    prop["enum"] = [self.value]
+            tool["input_schema"] = schema
+        return {**body, "tools": tools}
 
 
 @dataclass
@@ -171,10 +216,7 @@ class FaultProxy:
             return await self._stall(request, exchange)
         if isinstance(fault, Delay):
             await asyncio.sleep(fault.seconds)
-        forwarded = dict(sent)
-        bias = self._next_steer().logit_bias()
-        if bias:
-            forwarded["logit_bias"] = {**bias, **sent.get("logit_bias", {})}
+        forwarded = self._next_steer().apply(request.path, sent)
         exchange.forwarded = forwarded
         return await self._relay(request, exchange, forwarded)
 
@@ -196,7 +238,7 @@ class FaultProxy:
             if not body.get("stream") or upstream.status != 200:
                 data = await upstream.read()
                 exchange.finished = True
-                if upstream.status == 200 and request.path == MODEL_PATHS[0]:
+                if upstream.status == 200 and request.path == CHAT:
                     exchange.usage = json.loads(data).get("usage")
                 return web.Response(
                     body=data, status=upstream.status, content_type=upstream.content_type
@@ -220,7 +262,7 @@ class FaultProxy:
                         exchange.usage = parsed["usage"]
                 await response.write(event)
             await response.write_eof()
-            if request.path == MODEL_PATHS[1]:
+            if request.path == MESSAGES:
                 exchange.finished = True
             return response
 

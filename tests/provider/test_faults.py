@@ -9,7 +9,10 @@ Cases:
 - ``Stall`` sends the headers and then nothing; the client gives up;
 - ``Cut`` closes the connection after N events: the client sees the stream break;
 - ``Rewrite`` replaces a streamed call's arguments and its ``finish_reason``;
-- llama.cpp's Anthropic Messages route (``/v1/messages``) streams a tool call through it.
+- ``Steer(repeat=True)`` has the model repeat its call in one answer, cut at
+  ``max_tokens``: two whole ``done`` calls, ``finish_reason: length``;
+- llama.cpp's Anthropic Messages route (``/v1/messages``) streams a tool call through it,
+  steered by narrowing the tools forwarded (that route drops ``logit_bias``).
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ async def test_a_streamed_answer_passes_through_whole(
     proxy.steer(Steer("write"))
     status, events = await stream(session, f"{proxy.url}/chat/completions", chat())
     assert status == 200
-    assert call_of(events) == ("write", '{"path":"hello","content":"hello"}', "tool_calls")
+    assert call_of(events) == ("write", '{"path": "hello", "content": "hello"}', "tool_calls")
     (exchange,) = proxy.exchanges
     assert exchange.finished
     assert exchange.events == events
@@ -158,16 +161,46 @@ async def test_a_rewrite_replaces_the_arguments_and_the_finish_reason(
     assert call_of(events) == ("write", '{"path": "hel', "length")
 
 
-async def test_the_anthropic_messages_route_streams_a_tool_call(
+async def test_a_repeating_steer_gives_several_identical_calls_in_one_answer(
     proxy: FaultProxy, session: aiohttp.ClientSession
 ) -> None:
-    proxy.steer(Steer("done"))
+    proxy.steer(Steer("done", repeat=True, max_tokens=28))
+    status, events = await stream(session, f"{proxy.url}/chat/completions", chat())
+    assert status == 200
+    calls: dict[int, str] = {}
+    for event in events:
+        for choice in event.get("choices", []):
+            for call in choice["delta"].get("tool_calls") or []:
+                name = call["function"].get("name") or ""
+                calls[call["index"]] = calls.get(call["index"], "") + name
+    assert calls == {0: "done", 1: "done"}
+    assert call_of(events)[2] == "length"
+    assert "max_tokens" not in proxy.exchanges[0].sent
+
+
+async def test_the_anthropic_messages_route_streams_a_steered_tool_call(
+    proxy: FaultProxy, session: aiohttp.ClientSession
+) -> None:
+    proxy.steer(Steer("review_verdict", "reject"))
+    verdict = {"type": "string", "enum": ["approve", "reject"]}
+    tools = [
+        {"name": "done", "description": "Finish.", "input_schema": {"type": "object"}},
+        {
+            "name": "review_verdict",
+            "description": "Your verdict.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"verdict": verdict},
+                "required": ["verdict"],
+            },
+        },
+    ]
     body = {
         "model": "tiny",
         "max_tokens": 64,
         "stream": True,
-        "messages": [{"role": "user", "content": "Call done."}],
-        "tools": [{"name": "done", "description": "Finish.", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "Give your verdict."}],
+        "tools": tools,
     }
     status, events = await stream(session, f"{proxy.url}/messages", body)
     assert status == 200
@@ -175,7 +208,15 @@ async def test_the_anthropic_messages_route_streams_a_tool_call(
     assert kinds[0] == "message_start"
     assert kinds[-1] == "message_stop"
     (block,) = [e["content_block"] for e in events if e["type"] == "content_block_start"]
-    assert (block["type"], block["name"]) == ("tool_use", "done")
+    assert (block["type"], block["name"]) == ("tool_use", "review_verdict")
+    arguments = "".join(
+        e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta"
+    )
+    assert json.loads(arguments) == {"verdict": "reject"}
     (delta,) = [e for e in events if e["type"] == "message_delta"]
     assert delta["delta"]["stop_reason"] == "tool_use"
-    assert proxy.exchanges[0].usage == delta["usage"]
+    (exchange,) = proxy.exchanges
+    assert exchange.usage == delta["usage"]
+    assert exchange.sent == body
+    assert exchange.forwarded is not None
+    assert [t["name"] for t in exchange.forwarded["tools"]] == ["review_verdict"]

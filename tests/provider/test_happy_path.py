@@ -57,7 +57,7 @@ async def test_a_working_tool_then_a_pick_that_ends_the_turn(
     call = second["messages"][-2]["tool_calls"][0]
     assert (call["function"]["name"], call["function"]["arguments"]) == (
         "write",
-        '{"path":"hello","content":"hello"}',
+        '{"path": "hello", "content": "hello"}',
     )
     assert second["messages"][-1]["role"] == "tool"
 

@@ -41,6 +41,10 @@ import numpy as np
 WORD = "hello"
 """The one word the model writes wherever it may write freely."""
 
+KEYS = ("name", "path", "content", "command", "pattern", "summary", "findings")
+"""Keys the tiny model knows end with ``":`` (the Working tools' and the examples'); any
+other key costs llama.cpp one more check of the grammar against the whole vocabulary."""
+
 EMBEDDING = 64
 LAYERS = 2
 FEED_FORWARD = 64
@@ -74,6 +78,9 @@ ADDED = [
     "<|file_sep|>",
 ]
 """Qwen2.5's added tokens, after the control tokens (``<tool_call>`` is 151657)."""
+
+END_OF_ANSWER = 151645
+"""``<|im_end|>``'s id: the end of an answer (llama.cpp's end-of-generation token)."""
 
 # Token types of GGUF (gguf.TokenType): a regular token, a control token, one added.
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
@@ -159,10 +166,10 @@ def build(path: Path, vocabulary: Path) -> None:
     import gguf
 
     regular = _ranks(vocabulary)
-    alphabet = _byte_alphabet()
+    alphabet = str.maketrans({chr(byte): char for byte, char in _byte_alphabet().items()})
 
     def spelled(token: bytes) -> str:
-        return "".join(alphabet[byte] for byte in token)
+        return token.decode("latin-1").translate(alphabet)
 
     names = [spelled(token) for token in regular] + SPECIAL + ADDED
     types = [NORMAL] * len(regular) + [CONTROL] * len(SPECIAL)
@@ -185,47 +192,80 @@ def build(path: Path, vocabulary: Path) -> None:
     tool_call = ids["<tool_call>"]
     tool_end = ids["</tool_call>"]
     im_end = ids["<|im_end|>"]
+    assert im_end == END_OF_ANSWER
     word = ids[WORD.encode()]
     texts = [text_of(i) for i in range(vocab)]
 
+    # Column 0: what the model prefers where no cue speaks. Where the grammar leaves a
+    # choice of spelling, the plainest: no padding; a string's content never glued to
+    # its opening quote; of words, the longest (a key spelled as one token).
     base = output[:, 0]
     for i, text in enumerate(texts):
-        # Where the grammar leaves a choice of spelling, take the plainest: no padding,
-        # and close an object rather than go on to an optional property or another call;
-        # a string's content is the word, never glued to its opening quote.
-        base[i] = -2.0 * sum(c.isspace() for c in text) - 1.0 * text.count(",")
+        base[i] = -2.0 * sum(c.isspace() for c in text)
         if re.search(r'"[^"{}\[\]:,\s]', text):
             base[i] -= 3.0
+        if re.fullmatch(r"[A-Za-z_]+", text):
+            base[i] += min(0.1 * len(text), 1.0)
     base[len(regular) :] = -10.0
-    base[im_end] = 0.0
-    base[tool_end] = 5.0  # a call closes with its own token, not spelled out
-    base[word] = 5.0  # free text, and every free string, is the word
+    base[[im_end, tool_call, tool_end]] = 0.0
+    # The call's own punctuation, best first where several fit: a name ends, a key
+    # ends, a value opens, the arguments open, the call closes.
+    for text, preference in (
+        ('"}}\n', 2.2),  # above a comma: no optional property after an enum's value
+        ('",', 2.0),
+        ('":', 1.5),
+        (' "', 1.5),
+        (' {"', 1.2),
+        (" {}", 1.0),
+        ("}\n", 1.0),
+    ):
+        base[ids[text.encode()]] = preference
 
     regular_texts = texts[: len(regular)]
+
+    def token(text: str) -> int:
+        return ids[text.encode()]
+
+    quote_openers = [i for i, t in enumerate(regular_texts) if t.endswith('"')]
+    closers = [i for i, t in enumerate(regular_texts) if t.startswith('"')]
     cues: list[tuple[list[int], dict[int, float]]] = [
-        # "<|im_start|>assistant\n" (and only a newline) opens a tool call; the parser
-        # takes "<tool_call>\n" as its start.
-        ([ids[b"\n"]], {tool_call: 20.0}),
-        ([tool_call], {ids[b"\n"]: 20.0}),
-        # A value after a colon opens with a plain quote; after an opening quote, the
-        # word; after the word, end the answer where that is allowed (text), else close
-        # the string, and the object with it where the grammar allows.
-        ([i for i, t in enumerate(regular_texts) if t.endswith(":")], {ids[b'"']: 10.0}),
-        ([i for i, t in enumerate(regular_texts) if t.endswith('"')], {word: 15.0}),
+        # Fallbacks: after a colon, a value opens; after an opening quote, the word.
+        ([i for i, t in enumerate(regular_texts) if t.endswith(":")], {token(' "'): 10.0}),
+        (quote_openers, {word: 15.0}),
+        # The canonical call, token by token, as Qwen2.5's template shows it:
+        #   <tool_call>\n{"name": "write", "arguments": {"path": "hello"}}\n</tool_call>
+        # The more often the model's own first choice fits the grammar, the fewer times
+        # llama.cpp checks the grammar against the whole vocabulary (~0.2 s each).
+        # After "assistant\n" (only a newline), a call opens; inside it, the object.
+        ([token("\n")], {tool_call: 20.0, token('{"'): 14.0, word: 5.0}),
+        ([tool_call], {token("\n"): 20.0}),
+        ([token('{"')], {token("name"): 15.0}),
+        ([ids[key.encode()] for key in KEYS if key.encode() in ids], {token('":'): 15.0}),
+        ([token("arguments")], {token('":{"'): 15.0, token('":'): 14.0}),
+        ([token('":')], {token(' "'): 15.0, token(' {"'): 12.0, token(" {}"): 11.0}),
+        ([token('",')], {token(' "'): 15.0}),
+        ([token(" {}")], {token("}\n"): 15.0}),
+        ([token('"}}\n'), token("}\n")], {tool_end: 20.0}),
+        # After the word: end the answer where that is allowed (text), else close the
+        # string, and the call with it where the grammar allows.
         (
             [word],
             {
-                im_end: 15.0,
-                **{i: 12.0 for i, t in enumerate(regular_texts) if t.startswith('"')},
-                **{i: 13.0 for i, t in enumerate(regular_texts) if t.startswith('"}')},
+                im_end: 18.0,
+                **dict.fromkeys(closers, 12.0),
+                token('"}}\n'): 13.0,
             },
         ),
         ([tool_end], {im_end: 20.0}),  # one call per answer
     ]
-    for dimension, (cue_tokens, following) in enumerate(cues, start=1):
-        embedding[cue_tokens, dimension] = 1.0
-        for token, weight in following.items():
-            output[token, dimension] = weight
+    group: dict[int, int] = {}
+    for index, (cue_tokens, _) in enumerate(cues):
+        group.update(dict.fromkeys(cue_tokens, index))  # a later cue overrides an earlier
+    for cue_token, index in group.items():
+        embedding[cue_token, 1 + index] = 1.0
+    for index, (_, following) in enumerate(cues):
+        for successor, weight in following.items():
+            output[successor, 1 + index] = weight
 
     writer = gguf.GGUFWriter(str(path), "qwen2")
     writer.add_name("kubeturn tiny test model")

@@ -82,8 +82,8 @@ app.kubernetes.io/part-of: kubeturn
 {{- end }}
 
 {{/*
-The providers file, in the Harness's format (name → {type, baseUrl, apiKeyEnv?}); the
-Harness refuses unknown keys, so apiKeySecret stays out of it.
+The providers file, in the Harness's format (name → {type, baseUrl, apiKeyEnv?, retry?,
+timeouts?}); the Harness refuses unknown keys, so apiKeySecret stays out of it.
 */}}
 {{- define "kubeturn.providersYaml" -}}
 {{- $providers := dict }}
@@ -91,6 +91,12 @@ Harness refuses unknown keys, so apiKeySecret stays out of it.
 {{- $entry := dict "type" (default "openai" $provider.type) "baseUrl" $provider.baseUrl }}
 {{- if $provider.apiKeyEnv }}
 {{- $_ := set $entry "apiKeyEnv" $provider.apiKeyEnv }}
+{{- end }}
+{{- if $provider.retry }}
+{{- $_ := set $entry "retry" $provider.retry }}
+{{- end }}
+{{- if $provider.timeouts }}
+{{- $_ := set $entry "timeouts" $provider.timeouts }}
 {{- end }}
 {{- $_ := set $providers $name $entry }}
 {{- end }}

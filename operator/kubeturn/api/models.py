@@ -6,7 +6,9 @@ slash from the providers file every sandbox gets (the chart's ``providers``). A 
 model whose provider that file does not define would fail every Turn that relies on it,
 so it is refused where it is set: the chart's ``defaultModel`` stops the operator at its
 start, a Workspace's ``spec.defaultModel`` gets a condition naming the path
-(ADR 0060). Pure: no IO.
+(ADR 0060). A providers file the Harness would refuse (an unknown key, a retry policy
+out of bounds) is refused by the operator at its start too, rather than by every sandbox.
+Pure: no IO.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from __future__ import annotations
 from collections.abc import Collection
 
 import yaml
+
+from kubeturn_harness.errors import ConfigError
+from kubeturn_harness.providers import Providers
 
 
 def provider_names(providers_yaml: str) -> frozenset[str]:
@@ -24,6 +29,15 @@ def provider_names(providers_yaml: str) -> frozenset[str]:
     except yaml.YAMLError:
         return frozenset()
     return frozenset(str(name) for name in loaded) if isinstance(loaded, dict) else frozenset()
+
+
+def providers_problem(providers_yaml: str) -> str | None:
+    """Why the Harness would refuse this providers file, or None when it reads it."""
+    try:
+        Providers.parse(providers_yaml, "providers file")
+    except ConfigError as error:
+        return str(error)
+    return None
 
 
 def unknown_provider(model: str, providers: Collection[str]) -> str | None:
