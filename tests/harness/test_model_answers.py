@@ -15,10 +15,12 @@ Cases:
 - twelve identical picks in one answer: the first ends the Turn, the other eleven are
   blocked and counted by no runaway: one request, one pick, ``ended``, one settlement.
   Twelve whose first keeps the Turn open: eleven stale, no runaway, ``completed``;
-- a stream that fails midway: the record keeps the text and the calls as far as they
-  streamed, marked ``failed``; no call of it runs; the usage reported before the break is
-  in the message and the settlement; a continued conversation carries the reply marked
-  as cut by the failure, without its calls, and is accepted.
+- a stream that fails midway, once the retry policy gave up (a provider of one attempt):
+  the record keeps the text and the calls as far as they streamed, marked ``failed``; no
+  call of it runs; the usage reported before the break is in the message and the
+  settlement; a continued conversation carries the reply marked as cut by the failure,
+  without its calls, and is accepted. Three attempts that all break off leave one
+  partial in the record, the last attempt's.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from kubeturn_harness.projection import FAILED_MARKER
 from kubeturn_harness.receipts import AFTER_TURN_END, CUT_AT_LIMIT_NOTE, stale_pick
-from tests.harness.support import StartWorld, World, menu_surface, script
+from tests.harness.support import NoWaitClock, StartWorld, World, menu_surface, script
 
 IID = "iid-1"
 PROMPT = "Review the change"
@@ -41,8 +43,14 @@ def bash(command: str) -> dict[str, Any]:
     return {"name": "bash", "arguments": {"command": command}}
 
 
-async def start(world: StartWorld, *steps: dict[str, Any], repeat: bool = False) -> World:
-    w = await world(script(PROMPT, *steps, repeat=repeat))
+ONE_ATTEMPT = "retry: {attempts: 1}"
+"""A provider the retry policy does not try again: what the loop sees once it gave up."""
+
+
+async def start(
+    world: StartWorld, *steps: dict[str, Any], repeat: bool = False, **options: Any
+) -> World:
+    w = await world(script(PROMPT, *steps, repeat=repeat), **options)
     w.orchestrator.surfaces[IID] = menu_surface(IID, "review_verdict")
     return w
 
@@ -258,6 +266,7 @@ class TestStreamFailedMidway:
             world,
             {"text": "The change looks fine", "cut": {"afterChunks": 3}},
             {"text": "Fine."},
+            provider=ONE_ATTEMPT,
         )
         sid = await w.harness.admit(IID, PROMPT)
         settled = await w.harness.settlement(IID, sid)
@@ -297,6 +306,7 @@ class TestStreamFailedMidway:
                 "toolCalls": [verdict()],
                 "cut": {"afterChunks": 5, "error": {"status": 500, "message": "it crashed"}},
             },
+            provider=ONE_ATTEMPT,
         )
         answer_picks(w, over=True)
         sid = await w.harness.admit(IID, PROMPT)
@@ -312,7 +322,7 @@ class TestStreamFailedMidway:
 
     async def test_the_usage_reported_before_the_break_is_kept(self, world: StartWorld) -> None:
         # role, "Done", the finish, the usage: then the connection drops before [DONE].
-        w = await start(world, {"text": "Done", "cut": {"afterChunks": 4}})
+        w = await start(world, {"text": "Done", "cut": {"afterChunks": 4}}, provider=ONE_ATTEMPT)
         sid = await w.harness.admit(IID, PROMPT)
         settled = await w.harness.settlement(IID, sid)
         assert settled["outcome"] == "failed"
@@ -321,3 +331,16 @@ class TestStreamFailedMidway:
         assert reply["usage"] is not None
         assert reply["usage"]["completionTokens"] == len("Done") // 4 + 1
         assert settled["usage"] == reply["usage"]
+
+    async def test_only_the_last_attempts_partial_is_kept(self, world: StartWorld) -> None:
+        # The scripted model answers a retry with the same step: every attempt breaks off.
+        w = await start(
+            world,
+            {"text": "one two three four", "cut": {"afterChunks": 3}},
+            model_clock=NoWaitClock(),
+        )
+        sid = await w.harness.admit(IID, PROMPT)
+        assert (await w.harness.settlement(IID, sid))["outcome"] == "failed"
+        assert [r["cut"] for r in await w.model.requests()] == [True] * 3  # retry.attempts
+        (reply,) = await assistant_messages(w)
+        assert (reply["content"], reply["status"]) == ("one two ", "failed")

@@ -16,9 +16,10 @@ Cases:
 - twelve identical ``done`` calls in one answer (llama.cpp's one call, repeated by a
   relay before the Harness, as a real model wrote them): the first ends the Turn, the
   rest are blocked; one request, one pick, ``ended``, one settlement, no runaway;
-- a stream cut midway: the Submission settles ``failed`` after one request; the record
-  keeps the text and the call as far as llama.cpp streamed them, marked ``failed``; the
-  call never runs; a continued conversation's request, without that call, is accepted.
+- a stream cut midway at every attempt of the retry policy (3): the Submission settles
+  ``failed``; the record keeps the text and the call as far as llama.cpp streamed them in
+  the last attempt, marked ``failed``, once; the call never runs; a continued
+  conversation's request, without that call, is accepted.
 """
 
 from __future__ import annotations
@@ -204,7 +205,9 @@ async def test_a_call_cut_at_the_output_limit_never_runs(
     cut, _ = await w.harness.tool_results(IID)
     assert cut["content"] == cut_at_limit("write", pick=False, placeholder=False)
     assert [e.status for e in w.proxy.exchanges] == [200, 200]
-    assert calls_sent(w.proxy.sent[1]) == [("write", '{"path":"hello","content":"hello"}')]
+    _, written = streamed(w.proxy.exchanges[0].events)
+    assert calls_sent(w.proxy.sent[1]) == written  # they parse: sent as written
+    assert [name for name, _ in written] == ["write"]
     assert w.orchestrator.picks == [(IID, {"type": "done"})]
 
 
@@ -245,14 +248,13 @@ async def test_a_stream_cut_midway_keeps_what_streamed_and_its_call_never_runs(
     provider_world: StartProviderWorld,
 ) -> None:
     w = await start(provider_world)
-    w.proxy.queue(Cut(after=4))
+    w.proxy.queue(Cut(after=4), Cut(after=4), Cut(after=4))  # every attempt of the policy
     w.proxy.steer(Steer("write"))
     sid = await w.admit(IID, PROMPT)
     settled = await settle(w, sid)
     assert (settled["outcome"], settled["error"]["type"]) == ("failed", "submission_failed")
-    (exchange,) = w.proxy.exchanges
-    assert not exchange.finished
-    text, calls = streamed(exchange.events)
+    assert [(e.status, e.finished) for e in w.proxy.exchanges] == [(200, False)] * 3
+    text, calls = streamed(w.proxy.exchanges[-1].events)
     assert [name for name, _ in calls] == ["write"]
     history = await w.harness.history(IID)
     (reply,) = [m for m in history["messages"] if m["role"] == "assistant"]
@@ -265,5 +267,6 @@ async def test_a_stream_cut_midway_keeps_what_streamed_and_its_call_never_runs(
     w.proxy.steer(Steer(text=True))
     again = await w.admit(IID, "Say hello once more.", **{"continue": True})
     assert (await settle(w, again))["outcome"] == "completed"
-    assert [e.status for e in w.proxy.exchanges] == [200, 200]
-    assert calls_sent(w.proxy.sent[1]) == []
+    assert [e.status for e in w.proxy.exchanges] == [200] * 4
+    assert w.proxy.exchanges[-1].finished
+    assert calls_sent(w.proxy.sent[-1]) == []
