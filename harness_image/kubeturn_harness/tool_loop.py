@@ -355,7 +355,7 @@ async def _calls(
             _answer(run, [call], receipts.AFTER_TURN_END)
             continue
         verdict = _judge(call, tools, menu, first_pick, cut=cut_at_limit and not rest)
-        if not isinstance(verdict, _Stale) and (reason := watch.call(call.name, call.arguments)):
+        if reason := watch.call(call.name, call.arguments):
             _answer(run, [call, *rest], f"This call did not run: {reason}.")
             raise RunFailed(f"runaway: {reason}", error_type=ErrorType.RUNAWAY)
         try:

@@ -14,7 +14,7 @@ Cases:
   and a pick is not sent; four cut answers in a row settle ``failed``/``runaway``;
 - twelve identical picks in one answer: the first ends the Turn, the other eleven are
   blocked and counted by no runaway: one request, one pick, ``ended``, one settlement.
-  Twelve whose first keeps the Turn open: eleven stale, no runaway, ``completed``;
+  Twelve whose first keeps the Turn open: stale picks still count, a runaway at the fourth;
 - a stream that fails midway, once the retry policy gave up (a provider of one attempt):
   the record keeps the text and the calls as far as they streamed, marked ``failed``; no
   call of it runs; the usage reported before the break is in the message and the
@@ -245,17 +245,21 @@ class TestIdenticalPicks:
         results = [m["content"] for m in await w.harness.tool_results(IID)]
         assert results[1:] == [AFTER_TURN_END] * 11
 
-    async def test_twelve_picks_whose_first_keeps_the_turn_open_are_stale_not_a_runaway(
+    async def test_twelve_picks_whose_first_keeps_the_turn_open_are_a_runaway(
         self, world: StartWorld
     ) -> None:
+        """A stale pick is still a step of the model's: the fourth identical one trips the
+        watch, and the eight after it are answered without running."""
         w = await start(world, {"toolCalls": [verdict()] * 12}, {"text": "Waiting."})
         answer_picks(w, over=False)
         sid = await w.harness.admit(IID, PROMPT)
-        assert (await w.harness.settlement(IID, sid))["outcome"] == "completed"
+        settled = await w.harness.settlement(IID, sid)
+        assert (settled["outcome"], settled["error"]["type"]) == ("failed", "runaway")
         assert len(w.orchestrator.picks) == 1
         results = [m["content"] for m in await w.harness.tool_results(IID)]
-        assert results[1:] == [stale_pick("review_verdict")] * 11
-        assert len(await w.model.requests()) == 2
+        assert results[1:3] == [stale_pick("review_verdict")] * 2
+        assert len(results) == 12
+        assert len(await w.model.requests()) == 1
 
 
 class TestStreamFailedMidway:
