@@ -168,11 +168,12 @@ class AnthropicModels:
         idle = model.provider.spec.timeouts.idleSeconds
         try:
             stream = await client.messages.create(**params, stream=True)
+            answer = _Answer(partial)
             try:
-                answer = _Answer(partial)
                 async for event in retries.chunks(stream, idle_s=idle, where=model.where):
                     answer.take(event)
             finally:
+                answer.calls_so_far()
                 await stream.close()
         except anthropic.APIError as error:
             raise _failure(model, error) from error
@@ -194,7 +195,8 @@ class AnthropicModels:
 
 
 class _Answer:
-    """Folds the stream's events into the ``Partial`` as they come."""
+    """Folds the stream's events into the ``Partial`` as they come: text and usage at
+    once, a tool call when it starts (its arguments by ``calls_so_far``)."""
 
     def __init__(self, partial: Partial) -> None:
         self.partial = partial
@@ -236,19 +238,27 @@ class _Answer:
             self.partial.text.append(delta.text)
         elif kind == "input_json_delta":
             block.parts.append(delta.partial_json)
-            self._call(index)
         elif kind == "thinking_delta":
             block.parts.append(delta.thinking)
         elif kind == "signature_delta":
             block.signature.append(delta.signature)
 
     def _call(self, index: int) -> None:
+        """The call in the ``Partial``, its arguments as far as they streamed, kept as
+        written (``""`` for a tool that takes none is the empty object)."""
         block = self.blocks[index]
         self.partial.tool_calls[self.calls[index]] = ToolCall(
             id=block.start.get("id", ""),
             name=block.start.get("name", ""),
-            arguments="".join(block.parts) or "{}",
+            arguments="".join(block.parts),
         )
+
+    def calls_so_far(self) -> None:
+        """Every call's arguments into the ``Partial``, however the stream ended. A call
+        is put there when it starts, its arguments once, here: a long argument streams
+        in thousands of pieces."""
+        for index in self.calls:
+            self._call(index)
 
     def _count(self, usage: Any) -> None:
         """Usage as reported so far: ``message_start`` gives the prompt's, ``message_delta``

@@ -20,7 +20,7 @@ import openai
 
 from kubeturn_harness import retries
 from kubeturn_harness.errors import ProviderFailure
-from kubeturn_harness.models import MODEL_CALLS, ModelAnswer, ModelRequest, Partial
+from kubeturn_harness.models import MODEL_CALLS, Finish, ModelAnswer, ModelRequest, Partial
 from kubeturn_harness.providers import ModelName, Provider
 from kubeturn_harness.wire import ThinkingLevel, ToolCall, Usage
 
@@ -95,37 +95,79 @@ class OpenAIModels:
 
 
 async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
-    calls: dict[int, dict[str, Any]] = {}
-    usage: Usage | None = None
-    async for chunk in stream:
-        if chunk.usage is not None:
-            usage = Usage(
-                promptTokens=chunk.usage.prompt_tokens or 0,
-                completionTokens=chunk.usage.completion_tokens or 0,
-                cacheReadTokens=getattr(chunk.usage.prompt_tokens_details, "cached_tokens", 0) or 0,
-            )
-        for choice in chunk.choices:
-            delta = choice.delta
-            if delta.content:
-                partial.text.append(delta.content)
-            for call in delta.tool_calls or ():
-                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": []})
-                if call.id:
-                    slot["id"] = call.id
-                if call.function is not None:
-                    if call.function.name:
-                        slot["name"] += call.function.name
-                    if call.function.arguments:
-                        slot["arguments"].append(call.function.arguments)
-    tool_calls = [
-        ToolCall(
-            id=slot["id"] or f"call_{index}",
-            name=slot["name"],
-            arguments="".join(slot["arguments"]) or "{}",
+    """Read one streamed answer into ``partial`` as it comes, then answer it whole.
+
+    ``partial`` holds the text, the calls as far as they streamed and the usage reported,
+    however the stream ends: a cut (a sweep cancels the task), an error mid-stream, or the
+    end. A stream that ends with no ``finish_reason`` ended before the answer did (a
+    connection closed cleanly midway): it fails, and may be retried.
+    """
+    calls: dict[int, _CallPieces] = {}
+    finish: str | None = None
+    try:
+        async for chunk in stream:
+            if chunk.usage is not None:
+                partial.usage = Usage(
+                    promptTokens=chunk.usage.prompt_tokens or 0,
+                    completionTokens=chunk.usage.completion_tokens or 0,
+                    cacheReadTokens=getattr(chunk.usage.prompt_tokens_details, "cached_tokens", 0)
+                    or 0,
+                )
+            for choice in chunk.choices:
+                finish = choice.finish_reason or finish
+                delta = choice.delta
+                if delta.content:
+                    partial.text.append(delta.content)
+                for call in delta.tool_calls or ():
+                    calls.setdefault(call.index, _CallPieces()).add(call)
+    finally:
+        # Built once at the end, not per delta: a long argument streams in thousands.
+        partial.tool_calls = {index: calls[index].call(index) for index in sorted(calls)}
+    if finish is None:
+        # Worded to follow the provider's name, as the retry policy reports an attempt.
+        raise ProviderFailure(
+            "ended the answer's stream before the answer (no finish_reason came)",
+            retryable=True,
         )
-        for index, slot in sorted(calls.items())
-    ]
-    return ModelAnswer(text=partial.content, tool_calls=tool_calls, usage=usage)
+    return ModelAnswer(
+        text=partial.content,
+        tool_calls=list(partial.tool_calls.values()),
+        usage=partial.usage,
+        finish=FINISHES.get(finish, Finish.OTHER),
+    )
+
+
+FINISHES = {
+    "stop": Finish.STOP,
+    "tool_calls": Finish.TOOL_CALLS,
+    "function_call": Finish.TOOL_CALLS,
+    "length": Finish.LENGTH,
+}
+"""OpenAI's ``finish_reason`` values in the loop's words; any other (``content_filter``,
+a server's own) is ``Finish.OTHER``."""
+
+
+class _CallPieces:
+    """One streamed tool call's pieces: its id and name come once, its arguments in parts
+    (kept as written: ``""`` for a tool that takes none is the empty object)."""
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+    def add(self, delta: Any) -> None:
+        if delta.id:
+            self.id = delta.id
+        if delta.function is not None:
+            if delta.function.name:
+                self.name += delta.function.name
+            if delta.function.arguments:
+                self.arguments.append(delta.function.arguments)
+
+    def call(self, index: int) -> ToolCall:
+        arguments = "".join(self.arguments)
+        return ToolCall(id=self.id or f"call_{index}", name=self.name, arguments=arguments)
 
 
 _SDK_PREFIX = re.compile(r"^Error code: \d+ - ")

@@ -16,6 +16,41 @@ from kubeturn_harness.wire import Receipt, Refusal
 TURN_NOT_OVER = "Your turn is not over."
 AFTER_TURN_END = "This call did not run: a pick before it in your answer ended your turn."
 NO_REPLY = "No reply came back for it."
+CUT_AT_LIMIT_NOTE = (
+    "Your last reply was cut off at the output limit. Go on from where it stopped, more briefly."
+)
+"""The note after an answer with no call that the output limit cut: the Turn goes on."""
+SHOWN_AS_PLACEHOLDER = "Your call is shown with {} as its arguments from now on."
+
+
+def malformed(name: str, problem: str, *, pick: bool) -> str:
+    """A call whose arguments are not one JSON object: it did not run, and from now on
+    the prompt shows it with the placeholder. ``problem`` says why, as a clause."""
+    if pick:
+        return (
+            f"Your pick `{name}` was not sent: {problem}. {SHOWN_AS_PLACEHOLDER} "
+            f"Pick again with complete JSON. {TURN_NOT_OVER}"
+        )
+    return (
+        f"This call of `{name}` did not run: {problem}. {SHOWN_AS_PLACEHOLDER} "
+        "Call it again with complete JSON."
+    )
+
+
+def cut_at_limit(name: str, *, pick: bool, placeholder: bool) -> str:
+    """The last call of an answer the output limit cut: its arguments may be incomplete,
+    so it never runs, even when they parse."""
+    why = "your answer was cut off at the output limit while you wrote it"
+    shown = f" {SHOWN_AS_PLACEHOLDER}" if placeholder else ""
+    if pick:
+        return (
+            f"Your pick `{name}` was not sent: {why}.{shown} Pick again, more briefly. "
+            f"{TURN_NOT_OVER}"
+        )
+    return (
+        f"This call of `{name}` did not run: {why}.{shown} Call it again, more briefly "
+        "(a large file can be written in parts)."
+    )
 
 
 def stale_pick(first_pick: str) -> str:

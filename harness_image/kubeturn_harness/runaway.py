@@ -3,6 +3,15 @@
 Why 4: three identical calls in a row can be a model checking its work; a fourth, with
 nothing changed in between, is a loop. Why 256 steps: far above any Turn seen to finish
 on its own, and low enough to bound the cost of one that never does. Both are settings.
+The same 4 bounds answers in a row that the output limit cut: each costs the whole limit.
+
+What counts (ADR 0074): every call the model asked to run, also one that could not run
+by its own fault (unknown tool, malformed or truncated arguments, a refused pick). A
+call that an earlier call of the same answer blocked counts not at all: a call after a
+pick that ended the Turn, and a later pick of an answer whose first pick ran (stale).
+The model wrote them before it read that answer, they cost no request, and counting
+them made a Turn its own pick had ended a runaway. A loop of picks still trips: each
+answer's first pick counts.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ class RunawayWatch:
     steps: int = 0
     _last: tuple[str, str] | None = field(default=None, repr=False)
     _repeats: int = 0
+    _cut_answers: int = 0
 
     def step(self) -> str | None:
         """Count one model request; a reason when it would exceed the step budget."""
@@ -34,8 +44,19 @@ class RunawayWatch:
             return f"more than {self.max_steps} model requests in one Submission"
         return None
 
+    def answered(self, *, cut_at_limit: bool) -> str | None:
+        """Count one model answer; a reason when ``max_identical`` in a row were cut off
+        at the output limit."""
+        self._cut_answers = self._cut_answers + 1 if cut_at_limit else 0
+        if self._cut_answers >= self.max_identical:
+            return f"{self._cut_answers} answers in a row were cut off at the output limit"
+        return None
+
     def call(self, name: str, arguments: str) -> str | None:
-        """Count one tool call (blocked picks included); a reason when it is a loop."""
+        """Count one tool call the model asked to run; a reason when it is a loop.
+
+        Arguments compare as written when they are not JSON: the same broken text again
+        is the same call."""
         key = (name, _canonical(arguments))
         self._repeats = self._repeats + 1 if key == self._last else 1
         self._last = key

@@ -10,7 +10,13 @@ conversation settles it. The rules it keeps (docs/turn-semantics.md §3):
 - a pick whose answer ends the Turn (``turnComplete`` or 404) blocks every later call of
   that answer, and the run ends at the step boundary: no further model request;
 - a cancelled run (a sweep, an ``interrupt``) keeps what the model had said, marked as
-  cut, and answers every call it had not run, so the record stays a valid conversation.
+  cut, and answers every call it had not run, so the record stays a valid conversation;
+- a model request that fails midway keeps what had streamed, marked ``failed``, and the
+  usage reported so far; none of its calls runs (the run then fails);
+- a call whose arguments are not one JSON object does not run, and neither does the last
+  call of an answer the output limit cut; the model reads why and may try again. An
+  answer with no call that the output limit cut is followed by a note asking the model
+  to go on, and the run goes on (ADR 0073).
 """
 
 from __future__ import annotations
@@ -25,12 +31,12 @@ from typing import Any
 
 import jsonschema
 
-from kubeturn_harness import bodies, briefing, receipts
+from kubeturn_harness import briefing, receipts
 from kubeturn_harness.clock import Clock
-from kubeturn_harness.errors import MenuUnreadable, NotJson, RunFailed, ToolboxUnavailable
+from kubeturn_harness.errors import MenuUnreadable, RunFailed, ToolboxUnavailable
 from kubeturn_harness.history import SubmissionRecord
 from kubeturn_harness.metrics import HarnessMetrics
-from kubeturn_harness.models import ModelAnswer, ModelPort, ModelRequest, Partial
+from kubeturn_harness.models import Finish, ModelAnswer, ModelPort, ModelRequest, Partial
 from kubeturn_harness.orchestrator import (
     Delivered,
     Gone,
@@ -43,7 +49,7 @@ from kubeturn_harness.orchestrator import (
     deliver,
     read_surface,
 )
-from kubeturn_harness.projection import OpenAIMessage, project, to_openai
+from kubeturn_harness.projection import OpenAIMessage, arguments_object, project, to_openai
 from kubeturn_harness.providers import Providers
 from kubeturn_harness.runaway import RunawayWatch
 from kubeturn_harness.sandbox.client import Session, Toolbox
@@ -209,10 +215,23 @@ async def run_submission(
             answer = await _ask(
                 run, ModelRequest(model_name, list(run.prompt), specs, request.thinkingLevel)
             )
+            cut_at_limit = answer.finish is Finish.LENGTH
+            if reason := watch.answered(cut_at_limit=cut_at_limit):
+                _answer(run, answer.tool_calls, f"This call did not run: {reason}.")
+                raise RunFailed(f"runaway: {reason}", error_type=ErrorType.RUNAWAY)
             if not answer.tool_calls:
-                return Completed()
+                if not cut_at_limit:
+                    return Completed()
+                run.record(run.message(Role.USER, briefing=receipts.CUT_AT_LIMIT_NOTE))
+                continue
             turn_over = await _calls(
-                run, answer.tool_calls, tool_specs, menu_by_name, working, watch
+                run,
+                answer.tool_calls,
+                tool_specs,
+                menu_by_name,
+                working,
+                watch,
+                cut_at_limit=cut_at_limit,
             )
             if turn_over:
                 return TurnOver()
@@ -267,16 +286,36 @@ async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
     try:
         answer = await run.env.model.complete(request, partial)
     except asyncio.CancelledError:
-        status, projection = run.cut_mark()
-        run.record(
-            run.message(Role.ASSISTANT, partial.content, status=status, projection=projection)
-        )
+        _record_partial(run, partial, *run.cut_mark())
+        raise
+    except Exception:
+        if partial.text or partial.tool_calls or partial.usage is not None:
+            _record_partial(run, partial, MessageStatus.FAILED, Projection.ASSISTANT_MARKED)
         raise
     run.tally.add(answer.usage)
     run.record(
         run.message(Role.ASSISTANT, answer.text, toolCalls=answer.tool_calls, usage=answer.usage)
     )
     return answer
+
+
+def _record_partial(
+    run: _Run, partial: Partial, status: MessageStatus, projection: Projection
+) -> None:
+    """What a cut or failed answer had said, its calls as far as they streamed (they never
+    run, and no prompt carries them) and the usage reported so far, which counts."""
+    run.tally.add(partial.usage)
+    calls = [partial.tool_calls[index] for index in sorted(partial.tool_calls)]
+    run.record(
+        run.message(
+            Role.ASSISTANT,
+            partial.content,
+            toolCalls=calls,
+            status=status,
+            projection=projection,
+            usage=partial.usage,
+        )
+    )
 
 
 class _Cut(Exception):
@@ -295,29 +334,37 @@ async def _calls(
     menu: dict[str, _MenuTool],
     working: _Tools,
     watch: RunawayWatch,
+    *,
+    cut_at_limit: bool,
 ) -> bool:
     """Run one model answer's calls in order; True when a pick found the Turn over.
 
     Every call gets a result in the record, also when the run is cut or ends as a
-    runaway, so a continued conversation stays a valid one.
+    runaway, so a continued conversation stays a valid one. ``cut_at_limit``: the output
+    limit cut the answer, so its last call is incomplete and never runs.
     """
     first_pick: str | None = None
     turn_over = False
     for index, call in enumerate(calls):
         rest = calls[index + 1 :]
+        if turn_over:
+            _answer(run, [call], receipts.AFTER_TURN_END)
+            continue
+        verdict = _judge(call, tools, menu, first_pick, cut=cut_at_limit and not rest)
         if reason := watch.call(call.name, call.arguments):
             _answer(run, [call, *rest], f"This call did not run: {reason}.")
             raise RunFailed(f"runaway: {reason}", error_type=ErrorType.RUNAWAY)
         try:
-            if turn_over:
-                text = receipts.AFTER_TURN_END
-            elif call.name in menu:
-                text, first_pick, turn_over = await _pick(run, call, menu[call.name], first_pick)
-            elif call.name in tools:
-                text = await _work(call, tools[call.name], working, run.env.metrics)
+            if isinstance(verdict, str):
+                text = verdict
+            elif isinstance(verdict, _Stale):
+                run.env.metrics.picks.labels(result="stale").inc()
+                text = receipts.stale_pick(verdict.first_pick)
+            elif isinstance(verdict, _Payload):
+                text, over = await _pick(run, menu[call.name], verdict.payload)
+                first_pick, turn_over = call.name, over
             else:
-                known = ", ".join([*tools, *menu]) or "none"
-                text = f"There is no tool `{call.name}`. Your tools: {known}."
+                text = await _work(call, tools[call.name], working, run.env.metrics)
         except _Cut as cut:
             _answer(run, [call], cut.text)
             _answer(run, rest, receipts.AFTER_TURN_END if cut.turn_over else NOT_RUN_STOPPED)
@@ -330,6 +377,53 @@ async def _calls(
     return turn_over
 
 
+@dataclass(frozen=True)
+class _Stale:
+    """A pick after the answer's first pick: the model wrote it before reading that answer."""
+
+    first_pick: str
+
+
+@dataclass(frozen=True)
+class _Payload:
+    """A pick to send, its payload checked against the Menu's schema."""
+
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A Working tool call to run."""
+
+
+def _judge(
+    call: ToolCall,
+    tools: dict[str, ToolSpec],
+    menu: dict[str, _MenuTool],
+    first_pick: str | None,
+    *,
+    cut: bool,
+) -> str | _Stale | _Payload | _Work:
+    """What becomes of one call before anything runs: the text of a call that cannot run
+    (the model's own fault), a stale pick, a pick to send, or a Working tool call."""
+    pick = call.name in menu
+    if call.name not in tools and not pick:
+        known = ", ".join([*tools, *menu]) or "none"
+        return f"There is no tool `{call.name}`. Your tools: {known}."
+    arguments = arguments_object(call.arguments)
+    if cut:
+        return receipts.cut_at_limit(call.name, pick=pick, placeholder=isinstance(arguments, str))
+    if isinstance(arguments, str):
+        return receipts.malformed(call.name, arguments, pick=pick)
+    if not pick:
+        return _Work()
+    if problem := _payload_problem(arguments, menu[call.name]):
+        return f"Your pick `{call.name}` was not sent: {problem}"
+    if first_pick is not None:
+        return _Stale(first_pick)
+    return _Payload(arguments)
+
+
 def _answer(run: _Run, calls: list[ToolCall], text: str) -> None:
     for call in calls:
         run.record(run.message(Role.TOOL, text, toolCallId=call.id))
@@ -338,28 +432,19 @@ def _answer(run: _Run, calls: list[ToolCall], text: str) -> None:
 async def _work(call: ToolCall, spec: ToolSpec, working: _Tools, metrics: HarnessMetrics) -> str:
     metrics.tool_calls.labels(tool=spec.name).inc()
     try:
-        arguments = parse_arguments(spec, call.arguments)
+        arguments = parse_arguments(spec, call.arguments or "{}")
     except ToolArgumentError as error:
         return f"The call of `{spec.name}` did not run: {error}"
     return await working.run(spec.name, arguments)
 
 
-async def _pick(
-    run: _Run, call: ToolCall, tool: _MenuTool, first_pick: str | None
-) -> tuple[str, str | None, bool]:
-    """One pick: (what the model reads, the answer's first pick, whether the Turn is over).
+async def _pick(run: _Run, tool: _MenuTool, payload: dict[str, Any]) -> tuple[str, bool]:
+    """One pick sent: (what the model reads, whether the Turn is over).
 
     Raises ``_Cut`` when the run was cut while the pick was out: a sent pick's receipt
     belongs in the record even then (the sweep usually lands before the receipt).
     """
     item = tool.item
-    try:
-        payload = _pick_payload(call.arguments, tool)
-    except ToolArgumentError as error:
-        return f"Your pick `{item.name}` was not sent: {error}", first_pick, False
-    if first_pick is not None:
-        run.env.metrics.picks.labels(result="stale").inc()
-        return receipts.stale_pick(first_pick), first_pick, False
     orchestrator = run.env.orchestrator
     assert orchestrator is not None, "a Menu exists only where an Orchestrator does"
     result, polled, cut = await _deliver(
@@ -393,7 +478,7 @@ async def _pick(
     )
     if cut:
         raise _Cut(text, turn_over=over)
-    return text, item.name, over
+    return text, over
 
 
 async def _deliver(
@@ -434,18 +519,13 @@ class _MenuTool:
     validator: jsonschema.protocols.Validator
 
 
-def _pick_payload(arguments: str, tool: _MenuTool) -> dict[str, Any]:
-    try:
-        payload = bodies.parse(arguments or "{}", what="the arguments object")
-    except NotJson as error:
-        raise ToolArgumentError(f"its arguments are not JSON ({error})") from error
-    if not isinstance(payload, dict):
-        raise ToolArgumentError("its arguments must be a JSON object")
+def _payload_problem(payload: dict[str, Any], tool: _MenuTool) -> str | None:
+    """Where a pick's payload does not fit the Menu's schema, and how; None when it fits."""
     problem = jsonschema.exceptions.best_match(tool.validator.iter_errors(payload))
-    if problem is not None:
-        where = "/".join(str(part) for part in problem.absolute_path) or "the arguments"
-        raise ToolArgumentError(f"{where}: {problem.message}")
-    return payload
+    if problem is None:
+        return None
+    where = "/".join(str(part) for part in problem.absolute_path) or "the arguments"
+    return f"{where}: {problem.message}"
 
 
 def _menu(menu: list[MenuItem], working: set[str]) -> dict[str, _MenuTool]:

@@ -111,6 +111,9 @@ class MessageStatus(StrEnum):
     """A stop (a sweep, or an ``interrupt`` admission) cut this reply."""
     SUPERSEDED = "superseded"
     """A ``supersede`` admission cut this reply; it is never projected."""
+    FAILED = "failed"
+    """The model's stream failed midway (a cut connection, an error mid-stream): the
+    record keeps what had streamed; its calls never ran."""
 
 
 class Role(StrEnum):
@@ -420,7 +423,9 @@ class Message(_Body):
     role: Role
     content: str = ""
     briefing: str | None = Field(
-        default=None, description="The Harness's turn block that followed the prompt."
+        default=None,
+        description="The Harness's turn block that followed the prompt; with no content, "
+        "a note of the Harness's own (an answer cut at the output limit goes on).",
     )
     toolCalls: list[ToolCall] = Field(default_factory=list)
     toolCallId: str | None = None

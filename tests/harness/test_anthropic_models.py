@@ -3,7 +3,8 @@
 
 Cases:
 - a streamed answer with text and two tool calls: the ``Partial`` holds the text, the
-  calls (by index, arguments so far) and the usage while the stream is held midway; the
+  call begun (by index; its arguments come at the end) and the usage while the stream is
+  held midway; the
   answer has the text, the calls with their JSON arguments, the usage with cache reads
   and writes (prompt tokens counting both), ``finish`` tool_calls; exactly one request;
 - ``stop_reason`` → ``finish``: end_turn and stop_sequence stop, max_tokens length,
@@ -116,7 +117,7 @@ async def test_an_answer_streams_into_the_partial_and_comes_back_whole(
         task = asyncio.create_task(models.complete(request(api), partial))
         await until_held(api, task)
         assert partial.content == "Reading it."
-        assert partial.tool_calls == {0: ToolCall(id="toolu_1", name="read", arguments='{"path":')}
+        assert partial.tool_calls == {0: ToolCall(id="toolu_1", name="read", arguments="")}
         assert partial.usage == Usage(
             promptTokens=400, completionTokens=1, cacheReadTokens=300, cacheWriteTokens=60
         )
@@ -323,7 +324,7 @@ async def test_a_stream_that_stops_short_fails_retryable_and_keeps_what_came(
     models: AnthropicModels, how: str
 ) -> None:
     said = [{"type": "text", "text": "Half of it"}, CALLS[0]]
-    short = Answer(said, cut_after=6) if how == "cut" else Answer(said, end_early=6)
+    short = Answer(said, cut_after=7) if how == "cut" else Answer(said, end_early=7)
     partial = Partial()
     async with serving([short]) as api:
         with pytest.raises(ProviderFailure) as failed:
@@ -331,7 +332,7 @@ async def test_a_stream_that_stops_short_fails_retryable_and_keeps_what_came(
         assert len(api.requests) == 1
     assert (failed.value.status, failed.value.retryable) == (None, True)
     assert partial.content == "Half of it"
-    assert partial.tool_calls == {0: ToolCall(id="toolu_1", name="read", arguments="{}")}
+    assert partial.tool_calls == {0: ToolCall(id="toolu_1", name="read", arguments='{"path":')}
     assert partial.usage == Usage(promptTokens=10, completionTokens=1)
 
 

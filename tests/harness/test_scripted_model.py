@@ -4,8 +4,9 @@ Cases:
 
 - Script: a valid script parses; an unknown key is refused naming its path; arguments
   that are neither a mapping nor a string are refused; an error step with text is
-  refused; a conversation without steps is refused; bad YAML and a missing file raise
-  ScriptError.
+  refused; an error step with a finish reason or a cut is refused; a finish reason other
+  than OpenAI's is refused; a conversation without steps is refused; bad YAML and a
+  missing file raise ScriptError.
 - Selection (pure): the step index is the number of assistant messages; the match is a
   substring of the first user message (string or list-of-parts content, after a system
   message); the first matching conversation wins; no match gives None; ``repeat: true``
@@ -16,7 +17,10 @@ Cases:
   roundtrip (mapping as JSON, string verbatim); a continued conversation gets the next
   step; exhausted steps answer with ``stop``; no match is a 400 quoting the message; an
   error step is that HTTP error; a non-JSON body is a 400 and recorded; ``delayMs``
-  delays; ``/v1/models`` and ``/_health``.
+  delays; ``finishReason: length`` is sent as the finish, whole and streamed; a ``cut``
+  drops the connection after its chunks, or sends its error as an event, and is
+  recorded; a history holding a call whose arguments are not one JSON object is a 400
+  naming it, as real servers refuse it; ``/v1/models`` and ``/_health``.
 - Holding: a held stream sends its text, waits for ``POST /_release``, then its tool
   calls; release by ``match`` releases only that conversation; a held non-stream answers
   after release; a client disconnect while held is recorded (``disconnected``,
@@ -97,6 +101,24 @@ conversations:
     steps:
       - text: "late"
         delayMs: 50
+  - match: "Out of room"
+    steps:
+      - text: "A long answer that"
+        toolCalls:
+          - name: write
+            arguments: '{"path": "a.txt", "content": "ab'
+        finishReason: length
+  - match: "Dropped"
+    steps:
+      - text: "one two three four"
+        cut: {afterChunks: 3}
+  - match: "Broke midway"
+    steps:
+      - text: "one two"
+        toolCalls:
+          - name: finish
+            arguments: {verdict: approve}
+        cut: {afterChunks: 4, error: {status: 500, message: "the backend crashed"}}
 """
 
 WAIT = 5.0
@@ -198,6 +220,20 @@ class TestScript:
         )
         with pytest.raises(ScriptError, match=r"steps\[0\]: .*drop text"):
             parse_script(text)
+
+    def test_an_error_step_takes_no_finish_reason_or_cut(self) -> None:
+        for extra in ("finishReason: length", "cut: {afterChunks: 1}"):
+            text = (
+                "conversations: [{match: x, steps: [{"
+                f"error: {{status: 500, message: m}}, {extra}"
+                "}]}]"
+            )
+            with pytest.raises(ScriptError, match="answers only the error"):
+                parse_script(text)
+
+    def test_a_finish_reason_is_one_of_openais(self) -> None:
+        with pytest.raises(ScriptError, match=r"steps\[0\]\.finishReason"):
+            parse_script("conversations: [{match: x, steps: [{finishReason: tired}]}]")
 
     def test_a_conversation_needs_steps(self) -> None:
         with pytest.raises(ScriptError, match=r"conversations\[0\]\.steps: a conversation needs"):
@@ -388,11 +424,81 @@ class TestCompletions:
         [record] = await model.requests()
         assert record["closedAt"] - record["receivedAt"] >= 0.05
 
+    async def test_finish_reason_length_with_a_truncated_call(self, model: Model) -> None:
+        stream = await model.sdk.chat.completions.create(
+            model="m", messages=user("Out of room"), stream=True
+        )
+        chunks = [chunk async for chunk in stream]
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+        arguments = "".join(
+            call.function.arguments or ""
+            for c in chunks
+            for call in c.choices[0].delta.tool_calls or []
+            if call.function is not None
+        )
+        assert arguments == '{"path": "a.txt", "content": "ab'
+        whole = await model.sdk.chat.completions.create(model="m", messages=user("Out of room"))
+        assert whole.choices[0].finish_reason == "length"
+
+    async def test_a_cut_drops_the_connection_after_its_chunks(self, model: Model) -> None:
+        stream = await model.sdk.chat.completions.create(
+            model="m", messages=user("Dropped"), stream=True
+        )
+        seen: list[str] = []
+        with pytest.raises(openai.APIConnectionError):
+            await read_text(stream, seen)
+        assert "".join(seen) == "one two "
+        [record] = await model.requests()
+        assert record["cut"] is True
+        assert record["closedAt"] is not None
+
+    async def test_a_cut_with_an_error_sends_it_as_an_event(self, model: Model) -> None:
+        stream = await model.sdk.chat.completions.create(
+            model="m", messages=user("Broke midway"), stream=True
+        )
+        seen: list[str] = []
+        with pytest.raises(openai.APIError, match="the backend crashed"):
+            await read_text(stream, seen)
+        assert "".join(seen) == "one two"
+        [record] = await model.requests()
+        assert record["cut"] is True
+
+    async def test_a_history_with_arguments_that_are_no_object_is_refused(
+        self, model: Model
+    ) -> None:
+        for arguments, problem in (('{"verdict": ', "not JSON"), ("[1]", "not a JSON object")):
+            messages: list[ChatCompletionMessageParam] = [
+                {"role": "user", "content": "Review the change"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_0_0",
+                            "type": "function",
+                            "function": {"name": "review_verdict", "arguments": arguments},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_0_0", "content": "not sent"},
+            ]
+            with pytest.raises(openai.BadRequestError) as raised:
+                await model.sdk.chat.completions.create(model="m", messages=messages)
+            assert raised.value.message.startswith(
+                f"Error code: 400 - messages.1.tool_calls.0.function.arguments: {problem}"
+            ), raised.value.message
+
     async def test_models_and_health(self, model: Model) -> None:
         listed = await model.sdk.models.list()
         assert [m.id for m in listed.data] == ["scripted"]
         async with model.http.get("/_health") as response:
             assert response.status == 200
+
+
+async def read_text(stream: Any, seen: list[str]) -> None:
+    """Read a stream's text pieces into ``seen`` until it ends or breaks."""
+    async for chunk in stream:
+        seen.extend(choice.delta.content or "" for choice in chunk.choices)
 
 
 async def tool_arguments(model: Model, text: str, *, stream: bool) -> str:
@@ -539,6 +645,7 @@ async def test_request_record_and_clear(model: Model) -> None:
     for record in records:
         assert before <= record["receivedAt"] <= record["closedAt"] <= time.time()
         assert (record["held"], record["released"], record["disconnected"]) == (False, False, False)
+        assert record["cut"] is False
     async with model.http.delete("/_requests") as response:
         assert response.status == 200
     assert await model.requests() == []

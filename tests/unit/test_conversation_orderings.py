@@ -8,8 +8,9 @@ payload says ``over``.
 
 Cases:
 - hypothesis over operation sequences (admit with each input policy, sweeps with every
-  kind of body, the model's answer — text, a Turn-ending pick, a pick that keeps the
-  Turn open, a Turn-ending pick followed by more calls, a provider failure — loop
+  kind of body, the model's answer — text, text cut at the output limit, a Turn-ending
+  pick, a pick that keeps the Turn open, a Turn-ending pick followed by more calls, twelve
+  identical Turn-ending picks, a pick with truncated arguments, a provider failure — loop
   ticks, time passing beyond the sweep wait, and a restart of the Harness on the same
   log), then a drain (a sweep, or answering until idle). After every sweep: it settled
   exactly the unsettled Submissions, as its body says (``ended`` only for a pick naming
@@ -21,9 +22,13 @@ Cases:
   requests in flight; each run's events lie between its start and the next start, and
   runs start in admission order; every outcome has its cause (``ended`` ⇐ a pick sweep
   naming it while it ran, ``completed`` ⇐ a text answer, ``failed`` ⇐ a provider
-  failure, four identical calls or a restart, ``aborted`` ⇐ a sweep, the first cutting
+  failure, four identical calls across answers, four answers in a row cut at the output
+  limit, or a restart, ``aborted`` ⇐ a sweep, the first cutting
   admission, or no sweep after its Turn was over); a cut reply is marked by the first
-  stop that cut it; every tool call in the record has its answer; no model request
+  stop that cut it; every prompt the model received is one a provider accepts (each
+  call answered in order, its arguments one JSON object); a failed request's partial
+  reply is kept, marked failed, as its
+  run's last message; every call of a complete answer has its answer; no model request
   follows a Turn-ending pick; the metrics agree;
 - hypothesis over the sweep's timing for a Turn-ending pick: in the pick's own send,
   any number of loop ticks after the receipt, or after the run ended — all settle
@@ -72,7 +77,7 @@ from kubeturn_harness.conversations import (
 )
 from kubeturn_harness.errors import ProviderFailure
 from kubeturn_harness.metrics import HarnessMetrics
-from kubeturn_harness.models import ModelAnswer, ModelRequest, Partial
+from kubeturn_harness.models import Finish, ModelAnswer, ModelRequest, Partial
 from kubeturn_harness.orchestrator import Delivered, Gone, PickResult
 from kubeturn_harness.providers import Provider, Providers, ProviderSpec
 from kubeturn_harness.receipts import AFTER_TURN_END
@@ -141,7 +146,8 @@ class HeldRequest:
 
 
 class FakeModel:
-    """Each request says a few words, then waits until the test releases it."""
+    """Each request says a few words and begins a call, then waits until the test
+    releases it."""
 
     def __init__(self) -> None:
         self.pending: HeldRequest | None = None
@@ -151,8 +157,12 @@ class FakeModel:
         self.prompts: list[list[dict[str, Any]]] = []
 
     async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
-        users = [m["content"] for m in request.messages if m["role"] == "user"]
-        held = HeldRequest(sid=users[-1].split()[1])
+        prompts = [
+            m["content"]
+            for m in request.messages
+            if m["role"] == "user" and m["content"].startswith("prompt ")
+        ]
+        held = HeldRequest(sid=prompts[-1].split()[1])
         self.requests.append(held.sid)
         self.prompts.append(request.messages)
         self.in_flight += 1
@@ -160,6 +170,7 @@ class FakeModel:
         self.pending = held
         try:
             partial.text.append(f"Partial words of {held.sid}")
+            partial.tool_calls[0] = ToolCall(id=f"{held.sid}-cut", name="finish", arguments='{"ov')
             await held.gate.wait()
         finally:
             self.in_flight -= 1
@@ -224,7 +235,16 @@ class FakeOrchestrator:
         raise AssertionError("no pick of this fake is outstanding")
 
 
-ANSWERS = ["text", "pick-over", "pick-open", "pick-over-then-more", "fail"]
+ANSWERS = [
+    "text",
+    "text-cut-at-limit",
+    "pick-over",
+    "pick-open",
+    "pick-over-then-more",
+    "pick-over-twelve-times",
+    "pick-malformed",
+    "fail",
+]
 CALLS = {
     "pick-over": [("finish", '{"over": true}')],
     "pick-open": [("finish", '{"over": false}')],
@@ -233,6 +253,8 @@ CALLS = {
         ("finish", '{"over": false}'),
         ("nope", "{}"),
     ],
+    "pick-over-twelve-times": [("finish", '{"over": true}')] * 12,
+    "pick-malformed": [("finish", '{"over": tr')],
 }
 
 
@@ -240,6 +262,8 @@ def model_answer(kind: str, sid: str, step: int) -> ModelAnswer | Exception:
     usage = Usage(promptTokens=3, completionTokens=2)
     if kind == "text":
         return ModelAnswer(text="All done.", tool_calls=[], usage=usage)
+    if kind == "text-cut-at-limit":
+        return ModelAnswer(text="All do", tool_calls=[], usage=usage, finish=Finish.LENGTH)
     if kind == "fail":
         return ProviderFailure("the fake provider is down")
     calls = [
@@ -574,10 +598,15 @@ def check_invariants(driver: Driver) -> None:
             if settlement.error.type is ErrorType.HARNESS_RESTARTED:
                 assert sid in driver.restarted
             elif settlement.error.type is ErrorType.RUNAWAY:
-                assert answered.count("pick-open") >= 4
-                assert settlement.error.message == (
-                    "runaway: 4 identical calls of `finish` in a row"
-                )
+                # Only a loop across answers is a runaway: never a Turn-ending pick's
+                # blocked calls, however many.
+                identical = "runaway: 4 identical calls of `finish` in a row"
+                cut = "runaway: 4 answers in a row were cut off at the output limit"
+                assert settlement.error.message in (identical, cut)
+                if settlement.error.message == identical:
+                    assert max(answered.count(k) for k in ("pick-open", "pick-malformed")) >= 4
+                else:
+                    assert answered[-4:] == ["text-cut-at-limit"] * 4
             else:
                 assert settlement.error.type is ErrorType.SUBMISSION_FAILED
                 assert "fail" in answered
@@ -608,9 +637,31 @@ def check_invariants(driver: Driver) -> None:
         ):
             assert settlement.message == NO_SWEEP.format(wait=DRAIN_WAIT_S)
 
+        # A reply whose request failed is kept, marked failed: the run's last message.
+        failed = [m for m in mine if m.status is MessageStatus.FAILED]
+        provider_failed = (
+            settlement.error is not None
+            and settlement.error.type is ErrorType.SUBMISSION_FAILED
+            and sid not in driver.swept | driver.restarted.keys()
+        )
+        if provider_failed:
+            assert [(m.content, m.projection) for m in failed] == [
+                (f"Partial words of {sid}", Projection.ASSISTANT_MARKED)
+            ]
+            assert mine[-1] == failed[0]
+        elif failed:
+            # The request failed, and a sweep or a restart settled the run before it
+            # concluded: the record keeps the reply, the sweep's word settles it.
+            assert "fail" in answered
+            assert sid in driver.swept | driver.restarted.keys()
+            assert mine[-1] == failed[0]
+
         # A cut reply is marked by the first stop that cut it.
         cut = [
-            m for m in mine if m.role is Role.ASSISTANT and m.status is not MessageStatus.COMPLETE
+            m
+            for m in mine
+            if m.role is Role.ASSISTANT
+            and m.status not in (MessageStatus.COMPLETE, MessageStatus.FAILED)
         ]
         assert len(cut) <= 1
         for reply in cut:
@@ -627,19 +678,42 @@ def check_invariants(driver: Driver) -> None:
         # No model request follows a Turn-ending pick.
         check_nothing_after_turn_over(events, sid)
 
+    # Every prompt is one a provider accepts: each call answered by its results, in
+    # order, and its arguments one JSON object.
+    for prompt in world.model.prompts:
+        check_prompt(prompt)
+
     assert world.metric("kubeturn_harness_runs_active") == 0
     assert world.metric("kubeturn_harness_submissions_settled_total") == len(driver.admitted)
     assert world.metric("kubeturn_harness_submissions_admitted_total") == len(driver.admitted)
 
 
 def check_calls_answered(mine: list[Message]) -> None:
+    """Every call of a complete answer has its result next; a cut or failed reply's calls
+    never ran, and no prompt carries them."""
     for index, message in enumerate(mine):
         if message.role is not Role.ASSISTANT or not message.toolCalls:
+            continue
+        if message.status is not MessageStatus.COMPLETE:
+            assert index == len(mine) - 1, "a cut or failed reply is its run's last message"
             continue
         answers = mine[index + 1 : index + 1 + len(message.toolCalls)]
         assert [(a.role, a.toolCallId) for a in answers] == [
             (Role.TOOL, call.id) for call in message.toolCalls
         ]
+
+
+def check_prompt(prompt: list[dict[str, Any]]) -> None:
+    waiting: list[str] = []
+    for entry in prompt:
+        if entry["role"] == "tool":
+            assert waiting, f"a result that answers no call: {entry}"
+            assert entry["tool_call_id"] == waiting.pop(0)
+            continue
+        assert waiting == [], f"calls left unanswered: {waiting}"
+        for call in entry.get("tool_calls", ()):
+            assert isinstance(json.loads(call["function"]["arguments"]), dict)
+            waiting.append(call["id"])
 
 
 def check_nothing_after_turn_over(events: list[StreamEvent], sid: str) -> None:

@@ -10,9 +10,14 @@ Cases:
 - a cut reply that said nothing is left out under every form;
 - complete messages make no decision; system messages of the record are never
   projected; order is kept;
+- a reply whose stream failed is carried as the assistant's words with the failure's
+  marker; a cut reply's calls are left out, and its decision says how many;
 - ``to_openai``: a user message with its briefing concatenated after a blank line, and
-  without one; a tool message; an assistant message with tool calls and no text
-  (content None); an assistant message with text.
+  without one, and a note of the Harness's with no prompt; a tool message; an assistant
+  message with tool calls and no text (content None); an assistant message with text;
+  arguments that are not one JSON object (truncated, not JSON, JSON but no object, NaN,
+  nested too deep) are sent as ``{}``, empty ones too, and the message keeps them as
+  written; ``arguments_object`` says why, as a clause.
 """
 
 from __future__ import annotations
@@ -21,7 +26,13 @@ from typing import Any
 
 import pytest
 
-from kubeturn_harness.projection import CUT_MARKER, project, to_openai
+from kubeturn_harness.projection import (
+    CUT_MARKER,
+    FAILED_MARKER,
+    arguments_object,
+    project,
+    to_openai,
+)
 from kubeturn_harness.wire import (
     Message,
     MessageStatus,
@@ -196,6 +207,52 @@ class TestHistory:
     def test_an_empty_history(self) -> None:
         assert project([]) == ([], [])
 
+    def test_a_failed_reply_is_carried_with_the_failures_marker(self) -> None:
+        reply = cut("Half a", MessageStatus.FAILED, Projection.ASSISTANT_MARKED)
+        assert project([reply]) == (
+            [{"role": "assistant", "content": f"Half a\n\n{FAILED_MARKER}"}],
+            [
+                decision(
+                    MessageStatus.FAILED,
+                    Projection.ASSISTANT_MARKED,
+                    "failed mid-stream: assistant-marked",
+                )
+            ],
+        )
+
+    def test_a_cut_replys_calls_are_left_out_and_counted(self) -> None:
+        calls = [ToolCall(id="a", name="bash", arguments='{"comm')]
+        failed = message(
+            Role.ASSISTANT,
+            "Running it.",
+            id_="s-1.2",
+            toolCalls=calls,
+            status=MessageStatus.FAILED,
+            projection=Projection.ASSISTANT_MARKED,
+        )
+        silent = message(
+            Role.ASSISTANT,
+            id_="s-1.3",
+            toolCalls=calls * 2,
+            status=MessageStatus.INTERRUPTED,
+        )
+        assert project([failed, silent]) == (
+            [{"role": "assistant", "content": f"Running it.\n\n{FAILED_MARKER}"}],
+            [
+                decision(
+                    MessageStatus.FAILED,
+                    Projection.ASSISTANT_MARKED,
+                    "failed mid-stream: assistant-marked; its 1 unfinished call left out",
+                ),
+                decision(
+                    MessageStatus.INTERRUPTED,
+                    None,
+                    "cut before it said anything; its 2 unfinished calls left out",
+                    id_="s-1.3",
+                ),
+            ],
+        )
+
 
 class TestToOpenAI:
     def test_a_user_message_carries_its_briefing_after_a_blank_line(self) -> None:
@@ -205,6 +262,10 @@ class TestToOpenAI:
 
     def test_a_user_message_without_a_briefing(self) -> None:
         assert to_openai(message(Role.USER, "Hello.")) == {"role": "user", "content": "Hello."}
+
+    def test_a_note_of_the_harness_has_no_prompt_before_it(self) -> None:
+        entry = to_openai(message(Role.USER, briefing="Go on."))
+        assert entry == {"role": "user", "content": "Go on."}
 
     def test_a_tool_message(self) -> None:
         entry = to_openai(message(Role.TOOL, "exit 0", toolCallId="call_7"))
@@ -234,3 +295,41 @@ class TestToOpenAI:
             "role": "assistant",
             "content": "Done.",
         }
+
+
+BROKEN = [
+    ('{"command": "ls', "the arguments object is not JSON: EOF while parsing a string"),
+    ("not json", "the arguments object is not JSON: expected ident"),
+    ("[1, 2]", "the arguments are JSON, but not an object"),
+    ('"text"', "the arguments are JSON, but not an object"),
+    ('{"a": NaN}', "a is not a finite number"),
+    ('{"a":' * 70 + "1" + "}" * 70, "the arguments object nests deeper than 64 levels"),
+]
+
+
+class TestArgumentsSentBack:
+    @pytest.mark.parametrize(("written", "why"), BROKEN)
+    def test_arguments_that_are_no_object_are_sent_as_an_empty_one(
+        self, written: str, why: str
+    ) -> None:
+        problem = arguments_object(written)
+        assert isinstance(problem, str)
+        assert problem.startswith(why), problem
+        call = ToolCall(id="a", name="bash", arguments=written)
+        reply = message(Role.ASSISTANT, toolCalls=[call])
+        entry = to_openai(reply)
+        assert entry["tool_calls"][0]["function"]["arguments"] == "{}"
+        assert reply.toolCalls[0].arguments == written
+
+    def test_empty_arguments_are_the_empty_object(self) -> None:
+        assert arguments_object("") == {}
+        call = ToolCall(id="a", name="finish", arguments="")
+        entry = to_openai(message(Role.ASSISTANT, toolCalls=[call]))
+        assert entry["tool_calls"][0]["function"]["arguments"] == "{}"
+
+    def test_an_object_is_sent_as_written(self) -> None:
+        written = '{ "b": 2,\n "a": [1] }'
+        assert arguments_object(written) == {"b": 2, "a": [1]}
+        call = ToolCall(id="a", name="bash", arguments=written)
+        entry = to_openai(message(Role.ASSISTANT, toolCalls=[call]))
+        assert entry["tool_calls"][0]["function"]["arguments"] == written

@@ -2,6 +2,8 @@
 
 Cases:
 - exact prose of every function: ``stale_pick``, ``turn_over``, ``undeliverable``,
+  ``malformed`` and ``cut_at_limit`` (a pick and a Working tool call; with and without
+  the placeholder),
   ``cut_before_answer``, ``rejected``, ``refusal`` (outstanding with and without the
   outstanding pick's name; another refusal with and without a message, with and
   without Allowed picks), ``receipt`` (plain, with Allowed picks, none allowed, an
@@ -27,9 +29,13 @@ from hypothesis import strategies as st
 from kubeturn_harness import receipts
 from kubeturn_harness.receipts import (
     AFTER_TURN_END,
+    CUT_AT_LIMIT_NOTE,
     NO_REPLY,
+    SHOWN_AS_PLACEHOLDER,
     TURN_NOT_OVER,
+    cut_at_limit,
     cut_before_answer,
+    malformed,
     receipt,
     refusal,
     rejected,
@@ -63,6 +69,45 @@ class TestConstants:
             "This call did not run: a pick before it in your answer ended your turn."
         )
         assert NO_REPLY == "No reply came back for it."
+        assert CUT_AT_LIMIT_NOTE == (
+            "Your last reply was cut off at the output limit. Go on from where it stopped, "
+            "more briefly."
+        )
+        assert SHOWN_AS_PLACEHOLDER == "Your call is shown with {} as its arguments from now on."
+
+
+class TestCallsThatCannotRun:
+    def test_malformed_arguments_of_a_working_tool_call(self) -> None:
+        assert malformed("bash", "the arguments object is not JSON: EOF", pick=False) == (
+            "This call of `bash` did not run: the arguments object is not JSON: EOF. "
+            "Your call is shown with {} as its arguments from now on. "
+            "Call it again with complete JSON."
+        )
+
+    def test_malformed_arguments_of_a_pick(self) -> None:
+        assert malformed("verdict", "the arguments are JSON, but not an object", pick=True) == (
+            "Your pick `verdict` was not sent: the arguments are JSON, but not an object. "
+            "Your call is shown with {} as its arguments from now on. "
+            "Pick again with complete JSON. Your turn is not over."
+        )
+
+    def test_a_working_tool_call_cut_at_the_output_limit(self) -> None:
+        assert cut_at_limit("write", pick=False, placeholder=True) == (
+            "This call of `write` did not run: your answer was cut off at the output limit "
+            "while you wrote it. Your call is shown with {} as its arguments from now on. "
+            "Call it again, more briefly (a large file can be written in parts)."
+        )
+        assert cut_at_limit("write", pick=False, placeholder=False) == (
+            "This call of `write` did not run: your answer was cut off at the output limit "
+            "while you wrote it. Call it again, more briefly (a large file can be written "
+            "in parts)."
+        )
+
+    def test_a_pick_cut_at_the_output_limit(self) -> None:
+        assert cut_at_limit("verdict", pick=True, placeholder=False) == (
+            "Your pick `verdict` was not sent: your answer was cut off at the output limit "
+            "while you wrote it. Pick again, more briefly. Your turn is not over."
+        )
 
 
 class TestExactProse:
@@ -283,6 +328,8 @@ def test_the_module_has_no_other_public_prose() -> None:
         if callable(value) and not name.startswith("_") and value.__module__ == receipts.__name__
     }
     assert public == {
+        "malformed",
+        "cut_at_limit",
         "stale_pick",
         "turn_over",
         "undeliverable",

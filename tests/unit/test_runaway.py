@@ -11,6 +11,8 @@ Cases:
   holding ``NaN`` too (never ``RecursionError``);
 - the step budget: ``max_steps`` steps pass, step ``max_steps + 1`` trips, naming the
   budget; steps and calls are counted apart;
+- answers cut at the output limit: three in a row pass, the fourth trips naming the
+  count; an answer that was not cut resets the count; calls do not touch it;
 - hypothesis: over any sequence of calls, a call trips exactly when it and the three
   before it are canonically identical.
 """
@@ -82,6 +84,30 @@ class TestIdenticalCalls:
         watch = RunawayWatch(max_identical=2)
         assert watch.call("x", "{}") is None
         assert watch.call("x", "{}") == "2 identical calls of `x` in a row"
+
+
+class TestAnswersCutAtTheLimit:
+    def test_the_fourth_cut_answer_in_a_row_trips(self) -> None:
+        watch = RunawayWatch()
+        assert [watch.answered(cut_at_limit=True) for _ in range(3)] == [None] * 3
+        assert watch.answered(cut_at_limit=True) == (
+            "4 answers in a row were cut off at the output limit"
+        )
+
+    def test_an_answer_that_was_not_cut_resets_the_count(self) -> None:
+        watch = RunawayWatch()
+        for _ in range(3):
+            assert watch.answered(cut_at_limit=True) is None
+        assert watch.answered(cut_at_limit=False) is None
+        assert [watch.answered(cut_at_limit=True) for _ in range(3)] == [None] * 3
+
+    def test_calls_do_not_touch_it(self) -> None:
+        watch = RunawayWatch(max_identical=2)
+        assert watch.answered(cut_at_limit=True) is None
+        assert watch.call("x", "{}") is None
+        assert watch.answered(cut_at_limit=True) == (
+            "2 answers in a row were cut off at the output limit"
+        )
 
 
 class TestStepBudget:

@@ -7,6 +7,7 @@ record untouched, so any client's request is accepted. Nothing here does IO.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -25,11 +26,23 @@ class ContentPart(_Open):
     text: str | None = None
 
 
+class Function(_Open):
+    name: str = ""
+    arguments: str = ""
+
+
+class CallOfHistory(_Open):
+    """A tool call of an earlier assistant message, as a client sends it back."""
+
+    function: Function
+
+
 class Message(_Open):
     """One chat message."""
 
     role: str
     content: str | list[ContentPart] | None = None
+    tool_calls: list[CallOfHistory] | None = None
 
     def text(self) -> str:
         """The message's text: the string content, or its text parts joined by newlines."""
@@ -60,6 +73,24 @@ class ReleaseRequest(BaseModel):
 
     match: str | None = None
     """The ``match`` string of the conversation to release; absent releases every one."""
+
+
+def unsendable_arguments(messages: list[Message]) -> str | None:
+    """The first earlier tool call whose arguments are not one JSON object, named by its
+    path, as real servers refuse the whole request for it; None when there is none."""
+    for m, message in enumerate(messages):
+        for c, call in enumerate(message.tool_calls or ()):
+            try:
+                value = json.loads(call.function.arguments)
+            except ValueError as error:
+                problem = f"not JSON ({error})"
+            else:
+                if isinstance(value, dict):
+                    continue
+                problem = "not a JSON object"
+            where = f"messages.{m}.tool_calls.{c}.function.arguments"
+            return f"{where}: {problem}; a server cannot render this conversation"
+    return None
 
 
 def error_body(message: str, status: int) -> dict[str, Any]:

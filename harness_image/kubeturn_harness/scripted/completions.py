@@ -46,9 +46,13 @@ class Reply:
     calls: tuple[Call, ...]
     prompt_tokens: int
     completion_tokens: int
+    finish: str | None = None
+    """The ``finish_reason`` the step asks for; None: the one its content implies."""
 
     @property
     def finish_reason(self) -> str:
+        if self.finish is not None:
+            return self.finish
         return "tool_calls" if self.calls else "stop"
 
     def usage(self) -> dict[str, int]:
@@ -81,6 +85,7 @@ def reply(
         calls=calls,
         prompt_tokens=len(json.dumps(messages)) // CHARS_PER_TOKEN,
         completion_tokens=said // CHARS_PER_TOKEN + 1,
+        finish=step.finish_reason,
     )
 
 

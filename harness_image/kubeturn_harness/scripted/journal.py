@@ -34,6 +34,8 @@ class RequestRecord:
     """The ``match`` of the Conversation that answered, or ``None`` when none matched."""
     step: int | None = None
     """The Step index asked for (the number of assistant messages), when one matched."""
+    cut: bool = False
+    """The step's ``cut`` broke the answer off."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class RequestRecord:
             "released": self.released,
             "conversation": self.conversation,
             "step": self.step,
+            "cut": self.cut,
             "body": self.body,
         }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -56,6 +56,19 @@ class ProviderError(_Strict):
     message: str
 
 
+class Cut(_Strict):
+    """Where a streamed answer breaks off, to script a stream that fails midway."""
+
+    after_chunks: int = Field(ge=0)
+    """How many chunks of the answer's stream are sent first (the role chunk is the first)."""
+    error: ProviderError | None = None
+    """Then send this as an error event and end the stream (as servers report a failure
+    midway); without it, drop the connection."""
+
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
 class Step(_Strict):
     """One reply of a Conversation."""
 
@@ -67,12 +80,18 @@ class Step(_Strict):
     delay_ms: int = Field(default=0, ge=0)
     """Milliseconds to wait before answering at all."""
     error: ProviderError | None = None
+    finish_reason: FinishReason | None = None
+    """The ``finish_reason`` sent; default ``tool_calls`` when the step has calls, else
+    ``stop``. ``length`` scripts an answer cut at the output limit."""
+    cut: Cut | None = None
 
     @model_validator(mode="after")
     def _error_alone(self) -> Self:
-        if self.error is not None and (self.text is not None or self.tool_calls or self.hold):
+        shaped = self.text is not None or self.tool_calls or self.hold
+        if self.error is not None and (shaped or self.finish_reason or self.cut):
             raise ValueError(
-                "a step with `error` answers only the error: drop text, toolCalls, hold"
+                "a step with `error` answers only the error: drop text, toolCalls, hold, "
+                "finishReason, cut"
             )
         return self
 

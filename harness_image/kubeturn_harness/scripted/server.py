@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from kubeturn_harness.scripted import bodies, completions, journal, selection
+from kubeturn_harness.scripted import bodies, completions, journal, script, selection
 from kubeturn_harness.scripted.script import Script
 
 _log = logging.getLogger(__name__)
@@ -105,6 +105,9 @@ async def _answer(
         chat = bodies.ChatRequest.model_validate(body)
     except ValidationError as error:
         return _error(400, f"not a chat-completions request: {bodies.describe(error)}")
+    if problem := bodies.unsendable_arguments(chat.messages):
+        # As a real server does: llama.cpp refuses such a history with a 500, OpenAI a 400.
+        return _error(400, problem)
     chosen = selection.select(request.app[SCRIPT], chat.messages)
     if chosen is None:
         quoted = selection.first_user_text(chat.messages)[:QUOTED_CHARS]
@@ -118,6 +121,12 @@ async def _answer(
         await asyncio.sleep(step.delay_ms / 1000)
     if step.error is not None:
         return _error(step.error.status, step.error.message)
+    if step.cut is not None and not chat.stream:
+        record.cut = True
+        if step.cut.error is not None:
+            return _error(step.cut.error.status, step.cut.error.message)
+        _drop(request)
+        return web.Response()
     answer = completions.reply(
         step,
         index=chosen.index,
@@ -131,7 +140,9 @@ async def _answer(
             await request.app[JOURNAL].hold(record)
         return web.json_response(completions.completion(answer))
     include_usage = chat.stream_options is not None and chat.stream_options.include_usage
-    return await _stream(request, record, answer, hold=step.hold, include_usage=include_usage)
+    return await _stream(
+        request, record, answer, hold=step.hold, include_usage=include_usage, cut=step.cut
+    )
 
 
 async def _stream(
@@ -141,22 +152,54 @@ async def _stream(
     *,
     hold: bool,
     include_usage: bool,
+    cut: script.Cut | None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers=_STREAM_HEADERS)
+    opening = completions.opening_chunks(answer)
+    closing = completions.closing_chunks(answer, include_usage=include_usage)
+    left = len(opening) + len(closing) if cut is None else cut.after_chunks
     try:
         await response.prepare(request)
-        for chunk in completions.opening_chunks(answer):
-            await response.write(completions.event(chunk))
-        if hold:
-            await request.app[JOURNAL].hold(record)
-        for chunk in completions.closing_chunks(answer, include_usage=include_usage):
-            await response.write(completions.event(chunk))
+        for phase, chunks in enumerate((opening, closing)):
+            if phase == 1 and hold:
+                await request.app[JOURNAL].hold(record)
+            for chunk in chunks:
+                if left == 0:
+                    return await _cut(request, response, record, cut)
+                left -= 1
+                await response.write(completions.event(chunk))
+        if cut is not None:
+            return await _cut(request, response, record, cut)
         await response.write(completions.DONE)
         await response.write_eof()
     except ConnectionResetError:
         # The client went away between two writes, before the runner cancelled us.
         record.disconnected = True
     return response
+
+
+async def _cut(
+    request: web.Request,
+    response: web.StreamResponse,
+    record: journal.RequestRecord,
+    cut: script.Cut | None,
+) -> web.StreamResponse:
+    """Break the stream off as the step's ``cut`` says: an error event, or a dropped
+    connection (no end chunk, so the client reads an incomplete body)."""
+    assert cut is not None, "only a step with a cut breaks off"
+    record.cut = True
+    if cut.error is not None:
+        body = bodies.error_body(cut.error.message, cut.error.status)
+        await response.write(completions.event(body))
+        await response.write_eof()
+    else:
+        _drop(request)
+    return response
+
+
+def _drop(request: web.Request) -> None:
+    if request.transport is not None:
+        request.transport.abort()
 
 
 async def _models(request: web.Request) -> web.Response:

@@ -20,7 +20,7 @@ from kubeturn.orchestrator.actor import AdmitFailed, Settled
 from kubeturn.orchestrator.core import ExecResult
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
-from kubeturn_harness.wire import EventType, Message, StreamEvent
+from kubeturn_harness.wire import EventType, Message, MessageStatus, StreamEvent
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,8 @@ class WatchedHarness:
             if event.type is not EventType.MESSAGE_APPENDED:
                 continue
             message = Message.model_validate(event.data["message"])
-            if message.toolCalls:
+            # A cut or failed reply's calls never ran.
+            if message.toolCalls and message.status is MessageStatus.COMPLETE:
                 submission = str(message.submissionId)
                 self.tool_calls[submission] = self.tool_calls.get(submission, 0) + len(
                     message.toolCalls
