@@ -209,10 +209,11 @@ async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> N
     clock = SystemClock()
     models = ProviderModels(
         {
-            ProviderType.OPENAI: OpenAIModels(calls=settings.model_calls),
-            ProviderType.ANTHROPIC: AnthropicModels(calls=settings.model_calls),
+            ProviderType.OPENAI: OpenAIModels(),
+            ProviderType.ANTHROPIC: AnthropicModels(),
         },
         clock=clock,
+        calls=settings.model_calls,
     )
     harness = Harness(
         settings,

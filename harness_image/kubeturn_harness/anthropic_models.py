@@ -15,7 +15,6 @@ Harness whose providers are all OpenAI-compatible should not start slower for it
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -26,8 +25,9 @@ import httpx2
 
 from kubeturn_harness import anthropic_prompt, retries
 from kubeturn_harness.anthropic_prompt import Block
+from kubeturn_harness.clients import Clients
 from kubeturn_harness.errors import ProviderFailure
-from kubeturn_harness.models import MODEL_CALLS, Finish, ModelAnswer, ModelRequest, Partial
+from kubeturn_harness.models import Finish, ModelAnswer, ModelRequest, Partial
 from kubeturn_harness.providers import ModelName, Provider
 from kubeturn_harness.wire import ToolCall, Usage
 
@@ -82,40 +82,32 @@ class _Block:
     """What ``content_block_start`` said of it (a tool call's id and name, redacted data)."""
 
 
+def _client(provider: Provider) -> anthropic.AsyncAnthropic:
+    import anthropic
+
+    timeouts = provider.spec.timeouts
+    idle = timeouts.idleSeconds
+    return anthropic.AsyncAnthropic(
+        base_url=provider.spec.baseUrl,
+        api_key=provider.api_key,
+        max_retries=0,
+        # read: the wait for the answer's headers and for each read of its body.
+        timeout=anthropic.Timeout(
+            connect=timeouts.connectSeconds, read=idle, write=idle, pool=idle
+        ),
+    )
+
+
 class AnthropicModels:
     """Messages with tool use, streamed, through one client per provider."""
 
-    def __init__(self, *, calls: int = MODEL_CALLS) -> None:
-        self._clients: dict[str, anthropic.AsyncAnthropic] = {}
-        self._slots: dict[str, asyncio.Semaphore] = {}
-        """Per provider: its requests in flight, at most ``calls``."""
+    def __init__(self) -> None:
+        self._clients = Clients(_client)
         self._thoughts: OrderedDict[tuple[str, str], tuple[Block, ...]] = OrderedDict()
         """(provider, tool call id) → the thinking blocks of the answer that made the call."""
-        self._calls = calls
-
-    def _client(self, provider: Provider) -> anthropic.AsyncAnthropic:
-        client = self._clients.get(provider.name)
-        if client is None:
-            import anthropic
-
-            timeouts = provider.spec.timeouts
-            idle = timeouts.idleSeconds
-            client = anthropic.AsyncAnthropic(
-                base_url=provider.spec.baseUrl,
-                api_key=provider.api_key,
-                max_retries=0,
-                # read: the wait for the answer's headers and for each read of its body.
-                timeout=anthropic.Timeout(
-                    connect=timeouts.connectSeconds, read=idle, write=idle, pool=idle
-                ),
-            )
-            self._clients[provider.name] = client
-        return client
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.close()
-        self._clients.clear()
+        await self._clients.close()
 
     async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
         provider = request.model.provider
@@ -135,10 +127,7 @@ class AnthropicModels:
         if thinking is not None:
             params["thinking"] = thinking
             params["max_tokens"] += thinking["budget_tokens"]
-        client = self._client(provider)
-        slots = self._slots.setdefault(provider.name, asyncio.Semaphore(self._calls))
-        async with slots:
-            return await self._stream(client, request.model, params, partial)
+        return await self._stream(self._clients.get(provider), request.model, params, partial)
 
     def _kept(self, provider: str, call: str) -> Sequence[Block] | None:
         key = (provider, call)

@@ -12,6 +12,7 @@ under kubeturn's retry policy (``kubeturn_harness.retries``), the same for every
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -97,13 +98,19 @@ class ProviderModels:
         *,
         clock: Clock | None = None,
         jitter: Callable[[], float] = random.random,
+        calls: int = MODEL_CALLS,
     ) -> None:
         self._adapters = dict(adapters)
         self._clock: Clock = clock or SystemClock()
         self._jitter = jitter
+        self._calls = calls
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        """Per provider: its requests in flight, at most ``calls``; a back-off holds none."""
 
     async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
-        adapter = self._adapters[request.model.provider.spec.type]
+        provider = request.model.provider
+        adapter = self._adapters[provider.spec.type]
+        slots = self._slots.setdefault(provider.name, asyncio.Semaphore(self._calls))
         attempts = 0
 
         async def attempt() -> ModelAnswer:
@@ -113,7 +120,8 @@ class ProviderModels:
                 partial.text.clear()
                 partial.tool_calls.clear()
                 partial.usage = None
-            return await adapter.complete(request, partial)
+            async with slots:
+                return await adapter.complete(request, partial)
 
         return await retries.call(attempt, request.model, self._clock, self._jitter)
 

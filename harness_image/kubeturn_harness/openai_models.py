@@ -11,7 +11,6 @@ a stream's transport errors to ``APIConnectionError`` are what this module relie
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from typing import Any, cast
@@ -19,42 +18,33 @@ from typing import Any, cast
 import openai
 
 from kubeturn_harness import retries
+from kubeturn_harness.clients import Clients
 from kubeturn_harness.errors import ProviderFailure
-from kubeturn_harness.models import MODEL_CALLS, Finish, ModelAnswer, ModelRequest, Partial
+from kubeturn_harness.models import Finish, ModelAnswer, ModelRequest, Partial
 from kubeturn_harness.providers import ModelName, Provider
 from kubeturn_harness.wire import ThinkingLevel, ToolCall, Usage
+
+
+def _client(provider: Provider) -> openai.AsyncOpenAI:
+    timeouts = provider.spec.timeouts
+    idle = timeouts.idleSeconds
+    return openai.AsyncOpenAI(
+        base_url=provider.spec.baseUrl,
+        api_key=provider.api_key,
+        max_retries=0,
+        # read: the wait for the answer's headers and for each read of its body.
+        timeout=openai.Timeout(connect=timeouts.connectSeconds, read=idle, write=idle, pool=idle),
+    )
 
 
 class OpenAIModels:
     """Chat completions with tool calling, streamed, through one client per provider."""
 
-    def __init__(self, *, calls: int = MODEL_CALLS) -> None:
-        self._clients: dict[str, openai.AsyncOpenAI] = {}
-        self._slots: dict[str, asyncio.Semaphore] = {}
-        """Per provider: its requests in flight, at most ``calls``."""
-        self._calls = calls
-
-    def _client(self, provider: Provider) -> openai.AsyncOpenAI:
-        client = self._clients.get(provider.name)
-        if client is None:
-            timeouts = provider.spec.timeouts
-            idle = timeouts.idleSeconds
-            client = openai.AsyncOpenAI(
-                base_url=provider.spec.baseUrl,
-                api_key=provider.api_key,
-                max_retries=0,
-                # read: the wait for the answer's headers and for each read of its body.
-                timeout=openai.Timeout(
-                    connect=timeouts.connectSeconds, read=idle, write=idle, pool=idle
-                ),
-            )
-            self._clients[provider.name] = client
-        return client
+    def __init__(self) -> None:
+        self._clients = Clients(_client)
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.close()
-        self._clients.clear()
+        await self._clients.close()
 
     async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
         thinking = request.thinking
@@ -62,10 +52,7 @@ class OpenAIModels:
             openai.omit if thinking is None or thinking is ThinkingLevel.OFF else thinking.value
         )
         provider = request.model.provider
-        client = self._client(provider)
-        slots = self._slots.setdefault(provider.name, asyncio.Semaphore(self._calls))
-        async with slots:
-            return await self._stream(client, request, effort, partial)
+        return await self._stream(self._clients.get(provider), request, effort, partial)
 
     async def _stream(
         self, client: openai.AsyncOpenAI, request: ModelRequest, effort: Any, partial: Partial
