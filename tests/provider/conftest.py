@@ -31,6 +31,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from kubeturn_harness.clock import Clock
 from kubeturn_harness.settings import Settings
 from tests.cli.support import git_repo, kubeturn
 from tests.harness.support import (
@@ -153,7 +154,11 @@ async def provider_world(
     cleanups: list[Callable[[], Awaitable[Any]]] = []
     session = aiohttp.ClientSession()
 
-    async def start(**overrides: Any) -> ProviderWorld:
+    async def start(
+        *, providers: str | None = None, model_clock: Clock | None = None, **overrides: Any
+    ) -> ProviderWorld:
+        """``providers``: the providers file (default: ``llama``, OpenAI-compatible, at the
+        proxy); ``model_clock``: what back-offs wait on (default: no wait)."""
         stub = StubOrchestrator()
         stub_runner = web.AppRunner(stub.app())
         await stub_runner.setup()
@@ -162,7 +167,7 @@ async def provider_world(
         cleanups.append(stub_runner.cleanup)
 
         providers_file = tmp_path / "providers.yaml"
-        providers_file.write_text(providers_yaml("llama", proxy.url))
+        providers_file.write_text(providers or providers_yaml("llama", proxy.url))
         workdir = shared_dir()
         cleanups.append(lambda: asyncio.to_thread(shutil.rmtree, workdir, True))
         settings = Settings(
@@ -173,7 +178,9 @@ async def provider_world(
             providers_file=providers_file,
             **overrides,
         )
-        harness, url = await start_harness(settings, cleanups, toolbox=toolbox_socket)
+        harness, url = await start_harness(
+            settings, cleanups, toolbox=toolbox_socket, model_clock=model_clock
+        )
         client = HarnessClient(url, session, harness, settings.data_dir, workdir)
         return ProviderWorld(proxy, stub, client, providers_file)
 

@@ -20,25 +20,17 @@ Cases:
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
-from kubeturn_harness.settings import Settings
 from tests.harness.support import (
-    ORCHESTRATOR_TOKEN,
-    TOKEN,
     HarnessClient,
     StubOrchestrator,
-    shared_dir,
-    start_harness,
 )
+from tests.provider.conftest import StartProviderWorld
 from tests.provider.faults import Answer, Exchange, FaultProxy, Stall, Steer
 
 MODEL = "claude/tiny"
@@ -88,34 +80,12 @@ class World:
 
 
 @pytest.fixture
-async def world(proxy: ClosingProxy, tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[World]:
+async def world(provider_world: StartProviderWorld, proxy: ClosingProxy) -> World:
     """The real Harness with ``{claude: {type: anthropic, baseUrl: <proxy>}}``."""
-    cleanups: list[Callable[[], Awaitable[Any]]] = []
-    session = aiohttp.ClientSession()
-    stub = StubOrchestrator()
-    stub_runner = web.AppRunner(stub.app())
-    await stub_runner.setup()
-    await web.TCPSite(stub_runner, "127.0.0.1", 0).start()
-    stub.url = f"http://127.0.0.1:{stub_runner.addresses[0][1]}"
-    cleanups.append(stub_runner.cleanup)
-    providers_file = tmp_path / "providers.yaml"
     root = proxy.url.removesuffix("/v1")  # the SDK adds /v1/messages
-    providers_file.write_text(f"claude:\n  type: anthropic\n  baseUrl: {root}\n")
-    workdir = shared_dir()
-    cleanups.append(lambda: asyncio.to_thread(shutil.rmtree, workdir, True))
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
-        orchestrator_url=stub.url,
-        orchestrator_token=ORCHESTRATOR_TOKEN,
-        providers_file=providers_file,
-    )
-    harness, url = await start_harness(settings, cleanups, toolbox=toolbox_socket)
-    stub.surfaces[IID] = done_surface(IID)
-    yield World(proxy, stub, HarnessClient(url, session, harness, settings.data_dir, workdir))
-    for cleanup in reversed(cleanups):
-        await cleanup()
-    await session.close()
+    started = await provider_world(providers=f"claude:\n  type: anthropic\n  baseUrl: {root}\n")
+    started.orchestrator.surfaces[IID] = done_surface(IID)
+    return World(proxy, started.orchestrator, started.harness)
 
 
 async def test_a_turn_with_tools_streams_and_ends_by_its_pick(world: World) -> None:

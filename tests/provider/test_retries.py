@@ -21,30 +21,19 @@ cut one):
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import re
-import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp import web
 
 from kubeturn_harness.clock import Clock, SystemClock
-from kubeturn_harness.settings import Settings
 from tests.harness.support import (
-    ORCHESTRATOR_TOKEN,
-    TOKEN,
     HarnessClient,
     NoWaitClock,
-    StubOrchestrator,
-    shared_dir,
-    start_harness,
 )
-from tests.provider.conftest import MODEL
+from tests.provider.conftest import MODEL, StartProviderWorld, providers_yaml
 from tests.provider.faults import Answer, Cut, FaultProxy, PassThrough, Stall, Steer
 
 IID = "iid-retries-1"
@@ -69,47 +58,22 @@ StartRetryWorld = Callable[..., Awaitable[RetryWorld]]
 
 
 @pytest.fixture
-async def retry_world(
-    proxy: FaultProxy, tmp_path: Path, toolbox_socket: Path
-) -> AsyncIterator[StartRetryWorld]:
+def retry_world(provider_world: StartProviderWorld, proxy: FaultProxy) -> StartRetryWorld:
     """The real Harness asking llama.cpp through ``proxy``, the provider's entry given
     more keys (``provider``, YAML lines), its model requests waiting on ``clock``; the
     model is steered to answer text, so a Turn that gets an answer settles ``completed``."""
-    cleanups: list[Callable[[], Awaitable[Any]]] = []
-    session = aiohttp.ClientSession()
 
     async def start(*, provider: str = "", clock: Clock | None = None) -> RetryWorld:
-        stub = StubOrchestrator()
-        stub_runner = web.AppRunner(stub.app())
-        await stub_runner.setup()
-        await web.TCPSite(stub_runner, "127.0.0.1", 0).start()
-        stub.url = f"http://127.0.0.1:{stub_runner.addresses[0][1]}"
-        cleanups.append(stub_runner.cleanup)
-        stub.surfaces[IID] = {"instanceId": IID, "menu": [], "allowed": []}
-        providers_file = tmp_path / "providers.yaml"
         extra = "".join(f"  {line}\n" for line in provider.splitlines())
-        providers_file.write_text(f"llama:\n  type: openai\n  baseUrl: {proxy.url}\n{extra}")
-        workdir = shared_dir()
-        cleanups.append(lambda: asyncio.to_thread(shutil.rmtree, workdir, True))
-        settings = Settings(
-            data_dir=tmp_path / "data",
-            token_sha256=hashlib.sha256(TOKEN.encode()).hexdigest(),
-            orchestrator_url=stub.url,
-            orchestrator_token=ORCHESTRATOR_TOKEN,
-            providers_file=providers_file,
-        )
         model_clock = clock or NoWaitClock()
-        harness, url = await start_harness(
-            settings, cleanups, toolbox=toolbox_socket, model_clock=model_clock
+        world = await provider_world(
+            providers=providers_yaml("llama", proxy.url) + extra, model_clock=model_clock
         )
+        world.orchestrator.surfaces[IID] = {"instanceId": IID, "menu": [], "allowed": []}
         proxy.steer(Steer(text=True))
-        client = HarnessClient(url, session, harness, settings.data_dir, workdir)
-        return RetryWorld(proxy, client, model_clock)
+        return RetryWorld(proxy, world.harness, model_clock)
 
-    yield start
-    for cleanup in reversed(cleanups):
-        await cleanup()
-    await session.close()
+    return start
 
 
 def where(proxy: FaultProxy) -> str:
