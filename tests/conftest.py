@@ -16,6 +16,7 @@ import pytest
 from kubeturn_harness.sandbox.client import LocalToolbox
 from kubeturn_harness.settings import NOBODY
 from kubeturn_harness.tools import tool_identity
+from tests import background
 
 TESTS = Path(__file__).parent
 TIERS = {
@@ -43,6 +44,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         function = getattr(item, "function", None)
         if function is not None and inspect.iscoroutinefunction(function):
             item.fixturenames.insert(0, "no_leftover_tasks")  # type: ignore[attr-defined]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if (background.BIN / "mypy").exists() and any(
+        item.nodeid == background.MYPY_TEST for item in session.items
+    ):
+        background.start_mypy(session.config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    background.stop(session.config)
 
 
 @pytest.fixture

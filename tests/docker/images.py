@@ -32,6 +32,7 @@ DEBOOTSTRAP_AND_BUILD_SECONDS = 1800.0
 """The timeout of a test whose setup may make the base image and build one: both bounds
 and more."""
 HARNESS_DOCKERFILE = REPO / "harness_image" / "Dockerfile"
+OPERATOR_DOCKERFILE = REPO / "Dockerfile"
 
 
 def hadolint() -> str | None:

@@ -17,19 +17,15 @@ image is untagged whatever the outcome.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.docker.images import assert_lints_clean, built
+from tests.docker.images import OPERATOR_DOCKERFILE, assert_lints_clean
 
 if TYPE_CHECKING:
     from tests.docker.conftest import DockerEngine
 
-REPO = Path(__file__).resolve().parents[2]
-DOCKERFILE = REPO / "Dockerfile"
 
 OPERATOR_UID = "10001"
 DEBOOTSTRAP_AND_BUILD_SECONDS = 1800.0
@@ -53,26 +49,10 @@ emptyDir at /tmp, capabilities drop ALL, allowPrivilegeEscalation false)."""
 
 
 def test_dockerfile_lints_clean() -> None:
-    assert_lints_clean(DOCKERFILE)
+    assert_lints_clean(OPERATOR_DOCKERFILE)
 
 
 # --------------------------------------------------------------------------- image
-
-
-@pytest.fixture(scope="module")
-def operator_image(
-    docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
-) -> Iterator[str]:
-    """Build the operator image under a tag of its own; untag it afterwards."""
-    with built(
-        docker_engine,
-        debian_base,
-        DOCKERFILE,
-        "kubeturn-operator",
-        docker_timings,
-        "operator image build",
-    ) as tag:
-        yield tag
 
 
 # The session's engine and base image may be made in this test's setup (debootstrap and a
