@@ -21,10 +21,11 @@ Network rule: tests send traffic to 127.0.0.1 only. Containers run with
 ``--network=host`` and bind 127.0.0.1; builds use ``--network=host``; the private dockerd
 has no bridge, so no container ever gets a private-range address.
 
-``harness_image`` and ``operator_image`` (the tier): the Harness image
-(harness_image/Dockerfile) and the operator image (Dockerfile), built at once under tags
-of their own, untagged when the tier ends: the tests of an image and of what runs in it
-share one build.
+``docker_engine``, ``harness_image`` and ``operator_image`` (the tier): the engine, and the
+Harness image (harness_image/Dockerfile) and the operator image (Dockerfile) built at once
+under tags of their own, in a thread started as soon as the suite is collected (the tiers
+before this one hide the two minutes), untagged and stopped when the tier ends: the tests
+of an image and of what runs in it share one build.
 
 The time each phase took is gathered in ``docker_timings`` and printed at the end of the
 session.
@@ -39,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +70,7 @@ DEBOOTSTRAP_SECONDS = 900.0
 
 _HERE = Path(__file__).resolve().parent
 _TIMINGS = pytest.StashKey[dict[str, float]]()
+_PREPARED = pytest.StashKey["Prepared"]()
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.docker)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    start_preparing(session)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    stop_preparing(session)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print how long each phase of the docker tier took, when any ran."""
     timings = terminalreporter.config.stash.get(_TIMINGS, {})
@@ -131,11 +142,95 @@ def docker_timings(request: pytest.FixtureRequest) -> dict[str, float]:
 
 
 @pytest.fixture(scope="package")
-def docker_engine(docker_timings: dict[str, float]) -> Iterator[DockerEngine]:
-    """A usable Docker engine: the one ``docker info`` reaches, or a private dockerd.
-    Package-scoped, as the images built in it are: stopped when the tier's last test
-    ends, not in the teardown of whatever test ends the session, whose timeout would
-    then take in stopping the engine and removing its images."""
+def prepared(request: pytest.FixtureRequest) -> Iterator[Prepared]:
+    """The tier's engine and images: made since the suite was collected, or from now on
+    when the tier runs alone. Package-scoped: stopped when the tier's last test ends, not
+    in the teardown of whatever test ends the session, whose timeout would then take in
+    stopping the engine and removing its images."""
+    config = request.config
+    made = config.stash.get(_PREPARED, None) or Prepared(config.stash.setdefault(_TIMINGS, {}))
+    config.stash[_PREPARED] = made
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="package")
+def docker_engine(prepared: Prepared) -> DockerEngine:
+    """A usable Docker engine: the one ``docker info`` reaches, or a private dockerd."""
+    return prepared.result().engine
+
+
+@pytest.fixture(scope="package")
+def harness_image(prepared: Prepared) -> str:
+    """The Harness image's tag."""
+    return prepared.result().images["harness"]
+
+
+@pytest.fixture(scope="package")
+def operator_image(prepared: Prepared) -> str:
+    """The operator image's tag."""
+    return prepared.result().images["operator"]
+
+
+@dataclass(frozen=True)
+class Made:
+    engine: DockerEngine
+    images: dict[str, str]
+
+
+class Prepared:
+    """The engine, the Debian base image and both images, made in a thread of their own:
+    about two minutes spent mostly waiting on debootstrap, apt and PyPI, which the tiers
+    collected before this one then hide. Whatever it raised (a skip saying why there is
+    no engine, a failed build) is raised again to every test that asks."""
+
+    def __init__(self, timings: dict[str, float]) -> None:
+        self._stack = contextlib.ExitStack()
+        self._outcome: Made | BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._make, args=(timings,), name="docker-tier", daemon=True
+        )
+        self._thread.start()
+
+    def _make(self, timings: dict[str, float]) -> None:
+        try:
+            engine = self._stack.enter_context(_engine(timings))
+            base = _debian_base(engine, timings)
+            images = self._stack.enter_context(_images(engine, base, timings))
+            self._outcome = Made(engine, images)
+        except BaseException as error:  # a skip is a BaseException: it must reach the tests
+            self._outcome = error
+
+    def result(self) -> Made:
+        self._thread.join()
+        outcome = self._outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        return outcome
+
+    def close(self) -> None:
+        self._thread.join()
+        self._stack.close()
+
+
+def start_preparing(session: pytest.Session) -> None:
+    """Start the tier's engine and images when any collected test needs them."""
+    needs = {"docker_engine", "harness_image", "operator_image"}
+    if any(needs & set(getattr(item, "fixturenames", ())) for item in session.items):
+        config = session.config
+        config.stash[_PREPARED] = Prepared(config.stash.setdefault(_TIMINGS, {}))
+
+
+def stop_preparing(session: pytest.Session) -> None:
+    """Stop what a session that never reached the tier (``-x``) had started."""
+    made = session.config.stash.get(_PREPARED, None)
+    if made is not None:
+        made.close()
+
+
+@contextlib.contextmanager
+def _engine(timings: dict[str, float]) -> Iterator[DockerEngine]:
     cli, reasons = _find_buildkit_cli()
     if cli is None:
         pytest.skip(
@@ -156,21 +251,20 @@ def docker_engine(docker_timings: dict[str, float]) -> Iterator[DockerEngine]:
         )
     started = time.monotonic()
     with _private_dockerd(dockerd, cli, base_env) as env:
-        docker_timings["dockerd start"] = time.monotonic() - started
+        timings["dockerd start"] = time.monotonic() - started
         yield DockerEngine(cli=cli, env=env)
 
 
-@pytest.fixture(scope="package")
-def debian_base(docker_engine: DockerEngine, docker_timings: dict[str, float]) -> str:
+def _debian_base(engine: DockerEngine, timings: dict[str, float]) -> str:
     """The tag of a Debian bookworm base image present in the engine: there already,
     pulled (only when ``KUBETURN_DOCKER_PULL=1``), or imported from a debootstrapped
     root filesystem."""
-    if docker_engine("image", "inspect", DEBIAN_BASE, check=False).returncode == 0:
+    if engine("image", "inspect", DEBIAN_BASE, check=False).returncode == 0:
         return DEBIAN_BASE
     if os.environ.get(PULL_OPT_IN) == "1":
         started = time.monotonic()
-        if docker_engine("pull", DEBIAN_BASE, check=False, timeout=300).returncode == 0:
-            docker_timings["base pull"] = time.monotonic() - started
+        if engine("pull", DEBIAN_BASE, check=False, timeout=300).returncode == 0:
+            timings["base pull"] = time.monotonic() - started
             return DEBIAN_BASE
     tarball = _cache_dir() / "debian-bookworm-minbase-rootfs.tar"
     if not tarball.exists():
@@ -184,35 +278,23 @@ def debian_base(docker_engine: DockerEngine, docker_timings: dict[str, float]) -
             )
         started = time.monotonic()
         _debootstrap_tarball(debootstrap, tarball)
-        docker_timings["debootstrap"] = time.monotonic() - started
+        timings["debootstrap"] = time.monotonic() - started
     started = time.monotonic()
-    docker_engine("import", "--change", 'CMD ["bash"]', str(tarball), DEBIAN_BASE, timeout=300)
-    docker_timings["base import"] = time.monotonic() - started
+    engine("import", "--change", 'CMD ["bash"]', str(tarball), DEBIAN_BASE, timeout=300)
+    timings["base import"] = time.monotonic() - started
     return DEBIAN_BASE
 
 
-@pytest.fixture(scope="package")
-def images(
-    docker_engine: DockerEngine, debian_base: str, docker_timings: dict[str, float]
-) -> Iterator[dict[str, str]]:
+@contextlib.contextmanager
+def _images(engine: DockerEngine, base: str, timings: dict[str, float]) -> Iterator[dict[str, str]]:
     """The Harness and operator images, built at once (each build spends most of its
     time waiting on apt and PyPI), under tags of their own; untagged afterwards."""
     builds = {
         "harness": built(
-            docker_engine,
-            debian_base,
-            HARNESS_DOCKERFILE,
-            "kubeturn-harness",
-            docker_timings,
-            "harness image build",
+            engine, base, HARNESS_DOCKERFILE, "kubeturn-harness", timings, "harness image build"
         ),
         "operator": built(
-            docker_engine,
-            debian_base,
-            OPERATOR_DOCKERFILE,
-            "kubeturn-operator",
-            docker_timings,
-            "operator image build",
+            engine, base, OPERATOR_DOCKERFILE, "kubeturn-operator", timings, "operator image build"
         ),
     }
     with ThreadPoolExecutor(len(builds)) as pool:
@@ -223,18 +305,6 @@ def images(
                 stack.push(builds[name].__exit__)
         # The first failed build raises here; the stack untags what the other made.
         yield {name: future.result() for name, future in started.items()}
-
-
-@pytest.fixture(scope="package")
-def harness_image(images: dict[str, str]) -> str:
-    """The Harness image's tag."""
-    return images["harness"]
-
-
-@pytest.fixture(scope="package")
-def operator_image(images: dict[str, str]) -> str:
-    """The operator image's tag."""
-    return images["operator"]
 
 
 # --------------------------------------------------------------------------- engine
