@@ -1,6 +1,6 @@
 """The kill loop: the operator SIGKILLed at random moments while Runs of several Turns
 progress, then what a user and the Harness can see counted. Used by
-``test_kill_loop`` (20 kills) and ``bench/kill_loop.py`` (50, and figures).
+``test_kill_loop`` (12 kills) and ``bench/kill_loop.py`` (50, and figures).
 
 The operator runs in a process of its own (``OperatorProcess``) as the chart's
 ServiceAccount against the emulator, the kubelet running the shared Workspace's Harness,

@@ -1,7 +1,7 @@
 """The operator SIGKILLed at random moments while Runs progress (``kill_loops``).
 
 Cases:
-- 20 kills (seeded), at moments from kopf's start to well into serving, while 4 Runs of
+- 12 kills (seeded), at moments from kopf's start to well into serving, while 4 Runs of
   3 Turns each progress, the scripted model retrying any pick it is told may be lost:
   every Run Succeeded; every Turn recorded ``ended`` (none failed by the downtime: its
   pick, and then its sweep, waited for the next operator); each Turn's conversation
@@ -9,7 +9,7 @@ Cases:
   one ``TurnRecorded`` per Turn, none missing; no AgentTurn left (no finalizer held); no
   Run version on a watch showing a final phase without its Turns' records.
 
-About 60 s on 2 cores (70 s when busy: a new operator process starts 20 times);
+About 35 s on 2 cores (45 s when busy: a new operator process starts 12 times);
 ``bench/kill_loop.py`` runs 50 kills and prints the figures.
 """
 
@@ -22,13 +22,13 @@ from tests.operator.installation import Installation
 from tests.operator.kill_loops import kill_loop
 from tests.operator.kubelet import Kubelet
 
-KILLS = 20
+KILLS = 12
 RUNS = 4
 TURNS = 3
 SEED = 11
 
 
-async def test_runs_survive_an_operator_killed_twenty_times(
+async def test_runs_survive_an_operator_killed_twelve_times(
     k8s: emulator.KubernetesApi, installation: Installation, kubelet: Kubelet, tmp_path: Path
 ) -> None:
     figures = await kill_loop(
