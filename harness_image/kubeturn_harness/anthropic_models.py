@@ -15,7 +15,6 @@ Harness whose providers are all OpenAI-compatible should not start slower for it
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -297,32 +296,15 @@ def _failure(model: ModelName, error: anthropic.APIError) -> ProviderFailure:
     import anthropic
 
     if isinstance(error, anthropic.APIStatusError):
-        status = error.status_code
-        headers = error.response.headers
         detail = _error_message(error)
-        if status < 400:  # an ``error`` event in a stream that began with 200
+        if error.status_code < 400:  # an ``error`` event in a stream that began with 200
             kind = _error_type(error.body) or "error"
             status = ERROR_STATUSES.get(kind, 500)
             outcome = f"reported {kind} in its stream"
-            headers = httpx2.Headers()
-        else:
-            outcome = f"answered {retries.status_phrase(status)}"
-        return ProviderFailure(
-            f"{model.where} {outcome}: {detail}",
-            status=status,
-            retryable=retries.retryable_status(status, headers),
-            retry_after_s=retries.retry_after_s(headers, time.time()),
-            outcome=outcome,
-            detail=detail,
-        )
-    timeouts = model.provider.spec.timeouts
+            return retries.answered(model, status, {}, detail, outcome=outcome)
+        return retries.answered(model, error.status_code, error.response.headers, detail)
     if isinstance(error, anthropic.APITimeoutError):
-        # The SDK wraps the transport's timeout; its class says which one ran out.
-        if type(error.__cause__).__name__ == "ConnectTimeout":
-            outcome = f"was not reached in {timeouts.connectSeconds:g} s (timeouts.connectSeconds)"
-        else:
-            outcome = f"sent nothing for {timeouts.idleSeconds:g} s (timeouts.idleSeconds)"
-        return ProviderFailure(f"{model.where} {outcome}", retryable=True, outcome=outcome)
+        return retries.timed_out(model, error.__cause__)
     if isinstance(error, anthropic.APIConnectionError):
         cause = error.__cause__
         return _dropped(model, str(cause) if cause is not None and str(cause) else error.message)

@@ -12,7 +12,6 @@ a stream's transport errors to ``APIConnectionError`` are what this module relie
 from __future__ import annotations
 
 import re
-import time
 from typing import Any, cast
 
 import openai
@@ -164,26 +163,10 @@ _SDK_PREFIX = re.compile(r"^Error code: \d+ - ")
 def _failure(model: ModelName, error: openai.APIError) -> ProviderFailure:
     """One attempt's SDK error, classified for the retry policy."""
     if isinstance(error, openai.APIStatusError):
-        status = error.status_code
-        headers = error.response.headers
-        outcome = f"answered {retries.status_phrase(status)}"
         detail = _SDK_PREFIX.sub("", error.message)
-        return ProviderFailure(
-            f"{model.where} {outcome}: {detail}",
-            status=status,
-            retryable=retries.retryable_status(status, headers),
-            retry_after_s=retries.retry_after_s(headers, time.time()),
-            outcome=outcome,
-            detail=detail,
-        )
-    timeouts = model.provider.spec.timeouts
+        return retries.answered(model, error.status_code, error.response.headers, detail)
     if isinstance(error, openai.APITimeoutError):
-        # The SDK wraps the transport's timeout; its class says which one ran out.
-        if type(error.__cause__).__name__ == "ConnectTimeout":
-            outcome = f"was not reached in {timeouts.connectSeconds:g} s (timeouts.connectSeconds)"
-        else:
-            outcome = f"sent nothing for {timeouts.idleSeconds:g} s (timeouts.idleSeconds)"
-        return ProviderFailure(f"{model.where} {outcome}", retryable=True, outcome=outcome)
+        return retries.timed_out(model, error.__cause__)
     if isinstance(error, openai.APIConnectionError):
         cause = error.__cause__
         detail = str(cause) if cause is not None and str(cause) else error.message

@@ -28,6 +28,7 @@ import asyncio
 import email.utils
 import logging
 import math
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from typing import TypeVar
 
@@ -100,6 +101,32 @@ def retry_after_s(headers: Mapping[str, str], now: float) -> float | None:
     if when.tzinfo is None:
         return None
     return max(0.0, when.timestamp() - now)
+
+
+def answered(
+    model: ModelName, status: int, headers: Mapping[str, str], detail: str, *, outcome: str = ""
+) -> ProviderFailure:
+    """A provider's error status, classified: every adapter's SDK says it so.
+    ``outcome`` overrides "answered HTTP …" (an error reported inside a stream)."""
+    outcome = outcome or f"answered {status_phrase(status)}"
+    return ProviderFailure(
+        f"{model.where} {outcome}: {detail}",
+        status=status,
+        retryable=retryable_status(status, headers),
+        retry_after_s=retry_after_s(headers, time.time()),
+        outcome=outcome,
+        detail=detail,
+    )
+
+
+def timed_out(model: ModelName, cause: BaseException | None) -> ProviderFailure:
+    """A transport timeout, retryable; ``cause`` (what the SDK wrapped) says which ran out."""
+    timeouts = model.provider.spec.timeouts
+    if type(cause).__name__ == "ConnectTimeout":
+        outcome = f"was not reached in {timeouts.connectSeconds:g} s (timeouts.connectSeconds)"
+    else:
+        outcome = f"sent nothing for {timeouts.idleSeconds:g} s (timeouts.idleSeconds)"
+    return ProviderFailure(f"{model.where} {outcome}", retryable=True, outcome=outcome)
 
 
 def backoff_s(retry: RetrySpec, retries_made: int, jitter: float) -> float:
