@@ -46,6 +46,7 @@ from kubeturn.k8s import (
     names,
     objects,
     patches,
+    pauses,
     workspaces,
 )
 from kubeturn.k8s.hub import Hub
@@ -207,7 +208,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
                         _ignored(hub, plain, signal["id"], signal["event"], why)
                 if spec.get("cancel"):
                     await actor.cancel()
-                await stopped.wait(SPEC_POLL_S)
+                await pauses.pause(stopped, SPEC_POLL_S)
         finally:
             reason = stopped.reason or kopf.DaemonStoppingReason(0)
             deleted = kopf.DaemonStoppingReason.RESOURCE_DELETED in reason
@@ -322,7 +323,7 @@ async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> Loade
         )
         hub.resumed(f"{meta['namespace']}/{meta['name']}")  # no Turn of it runs
         while not stopped and body["metadata"].get("generation") == generation:
-            await stopped.wait(SPEC_POLL_S)
+            await pauses.pause(stopped, SPEC_POLL_S)
     return None
 
 
@@ -396,7 +397,7 @@ async def _workspace(
     while not stopped and made is None:
         harness = hub.harnesses.get((namespace, name))
         if harness is None:
-            await stopped.wait(1.0)
+            await pauses.pause(stopped, 1.0)
             continue
         workspace = await hub.kube.get(WORKSPACES, namespace, name)
         slots = sorted(((workspace or {}).get("spec") or {}).get("repos", {}))
@@ -407,14 +408,14 @@ async def _workspace(
             # the Workspace will know the new Harness.
             said = f"waiting for Workspace {name}: its Harness did not answer ({error})"
             await _note(hub, body, conditions.WAITING_FOR_WORKSPACE, said)
-            await stopped.wait(1.0)
+            await pauses.pause(stopped, 1.0)
         except HarnessRefused as refused:
             said = (
                 f"the Harness of Workspace {name} could not make the Run's worktrees: "
                 f"{refused.said} (asking again in {pause:g} s)"
             )
             await _note(hub, body, conditions.WORKTREES_FAILED, said)
-            await stopped.wait(pause)
+            await pauses.pause(stopped, pause)
             pause = min(2 * pause, WORKTREES_RETRY_MAX_S)
     if made is None:
         return name, None

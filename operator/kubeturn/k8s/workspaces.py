@@ -62,7 +62,16 @@ from kubeturn.api import models, validation
 from kubeturn.api.status import RepoStatus, RunPhase, WorkspacePhase, WorkspaceStatus
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.errors import DefinitionError, DefinitionErrors
-from kubeturn.k8s import conditions, egress, events, metrics, objects, patches, sandboxes
+from kubeturn.k8s import (
+    conditions,
+    egress,
+    events,
+    metrics,
+    objects,
+    patches,
+    pauses,
+    sandboxes,
+)
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import (
     AGENTTURNS,
@@ -688,18 +697,6 @@ def _finished(run: dict[str, Any]) -> bool:
     )
 
 
-async def _pause(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:
-    """Until ``seconds`` pass, the daemon is to stop, or something wakes it."""
-    waits = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait(seconds))]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiting in waits:
-            waiting.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
-    wake.clear()
-
-
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     """Register the Workspace handlers with kopf."""
     kept: dict[Key, Sandbox] = {}
@@ -737,7 +734,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         try:
             while not stopped:
                 seconds = await reconcile(hub, _plain(body), sandbox)
-                await _pause(stopped, sandbox.wake, seconds)
+                await pauses.pause_or_wake(stopped, sandbox.wake, seconds)
         finally:
             reason = stopped.reason or kopf.DaemonStoppingReason(0)
             if kopf.DaemonStoppingReason.RESOURCE_DELETED in reason:
