@@ -133,7 +133,9 @@ class TestProcesses:
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-        assert time.monotonic() - started < 1.0
+        # Not a timing bound: the call ended without waiting for the 30 s sleepers, which
+        # were killed (a loaded machine may take a few seconds to say so).
+        assert time.monotonic() - started < 10.0
         assert await _all_gone(pids)
 
 
