@@ -178,6 +178,8 @@ def print_table(figures: dict[str, Any]) -> None:
     if ratios:
         said = ", ".join(f"N={n} {ratio:.1f}×" for n, ratio in ratios.items())
         print(f"kubeturn CPU per Run over the floor's: {said} (at most {FLOOR_RATIO:.0f}×)")
+        if any(r["turns_per_run"] > 1 for r in figures["sizes"]):
+            print("  (the floor makes one child per Run: compare it with one Turn per Run)")
 
 
 def main() -> None:
@@ -201,6 +203,8 @@ def main() -> None:
                 )
             figures["per_run"] = per_run(figures)
             sizes.append(figures)
+            said = f"N={n} {figures['operator']}: {figures['per_run']['cpu_ms']:.1f} ms CPU/Run"
+            print(f"{said} ({figures['world_s']:.0f} s)", file=sys.stderr, flush=True)
     machine = {"cores": os.cpu_count(), "python": platform.python_version()}
     result = {"machine": machine, "sizes": sizes, "summary": summary(sizes)}
     if args.json:

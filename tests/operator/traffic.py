@@ -12,7 +12,8 @@ on no resource (discovery, ``/version``, ``/openapi/v3``) is counted under ``""`
 is Kubernetes' (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``,
 ``delete``, ``deletecollection``), or the HTTP method, lowercased, where there is none.
 A watch's answer is its events (``events``, ``event_bytes``: every line sent, bookmarks
-and errors included); every other answer is one body (``answer_bytes``), refusals too.
+and errors included); every other answer is one body (``answer_bytes``), refusals too
+(not the answer KMock renders for an exception the emulator itself raised: a defect).
 """
 
 from __future__ import annotations
