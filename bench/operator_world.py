@@ -57,6 +57,7 @@ BOUND_S = 1800.0
 """How long all N Runs may take to succeed before the benchmark gives up."""
 TURNS_GONE_S = 120.0
 """How long the AgentTurns may take to go once every Run succeeded."""
+RUN_RESOURCE = kmock.resource(RUNS)
 KINDS = ("runs", "workspaces", "agentturns")
 """The kinds the figures name; every other resource is ``other``."""
 
@@ -245,13 +246,9 @@ def traffic_figures(seen: traffic.Traffic) -> dict[str, Any]:
     }
 
 
-def run_key(name: str) -> tuple[kmock.resource, str, str]:
-    return (kmock.resource(RUNS), NAMESPACE, name)
-
-
 def phase_of(k8s: emulator.KubernetesApi, name: str) -> tuple[str | None, str | None]:
     """A Run's phase and, if it will not succeed, why; read without copying it."""
-    key = run_key(name)
+    key = (RUN_RESOURCE, NAMESPACE, name)
     if key not in k8s.objects or k8s.objects[key].deleted:
         return None, None
     status = k8s.objects[key].raw.get("status") or {}
