@@ -1,426 +1,216 @@
-"""Benchmark of the Kubernetes operator against the API emulator, at N concurrent Runs.
+"""Benchmark of the Kubernetes operator against the API emulator: its cost per Run as the
+number of Runs grows, and against a floor operator doing the least a Run needs.
 
-For each N: the emulator on 127.0.0.1, the kubelet (each sandbox Pod a real Harness
-process) and the scripted model in this process, and the operator in its own process
-(``operator.run``, as ``kubeturn operator`` runs it) as the chart's ServiceAccount, its
-RBAC rendered by helm (from the kubectl wheel) and enforced by the emulator. One
-Workspace, ``shared``, is named by every Run, so one Harness serves them all. N minimal
-Runs (one agent state whose Agent picks ``done`` once → final) are created at once, all
-answered by one scripted conversation, and driven until every one is ``Succeeded``.
+For each N (``--runs``), in a fresh world each (bench/operator_world.py: the emulator with
+the chart's ServiceAccount and RBAC, the kubelet running real Harness processes, the
+scripted model, the operator in its own process), N Runs are created at once and driven
+until every one is ``Succeeded`` and every AgentTurn is gone. Then, unless ``--no-floor``,
+the same with the floor operator (bench/floor_operator.py: kopf and kubeturn's client
+facade; a child AgentTurn, two status patches, the child's deletion) instead of kubeturn.
+Each Run asks its Agent for ``--turns`` Turns (default 1), one after another.
 
-Prints, per N:
-1. reconcile latency p50/p99: per Run, from its creation (the POST sent) to its first
-   AgentTurn's ADDED event on a watch, and to the Run's ``Succeeded`` (polled);
-2. sweep → settled p99, estimated from the operator's ``kubeturn_sweep_to_settled_seconds``
-   histogram buckets (read from its ``/metrics``; an upper bound: the bucket's edge), and
-   measured per AgentTurn on the watch from its first version carrying
-   ``deletionTimestamp`` to its DELETED event;
-3. the operator process's peak RSS (``VmHWM`` in ``/proc/<pid>/status``) and CPU seconds;
-4. the largest Run object once all ended, in bytes of its JSON as the API serves it: the
-   whole object, its status, and its annotations (kopf's and any other; the API server
-   caps those at 256 KiB together). These Runs are created with a POST, not with
-   ``kubectl apply``, so they carry no last-applied copy of their spec.
+Prints, per N and operator (per Run: the total over the N Runs, divided by N):
+1. the 1-minute load average when the size began (the machine is shared: trust a row that
+   starts low), the seconds from the first create to the last ``Succeeded``;
+2. CPU: the operator process's CPU seconds (user + system, ``/proc/<pid>/stat``) over
+   that stretch, per Run and per Turn;
+3. parsed: the bytes the operator's client was sent, counted by the emulator for the
+   operator's identity (``api.traffic``, tests/operator/traffic.py): every answer's body
+   and every watch event (one JSON line each), per Run, split into answers and watch
+   events and per kind (runs, workspaces, agentturns, other: pods, secrets, events...);
+4. writes: the operator's POST, PUT, PATCH and DELETE requests per Run, per kind, with
+   the verbs behind each;
+5. the shared Workspace (kubeturn only): the bytes of its JSON at the end and the largest
+   version stored meanwhile, and how many versions were stored;
+6. create → first AgentTurn p50/p99: per Run, from its creation (the POST sent) to its
+   first AgentTurn's ADDED event on a watch; create → ``Succeeded`` (polled, 50 ms);
+7. kubeturn's sweep → settled p99 (from its ``kubeturn_sweep_to_settled_seconds``
+   histogram; an upper bound, the bucket's edge) and deletionTimestamp → DELETED per
+   AgentTurn on the watch; the operator's peak RSS; the largest Run object (bytes of its
+   JSON, of its status and of its annotations);
+then the flatness of kubeturn's CPU per Run (at the largest N over the smallest) and its
+ratio to the floor's at each N.
 
-Run: ``python bench/operator.py [--runs 50 200] [--json]`` (default ``--runs 50``).
-``--profile DIR`` records the operator with py-spy (when installed) into DIR.
-Figures, not assertions.
+Run: ``python bench/operator.py [--runs 50 200 500 1000] [--turns K] [--no-floor]
+[--json]`` (default ``--runs 50``); ``--profile DIR`` records each operator with py-spy
+(when installed) into DIR. Figures, not assertions.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
-import resource
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from tests.operator import emulator  # noqa: E402
-from tests.operator.operator_support import (  # noqa: E402
-    GROUP_VERSION,
-    NAMESPACE,
-    OperatorProcess,
-    call,
-    charted,
-    make_origin,
-    script,
-    settings,
-    workspace_ready,
-)
+from bench.operator_world import KINDS, one_size  # noqa: E402
 
-from kubeturn_harness.scripted import parse_script, serve  # noqa: E402
-
-PROMPT = "Say you are done, then call done."
-WORKSPACE = "shared"
-BOUND_S = 600.0
-"""How long all N Runs may take to succeed before the benchmark gives up."""
+FLAT = 0.2
+"""The issue's flatness: CPU per Run within ±20% from the smallest N to the largest."""
+FLOOR_RATIO = 3.0
+"""The issue's bound on kubeturn's CPU per Run as a multiple of the floor's."""
 
 
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def run_manifest(name: str) -> dict[str, Any]:
+def per_run(figures: dict[str, Any]) -> dict[str, Any]:
+    """The figures divided per Run (and CPU per Turn)."""
+    n, turns = figures["runs"], figures["turns_per_run"]
+    seen = figures["traffic"]
+    answers = {k: v / n for k, v in seen["answer_bytes"].items()}
+    events = {k: v / n for k, v in seen["event_bytes"].items()}
+    writes = {k: sum(verbs.values()) / n for k, verbs in seen["writes"].items()}
     return {
-        "apiVersion": GROUP_VERSION,
-        "kind": "Run",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "workspace": {"name": WORKSPACE},
-            "agents": {
-                "worker": {
-                    "model": "scripted/any",
-                    "instructions": "Do what you are asked.",
-                    "workspace": "read",
-                }
-            },
-            "machine": {
-                "initial": "working",
-                "states": {
-                    "working": {
-                        "invoke": {"agent": {"slot": "worker", "prompt": PROMPT}},
-                        "on": {"done": {"target": "finished", "description": "Done."}},
-                    },
-                    "finished": {"type": "final"},
-                },
-            },
-        },
+        "cpu_ms": figures["operator_cpu_s"] / n * 1000,
+        "cpu_ms_per_turn": figures["operator_cpu_s"] / (n * turns) * 1000,
+        "parsed_bytes": sum(answers.values()) + sum(events.values()),
+        "answer_bytes": answers,
+        "event_bytes": events,
+        "events": {k: v / n for k, v in seen["events"].items()},
+        "writes": sum(writes.values()),
+        "writes_by_kind": writes,
+        "reads": sum(seen["reads"].values()) / n,
     }
 
 
-def workspace_manifest(origin: str) -> dict[str, Any]:
-    return {
-        "apiVersion": GROUP_VERSION,
-        "kind": "Workspace",
-        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
-        "spec": {"repos": {"target": {"url": origin, "ref": "main"}}},
-    }
-
-
-async def sweep_histogram(metrics_url: str) -> tuple[list[tuple[float, float]], float]:
-    """The cumulative buckets (upper edge, count) and the count of the operator's sweep
-    histogram, read from its ``/metrics``."""
-    async with aiohttp.ClientSession() as session, session.get(metrics_url) as answer:
-        text = await answer.text()
-    buckets: list[tuple[float, float]] = []
-    count = 0.0
-    for family in text_string_to_metric_families(text):
-        if family.name != "kubeturn_sweep_to_settled_seconds":
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_bucket"):
-                buckets.append((float(sample.labels["le"]), sample.value))
-            elif sample.name.endswith("_count"):
-                count = sample.value
-    return buckets, count
-
-
-def histogram_quantile(
-    before: list[tuple[float, float]], after: list[tuple[float, float]], q: float
-) -> tuple[float, int]:
-    """The upper edge of the bucket holding the q-quantile of the observations made between
-    ``before`` and ``after``, and their number."""
-    earlier = dict(before)
-    deltas = [(edge, value - earlier.get(edge, 0.0)) for edge, value in after]
-    total = deltas[-1][1] if deltas else 0.0
-    if total <= 0:
-        return float("nan"), 0
-    for edge, cumulative in deltas:
-        if cumulative >= q * total:
-            return edge, int(total)
-    return float("inf"), int(total)
-
-
-class Watch:
-    """AgentTurn events with the monotonic time each arrived (a background reader)."""
-
-    def __init__(self, session: aiohttp.ClientSession) -> None:
-        self._session = session
-        self.first_added: dict[str, float] = {}
-        """Run name → when its first AgentTurn was ADDED."""
-        self.deleting: dict[str, float] = {}
-        """AgentTurn name → when a version with deletionTimestamp was first seen."""
-        self.deleted: dict[str, float] = {}
-        self._opened = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def open(self) -> None:
-        self._task = asyncio.create_task(self._read())
-        await asyncio.wait_for(self._opened.wait(), 5)
-
-    async def _read(self) -> None:
-        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/agentturns?watch=true"
-        async with self._session.get(path, timeout=aiohttp.ClientTimeout()) as response:
-            self._opened.set()
-            async for line in response.content:
-                if not line.strip():
-                    continue
-                now = time.monotonic()
-                event = json.loads(line)
-                body = event["object"]
-                name = body["metadata"]["name"]
-                run = ((body.get("spec") or {}).get("runRef") or {}).get("name", "")
-                if event["type"] == "ADDED":
-                    self.first_added.setdefault(run, now)
-                if body["metadata"].get("deletionTimestamp"):
-                    self.deleting.setdefault(name, now)
-                if event["type"] == "DELETED":
-                    self.deleted.setdefault(name, now)
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-
-async def one_size(n: int, root: Path, profile: Path | None) -> dict[str, Any]:
-    """Run N Runs to Succeeded in a fresh world; the figures."""
-    origin = make_origin(root / "git")
-    async with contextlib.AsyncExitStack() as stack:
-        k8s, installed, kubelet = await charted(stack, root)
-        runner, url = await serve(parse_script(script({PROMPT: [{"toolCalls": [call("done")]}]})))
-        stack.push_async_callback(runner.cleanup)
-        api = aiohttp.ClientSession(
-            str(k8s.url),
-            connector=aiohttp.TCPConnector(force_close=True, limit=0),
-            headers=k8s.admin_headers,
-        )
-        stack.push_async_callback(api.close)
-        watch = Watch(api)
-        await watch.open()
-        stack.push_async_callback(watch.close)
-        providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-        operator = OperatorProcess(
-            settings(installed, providers_yaml=providers), installed.kubeconfig, root / "op.log"
-        )
-        await operator.start()
-        stack.push_async_callback(operator.stop)
-        metrics_url = f"http://127.0.0.1:{operator.settings.metrics_port}/metrics"
-
-        k8s.create_object(f"{GROUP_VERSION}/workspaces", workspace_manifest(origin))
-        await kubelet.running(f"{WORKSPACE}-kubeturn-sandbox", timeout=60)
-        await workspace_ready(k8s, WORKSPACE)
-        before, _ = await sweep_histogram(metrics_url)
-        _, cpu_before = operator.usage()
-        own_before = time.process_time()
-        children_before = _children_cpu()
-        spy = _profiler(operator, profile, n)
-
-        names = [f"bench-{i:04d}" for i in range(n)]
-        created: dict[str, float] = {}
-        runs_path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs"
-
-        async def create(name: str) -> None:
-            created[name] = time.monotonic()
-            async with api.post(runs_path, json=run_manifest(name)) as answer:
-                assert answer.status in (200, 201), await answer.text()
-
-        started = time.monotonic()
-        await asyncio.gather(*(create(name) for name in names))
-        succeeded: dict[str, float] = {}
-        failed: dict[str, str] = {}
-        deadline = started + BOUND_S
-        while len(succeeded) + len(failed) < n and time.monotonic() < deadline:
-            now = time.monotonic()
-            for name in names:
-                if name in succeeded or name in failed:
-                    continue
-                body = k8s.read_object(f"{GROUP_VERSION}/runs", NAMESPACE, name) or {}
-                phase = (body.get("status") or {}).get("phase")
-                if phase == "Succeeded":
-                    succeeded[name] = now
-                elif phase == "Failed":
-                    failed[name] = str(body["status"].get("message"))
-                else:
-                    for condition in (body.get("status") or {}).get("conditions", []):
-                        if condition.get("reason") == "Invalid":
-                            failed[name] = str(condition.get("message"))
-            await asyncio.sleep(0.02)
-        wall = time.monotonic() - started
-        largest = largest_run(k8s, names)
-        # Every AgentTurn goes after its Run's record: wait (bounded) for them all to go.
-        turns = f"{GROUP_VERSION}/agentturns"
-
-        def live_turns() -> int:
-            keys = [key for key in list(k8s.objects) if key[1] == NAMESPACE]
-            return sum(
-                1
-                for key in keys
-                if key[0] == turns and k8s.read_object(turns, NAMESPACE, key[2]) is not None
-            )
-
-        turns_deadline = time.monotonic() + 90
-        while live_turns() and time.monotonic() < turns_deadline:
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(0.5)  # the watch's last events
-        left = live_turns()
-        after, _ = await sweep_histogram(metrics_url)
-        rss, cpu_after = operator.usage()
-        own_cpu = time.process_time() - own_before
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)
-            await asyncio.to_thread(spy.wait, 60)
-
-    first_turn = [watch.first_added[r] - created[r] for r in names if r in watch.first_added]
-    to_succeeded = [succeeded[r] - created[r] for r in succeeded]
-    sweeps = [watch.deleted[t] - watch.deleting[t] for t in watch.deleted if t in watch.deleting]
-    hist_p99, hist_n = histogram_quantile(before, after, 0.99)
-
-    def ms(samples: list[float]) -> dict[str, Any]:
-        return {
-            "p50": percentile(samples, 0.5) * 1000,
-            "p99": percentile(samples, 0.99) * 1000,
-            "n": len(samples),
+def summary(sizes: list[dict[str, Any]]) -> dict[str, Any]:
+    """kubeturn's flatness and its ratio to the floor at each N."""
+    mine = sorted((s for s in sizes if s["operator"] == "kubeturn"), key=lambda s: s["runs"])
+    floor = {s["runs"]: s for s in sizes if s["operator"] == "floor"}
+    flatness = None
+    if len(mine) > 1:
+        flatness = {
+            "smallest": mine[0]["runs"],
+            "largest": mine[-1]["runs"],
+            "ratio": mine[-1]["per_run"]["cpu_ms"] / mine[0]["per_run"]["cpu_ms"],
         }
-
-    return {
-        "runs": n,
-        "succeeded": len(succeeded),
-        "failed": len(failed),
-        "failures": sorted(set(failed.values()))[:3],
-        "wall_s": wall,
-        "create_to_first_agentturn_ms": ms(first_turn),
-        "create_to_succeeded_ms": ms(to_succeeded),
-        "sweep_to_settled_histogram_p99_ms_upper": hist_p99 * 1000,
-        "sweep_to_settled_histogram_n": hist_n,
-        "deletion_to_deleted_ms": ms(sweeps),
-        "agentturns_left": left,
-        "operator_peak_rss_mib": rss,
-        "operator_cpu_s": cpu_after - cpu_before,
-        "emulator_side_cpu_s": own_cpu,
-        "harness_side_cpu_s": _children_cpu() - children_before - cpu_after,
-        "largest_run": largest,
-        "harnesses_started": len(kubelet.started),
-        "kubelet_errors": [str(e) for e in kubelet.errors][:3],
+    ratios = {
+        s["runs"]: s["per_run"]["cpu_ms"] / floor[s["runs"]]["per_run"]["cpu_ms"]
+        for s in mine
+        if s["runs"] in floor and floor[s["runs"]]["per_run"]["cpu_ms"] > 0
     }
+    return {"cpu_per_run_flatness": flatness, "cpu_per_run_over_floor": ratios}
 
 
-def json_bytes(value: Any) -> int:
-    """Bytes of ``value``'s compact JSON: what etcd and a watch event carry of it."""
-    return len(json.dumps(value, separators=(",", ":")).encode())
+def kb(value: float) -> str:
+    return f"{value / 1024:.1f}"
 
 
-def largest_run(k8s: emulator.KubernetesApi, names: list[str]) -> dict[str, Any]:
-    """The largest of the Runs ``names`` as stored: its name, and the bytes of the whole
-    object, of its status and of its annotations (keys and values, as the API server
-    counts them)."""
-    found: dict[str, Any] = {"name": None, "bytes": 0, "status_bytes": 0, "annotations_bytes": 0}
-    for name in names:
-        body = k8s.read_object(f"{GROUP_VERSION}/runs", NAMESPACE, name)
-        if body is None or json_bytes(body) <= found["bytes"]:
-            continue
-        annotations = body["metadata"].get("annotations") or {}
-        found = {
-            "name": name,
-            "bytes": json_bytes(body),
-            "status_bytes": json_bytes(body.get("status") or {}),
-            "annotations_bytes": sum(
-                len(k.encode()) + len(v.encode()) for k, v in annotations.items()
-            ),
-        }
-    return found
-
-
-def _children_cpu() -> float:
-    """CPU seconds of this process's ended children (the operator, the Harness, git)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _profiler(
-    operator: OperatorProcess, into: Path | None, n: int
-) -> subprocess.Popen[bytes] | None:
-    """py-spy recording the operator from now until it is sent SIGINT (when asked)."""
-    if into is None:
-        return None
-    spy = shutil.which("py-spy")
-    if spy is None:
-        print("--profile: py-spy is not installed (pip install py-spy); not profiling")
-        return None
-    assert operator.process is not None
-    into.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
-        [
-            spy,
-            "record",
-            "--pid",
-            str(operator.process.pid),
-            "--format",
-            "speedscope",
-            "--output",
-            str(into / f"operator-{n}.json"),
-            "--idle",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def print_table(figures: dict[str, Any]) -> None:
+    machine = figures["machine"]
+    print(f"machine: {machine['cores']} cores, Python {machine['python']}")
+    print(
+        f"{'N':>5} {'operator':<9} {'load':>5} {'wall s':>7} {'CPU s':>7} {'CPU/Run':>8} "
+        f"{'CPU/Turn':>8} {'parsed/Run KB':>13} {'(answers':>8} {'events)':>8} "
+        f"{'writes/Run':>10} {'1st AgentTurn p50/p99 ms':>24} {'Workspace end/max KB':>20}"
     )
+    for r in figures["sizes"]:
+        p = r["per_run"]
+        workspace = r["workspace"]
+        shared = (
+            f"{kb(workspace['end_bytes'])}/{kb(workspace['largest_bytes'])}" if workspace else "-"
+        )
+        first = r["create_to_first_agentturn_ms"]
+        print(
+            f"{r['runs']:>5} {r['operator']:<9} {r['load_average_1m_at_start']:>5.1f} "
+            f"{r['wall_s']:>7.1f} {r['operator_cpu_s']:>7.1f} {p['cpu_ms']:>6.1f}ms "
+            f"{p['cpu_ms_per_turn']:>6.1f}ms {kb(p['parsed_bytes']):>13} "
+            f"{kb(sum(p['answer_bytes'].values())):>8} {kb(sum(p['event_bytes'].values())):>8} "
+            f"{p['writes']:>10.1f} {first['p50']:>11.0f}/{first['p99']:<12.0f} {shared:>20}"
+        )
+    print()
+    for r in figures["sizes"]:
+        p, seen = r["per_run"], r["traffic"]
+        label = f"N={r['runs']} {r['operator']}"
+        kinds = (*KINDS, "other")
+        print(f"{label}: {r['succeeded']} Succeeded, {r['failed']} Failed, ", end="")
+        print(f"AgentTurns left {r['agentturns_left']}; Turns per Run {r['turns_per_run']}")
+        answers = ", ".join(f"{k} {kb(p['answer_bytes'][k])}" for k in kinds)
+        events = ", ".join(f"{k} {kb(p['event_bytes'][k])} ({p['events'][k]:.1f})" for k in kinds)
+        print(f"  parsed/Run KB: answers {answers}; watch events (count) {events}")
+        writes = "; ".join(
+            f"{k} {sum(seen['writes'][k].values()) / r['runs']:.1f} ("
+            + ", ".join(f"{v} {c / r['runs']:.1f}" for v, c in sorted(seen["writes"][k].items()))
+            + ")"
+            for k in kinds
+        )
+        print(f"  writes/Run: {writes}; reads/Run {p['reads']:.1f}")
+        done = r["create_to_succeeded_ms"]
+        print(f"  create → Succeeded p50 {done['p50']:.0f} ms, p99 {done['p99']:.0f} ms")
+        if r["workspace"]:
+            w, gone = r["workspace"], r["deletion_to_deleted_ms"]
+            print(
+                f"  Workspace {kb(w['end_bytes'])} KB at the end, {kb(w['largest_bytes'])} KB "
+                f"at most, {w['stored_versions']} versions stored; sweep → settled p99 ≤ "
+                f"{r['sweep_to_settled_histogram_p99_ms_upper']:.0f} ms; deletionTimestamp → "
+                f"DELETED p50 {gone['p50']:.0f} ms, p99 {gone['p99']:.0f} ms"
+            )
+        big = r["largest_run"]
+        if r["turns_per_run"] > 1:
+            print(
+                f"  {r['turns_per_run']} Turns per Run: CPU per Turn {p['cpu_ms_per_turn']:.1f} "
+                f"ms; the largest Run's status {big['status_bytes']} bytes; writes per Run "
+                f"{p['writes']:.1f}, per Turn {p['writes'] / r['turns_per_run']:.1f}"
+            )
+        print(
+            f"  operator peak RSS {r['operator_peak_rss_mib']:.0f} MiB; the rest: emulator, "
+            f"kubelet and model {r['emulator_side_cpu_s']:.1f} s CPU, Harness, git and the "
+            f"operator's stop {r['harness_side_cpu_s']:.1f} s; largest Run {big['bytes']} "
+            f"bytes (status {big['status_bytes']}, annotations {big['annotations_bytes']}); "
+            f"this size took {r['world_s']:.0f} s in all"
+        )
+        if r["failures"] or r["kubelet_errors"]:
+            print(f"  failures: {r['failures']}  kubelet errors: {r['kubelet_errors']}")
+    print()
+    flat = figures["summary"]["cpu_per_run_flatness"]
+    if flat is not None:
+        print(
+            f"kubeturn CPU per Run at N={flat['largest']} over N={flat['smallest']}: "
+            f"{flat['ratio']:.2f} (flat within ±{FLAT:.0%}: {1 - FLAT:.1f}–{1 + FLAT:.1f})"
+        )
+    ratios = figures["summary"]["cpu_per_run_over_floor"]
+    if ratios:
+        said = ", ".join(f"N={n} {ratio:.1f}×" for n, ratio in ratios.items())
+        print(f"kubeturn CPU per Run over the floor's: {said} (at most {FLOOR_RATIO:.0f}×)")
+        if any(r["turns_per_run"] > 1 for r in figures["sizes"]):
+            print("  (the floor makes one child per Run: compare it with one Turn per Run)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[50])
+    parser.add_argument("--turns", type=int, default=1, help="Turns each Run asks for")
+    parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--profile", type=Path, help="record the operator with py-spy into DIR")
+    parser.add_argument("--profile", type=Path, help="record the operators with py-spy into DIR")
+    parser.add_argument("--table", type=Path, help="print the table of a --json output FILE")
     args = parser.parse_args()
-    results = []
-    for n in args.runs:
-        with tempfile.TemporaryDirectory(prefix="kubeturn-bench-") as scratch:
-            results.append(asyncio.run(one_size(n, Path(scratch), args.profile)))
-    figures = {
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
-        "sizes": results,
-    }
-    if args.json:
-        print(json.dumps(figures, indent=2))
+    if args.table is not None:
+        print_table(json.loads(args.table.read_text()))
         return
-    print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}")
-    for r in results:
-        print(
-            f"N={r['runs']}: {r['succeeded']} Succeeded, {r['failed']} Failed "
-            f"in {r['wall_s']:.1f} s; Harness processes {r['harnesses_started']}; "
-            f"AgentTurns left {r['agentturns_left']}"
-        )
-        for label, key in (
-            ("create → first AgentTurn", "create_to_first_agentturn_ms"),
-            ("create → Succeeded", "create_to_succeeded_ms"),
-            ("deletionTimestamp → DELETED", "deletion_to_deleted_ms"),
-        ):
-            f = r[key]
-            print(f"  {label:<28} p50 {f['p50']:9.1f} ms   p99 {f['p99']:9.1f} ms   (n={f['n']})")
-        print(
-            f"  sweep → settled p99 (histogram, bucket edge) "
-            f"≤ {r['sweep_to_settled_histogram_p99_ms_upper']:.0f} ms "
-            f"(n={r['sweep_to_settled_histogram_n']})"
-        )
-        print(
-            f"  operator process: peak RSS {r['operator_peak_rss_mib']:.0f} MiB, "
-            f"CPU {r['operator_cpu_s']:.1f} s; the rest: emulator, kubelet and model "
-            f"{r['emulator_side_cpu_s']:.1f} s, Harness and git {r['harness_side_cpu_s']:.1f} s"
-        )
-        big = r["largest_run"]
-        print(
-            f"  largest Run object ({big['name']}): {big['bytes']} bytes of JSON; status "
-            f"{big['status_bytes']}, annotations {big['annotations_bytes']}"
-        )
-        if r["failures"] or r["kubelet_errors"]:
-            print(f"  failures: {r['failures']}  kubelet errors: {r['kubelet_errors']}")
+    sizes = []
+    for n in args.runs:
+        for floor in (False, True) if args.floor else (False,):
+            with tempfile.TemporaryDirectory(prefix="kubeturn-bench-") as scratch:
+                figures = asyncio.run(
+                    one_size(n, args.turns, Path(scratch), floor=floor, profile=args.profile)
+                )
+            figures["per_run"] = per_run(figures)
+            sizes.append(figures)
+            said = f"N={n} {figures['operator']}: {figures['per_run']['cpu_ms']:.1f} ms CPU/Run"
+            print(f"{said} ({figures['world_s']:.0f} s)", file=sys.stderr, flush=True)
+    machine = {"cores": os.cpu_count(), "python": platform.python_version()}
+    result = {"machine": machine, "sizes": sizes, "summary": summary(sizes)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_table(result)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,9 @@ this module applies them, and :mod:`~tests.operator.kubelet` runs the Pods:
   kube-apiserver, on in OpenShift; always on here): changing an object's
   ownerReferences needs ``delete`` on it, a ``blockOwnerDeletion`` reference ``update``
   on the owner's ``finalizers``;
+- accounting (:mod:`~tests.operator.traffic`, always on, answering nothing differently):
+  ``api.traffic[user]`` counts each user's requests by verb and resource, the bytes of
+  the answers, and the events and bytes of its watches, for the benchmarks;
 - :func:`admin_proxy`, a plain-HTTP front that adds the admin token, for kubectl and helm
   (which send no credentials to a plain-HTTP server);
 - what ``helm install`` needs (tests/operator/test_readme_walkthrough.py runs it): the
@@ -152,6 +155,7 @@ from tests.operator import (
     protobuf,
     rbac,
     schemas,
+    traffic,
 )
 
 Body = apimachinery.Body
@@ -501,6 +505,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
     _policy: rbac.Policy | None = attrs.field(init=False, default=None)
     _custom: dict[kmock.resource, schemas.CustomResource] = attrs.field(init=False)
     _builtin: dict[kmock.resource, builtin_kinds.BuiltinKind] = attrs.field(init=False)
+    traffic: traffic.Ledger = attrs.field(init=False, factory=traffic.Ledger)
+    """Each user's requests and the bytes answered and streamed to it (always counted)."""
 
     def __attrs_post_init__(self) -> None:
         # KMock's discovery, but not KMock's own object handlers: this class's replace them.
@@ -725,6 +731,30 @@ class KubernetesApi(kmock.KubernetesEmulator):
             return raw_response
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """Answer the request (:meth:`_react`), counting it and its answer in ``traffic``
+        (a watch's events are counted as :meth:`_stream` sends them)."""
+        user, verb, resource = self._counted_as(request)
+        self.traffic.requested(user, verb, resource)
+        response = await self._react(request)
+        if isinstance(response, aiohttp.web.Response):
+            body = response.body
+            size = len(body) if isinstance(body, bytes) else response.content_length or 0
+            self.traffic.answered(user, verb, resource, size)
+        return response
+
+    def _counted_as(self, request: kmock.Request) -> tuple[str, str, str]:
+        """The request's user name (``""`` for a token no one issued), verb and resource
+        as :mod:`~tests.operator.traffic` counts them."""
+        user = self._user_of(request)
+        plural = request.resource.plural if request.resource is not None else None
+        if plural is None:
+            return (user.name if user else "", request.method.value.lower(), "")
+        route = apimachinery.Route("", None, plural, None, request.name, request.subresource)
+        verb = apimachinery.verb_of(request.method.value, route, request.params)
+        resource = f"{plural}/{request.subresource}" if request.subresource else plural
+        return (user.name if user else "", verb or request.method.value.lower(), resource)
+
+    async def _react(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         """kmock 0.8's ``RawHandler._handle`` (KubernetesEmulator's is skipped: it stores
         writes before any reaction runs), with each reaction's filters applied to this one
         request: kmock decides whether a reaction sees a request by filtering the whole
@@ -983,10 +1013,18 @@ class KubernetesApi(kmock.KubernetesEmulator):
         since: int,
         initial: bool,
         timeout: float,
-    ) -> AsyncIterator[bytes | Body]:
+    ) -> AsyncIterator[bytes]:
         """A watch's events: the snapshot or backlog first, then live changes until ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        user, _, counted = self._counted_as(request)
+
+        def sent(event: Body) -> bytes:
+            # Serialized here as KMock would (json.dumps, a newline), to count the bytes.
+            line = json.dumps(self._shown(request, resource, event)).encode() + b"\n"
+            self.traffic.streamed(user, counted, len(line))
+            return line
+
         with self._changes.subscription() as queue:  # before the snapshot: no write is missed
             if initial or since == 0:
                 bodies = [body for _, body in self._stored(resource) if selection.matches(body)]
@@ -1001,7 +1039,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 events = [gone(since, self._changes.revision)]
             yield b""  # send the headers now: clients wait for them before reading events
             for event in events:
-                yield self._shown(request, resource, event)
+                yield sent(event)
             if events and events[-1]["type"] == "ERROR":
                 return
             while True:
@@ -1016,7 +1054,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 if change is None:
                     return
                 if change.resource == resource and (event := change.event_for(selection)):
-                    yield self._shown(request, resource, event)
+                    yield sent(event)
 
     def _shown(self, request: kmock.Request, resource: kmock.resource, event: Body) -> Body:
         """The event as the watch asked for it: its object a one-row Table when the watch

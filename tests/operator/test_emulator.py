@@ -62,6 +62,8 @@ Cases:
   the dependent stays without the reference; 202 is kept for what is left in place;
 - a Secret's ``stringData`` is folded into ``data`` (winning over it) on create, PATCH
   and PUT, and is in no answer, list or watch event; a non-map is 400;
+- accounting: each user's requests by verb and resource, the bytes of each answer
+  (refusals too) and of each watch event, exactly;
 - a KMock reaction still overrides a response, and the overridden write is not stored;
 - the official sync ``kubernetes`` client: a Run with CustomObjectsApi, a Pod with CoreV1Api;
 - a real kopf operator (defined here), standalone, through create → finalizer → handler →
@@ -1779,6 +1781,63 @@ async def test_helpers_write_as_the_api_does(k8s: emulator.KubernetesApi, watch:
     k8s.delete_object(RUN_RESOURCE, "default", "a")
     assert k8s.read_object(RUN_RESOURCE, "default", "a") is None
     assert await stream.until(2) == [("ADDED", "a"), ("DELETED", "a")]
+
+
+# --- Accounting ---
+
+
+async def test_traffic_counts_each_users_requests_answers_and_watch_events(
+    k8s: emulator.KubernetesApi, watch: OpenWatch
+) -> None:
+    k8s.create_object("v1/serviceaccounts", {"metadata": {"name": "robot", "namespace": "default"}})
+    robot = {"Authorization": f"Bearer {k8s.issue_token('default', 'robot')}"}
+    admin = emulator.ADMIN.name
+    before = k8s.traffic[admin].copy()
+
+    async def sent(method: str, path: str, body: Any = None, **headers: str) -> bytes:
+        """The request's answer, as the bytes the emulator sent."""
+        if body is not None:
+            headers["Content-Type"] = MERGE if method == "PATCH" else "application/json"
+        data = io.BytesIO(json.dumps(body).encode()) if body is not None else None
+        async with k8s.request(method, path, data=data, headers=headers) as response:
+            return await response.read()
+
+    created = await sent("POST", RUNS, run("a"))
+    listed = await sent("GET", RUNS)
+    patched = await sent("PATCH", f"{RUNS}/a/status", {"status": {"phase": "Running"}})
+    stream = await watch(f"{RUNS}?watch=true")
+    await stream.until(1)
+    deleted = await sent("DELETE", f"{RUNS}/a")
+    await stream.until(2)
+    refused = await sent("GET", RUNS, **robot)
+
+    mine = k8s.traffic[admin].since(before)
+    assert mine.requests == {
+        ("create", "runs"): 1,
+        ("list", "runs"): 1,
+        ("patch", "runs/status"): 1,
+        ("watch", "runs"): 1,
+        ("delete", "runs"): 1,
+    }
+    assert mine.answer_bytes == {
+        ("create", "runs"): len(created),
+        ("list", "runs"): len(listed),
+        ("patch", "runs/status"): len(patched),
+        ("delete", "runs"): len(deleted),
+    }
+    assert mine.writes() == {
+        ("create", "runs"): 1,
+        ("patch", "runs/status"): 1,
+        ("delete", "runs"): 1,
+    }
+    lines = [len(json.dumps(event).encode()) + 1 for event in stream.events]
+    assert [e["type"] for e in stream.events] == ["ADDED", "DELETED"]
+    assert (mine.events, mine.event_bytes) == ({"runs": 2}, {"runs": sum(lines)})
+    theirs = k8s.traffic["system:serviceaccount:default:robot"]
+    assert json.loads(refused)["code"] == 403
+    assert theirs.requests == {("list", "runs"): 1}
+    assert theirs.answer_bytes == {("list", "runs"): len(refused)}
+    assert not theirs.events
 
 
 # --- KMock's reactions ---
