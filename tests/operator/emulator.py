@@ -904,7 +904,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
             case "deletecollection":
                 options = lifecycle.DeleteOptions.of(params, request.data)
                 selection = _selection(route, params)
-                keys = [k for k, body in self._stored(resource) if selection.matches(body)]
+                keys = [k for k, _ in self._stored(resource, selection)]
                 deleted = [
                     self._delete(resource, k, options, dry_run or options.dry_run).body
                     for k in keys
@@ -962,7 +962,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
         self, request: kmock.Request, resource: kmock.resource, route: apimachinery.Route
     ) -> Body:
         selection = _selection(route, request.params)
-        bodies = [body for _, body in self._stored(resource) if selection.matches(body)]
+        bodies = [body for _, body in self._stored(resource, selection)]
         if "as=Table" in header(request, "Accept"):
             return self._table(request, resource, bodies)
         return self._as_list(resource, bodies)
@@ -1027,7 +1027,7 @@ class KubernetesApi(kmock.KubernetesEmulator):
 
         with self._changes.subscription() as queue:  # before the snapshot: no write is missed
             if initial or since == 0:
-                bodies = [body for _, body in self._stored(resource) if selection.matches(body)]
+                bodies = [body for _, body in self._stored(resource, selection)]
                 events = [{"type": "ADDED", "object": body} for body in bodies]
                 if initial:
                     events.append(self._initial_events_end(resource))
@@ -1331,12 +1331,21 @@ class KubernetesApi(kmock.KubernetesEmulator):
 
     # --- Store access ---
 
-    def _stored(self, resource: kmock.resource | None = None) -> Iterator[tuple[Key, Body]]:
-        """Copies of the live objects (of one resource), in namespace and name order."""
-        keys = sorted(self.objects, key=lambda key: (key[1] or "", key[2]))
+    def _stored(
+        self,
+        resource: kmock.resource | None = None,
+        selection: apimachinery.Selection | None = None,
+    ) -> Iterator[tuple[Key, Body]]:
+        """Copies of the live objects (of one resource, those ``selection`` matches), in
+        namespace and name order. Only those are copied: a list by label of a few objects
+        among thousands, deleted ones included, copies a few."""
+        keys = [key for key in self.objects if resource is None or key[0] == resource]
+        keys.sort(key=lambda key: (key[1] or "", key[2]))
         for key in keys:
-            if (resource is None or key[0] == resource) and (body := self._current(key)):
-                yield key, body
+            stored = self.objects[key]
+            if stored.deleted or (selection is not None and not selection.matches(stored.raw)):
+                continue
+            yield key, copy.deepcopy(stored.raw)
 
     def _current(self, key: Key) -> Body | None:
         if key not in self.objects or self.objects[key].deleted:
