@@ -32,6 +32,7 @@ from typing import Any
 import kopf
 
 from kubeturn.api.agentturn import AgentTurnStatus, Settlement, TurnPhase
+from kubeturn.api.status import SubmissionRecord
 from kubeturn.k8s import conditions, events, harnesses, metrics, patches
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, NotFound
@@ -94,7 +95,12 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         settlement = Settlement(
             outcome=outcome, cause=cause, message=message, sweptAt=swept_at, settledAt=_now()
         )
-        settled = AgentTurnStatus(settlement=settlement, phase=TurnPhase.SETTLED)
+        outcomes = _outcomes(listed, caused, time.time())
+        settled = AgentTurnStatus(
+            settlement=settlement,
+            phase=TurnPhase.SETTLED,
+            **({"submissions": outcomes} if outcomes is not None else {}),
+        )
         with contextlib.suppress(NotFound):
             await hub.kube.patch(AGENTTURNS, namespace, name, patches.status(settled), status=True)
         said = f"{spec['agent']['slot']} in {spec['statePath']}: {outcome.value}"
@@ -212,6 +218,24 @@ async def _deleted_by_user(
         if time.monotonic() > deadline:
             return
         await asyncio.sleep(harnesses.POLL_S)
+
+
+def _outcomes(
+    listed: list[dict[str, Any]], caused: turns.Caused, now: float
+) -> list[SubmissionRecord] | None:
+    """The AgentTurn's Submissions with the outcomes the sweep reported for those that
+    had none; None when none changes. The Run's follower writes a Submission's outcome
+    while the Turn's state is active, and leaves those it hears of after the exit to
+    this write, which comes with the settlement."""
+    if not any(not entry.get("outcome") and entry["id"] in caused for entry in listed):
+        return None
+    records = [SubmissionRecord.model_validate(entry) for entry in listed]
+    return [
+        record.model_copy(update={"outcome": caused[record.id][0], "settledAt": now})
+        if record.outcome is None and record.id in caused
+        else record
+        for record in records
+    ]
 
 
 def _now() -> str:
