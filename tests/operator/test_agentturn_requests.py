@@ -4,17 +4,19 @@ a real Harness process, the scripted model.
 
 Cases:
 - a single-Turn Run (its Agent picks ``done``, then the Run ends) in a Ready Workspace
-  runs to ``Succeeded``; the operator's requests addressing its AgentTurn (watches
-  excepted: one stream serves every AgentTurn) are exactly, by verb and subresource:
-  one create; no read and no list (the first Turn of a conversation has no earlier one
-  to wait for, and every status patch is made against the version the operator holds);
-  three status patches (the Submission admitted, the Submission settled, the exit), one
-  more from the finalizer (the settlement), the finalizer's removal (kopf), and one
-  delete. Before, the same Turn took 1 create, 5 reads (one before each status patch,
-  one before the sweep), 1 list (the wait for earlier Turns), 4 status patches, 1 patch
-  (kopf) and 1 delete: 13 requests, now 7. The AgentTurn still shows what it showed
-  (``status.settlement``: ``ended``, cause ``pick``; its Submission ``completed``; the
-  phase ``Settled``), which the test reads from the versions its watch saw.
+  runs to ``Succeeded``; from its creation on, the operator's requests addressing its
+  AgentTurn (watches excepted: one stream serves every AgentTurn) are exactly 7, by verb
+  and subresource: one create; three status patches (the Submission admitted, the exit,
+  and the finalizer's settlement with the Submission's outcome); one delete; two patches
+  removing the finalizer (kopf's first is made against the version before the
+  finalizer's own status write, and refused); no read and no list (ADR 0091, 0092).
+  The old figure, for the same Turn: 14, or 17 when the settled Submission's write met
+  the sweep's — 1 create, 4 reads (one before each of 3 status patches and one before
+  the sweep; 5), 1 list (the wait for earlier Turns), 4 status patches (5: one met a
+  conflict), kopf's record of the version it handled and 2 finalizer removals (3), 1
+  delete. The
+  AgentTurn still shows what it showed: ``Settled``, its settlement ``ended`` with cause
+  ``pick``, its Submission ``ended``, read from the last version the test's watch saw.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ ended is written where kubectl shows it.
 The sweep carries the cause the Run controller wrote into ``status.exit`` before it
 deleted the AgentTurn; a user's ``kubectl delete`` wrote none, so its sweep has no cause,
 and the Run's Machine hears it as the Agent's fault (``deleted``). The settlement goes
-into ``status.settlement`` and a ``TurnSettled`` Event before the finalizer is removed
+into ``status.settlement`` (with the outcomes the sweep reported for Submissions whose
+status has none yet: the Run writes none after the exit, ADR 0092) and a
+``TurnSettled`` Event before the finalizer is removed
 (named for the AgentTurn, so a finalizer run again after a restart posts none again);
 the Run records the Turn in ``Run.status.turns`` (exactly once, through its core).
 A sweep is never sent nowhere: while the Workspace exists and this operator does not

@@ -15,9 +15,13 @@ closed. An admission that did not reach the Harness is sent again (its key admit
 once); the follower reads on from its offset at the new Harness, which recovered the
 conversation's log and settled what the old one left running.
 
-Status writes are built from the ``AgentTurnStatus`` model, made against the version read
-(a conflict reads again), and never move a Turn back: once its state exited it stays
-``Settling``, once its finalizer wrote the settlement it stays ``Settled``.
+Status writes are built from the ``AgentTurnStatus`` model, made against the version of
+the AgentTurn this Run was last answered with (no read first; a conflict reads again, ADR
+0092), never sent when they change nothing, and never move a Turn back: once its state
+exited it stays ``Settling``, once its finalizer wrote the settlement it stays
+``Settled``. A Submission that settles after the exit is written by the finalizer, with
+the settlement. Only a Turn that continues a conversation past its Run's first Turn can
+have an earlier Turn to wait for; the others list nothing (ADR 0091).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient, HarnessUnreachable
 
 POLL_S = 0.2
-"""How often an admission re-checks the Workspace and the conversation's earlier Turns:
+"""How often an admission re-checks the Workspace and a continued conversation's earlier Turns:
 a sweep takes a Harness round trip or more, so five looks a second wait little longer
 than it does, at one list each."""
 
