@@ -8,7 +8,9 @@ Cases:
 - an older operator's annotation (the whole essence) reads as one change, whose patch
   puts the digest in its place;
 - the operator registers no handler that reads a diff (on creation, resumption and
-  deletion only), which is what makes a digest enough.
+  deletion only), which is what makes a digest enough;
+- an AgentTurn, new or changed, reads as handled as it is (kopf writes no record of it):
+  the operator's only changing handler on AgentTurns is at their deletion.
 """
 
 from __future__ import annotations
@@ -106,3 +108,21 @@ def test_no_handler_reads_a_diff() -> None:
         ) or (handler.reason is None and handler.initial)
         assert on_create_resume_or_delete, handler.id
         assert handler.field is None, handler.id
+
+
+def test_an_agentturn_is_handled_as_it_is() -> None:
+    """kopf stores no record of an AgentTurn: every version of one, new or changed, reads
+    as handled (the operator handles AgentTurns at deletion only, as a test here checks)."""
+    turn = run({"turn": "t1"}) | {"kind": "AgentTurn"}
+    assert not changed(turn)
+    turn["spec"]["turn"] = "t2"
+    assert not changed(turn)
+    assert changed(run({"input": "a"})), "a Run never handled is a change"
+    hub = Hub(kube=None, settings=OperatorSettings())  # type: ignore[arg-type]
+    registry = operator.build(hub, None)  # type: ignore[arg-type]
+    on_agentturns = [
+        handler.reason
+        for handler in registry._changing.get_all_handlers()
+        if handler.selector is not None and handler.selector.any_name == "agentturns"
+    ]
+    assert on_agentturns == [kopf.Reason.DELETE]

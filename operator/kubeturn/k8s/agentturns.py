@@ -4,7 +4,9 @@ ended is written where kubectl shows it.
 The sweep carries the cause the Run controller wrote into ``status.exit`` before it
 deleted the AgentTurn; a user's ``kubectl delete`` wrote none, so its sweep has no cause,
 and the Run's Machine hears it as the Agent's fault (``deleted``). The settlement goes
-into ``status.settlement`` and a ``TurnSettled`` Event before the finalizer is removed
+into ``status.settlement`` (with the outcomes the sweep reported for Submissions whose
+status has none yet: the Run writes none after the exit, ADR 0092) and a
+``TurnSettled`` Event before the finalizer is removed
 (named for the AgentTurn, so a finalizer run again after a restart posts none again);
 the Run records the Turn in ``Run.status.turns`` (exactly once, through its core).
 A sweep is never sent nowhere: while the Workspace exists and this operator does not
@@ -32,6 +34,7 @@ from typing import Any
 import kopf
 
 from kubeturn.api.agentturn import AgentTurnStatus, Settlement, TurnPhase
+from kubeturn.api.status import SubmissionRecord
 from kubeturn.k8s import conditions, events, harnesses, metrics, patches
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, NotFound
@@ -94,7 +97,12 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         settlement = Settlement(
             outcome=outcome, cause=cause, message=message, sweptAt=swept_at, settledAt=_now()
         )
-        settled = AgentTurnStatus(settlement=settlement, phase=TurnPhase.SETTLED)
+        outcomes = _outcomes(listed, caused, time.time())
+        settled = AgentTurnStatus(
+            settlement=settlement,
+            phase=TurnPhase.SETTLED,
+            **({"submissions": outcomes} if outcomes is not None else {}),
+        )
         with contextlib.suppress(NotFound):
             await hub.kube.patch(AGENTTURNS, namespace, name, patches.status(settled), status=True)
         said = f"{spec['agent']['slot']} in {spec['statePath']}: {outcome.value}"
@@ -212,6 +220,24 @@ async def _deleted_by_user(
         if time.monotonic() > deadline:
             return
         await asyncio.sleep(harnesses.POLL_S)
+
+
+def _outcomes(
+    listed: list[dict[str, Any]], caused: turns.Caused, now: float
+) -> list[SubmissionRecord] | None:
+    """The AgentTurn's Submissions with the outcomes the sweep reported for those that
+    had none; None when none changes. The Run's follower writes a Submission's outcome
+    while the Turn's state is active, and leaves those it hears of after the exit to
+    this write, which comes with the settlement."""
+    if not any(not entry.get("outcome") and entry["id"] in caused for entry in listed):
+        return None
+    records = [SubmissionRecord.model_validate(entry) for entry in listed]
+    return [
+        record.model_copy(update={"outcome": caused[record.id][0], "settledAt": now})
+        if record.outcome is None and record.id in caused
+        else record
+        for record in records
+    ]
 
 
 def _now() -> str:

@@ -15,9 +15,13 @@ closed. An admission that did not reach the Harness is sent again (its key admit
 once); the follower reads on from its offset at the new Harness, which recovered the
 conversation's log and settled what the old one left running.
 
-Status writes are built from the ``AgentTurnStatus`` model, made against the version read
-(a conflict reads again), and never move a Turn back: once its state exited it stays
-``Settling``, once its finalizer wrote the settlement it stays ``Settled``.
+Status writes are built from the ``AgentTurnStatus`` model, made against the version of
+the AgentTurn this Run was last answered with (no read first; a conflict reads again, ADR
+0092), never sent when they change nothing, and never move a Turn back: once its state
+exited it stays ``Settling``, once its finalizer wrote the settlement it stays
+``Settled``. A Submission that settles after the exit is written by the finalizer, with
+the settlement. Only a Turn that continues a conversation past its Run's first Turn can
+have an earlier Turn to wait for; the others list nothing (ADR 0091).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient, HarnessUnreachable
 
 POLL_S = 0.2
-"""How often an admission re-checks the Workspace and the conversation's earlier Turns:
+"""How often an admission re-checks the Workspace and a continued conversation's earlier Turns:
 a sweep takes a Harness round trip or more, so five looks a second wait little longer
 than it does, at one list each."""
 
@@ -62,6 +66,14 @@ class ClusterTurns:
         self._loaded = loaded
         self._workspace = workspace
         self._namespace = run["metadata"]["namespace"]
+        self._known: dict[str, dict[str, Any]] = {}
+        """AgentTurn name → the last version of it this Run's writes were answered with
+        (from its create on, until its sweep deletes it): a status write is made against
+        it, with no read first; one that is stale meets a conflict, and is read then."""
+        self._exited: set[str] = set()
+        """AgentTurns whose sweep this Run began (a name each, for the Run's life): their
+        finalizer writes how their Submissions settled, with the settlement, so a
+        settlement heard after the exit needs no write of its own."""
 
     def _name(self, turn: str) -> str:
         return objects.turn_name(self._run["metadata"]["name"], turn)
@@ -80,7 +92,8 @@ class ClusterTurns:
             for m in self._loaded.menu(StatePath(effect.state))
         ]
         body = objects.agent_turn(self._run, effect, workspace=self._workspace, menu=menu)
-        await self._hub.kube.create(body)
+        created = await self._hub.kube.create(body)
+        self._known.setdefault(created["metadata"]["name"], created)
         await self._earlier_gone(effect)
         # Nothing between the Harness's answer and the Run's record of it (see above).
         return await self._admit(effect, key)
@@ -104,27 +117,44 @@ class ClusterTurns:
 
     async def _earlier_gone(self, effect: Admit) -> None:
         """Wait until no earlier Turn of the conversation has an AgentTurn: its sweep is
-        done before this admission (docs/turn-semantics.md §5). One list per look."""
-        label = {objects.INSTANCE_LABEL: objects.instance_label(effect.instance_id)}
+        done before this admission (docs/turn-semantics.md §5). One list per look.
+
+        A Turn that does not continue a conversation has an Instance ID made for it alone
+        (``ids.fresh``), and the Run's first Turn has no Turn before it: neither has an
+        earlier Turn to wait for, so neither lists (ADR 0091).
+        """
         seq = ids.turn_seq(effect.turn)
+        if not effect.continue_ or seq == 1:
+            return
+        label = {objects.INSTANCE_LABEL: objects.instance_label(effect.instance_id)}
         while earlier(await self._hub.kube.list(AGENTTURNS, self._namespace, labels=label), seq):
             await asyncio.sleep(POLL_S)
 
     async def _update(
-        self, name: str, change: Callable[[AgentTurnStatus], AgentTurnStatus | None]
-    ) -> None:
-        """Patch the AgentTurn's status with the fields ``change(current status)`` sets
-        (None: no write), against the version read; a gone AgentTurn needs no write."""
+        self,
+        name: str,
+        change: Callable[[AgentTurnStatus, bool], AgentTurnStatus | None],
+    ) -> dict[str, Any] | None:
+        """Patch the AgentTurn's status with the fields ``change(current status, whether
+        it is being deleted)`` sets (None, or fields that are already so: no write),
+        against the version this Run holds (read when it holds none, or when that one is
+        stale: a conflict); the AgentTurn as last known, None once it is gone."""
+        current = self._known.get(name)
         while True:
-            current = await self._hub.kube.get(AGENTTURNS, self._namespace, name)
             if current is None:
-                return
-            wanted = change(AgentTurnStatus.model_validate(current.get("status") or {}))
-            if wanted is None:
-                return
+                current = await self._hub.kube.get(AGENTTURNS, self._namespace, name)
+                if current is None:
+                    self._known.pop(name, None)
+                    return None
+                self._known[name] = current
+            status = AgentTurnStatus.model_validate(current.get("status") or {})
+            deleting = bool(current["metadata"].get("deletionTimestamp"))
+            wanted = change(status, deleting)
+            if wanted is None or _unchanged(status, wanted):
+                return current
             version = current["metadata"].get("resourceVersion")
             try:
-                await self._hub.kube.patch(
+                current = await self._hub.kube.patch(
                     AGENTTURNS,
                     self._namespace,
                     name,
@@ -132,16 +162,19 @@ class ClusterTurns:
                     status=True,
                 )
             except NotFound:
-                return
+                self._known.pop(name, None)
+                return None
             except Conflict:
+                current = None
                 continue
-            return
+            self._known[name] = current
+            return current
 
     async def settlement(self, effect: Admit, submission: str) -> Settled:
         name = self._name(effect.turn)
         admitted = time.time()
 
-        def running(status: AgentTurnStatus) -> AgentTurnStatus | None:
+        def running(status: AgentTurnStatus, _: bool) -> AgentTurnStatus | None:
             if any(entry.id == submission for entry in status.submissions):
                 return None
             entry = SubmissionRecord(id=submission, admittedAt=admitted)
@@ -152,8 +185,12 @@ class ClusterTurns:
 
         await self._update(name, running)
         settled = await harness_client.settlement(self._harness, effect, submission)
+        if name in self._exited:
+            return settled  # its finalizer writes this outcome, with the settlement
 
-        def done(status: AgentTurnStatus) -> AgentTurnStatus:
+        def done(status: AgentTurnStatus, _: bool) -> AgentTurnStatus | None:
+            if status.exit is not None:
+                return None  # exited: as above
             entries = [
                 entry.model_copy(update={"outcome": settled.outcome, "settledAt": time.time()})
                 if entry.id == submission
@@ -179,21 +216,22 @@ class ClusterTurns:
         """
         name = self._name(effect.turn)
         key = (self._namespace, name)
-        current = await self._hub.kube.get(AGENTTURNS, self._namespace, name)
-        if current is None:
-            return await self._swept_elsewhere(effect, key)
         exit_ = Exit(cause=effect.cause, submissionId=effect.submission, at=_now())
+        self._exited.add(name)
 
-        def exited(status: AgentTurnStatus) -> AgentTurnStatus | None:
-            if status.settlement is not None:
+        def exited(status: AgentTurnStatus, deleting: bool) -> AgentTurnStatus | None:
+            # One being deleted already (by a person, with its Run, or by this sweep before
+            # a restart) has its finalizer at work: it reports to ``sweep_result``.
+            if deleting or status.settlement is not None:
                 return None  # swept already (deleted by a person): its record stands
             return AgentTurnStatus(exit=exit_, phase=_phase(status, TurnPhase.SETTLING))
 
-        # One being deleted already (by a person, with its Run, or by this sweep before a
-        # restart) has its finalizer at work: it reports to ``sweep_result``.
+        current = await self._update(name, exited)
+        if current is None:
+            return await self._swept_elsewhere(effect, key)
         if not current["metadata"].get("deletionTimestamp"):
-            await self._update(name, exited)
             await self._hub.kube.delete(AGENTTURNS, self._namespace, name)
+        self._known.pop(name, None)  # it is going: nothing more is written to it
         look_s = self._hub.settings.sweep_look_s
         while (result := await self._hub.sweep_result(key, look_s)) is None:
             if await self._hub.kube.get(AGENTTURNS, self._namespace, name) is None:
@@ -218,6 +256,14 @@ def _phase(status: AgentTurnStatus, wanted: TurnPhase) -> TurnPhase:
     if status.exit is not None:
         return TurnPhase.SETTLING
     return wanted
+
+
+def _unchanged(status: AgentTurnStatus, wanted: AgentTurnStatus) -> bool:
+    """Whether every field ``wanted`` sets is so already: such a patch would change
+    nothing."""
+    return all(
+        getattr(status, field) == getattr(wanted, field) for field in wanted.model_fields_set
+    )
 
 
 def earlier(agent_turns: list[dict[str, Any]], seq: int) -> list[str]:

@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +54,77 @@ LONG_POLL_S = 25.0
 """How long a delivery poll parks: under the 30 s idle cut of common proxies."""
 
 
+class Actors(MutableMapping[str, RunActor]):
+    """Run key (``namespace/name``) → its actor, with an index of the Instance IDs their
+    Turns hold (live, or still being swept), kept up to date by each actor's core as its
+    Turns are made and recorded, and as actors come and go. ``owner`` answers what a walk
+    over every actor and Turn would, at the cost of one lookup: the Orchestrator API asks
+    it on every request, and a process holds every Run it drove, finished ones included.
+    """
+
+    def __init__(self) -> None:
+        self._actors: dict[str, RunActor] = {}
+        self._owners: dict[str, set[str]] = {}
+        """Instance ID → the keys of the actors whose Turns hold it (one, but for a Run
+        made again under its name while its old actor is held)."""
+        self._rank: dict[str, int] = {}
+        """Key → its place in the mapping's order: the walk found the first."""
+        self._ranked = 0
+
+    def __getitem__(self, key: str) -> RunActor:
+        return self._actors[key]
+
+    def __setitem__(self, key: str, actor: RunActor) -> None:
+        if key in self._actors:
+            self._release(key)
+        else:
+            self._rank[key] = self._ranked
+            self._ranked += 1
+        self._actors[key] = actor
+        actor.core.on_instance = lambda instance_id, held: self._note(key, instance_id, held)
+        for instance_id in actor.core.instance_ids():
+            self._note(key, instance_id, True)
+
+    def __delitem__(self, key: str) -> None:
+        self._release(key)
+        del self._actors[key]
+        del self._rank[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._actors)
+
+    def __len__(self) -> int:
+        return len(self._actors)
+
+    def _release(self, key: str) -> None:
+        """The actor at ``key`` leaves the index, and tells it no more."""
+        actor = self._actors[key]
+        actor.core.on_instance = None
+        for instance_id in list(actor.core.instance_ids()):
+            self._note(key, instance_id, False)
+
+    def _note(self, key: str, instance_id: str, held: bool) -> None:
+        keys = self._owners.setdefault(instance_id, set())
+        if held:
+            keys.add(key)
+        else:
+            keys.discard(key)
+        if not keys:
+            del self._owners[instance_id]
+
+    def owner(self, instance_id: str) -> tuple[str, RunActor] | None:
+        keys = self._owners.get(instance_id)
+        if not keys:
+            return None
+        key = min(keys, key=self._rank.__getitem__)
+        return key, self._actors[key]
+
+
 @dataclass
 class Registry:
     """The Run actors this process holds, and the one token each Workspace has now."""
 
-    actors: dict[str, RunActor] = field(default_factory=dict)
+    actors: Actors = field(default_factory=Actors)
     """Run key (``namespace/name``) → actor."""
     workspaces: dict[str, str] = field(default_factory=dict)
     """Run key → the Workspace its Turns run in."""
@@ -93,10 +159,7 @@ class Registry:
 
     def owner(self, instance_id: str) -> tuple[str, RunActor] | None:
         """The Run holding a Turn at this Instance ID (live, or still being swept)."""
-        for key, actor in self.actors.items():
-            if any(t.instanceId == instance_id for t in actor.core.turns.values()):
-                return key, actor
-        return None
+        return self.actors.owner(instance_id)
 
 
 REGISTRY = web.AppKey("registry", Registry)

@@ -24,7 +24,8 @@ The rules (docs/turn-semantics.md):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -173,6 +174,12 @@ class RunCore:
         self.phase = RunPhase.PENDING
         self.message: str | None = None
         self.turns: dict[str, Turn] = {}
+        self._held: Counter[str] = Counter()
+        """Instance ID → how many of ``turns`` hold it."""
+        self.on_instance: Callable[[str, bool], None] | None = None
+        """Told ``(instance_id, True)`` when a Turn of this Run first holds an Instance ID,
+        and ``(instance_id, False)`` when none holds it any more: the Orchestrator API keeps
+        its index of owners with it, so that finding a Turn's Run is not a walk."""
         self._live: dict[str, Turn] = {}
         """The Turns whose state is active (pending or live), kept apart: Runs are long."""
         self.deliveries: dict[str, Delivery] = {}
@@ -512,6 +519,18 @@ class RunCore:
     def live_turns(self) -> list[Turn]:
         return list(self._live.values())
 
+    def instance_ids(self) -> Iterable[str]:
+        """The Instance IDs the Run's Turns hold (live, or still being swept)."""
+        return self._held.keys()
+
+    def _hold(self, instance_id: str, held: bool) -> None:
+        self._held[instance_id] += 1 if held else -1
+        first, last = held and self._held[instance_id] == 1, self._held[instance_id] == 0
+        if last:
+            del self._held[instance_id]
+        if (first or last) and self.on_instance is not None:
+            self.on_instance(instance_id, held)
+
     @property
     def state(self) -> str | None:
         """The state to show for the Run: its active leaf, or, once it ended, the leaf it
@@ -674,6 +693,7 @@ class RunCore:
         )
         self.turns[turn_id] = turn
         self._live[turn_id] = turn
+        self._hold(turn.instanceId, True)
         return turn
 
     def _leave(self, turn: Turn) -> None:
@@ -804,6 +824,7 @@ class RunCore:
         self.recorded += 1
         self._keep(record)
         del self.turns[turn.id]
+        self._hold(turn.instanceId, False)
         self.deliveries = {k: d for k, d in self.deliveries.items() if d.turn != turn.id}
         effects.add(Recorded(record))
 
@@ -1109,6 +1130,7 @@ class RunCore:
             raise KeyError("machine")
         self.config = interpreter.restore(machine) if machine is not None else None
         self.turns = {t["id"]: Turn.model_validate(t) for t in data["turns"]}
+        self._held = Counter(t.instanceId for t in self.turns.values())
         self._live = {
             k: t for k, t in self.turns.items() if t.phase in (TurnPhase.PENDING, TurnPhase.LIVE)
         }

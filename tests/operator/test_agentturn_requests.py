@@ -1,0 +1,166 @@
+"""The requests the operator makes for one Turn's AgentTurn, counted at the API emulator:
+the real operator (kopf, in a thread of its own), the kubelet running the sandbox Pod as
+a real Harness process, the scripted model.
+
+Cases:
+- a single-Turn Run (its Agent picks ``done``, then the Run ends) in a Ready Workspace
+  runs to ``Succeeded``; from its creation on, the operator's requests addressing its
+  AgentTurn (watches excepted: one stream serves every AgentTurn) are exactly 7, by verb
+  and subresource: one create; three status patches (the Submission admitted, the exit,
+  and the finalizer's settlement with the Submission's outcome); one delete; two patches
+  removing the finalizer (kopf's first is made against the version before the
+  finalizer's own status write, and refused); no read and no list (ADR 0091, 0092).
+  The old figure, for the same Turn: 14, or 17 when the settled Submission's write met
+  the sweep's — 1 create, 4 reads (one before each of 3 status patches and one before
+  the sweep; 5), 1 list (the wait for earlier Turns), 4 status patches (5: one met a
+  conflict), kopf's record of the version it handled and 2 finalizer removals (3), 1
+  delete. The
+  AgentTurn still shows what it showed: ``Settled``, its settlement ``ended`` with cause
+  ``pick``, its Submission ``ended``, read from the last version the test's watch saw.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from kubeturn_harness.scripted import parse_script, serve
+from tests.operator import emulator
+from tests.operator import kubelet as kubelet_
+from tests.operator.installation import Installation
+from tests.operator.operator_support import (
+    AGENTTURNS,
+    GROUP_VERSION,
+    NAMESPACE,
+    RUNS,
+    AgentTurnWatch,
+    OperatorThread,
+    call,
+    eventually,
+    fail_on_logged_errors,
+    make_origin,
+    names,
+    read,
+    script,
+    settings,
+)
+from tests.operator.test_workspace_lifecycle import WORKSPACE, World, workspace
+
+PROMPT = "Say you are done."
+RUN = "single"
+TURN = f"{RUN}-t1"
+
+Body = dict[str, Any]
+
+
+def single_turn_run() -> Body:
+    """The benchmark's Run: one agent state whose Agent picks ``done`` once → final."""
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Run",
+        "metadata": {"name": RUN, "namespace": NAMESPACE},
+        "spec": {
+            "workspace": {"name": WORKSPACE},
+            "agents": {
+                "worker": {"model": "scripted/any", "instructions": "Work.", "workspace": "read"}
+            },
+            "machine": {
+                "initial": "working",
+                "states": {
+                    "working": {
+                        "invoke": {"agent": {"slot": "worker", "prompt": PROMPT}},
+                        "on": {"done": {"target": "finished", "description": "Done."}},
+                    },
+                    "finished": {"type": "final"},
+                },
+            },
+        },
+    }
+
+
+def agentturn_requests(k8s: emulator.KubernetesApi, since: int) -> Counter[tuple[str, str]]:
+    """(method, subresource) → how many requests the operator (anyone but the test) made,
+    from the ``since``-th request the API served on, addressing the AgentTurn ``TURN``: by
+    its name, or a list of AgentTurns (watches excepted); a list is ``LIST``."""
+    counted: Counter[tuple[str, str]] = Counter()
+    for request in list(k8s)[since:]:
+        if request.resource is None or request.resource.plural != "agentturns":
+            continue
+        if request.params.get("watch") in ("true", "1"):
+            continue
+        if request.headers.get("Authorization") == k8s.admin_headers["Authorization"]:
+            continue
+        if request.name not in (None, TURN):
+            continue
+        listed = request.name is None and request.method.value == "GET"
+        verb = "LIST" if listed else request.method.value
+        counted[(verb, request.subresource or "")] += 1
+    return counted
+
+
+@pytest.fixture
+async def world(
+    k8s: emulator.KubernetesApi,
+    k8s_client: aiohttp.ClientSession,
+    installation: Installation,
+    kubelet: kubelet_.Kubelet,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> AsyncIterator[tuple[World, OperatorThread]]:
+    """The Workspace Ready under the operator, whose model picks ``done`` at once; the
+    test fails if the operator logged an error."""
+    runner, url = await serve(parse_script(script({PROMPT: [{"toolCalls": [call("done")]}]})))
+    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+    operator = OperatorThread(
+        settings(installation, providers_yaml=providers), installation.kubeconfig
+    )
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+    made = World(k8s, k8s_client, session, kubelet, make_origin(tmp_path / "git"))
+    try:
+        await operator.start()
+        await made.create(workspace(made.origin))
+        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
+        yield made, operator
+    finally:
+        await operator.stop()
+        await session.close()
+        await runner.cleanup()
+    fail_on_logged_errors(caplog, kubelet.started)
+
+
+async def test_one_turn_takes_seven_requests_on_its_agentturn(
+    world: tuple[World, OperatorThread],
+) -> None:
+    made, _ = world
+    watch = AgentTurnWatch(made.api)
+    await watch.open()
+    since = len(list(made.k8s))
+    try:
+        await made.create(single_turn_run())
+        await eventually(
+            lambda: (read(made.k8s, RUNS, RUN) or {}).get("status", {}).get("phase") == "Succeeded",
+            "the Run to succeed",
+        )
+        await eventually(lambda: not names(made.k8s, AGENTTURNS), "its AgentTurn to go")
+    finally:
+        await watch.close()
+
+    counted = agentturn_requests(made.k8s, since)
+    assert dict(counted) == {
+        ("POST", ""): 1,
+        ("PATCH", "status"): 3,
+        ("DELETE", ""): 1,
+        ("PATCH", ""): 2,
+    }
+    last = watch.of(TURN)[-1][1]["status"]
+    assert (last["phase"], last["settlement"]["outcome"], last["settlement"]["cause"]) == (
+        "Settled",
+        "ended",
+        "pick",
+    )
+    assert [s["outcome"] for s in last["submissions"]] == ["ended"]
