@@ -548,6 +548,17 @@ class KubernetesApi(kmock.KubernetesEmulator):
         key = (resource, namespace, name)
         return self._delete(resource, key, deleting, dry_run=False).body
 
+    def store_undecoded(self, resource: Any, body: Body) -> Body:
+        """Store ``body`` over the live object as it is, not decoded by the CRD's schema: an
+        object written under an older CRD, as an API server whose stored CRD still has the
+        older fields serves it (``helm upgrade`` leaves a chart's CRDs as they were). Stamped
+        and told to the watches as any write is."""
+        resource = kmock.resource(resource)
+        meta = body["metadata"]
+        key = (resource, meta.get("namespace"), meta["name"])
+        old = self._existing(resource, key)
+        return self._commit(resource, key, old, copy.deepcopy(body), dry_run=False)
+
     async def collect_garbage(self) -> None:
         """Run the garbage collector (:class:`lifecycle.GarbageCollector`) on every change
         until the watches are closed: :func:`serve` runs it for as long as it serves."""

@@ -3,8 +3,12 @@ against the API emulator, the kubelet running each sandbox Pod as a real Harness
 
 Cases:
 - a Ready Workspace reports its clones from the Harness (``status.repos``: path and
-  commit; ``repoCount``) and a running Run's worktrees (``status.worktrees.<run>``: path
-  and branch); a Run that finishes, and one that is deleted, has its entry removed;
+  commit; ``repoCount``) and counts the Runs that name it (``runCount``) and the
+  unfinished ones (``activeRunCount``), each Run its own worktrees
+  (``Run.status.worktrees``: path and branch); a Run that finishes is no longer counted
+  active, and one that is deleted no longer counted (the Workspace looking every second);
+  a ``worktrees`` key an older operator left in its status is removed; its status is the
+  same bytes with 3 Runs and with 12 sharing it but the counts' digits;
 - the sandbox Pod deleted while the Workspace is idle is made again: the Workspace goes
   ``Pending`` (``Ready=False``, ``Recreating``) and then ``Ready`` at the new Pod's
   endpoint; the conversation logged before is in the new Harness's history (its data
@@ -311,8 +315,46 @@ def head(origin: str) -> str:
 # ----------------------------------------------------------------------------- status
 
 
-async def test_the_workspace_reports_its_clones_and_each_running_runs_worktrees(
-    world: World,
+@pytest.fixture
+def looks_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ready Workspace looks every second rather than every ``READY_PROBE_S``: its counts
+    of Runs are written at its looks."""
+    monkeypatch.setattr(workspaces, "READY_PROBE_S", 1.0)
+
+
+def counts(world: World) -> tuple[int, int]:
+    """The Workspace's (``runCount``, ``activeRunCount``)."""
+    said = world.status()
+    return said.get("runCount", 0), said.get("activeRunCount", 0)
+
+
+def worktree(work: Path, name: str) -> Body:
+    """Run ``name``'s worktrees as its status reports them (``work`` stands for /work)."""
+    return {
+        "target": {"path": str(work / "target" / f"kubeturn-{name}"), "branch": f"kubeturn/{name}"}
+    }
+
+
+def waiting_run(name: str) -> Body:
+    """A Run in the shared Workspace that asks no Agent: it waits for ``approve``."""
+    body = run(FIRST)
+    body["metadata"]["name"] = name
+    body["spec"]["machine"] = {
+        "initial": "waiting",
+        "states": {"waiting": {"on": {"approve": "done"}}, "done": {"type": "final"}},
+    }
+    return body
+
+
+def size_but_counts(world: World) -> int:
+    """The bytes of the Workspace's status as JSON, but the digits of its two counts."""
+    said = world.status()
+    digits = len(str(said["runCount"])) + len(str(said["activeRunCount"]))
+    return len(json.dumps(said, separators=(",", ":"))) - digits
+
+
+async def test_the_workspace_reports_its_clones_and_counts_its_runs(
+    looks_often: None, world: World
 ) -> None:
     # Paths are the Harness's: the kubelet's directory stands for /work.
     work = (await world.kubelet.running(POD)).work_root
@@ -321,37 +363,57 @@ async def test_the_workspace_reports_its_clones_and_each_running_runs_worktrees(
         "target": {"path": str(work / ".repos" / "target"), "commit": head(world.origin)}
     }
     assert ready["repoCount"] == 1
+    assert counts(world) == (0, 0)
     assert "worktrees" not in ready
+
+    # A status an older operator wrote, with a worktrees entry per Run: the key goes.
+    stored = read(world.k8s, WORKSPACES, WORKSPACE)
+    assert stored is not None
+    older = {"old-run": {"target": {"path": "/work/target/kubeturn-old-run", "branch": "b"}}}
+    world.k8s.store_undecoded(
+        WORKSPACES, {**stored, "status": {**stored["status"], "worktrees": older}}
+    )
+    assert world.status()["worktrees"] == older
+    await world.until(lambda: "worktrees" not in world.status(), "the older key to go")
 
     for name in (FIRST, SECOND):
         await world.create(run(name))
         await world.waiting(name)
-    worktrees = await world.until(
-        lambda: len(world.status().get("worktrees") or {}) == 2 and world.status()["worktrees"],
-        "both Runs' worktrees",
-    )
-    assert worktrees == {
-        name: {
-            "target": {
-                "path": str(work / "target" / f"kubeturn-{name}"),
-                "branch": f"kubeturn/{name}",
-            }
-        }
-        for name in (FIRST, SECOND)
-    }
+    for name in (FIRST, SECOND):
+        assert status(world.k8s, RUNS, name)["worktrees"] == worktree(work, name)
+    await world.until(lambda: counts(world) == (2, 2), "both Runs counted")
     assert (work / "target" / f"kubeturn-{FIRST}" / "README.md").is_file()
+    assert "worktrees" not in world.status()
 
-    # A Run that finishes, and one that is deleted, no longer has worktrees reported.
+    # A Run that finishes is not active; one that is deleted is not counted.
     await world.signal(FIRST, "approve")
-    await world.until(
-        lambda: set(world.status().get("worktrees") or {}) == {SECOND}, f"{FIRST}'s entry to go"
-    )
+    await world.until(lambda: counts(world) == (2, 1), f"{FIRST} no longer active")
     assert status(world.k8s, RUNS, FIRST)["phase"] == "Succeeded"
+    assert status(world.k8s, RUNS, FIRST)["worktrees"] == worktree(work, FIRST)
     await world.delete(f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{SECOND}")
-    await world.until(lambda: not world.status().get("worktrees"), f"{SECOND}'s entry to go")
-    # The entry goes once the Run is being deleted; the Run, once its finalizer is done.
+    await world.until(lambda: counts(world) == (1, 0), f"{SECOND} no longer counted")
     await world.until(lambda: read(world.k8s, RUNS, SECOND) is None, f"{SECOND} to go")
     assert world.status()["phase"] == "Ready"
+
+    # 3 Runs sharing it, then 12 (and FIRST, finished): the same bytes but the counts'.
+    sizes: dict[int, int] = {}
+    made = 0
+    for total in (3, 12):
+        while made < total:
+            made += 1
+            await world.create(waiting_run(f"run-{made}"))
+        for n in range(1, total + 1):
+            name = f"run-{n}"
+            await eventually(
+                lambda name=name: status(world.k8s, RUNS, name).get("worktrees"),
+                f"{name}'s worktrees",
+            )
+            assert status(world.k8s, RUNS, name)["worktrees"] == worktree(work, name)
+        await world.until(
+            lambda total=total: counts(world) == (total + 1, total), f"{total} Runs counted"
+        )
+        sizes[total] = size_but_counts(world)
+    assert sizes[12] == sizes[3], sizes
 
 
 # ----------------------------------------------------------------------------- recreation
@@ -395,7 +457,8 @@ async def test_a_deleted_sandbox_pod_is_made_again_with_its_conversations(world:
     await world.waiting(SECOND)
     second = await after.history("coder", coder(SECOND))
     assert [s["outcome"] for s in second["settlements"]] == ["ended"]
-    assert set(world.status()["worktrees"]) == {FIRST, SECOND}
+    for name in (FIRST, SECOND):
+        assert status(world.k8s, RUNS, name)["worktrees"]["target"]["branch"] == f"kubeturn/{name}"
     await world.signal(FIRST, "approve")
     await world.until(
         lambda: status(world.k8s, RUNS, FIRST).get("phase") == "Succeeded", f"{FIRST} to end"

@@ -189,6 +189,8 @@ COLUMNS = {
     "Workspace": [
         ("Phase", ".status.phase", "string"),
         ("Repos", ".status.repoCount", "integer"),
+        ("Runs", ".status.runCount", "integer"),
+        ("Active", ".status.activeRunCount", "integer"),
         AGE,
     ],
 }

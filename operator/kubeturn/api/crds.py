@@ -260,6 +260,8 @@ WORKSPACE = Resource(
     columns=(
         PrinterColumn("Phase", ".status.phase", "string", "Pending, Ready, Failed or Terminating."),
         PrinterColumn("Repos", ".status.repoCount", "integer", "Repo slots cloned."),
+        PrinterColumn("Runs", ".status.runCount", "integer", "Runs that name it."),
+        PrinterColumn("Active", ".status.activeRunCount", "integer", "Of those, unfinished."),
         AGE,
     ),
     amendments=(Amendment("spec.repos.*.url", rules=(CLONE_URL,)),),

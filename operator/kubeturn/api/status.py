@@ -213,6 +213,11 @@ class AcceptedEvent(Status):
     )
 
 
+class WorktreeStatus(Status):
+    path: str = Field(description="The worktree's path in the sandbox.")
+    branch: str = Field(description="Its branch.")
+
+
 class RunStatus(Status):
     """What the operator knows of a Run."""
 
@@ -270,6 +275,13 @@ class RunStatus(Status):
         default=None, description="The accepted events' names, for kubectl get -o wide."
     )
     cancelProcessed: bool = Field(default=False, description="spec.cancel was sent.")
+    worktrees: dict[str, WorktreeStatus] = Field(
+        default_factory=dict,
+        description=(
+            "Repo slot → the Run's worktree in its Workspace (path and branch), once the "
+            "Harness made them. They stay until the Run is deleted."
+        ),
+    )
     conditions: list[Condition] = Field(default_factory=list, description="Ready, and why.")
     observedGeneration: int | None = Field(
         default=None, description="The .metadata.generation last acted on."
@@ -296,11 +308,6 @@ class RepoStatus(Status):
     commit: str | None = Field(default=None, description="The commit the clone checked out.")
 
 
-class WorktreeStatus(Status):
-    path: str = Field(description="The worktree's path in the sandbox.")
-    branch: str = Field(description="Its branch.")
-
-
 class WorkspaceStatus(Status):
     """What the operator knows of a Workspace."""
 
@@ -317,8 +324,20 @@ class WorkspaceStatus(Status):
             "Repos, since a printer column cannot count a map."
         ),
     )
-    worktrees: dict[str, dict[str, WorktreeStatus]] = Field(
-        default_factory=dict, description="Run name → repo slot → worktree."
+    runCount: int = Field(
+        default=0,
+        description=(
+            "How many Runs name this Workspace (each has its worktrees on its volume once "
+            "made), as of its last look: within 20 s while Ready. Each Run reports its own "
+            "worktrees in its status.worktrees."
+        ),
+    )
+    activeRunCount: int = Field(
+        default=0,
+        description=(
+            "How many of them are not finished (not Succeeded, Failed or Cancelled), as of "
+            "its last look."
+        ),
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -9,9 +9,12 @@ on unforeseen, a bug, gets ``Ready=False, LoadFailed`` and waits likewise; the m
 is checked and compiled in a thread, off the event loop: ADR 0050; a saved state it
 cannot restore, of an unknown version or damaged, gets ``Ready=False,
 SnapshotUnreadable`` saying why, and the Run waits, not driven, never retried),
-finds or makes its Workspace, asks the Harness for the Run's worktrees (ones it cannot
-make give ``Ready=False, WorktreesFailed`` with its words, and are asked for again after
-a back-off), and drives the Orchestrator core. The snapshot is written to ``Run.status``
+finds or makes its Workspace (``Ready=False, WaitingForWorkspace`` while its Harness is
+not known), asks the Harness for the Run's worktrees (ones it cannot make give
+``Ready=False, WorktreesFailed`` with its words, and are asked for again after a
+back-off) and reports them in its own ``status.worktrees`` (never on the shared
+Workspace, whose status stays the same size however many Runs share it: ADR 0087), and
+drives the Orchestrator core. The snapshot is written to ``Run.status``
 before any effect is applied (``statuses``: the settled Turns' records as
 ``status.turns``, the rest as ``status.snapshot``, whence a restarted operator resumes),
 and every status write is built from the ``RunStatus`` model; ``spec.signals`` are sent
@@ -36,7 +39,7 @@ from typing import Any
 
 import kopf
 
-from kubeturn.api.status import RunStatus, WorkspaceStatus, WorktreeStatus
+from kubeturn.api.status import RunStatus, WorktreeStatus
 from kubeturn.errors import DefinitionErrors, SnapshotUnreadable
 from kubeturn.k8s import (
     conditions,
@@ -47,7 +50,6 @@ from kubeturn.k8s import (
     objects,
     patches,
     pauses,
-    workspaces,
 )
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
@@ -388,15 +390,17 @@ async def _workspace(
             "spec": ref.template.model_dump(mode="json", by_alias=True, exclude_none=True),
         }
         await hub.kube.create(owned)
-    await _note(
-        hub, body, conditions.WAITING_FOR_WORKSPACE, f"waiting for Workspace {name} to be Ready"
-    )
     branch = names.branch(meta["name"])
     made = None
     pause = WORKTREES_RETRY_S
+    noted = False
     while not stopped and made is None:
         harness = hub.harnesses.get((namespace, name))
         if harness is None:
+            if not noted:  # a Harness known at once needs no word: no write
+                said = f"waiting for Workspace {name} to be Ready"
+                await _note(hub, body, conditions.WAITING_FOR_WORKSPACE, said)
+                noted = True
             await pauses.pause(stopped, 1.0)
             continue
         workspace = await hub.kube.get(WORKSPACES, namespace, name)
@@ -408,6 +412,7 @@ async def _workspace(
             # the Workspace will know the new Harness.
             said = f"waiting for Workspace {name}: its Harness did not answer ({error})"
             await _note(hub, body, conditions.WAITING_FOR_WORKSPACE, said)
+            noted = True
             await pauses.pause(stopped, 1.0)
         except HarnessRefused as refused:
             said = (
@@ -415,16 +420,30 @@ async def _workspace(
                 f"{refused.said} (asking again in {pause:g} s)"
             )
             await _note(hub, body, conditions.WORKTREES_FAILED, said)
+            noted = True
             await pauses.pause(stopped, pause)
             pause = min(2 * pause, WORKTREES_RETRY_MAX_S)
     if made is None:
         return name, None
-    if (body.get("status") or {}).get("phase") not in workspaces.FINISHED:
-        worktrees = {slot: WorktreeStatus(path=path, branch=branch) for slot, path in made.items()}
-        ours = WorkspaceStatus(worktrees={meta["name"]: worktrees})
-        with contextlib.suppress(NotFound):
-            await hub.kube.patch(WORKSPACES, namespace, name, patches.status(ours), status=True)
+    await _report_worktrees(hub, body, made, branch)
     return name, WorkspaceView(made)
+
+
+async def _report_worktrees(hub: Hub, body: kopf.Body, made: dict[str, str], branch: str) -> None:
+    """Write the Run's worktrees (slot → path and branch) into its own status, in the one
+    patch that takes the place of the Workspace-wide entry of before (ADR 0087); none when
+    the status says so already (a resumed Run)."""
+    worktrees = {slot: WorktreeStatus(path=path, branch=branch) for slot, path in made.items()}
+    said = {slot: tree.model_dump() for slot, tree in worktrees.items()}
+    before = (body.get("status") or {}).get("worktrees") or {}
+    if before == said:
+        return
+    meta = body["metadata"]
+    # A merge patch merges maps: a slot the Workspace no longer has is written null.
+    gone = sorted(set(before) - set(said))
+    patch = patches.status(RunStatus(worktrees=worktrees), removed={"worktrees": gone})
+    with contextlib.suppress(NotFound):
+        await hub.kube.patch(RUNS, meta["namespace"], meta["name"], patch, status=True)
 
 
 async def _unreadable(hub: Hub, body: kopf.Body, why: str, logger: kopf.Logger) -> None:

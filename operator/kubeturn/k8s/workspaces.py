@@ -19,13 +19,16 @@ asks for now, once no Turn runs on it (ADR 0032); it gives ``hub.harnesses`` a n
 client when the Pod or its address changes (closing the old one), and writes what
 kubectl shows: the phase, the endpoint, ``Ready`` and why (``Invalid``, every problem
 with its path, for a spec the operator cannot take), ``SandboxCurrent``,
-``VolumeCurrent``, the clones the Harness reports (``repos``, ``repoCount``). It brings
-the providers ConfigMap and the NetworkPolicy up to date (the policy also when the API
-server's addresses change, ``apiserver``), and drops the ``worktrees``
-entries of Runs that finished or are gone (the Run controller writes them). Its Pod's
-events, a new generation of it and Runs that finish wake it (and, while its Pod waits to
-be made anew, its AgentTurns' and Runs' changes); it looks again every few seconds
-regardless. It never deletes, resizes or replaces the volume, nor changes the tokens.
+``VolumeCurrent``, the clones the Harness reports (``repos``, ``repoCount``), and how
+many Runs name the Workspace and how many of them are unfinished (``runCount``,
+``activeRunCount``: counts, never a list, so its size does not grow with its Runs; kept in
+memory from the Run watch's events, ADR 0087). Each Run reports its own worktrees, in its
+status. A key an older operator wrote (``worktrees``) is removed at the next write. It
+brings the providers ConfigMap and the NetworkPolicy up to date (the policy also when the
+API server's addresses change, ``apiserver``). Its Pod's events and a new generation of
+it wake it (and, while its Pod waits to be made anew, its AgentTurns' and Runs' changes);
+it looks again every few seconds regardless (20 s while Ready: the counts are as of then).
+It never deletes, resizes or replaces the volume, nor changes the tokens.
 
 A Workspace whose spec does not validate (a repo ``url`` carrying credentials, which the
 CRD refuses too) has nothing made or changed for it: it is ``Failed`` with
@@ -77,7 +80,6 @@ from kubeturn.k8s.kube import (
     AGENTTURNS,
     KINDS,
     PODS,
-    RUNS,
     SECRETS,
     WORKSPACES,
     Conflict,
@@ -101,7 +103,10 @@ when its generation changes, the operator starts and a Pod is made: a providers
 ConfigMap or NetworkPolicy changed or deleted by hand is put right within 5 minutes, at
 four reads per Workspace."""
 FINISHED = frozenset(p.value for p in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED))
-"""Phases of a Run that works no more: its worktrees' entry in the status goes."""
+"""Phases of a Run that works no more: ``activeRunCount`` leaves it out."""
+LEGACY_KEYS = ("worktrees",)
+"""Status keys an older operator wrote and this one does not (ADR 0087): removed at the
+next write, so an upgraded cluster's Workspaces shrink to the bounded status."""
 SANDBOX_LABELS = {
     "app.kubernetes.io/component": objects.SANDBOX,
     **objects.MANAGED_BY,
@@ -111,6 +116,46 @@ SANDBOX_LABELS = {
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+
+
+@dataclass
+class Occupancy:
+    """The Runs that name one Workspace, as the Run watch last showed them."""
+
+    runs: dict[str, bool] = field(default_factory=dict)
+    """Run name → whether it is unfinished (its phase is none of ``FINISHED``)."""
+
+    def counts(self) -> tuple[int, int]:
+        """(``runCount``, ``activeRunCount``)."""
+        return len(self.runs), sum(self.runs.values())
+
+
+@dataclass
+class Tenants:
+    """Which Runs name which Workspace, kept from the events of the Run watch kopf keeps
+    anyway (its first listing after a restart included), at O(1) per event: a Workspace's
+    counts never take a list of Runs (ADR 0087)."""
+
+    workspaces: dict[Key, Occupancy] = field(default_factory=dict)
+    where: dict[Key, Key] = field(default_factory=dict)
+    """Run (namespace, name) → the Workspace it is counted in."""
+
+    def of(self, workspace: Key) -> Occupancy:
+        """The Workspace's occupancy (the same object from now on)."""
+        return self.workspaces.setdefault(workspace, Occupancy())
+
+    def saw(self, namespace: str, run: str, workspace: str | None, unfinished: bool) -> None:
+        """Run ``run`` names ``workspace`` (None: none) and is ``unfinished`` or not."""
+        self.gone(namespace, run)
+        if workspace is not None:
+            self.where[namespace, run] = (namespace, workspace)
+            self.of((namespace, workspace)).runs[run] = unfinished
+
+    def gone(self, namespace: str, run: str) -> None:
+        """Run ``run`` is being deleted or is gone."""
+        workspace = self.where.pop((namespace, run), None)
+        if workspace is not None:
+            self.workspaces[workspace].runs.pop(run, None)
 
 
 @dataclass(frozen=True)
@@ -147,6 +192,8 @@ class Sandbox:
     outdated: bool = False
     """Its Pod runs an older spec and waits for no Turn to run: changes of AgentTurns and
     Runs wake the daemon."""
+    occupancy: Occupancy = field(default_factory=Occupancy)
+    """The Runs that name the Workspace (``Tenants``), counted in its status."""
 
 
 @dataclass(frozen=True)
@@ -535,7 +582,6 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
         endpoint = None
     ready = sandboxes.Said(phase is WorkspacePhase.READY, reason, message)
     await _write(hub, body, sandbox, phase, endpoint, ready, plan.current, repos)
-    await _drop_finished_worktrees(hub, body)
     if phase is WorkspacePhase.READY:
         return READY_PROBE_S
     return plan.wait_s if plan.wait_s is not None else PROBE_S
@@ -620,15 +666,19 @@ async def _write(
     current: sandboxes.Said | None,
     repos: ReposResponse | None,
 ) -> None:
-    """Patch the status when what it says changed; ``current`` (``SandboxCurrent``) and
-    ``sandbox.volume`` (``VolumeCurrent``) None, and ``repos`` None, keep the last ones."""
+    """Patch the status when what it says changed (the Runs counted in it included), or
+    when it holds a key of an older operator's (``LEGACY_KEYS``, written null);
+    ``current`` (``SandboxCurrent``) and ``sandbox.volume`` (``VolumeCurrent``) None, and
+    ``repos`` None, keep the last ones."""
     meta = body["metadata"]
     generation = meta.get("generation")
     reported = (
         None if repos is None else {s: c.model_dump() for s, c in sorted(repos.repos.items())}
     )
-    said = (phase, endpoint, ready, current, sandbox.volume, reported, generation)
-    if said == sandbox.written:
+    runs, active = sandbox.occupancy.counts()
+    said = (phase, endpoint, ready, current, sandbox.volume, reported, generation, runs, active)
+    legacy = [key for key in LEGACY_KEYS if key in (body.get("status") or {})]
+    if said == sandbox.written and not legacy:
         return
     written = conditions.put(
         (body.get("status") or {}).get("conditions", []),
@@ -656,6 +706,8 @@ async def _write(
         endpoint=endpoint,
         podName=objects.sandbox_name(meta["name"]),
         conditions=written,
+        runCount=runs,
+        activeRunCount=active,
         observedGeneration=generation,
     )
     gone: set[str] = set()
@@ -664,6 +716,7 @@ async def _write(
         gone = set((body.get("status") or {}).get("repos") or {}) - set(reported)
         status = status.model_copy(update={"repos": _repos(reported), "repoCount": len(reported)})
     patch = patches.status(status, removed={"repos": sorted(gone)} if gone else None)
+    patch["status"].update(dict.fromkeys(legacy))  # a merge patch's null removes the key
     await hub.kube.patch(WORKSPACES, meta["namespace"], meta["name"], patch, status=True)
     sandbox.written = said
 
@@ -677,29 +730,10 @@ def _repos(reported: dict[str, Any]) -> dict[str, RepoStatus]:
     }
 
 
-async def _drop_finished_worktrees(hub: Hub, body: dict[str, Any]) -> None:
-    """Remove ``status.worktrees`` entries of Runs that finished, are being deleted, or
-    are gone. The worktrees stay on the volume; only the report of them goes."""
-    listed = (body.get("status") or {}).get("worktrees") or {}
-    if not listed:
-        return
-    meta = body["metadata"]
-    runs = {run["metadata"]["name"]: run for run in await hub.kube.list(RUNS, meta["namespace"])}
-    over = [name for name in listed if name not in runs or _finished(runs[name])]
-    if over:
-        patch = patches.status(WorkspaceStatus(), removed={"worktrees": over})
-        await hub.kube.patch(WORKSPACES, meta["namespace"], meta["name"], patch, status=True)
-
-
-def _finished(run: dict[str, Any]) -> bool:
-    return bool(run["metadata"].get("deletionTimestamp")) or (
-        (run.get("status") or {}).get("phase") in FINISHED
-    )
-
-
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     """Register the Workspace handlers with kopf."""
     kept: dict[Key, Sandbox] = {}
+    tenants = Tenants()
 
     def wake(namespace: str | None, workspace: str | None, *, if_outdated: bool = False) -> None:
         """Wake the Workspace's daemon (``if_outdated``: only while its Pod waits to roll)."""
@@ -730,7 +764,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     @metrics.counting_errors("workspaces")
     async def keep_sandbox(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
         key = (str(body["metadata"]["namespace"]), str(body["metadata"]["name"]))
-        sandbox = kept.setdefault(key, Sandbox())
+        sandbox = kept.setdefault(key, Sandbox(occupancy=tenants.of(key)))
         try:
             while not stopped:
                 seconds = await reconcile(hub, _plain(body), sandbox)
@@ -774,15 +808,23 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.event(GROUP, VERSION, "runs", registry=registry)
     async def run_changed(
-        event: kopf.RawEvent, body: kopf.Body, namespace: str | None, **_: Any
+        event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, **_: Any
     ) -> None:
-        """A Run that finished or went: its Workspace drops its worktrees' entry. Any change
-        of a Run (an exec that ended is written to its status) may let a Pod of an older
-        spec be made anew."""
-        plain = _plain(body)
-        with contextlib.suppress(KeyError, TypeError):
-            ended = event.get("type") == "DELETED" or _finished(plain)
-            wake(namespace, objects.workspace_of(plain), if_outdated=not ended)
+        """Count the Run in the Workspace it names (``Tenants``; its status says so at the
+        Workspace's next look, which this does not hasten). Any change of a Run (an exec
+        that ended is written to its status, the Run finished or went) may let a Pod of an
+        older spec be made anew."""
+        where = namespace or ""
+        try:
+            workspace = objects.workspace_of(body)
+        except (KeyError, TypeError):  # a spec the Run's own controller says is wrong
+            workspace = None
+        if event.get("type") == "DELETED" or body["metadata"].get("deletionTimestamp"):
+            tenants.gone(where, name)
+        else:
+            phase = (body.get("status") or {}).get("phase")
+            tenants.saw(where, name, workspace, phase not in FINISHED)
+        wake(namespace, workspace, if_outdated=True)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:
