@@ -14,10 +14,15 @@ make give ``Ready=False, WorktreesFailed`` with its words, and are asked for aga
 a back-off), and drives the Orchestrator core. The snapshot is written to ``Run.status``
 before any effect is applied (``statuses``: the settled Turns' records as
 ``status.turns``, the rest as ``status.snapshot``, whence a restarted operator resumes),
-and every status write is built from the ``RunStatus`` model; ``spec.signals`` are sent
-once each (their ids live in the snapshot; one no active state accepts is recorded
-ignored, with a ``SignalIgnored`` Warning Event, and stays in the spec: ADR 0067) and
-``spec.cancel`` once. Deleting a Run
+every status write is built from the ``RunStatus`` model, and one that would write what
+was written last is not sent (ADR 0085). The daemon never polls: it reads the spec as the
+actor starts and again at each new generation, which kopf's watch announces through an
+event handler (``generations``, ADR 0084); in between, running, finished or invalid, it
+waits on no timer. ``spec.signals`` are sent once each (their ids live in the snapshot;
+one no active state accepts is recorded ignored, with a ``SignalIgnored`` Warning Event,
+and stays in the spec: ADR 0067) and ``spec.cancel`` once, the new ones of a generation
+in one input. A finished Run's daemon stays, waiting: its actor answers the Orchestrator
+API for its Turns and records a late signal ignored. Deleting a Run
 deletes its live AgentTurns, whose finalizers sweep them, before the Run goes; then the
 Harness of the shared Workspace it worked in forgets it: its worktrees and conversations
 (ADR 0030).
