@@ -158,11 +158,15 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     """Run key → the generation its daemon read and waits past."""
 
     @kopf.on.event(GROUP, VERSION, "runs", registry=registry)
-    async def spec_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
+    async def spec_changed(
+        event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, **_: Any
+    ) -> None:
         """Any event of a Run (kopf updated its daemon's live body first): a generation
-        its daemon has not read wakes it."""
-        generation = watched.get(f"{namespace}/{name}")
-        if generation is not None:
+        its daemon has not read wakes it. A Run that went is forgotten."""
+        key = f"{namespace}/{name}"
+        if event.get("type") == "DELETED":
+            watched.pop(key, None)
+        elif (generation := watched.get(key)) is not None:
             generation.seen(body["metadata"].get("generation"))
 
     @kopf.daemon(
@@ -185,11 +189,74 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         assert namespace is not None, "Runs are namespaced"
         key = f"{namespace}/{name}"
         generation = watched[key] = Generation()
+        loaded = await _load(hub, body, generation, stopped)
+        if loaded is None:
+            return
+        workspace, view = await _workspace(hub, body, loaded, stopped)
+        if stopped:
+            return
+        status = dict(body.get("status") or {})
         try:
-            await _drive(hub, body, namespace, name, generation, stopped, logger)
+            core = RunCore(
+                loaded,
+                workspace=view,
+                new_id=lambda: secrets.token_hex(4),
+                snapshot=statuses.resume_point(status),
+            )
+        except SnapshotUnreadable as error:
+            await _unreadable(hub, body, str(error), logger)
+            await stopped.wait()
+            return
+        plain = {
+            "apiVersion": body["apiVersion"],
+            "kind": body["kind"],
+            "metadata": dict(body["metadata"]),
+        }
+        store = StatusStore(
+            hub,
+            namespace,
+            name,
+            core,
+            lambda: body["metadata"].get("generation"),
+            list(status.get("conditions") or []),
+        )
+        actor = RunActor(
+            core,
+            turns=ClusterTurns(hub, plain, loaded, workspace),
+            execs=_Execs(hub, namespace, workspace),
+            store=store,
+            clock=time.time,
+            on_record=_recorded(hub, plain),
+            deliveries=_deliverer(hub, namespace, name, workspace),
+        )
+        hub.registry.actors[key] = actor
+        hub.registry.workspaces[key] = f"{namespace}/{workspace}"
+        try:
+            await actor.start()
+            hub.resumed(key)
+            _post_recent(hub, plain, core.history)
+            while not stopped:
+                # Read now what was applied while no actor ran (a start, a restart) and each
+                # new generation: the spec is the truth, the snapshot says which ids were sent.
+                generation.reading(body["metadata"].get("generation"))
+                await _send_new(hub, plain, actor, dict(body.get("spec") or {}))
+                await generation.changed(stopped)
         finally:
-            if watched.get(key) is generation:
-                del watched[key]
+            reason = stopped.reason or kopf.DaemonStoppingReason(0)
+            deleted = kopf.DaemonStoppingReason.RESOURCE_DELETED in reason
+            if reason & (
+                kopf.DaemonStoppingReason.OPERATOR_EXITING
+                | kopf.DaemonStoppingReason.OPERATOR_PAUSING
+            ):
+                # A Turn this process cannot find now may be live in an actor that closed:
+                # the API must not say it is over (ADR 0047).
+                hub.registry.stopping = True
+            await actor.close()
+            if deleted:
+                hub.registry.actors.pop(key, None)
+                hub.phases.drop(key)
+            # Otherwise the closed actor stays: its Turns are answered 503 until the actor
+            # that resumes the Run takes its place, or the process ends.
 
     @kopf.on.delete(GROUP, VERSION, "runs", registry=registry)
     @metrics.counting_errors("runs")
@@ -205,88 +272,6 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         while await hub.kube.list(AGENTTURNS, namespace, labels=label):
             await asyncio.sleep(0.2)
         await _forget(hub, namespace, name, dict(body.get("spec") or {}), logger)
-
-
-async def _drive(
-    hub: Hub,
-    body: kopf.Body,
-    namespace: str,
-    name: str,
-    generation: Generation,
-    stopped: kopf.DaemonStopped,
-    logger: kopf.Logger,
-) -> None:
-    """Load the Run, make its actor and drive it until the daemon is to stop: its spec is
-    read as the actor starts and again at each new generation (``generation``), never
-    polled; between them, finished or not, the daemon waits on no timer."""
-    loaded = await _load(hub, body, generation, stopped)
-    if loaded is None:
-        return
-    workspace, view = await _workspace(hub, body, loaded, stopped)
-    if stopped:
-        return
-    status = dict(body.get("status") or {})
-    try:
-        core = RunCore(
-            loaded,
-            workspace=view,
-            new_id=lambda: secrets.token_hex(4),
-            snapshot=statuses.resume_point(status),
-        )
-    except SnapshotUnreadable as error:
-        await _unreadable(hub, body, str(error), logger)
-        await stopped.wait()
-        return
-    plain = {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "metadata": dict(body["metadata"]),
-    }
-    store = StatusStore(
-        hub,
-        namespace,
-        name,
-        core,
-        lambda: body["metadata"].get("generation"),
-        list(status.get("conditions") or []),
-    )
-    actor = RunActor(
-        core,
-        turns=ClusterTurns(hub, plain, loaded, workspace),
-        execs=_Execs(hub, namespace, workspace),
-        store=store,
-        clock=time.time,
-        on_record=_recorded(hub, plain),
-        deliveries=_deliverer(hub, namespace, name, workspace),
-    )
-    key = f"{namespace}/{name}"
-    hub.registry.actors[key] = actor
-    hub.registry.workspaces[key] = f"{namespace}/{workspace}"
-    try:
-        await actor.start()
-        hub.resumed(key)
-        _post_recent(hub, plain, core.history)
-        while not stopped:
-            # Read now what was applied while no actor ran (a start, a restart) and each
-            # new generation: the spec is the truth, the snapshot says which ids were sent.
-            generation.reading(body["metadata"].get("generation"))
-            await _send_new(hub, plain, actor, dict(body.get("spec") or {}))
-            await generation.changed(stopped)
-    finally:
-        reason = stopped.reason or kopf.DaemonStoppingReason(0)
-        deleted = kopf.DaemonStoppingReason.RESOURCE_DELETED in reason
-        if reason & (
-            kopf.DaemonStoppingReason.OPERATOR_EXITING | kopf.DaemonStoppingReason.OPERATOR_PAUSING
-        ):
-            # A Turn this process cannot find now may be live in an actor that closed:
-            # the API must not say it is over (ADR 0047).
-            hub.registry.stopping = True
-        await actor.close()
-        if deleted:
-            hub.registry.actors.pop(key, None)
-            hub.phases.drop(key)
-        # Otherwise the closed actor stays: its Turns are answered 503 until the actor
-        # that resumes the Run takes its place, or the process ends.
 
 
 async def _send_new(hub: Hub, run: dict[str, Any], actor: RunActor, spec: dict[str, Any]) -> None:
