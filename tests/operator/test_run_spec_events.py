@@ -4,14 +4,16 @@ against the strict API emulator; these Runs invoke nothing, so no Workspace is m
 
 One operator, three Runs: ``waits`` (waits for the signal ``go``), ``finished`` (ends as
 it starts) and ``broken`` (a transition's target names no state):
-- while all three wait (running, finished, invalid) for 2 s, the operator makes no request
-  about Runs at the emulator (no read, no write) and no daemon reads a spec
-  (``kubeturn_run_spec_reads``: each daemon read its spec once as it loaded the Run and
-  once as its actor started, the invalid one once);
-- ``go`` appended to ``waits``' signals is handled: one read of the spec, one status write;
-  ``x`` appended to ``finished``'s is recorded ``ignored`` with a ``SignalIgnored``
-  Event: one read, one status write; a new ``spec.input`` of ``waits`` (a new generation,
-  nothing new for its actor) is read once and writes nothing;
+- ``x`` appended to ``finished``'s signals is recorded ``ignored`` with a
+  ``SignalIgnored`` Event: one read of the spec, one status write;
+- while all three wait (running, finished with a signal in its spec, invalid) for 2 s,
+  the operator makes no request about Runs at the emulator (no read, no write) and no
+  daemon reads a spec (``kubeturn_run_spec_reads``: each daemon read its spec once as it
+  loaded the Run and once as its actor started, the invalid one once, then ``finished``
+  once for ``x``);
+- ``go`` appended to ``waits``' signals is handled: one read, one status write; a new
+  ``spec.input`` of ``waits`` (a new generation, nothing new for its actor) is read once
+  and writes nothing;
 - ``broken`` fixed (a new generation) is loaded at once and runs to ``Succeeded``;
 - each Run's status is written exactly twice; the runs-by-phase gauge follows: Running 1
   and Succeeded 1, then Succeeded 3, then 2 once ``finished`` is deleted (no count for the
@@ -147,23 +149,29 @@ async def test_a_runs_spec_reaches_it_as_events_and_a_waiting_run_costs_nothing(
     await reads_reach(5)
     # kopf's own writes of a new object: its finalizer, then what it handled last.
     await eventually(
-        lambda: all(DIFFBASE in annotations(k8s, name) for name in ("waits", "finished", "broken")),
+        lambda: all(DIFFBASE in annotations(k8s, name) for name in ("waits", "broken")),
         "kopf to have handled the Runs' creation",
     )
+    await eventually(lambda: DIFFBASE in annotations(k8s, "finished"), "kopf: finished")
+    created = annotations(k8s, "finished")[DIFFBASE]
+    await send("PATCH", "finished", {"spec": {"signals": [{"id": "x-1", "event": "x"}]}})
+    await eventually(lambda: len(events(k8s, "SignalIgnored")) == 1, "a SignalIgnored Event")
+    (ignored,) = of(k8s, "finished")["processedSignals"]
+    assert (ignored["id"], ignored["result"]) == ("x-1", "ignored")
+    await eventually(
+        lambda: annotations(k8s, "finished")[DIFFBASE] != created, "kopf: the new generation"
+    )
+    await reads_reach(6)
 
     asked = about_runs()
     await asyncio.sleep(IDLE_S)
     assert about_runs()[len(asked) :] == [], (asked, about_runs()[len(asked) :])
-    assert reads() - before == 5
+    assert reads() - before == 6
     assert gauge() == {"Running": 1, "Succeeded": 1}
 
     await send("PATCH", "waits", {"spec": {"signals": [{"id": "go-1", "event": "go"}]}})
-    await send("PATCH", "finished", {"spec": {"signals": [{"id": "x-1", "event": "x"}]}})
     await eventually(lambda: of(k8s, "waits").get("phase") == "Succeeded", "waits to end")
-    await eventually(lambda: len(events(k8s, "SignalIgnored")) == 1, "a SignalIgnored Event")
     assert of(k8s, "waits")["processedSignals"] == [{"id": "go-1", "result": "handled"}]
-    (ignored,) = of(k8s, "finished")["processedSignals"]
-    assert (ignored["id"], ignored["result"]) == ("x-1", "ignored")
     await send("PATCH", "waits", {"spec": {"input": {"more": "nothing to act on"}}})
     await reads_reach(8)
 
