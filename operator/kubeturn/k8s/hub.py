@@ -20,6 +20,7 @@ from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s.apiserver import ApiServerAddresses
 from kubeturn.k8s.kube import Kube
+from kubeturn.k8s.metrics import PhaseCounts
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.api import Registry
 from kubeturn.orchestrator.delivery import Pusher
@@ -95,8 +96,8 @@ class Hub:
     """(namespace, Workspace) → its Harness's client, once the Workspace is Ready."""
     sweeps: dict[tuple[str, str], list[Settled]] = field(default_factory=dict)
     """(namespace, AgentTurn) → what its finalizer's sweep settled."""
-    phases: dict[str, str] = field(default_factory=dict)
-    """Run key → its phase, for the runs-by-phase gauge."""
+    phases: PhaseCounts = field(default_factory=PhaseCounts)
+    """Runs by phase, for the runs-by-phase gauge."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Fire-and-forget work (Events), kept referenced until done."""
     clock: Callable[[], float] = time.monotonic

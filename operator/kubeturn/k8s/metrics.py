@@ -27,11 +27,61 @@ SWEEP_SECONDS = Histogram(
     buckets=SWEEP_BUCKETS,
 )
 RUNS = Gauge("kubeturn_runs", "Runs this operator drives, by phase.", ["phase"])
+RUN_SPEC_READS = Counter(
+    "kubeturn_run_spec_reads",
+    "Times a Run's daemon read its spec for signals and a cancel: once as it starts, then "
+    "once per new generation.",
+)
 RECONCILE_ERRORS = Counter(
     "kubeturn_reconcile_errors",
     "Handler failures, by resource (kopf retries them).",
     ["resource"],
 )
+
+
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
+
+
+class PhaseCounts:
+    """The runs-by-phase gauge, kept as counts: a Run that changes phase moves from one
+    count to another, and a deleted one leaves its count; nothing walks every Run.
+
+    The gauge shows this object's counts (the Runs this operator drives): its first change
+    sets every phase's, so an operator started again in the same process starts afresh."""
+
+    def __init__(self, gauge: Gauge = RUNS) -> None:
+        self._gauge = gauge
+        self._phases: dict[str, str] = {}
+        self._counts: dict[str, int] = dict.fromkeys(PHASES, 0)
+        self._shown = False
+
+    def put(self, run: str, phase: str) -> None:
+        """``run`` (``namespace/name``) is in ``phase`` now."""
+        before = self._phases.get(run)
+        if before != phase:
+            self._phases[run] = phase
+            self._move(before, phase)
+
+    def drop(self, run: str) -> None:
+        """``run`` was deleted: it counts nowhere."""
+        before = self._phases.pop(run, None)
+        if before is not None:
+            self._move(before, None)
+
+    def counts(self) -> dict[str, int]:
+        """Phase → Runs in it, of the phases some Run is in."""
+        return {phase: count for phase, count in self._counts.items() if count}
+
+    def _move(self, before: str | None, after: str | None) -> None:
+        if before is not None:
+            self._counts[before] -= 1
+        if after is not None:
+            self._counts[after] = self._counts.get(after, 0) + 1
+        changed = (before, after) if self._shown else tuple(self._counts)
+        self._shown = True
+        for phase in changed:
+            if phase is not None:
+                self._gauge.labels(phase=phase).set(self._counts[phase])
 
 
 Handler = Callable[..., Awaitable[None]]

@@ -24,8 +24,11 @@ async def pause(stopped: kopf.DaemonStopped, seconds: float) -> None:
             await stopped.wait()
 
 
-async def pause_or_wake(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:
-    """Until ``seconds`` pass, the daemon is to stop, or something sets ``wake`` (cleared)."""
+async def pause_or_wake(
+    stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float | None
+) -> None:
+    """Until ``seconds`` pass, the daemon is to stop, or something sets ``wake`` (cleared);
+    with ``seconds`` None, no timer: nothing runs until one of the two."""
     waits = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait())]
     try:
         await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)

@@ -17,10 +17,15 @@ Workspace, whose status stays the same size however many Runs share it: ADR 0087
 drives the Orchestrator core. The snapshot is written to ``Run.status``
 before any effect is applied (``statuses``: the settled Turns' records as
 ``status.turns``, the rest as ``status.snapshot``, whence a restarted operator resumes),
-and every status write is built from the ``RunStatus`` model; ``spec.signals`` are sent
-once each (their ids live in the snapshot; one no active state accepts is recorded
-ignored, with a ``SignalIgnored`` Warning Event, and stays in the spec: ADR 0067) and
-``spec.cancel`` once. Deleting a Run
+every status write is built from the ``RunStatus`` model, and one that would write what
+was written last is not sent (ADR 0085). The daemon never polls: it reads the spec as the
+actor starts and again at each new generation, which kopf's watch announces through an
+event handler (``generations``, ADR 0084); in between, running, finished or invalid, it
+waits on no timer. ``spec.signals`` are sent once each (their ids live in the snapshot;
+one no active state accepts is recorded ignored, with a ``SignalIgnored`` Warning Event,
+and stays in the spec: ADR 0067) and ``spec.cancel`` once, the new ones of a generation
+in one input. A finished Run's daemon stays, waiting: its actor answers the Orchestrator
+API for its Turns and records a late signal ignored. Deleting a Run
 deletes its live AgentTurns, whose finalizers sweep them, before the Run goes; then the
 Harness of the shared Workspace it worked in forgets it: its worktrees and conversations
 (ADR 0030).
@@ -34,12 +39,12 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kopf
 
-from kubeturn.api.status import RunStatus, WorktreeStatus
+from kubeturn.api.status import Condition, RunStatus, WorktreeStatus
 from kubeturn.errors import DefinitionErrors, SnapshotUnreadable
 from kubeturn.k8s import (
     conditions,
@@ -51,12 +56,13 @@ from kubeturn.k8s import (
     patches,
     pauses,
 )
+from kubeturn.k8s.generations import Generation
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
 from kubeturn.k8s.turns import ClusterTurns
 from kubeturn.machine.load import LoadedRun, load_run
 from kubeturn.orchestrator import signals, snapshots, statuses
-from kubeturn.orchestrator.actor import RunActor
+from kubeturn.orchestrator.actor import RunActor, Signal
 from kubeturn.orchestrator.core import ExecResult, RunCore
 from kubeturn.orchestrator.delivery import Committed, Deliverer, DeliveryFailed, Remote
 from kubeturn.orchestrator.effects import StartExec
@@ -69,8 +75,6 @@ from kubeturn.orchestrator.harness_client import (
 from kubeturn.orchestrator.turns import TurnRecord
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
-SPEC_POLL_S = 0.5
-"""How often the daemon reads new signals or a cancel from the live spec."""
 DRIVE_BACKOFF_S = 10.0
 """How soon kopf runs a Run's daemon again after it failed unexpectedly (the API server
 refused a write, a bug): kopf's default is 60 s. The daemon resumes from ``Run.status``,
@@ -94,7 +98,9 @@ log = logging.getLogger(__name__)
 
 
 class StatusStore:
-    """Writes the core's snapshot and what kubectl shows into ``Run.status``."""
+    """Writes the core's snapshot and what kubectl shows into ``Run.status``: a status the
+    same as the one it last wrote is not written again (after a restart, the first save
+    writes), and ``Ready`` keeps its ``lastTransitionTime`` until its status flips."""
 
     def __init__(
         self,
@@ -103,11 +109,16 @@ class StatusStore:
         name: str,
         core: RunCore,
         generation: Callable[[], int | None],
+        conditions: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self._hub, self._namespace, self._name = hub, namespace, name
         self._core = core
         self._generation = generation
         """The Run's generation now: a signal or a cancel is a new one, acted on here."""
+        self._conditions: Sequence[Mapping[str, Any] | Condition] = conditions
+        """The Run's conditions as this store last wrote them (first: as read)."""
+        self._written: str | None = None
+        """The last patch written, as JSON."""
 
     async def save(self, snapshot: dict[str, Any]) -> None:
         core = self._core
@@ -120,7 +131,7 @@ class StatusStore:
             accepted = [item.model_dump(by_alias=True) for item in status.acceptedEvents]
             said += f"; it accepts now: {signals.listing(accepted)}"
         ready = conditions.put(
-            [],
+            [c for c in self._conditions if _type(c) == conditions.READY],
             conditions.READY,
             not finished or phase == "Succeeded",
             conditions.FINISHED if finished else conditions.RUNNING,
@@ -132,14 +143,34 @@ class StatusStore:
         )
         # A merge patch keeps the keys of an older snapshot that the new one lacks.
         removed = {"snapshot": snapshots.LEGACY_KEYS}
-        await self._hub.kube.patch(
-            RUNS, self._namespace, self._name, patches.status(status, removed=removed), status=True
-        )
-        self._hub.phases[f"{self._namespace}/{self._name}"] = phase
-        count_phases(self._hub)
+        patch = patches.status(status, removed=removed)
+        written = json.dumps(patch, sort_keys=True, separators=(",", ":"))
+        if written != self._written:
+            await self._hub.kube.patch(RUNS, self._namespace, self._name, patch, status=True)
+            self._written, self._conditions = written, ready
+        self._hub.phases.put(f"{self._namespace}/{self._name}", phase)
+
+
+def _type(condition: Mapping[str, Any] | Condition) -> Any:
+    return condition.type if isinstance(condition, Condition) else condition.get("type")
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
+    watched: dict[str, Generation] = {}
+    """Run key → the generation its daemon read and waits past."""
+
+    @kopf.on.event(GROUP, VERSION, "runs", registry=registry)
+    async def spec_changed(
+        event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, **_: Any
+    ) -> None:
+        """Any event of a Run (kopf updated its daemon's live body first): a generation
+        its daemon has not read wakes it. A Run that went is forgotten."""
+        key = f"{namespace}/{name}"
+        if event.get("type") == "DELETED":
+            watched.pop(key, None)
+        elif (generation := watched.get(key)) is not None:
+            generation.seen(body["metadata"].get("generation"))
+
     @kopf.daemon(
         GROUP,
         VERSION,
@@ -151,7 +182,6 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     @metrics.counting_errors("runs")
     async def drive(
         body: kopf.Body,
-        spec: kopf.Spec,
         namespace: str | None,
         name: str,
         stopped: kopf.DaemonStopped,
@@ -159,7 +189,9 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         **_: Any,
     ) -> None:
         assert namespace is not None, "Runs are namespaced"
-        loaded = await _load(hub, body, stopped)
+        key = f"{namespace}/{name}"
+        generation = watched[key] = Generation()
+        loaded = await _load(hub, body, generation, stopped)
         if loaded is None:
             return
         workspace, view = await _workspace(hub, body, loaded, stopped)
@@ -182,7 +214,14 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             "kind": body["kind"],
             "metadata": dict(body["metadata"]),
         }
-        store = StatusStore(hub, namespace, name, core, lambda: body["metadata"].get("generation"))
+        store = StatusStore(
+            hub,
+            namespace,
+            name,
+            core,
+            lambda: body["metadata"].get("generation"),
+            list(status.get("conditions") or []),
+        )
         actor = RunActor(
             core,
             turns=ClusterTurns(hub, plain, loaded, workspace),
@@ -192,7 +231,6 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             on_record=_recorded(hub, plain),
             deliveries=_deliverer(hub, namespace, name, workspace),
         )
-        key = f"{namespace}/{name}"
         hub.registry.actors[key] = actor
         hub.registry.workspaces[key] = f"{namespace}/{workspace}"
         try:
@@ -200,17 +238,11 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             hub.resumed(key)
             _post_recent(hub, plain, core.history)
             while not stopped:
-                for signal in list(spec.get("signals") or []):
-                    known = signal["id"] in core.signals
-                    await actor.signal(
-                        signal["event"], dict(signal.get("data") or {}), signal_id=signal["id"]
-                    )
-                    why = core.ignored.get(signal["id"])
-                    if not known and why is not None:
-                        _ignored(hub, plain, signal["id"], signal["event"], why)
-                if spec.get("cancel"):
-                    await actor.cancel()
-                await pauses.pause(stopped, SPEC_POLL_S)
+                # Read now what was applied while no actor ran (a start, a restart) and each
+                # new generation: the spec is the truth, the snapshot says which ids were sent.
+                generation.reading(body["metadata"].get("generation"))
+                await _send_new(hub, plain, actor, dict(body.get("spec") or {}))
+                await generation.changed(stopped)
         finally:
             reason = stopped.reason or kopf.DaemonStoppingReason(0)
             deleted = kopf.DaemonStoppingReason.RESOURCE_DELETED in reason
@@ -224,8 +256,8 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             await actor.close()
             if deleted:
                 hub.registry.actors.pop(key, None)
-                hub.phases.pop(key, None)
-                count_phases(hub)
+                hub.registry.workspaces.pop(key, None)
+                hub.phases.drop(key)
             # Otherwise the closed actor stays: its Turns are answered 503 until the actor
             # that resumes the Run takes its place, or the process ends.
 
@@ -243,6 +275,26 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         while await hub.kube.list(AGENTTURNS, namespace, labels=label):
             await asyncio.sleep(0.2)
         await _forget(hub, namespace, name, dict(body.get("spec") or {}), logger)
+
+
+async def _send_new(hub: Hub, run: dict[str, Any], actor: RunActor, spec: dict[str, Any]) -> None:
+    """Send the actor the spec's signals it has not had (by id) and its cancel, if not
+    sent yet: all in one input, so one status write. An ignored signal gets a Warning
+    Event (ADR 0067). Nothing new: nothing is sent, and nothing written."""
+    metrics.RUN_SPEC_READS.inc()
+    core = actor.core
+    fresh: dict[str, Signal] = {}
+    for item in list(spec.get("signals") or []):
+        if item["id"] not in core.signals and item["id"] not in fresh:
+            fresh[item["id"]] = Signal(item["event"], dict(item.get("data") or {}), item["id"])
+    cancel = bool(spec.get("cancel")) and not core.cancelled
+    if not fresh and not cancel:
+        return
+    await actor.send(list(fresh.values()), cancel=cancel)
+    for signal in fresh.values():
+        why = core.ignored.get(signal.id or "")
+        if why is not None:
+            _ignored(hub, run, signal.id or "", signal.event, why)
 
 
 async def _forget(
@@ -293,9 +345,11 @@ async def _forget(
         )
 
 
-async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> LoadedRun | None:
+async def _load(
+    hub: Hub, body: kopf.Body, generation: Generation, stopped: kopf.DaemonStopped
+) -> LoadedRun | None:
     """The loaded Run; an invalid or too large one, or one the loader failed on, is
-    reported and waited on until it changes.
+    reported and waited on until a new generation (``generation`` wakes the daemon).
 
     ``body`` is kopf's live view: ``body["metadata"]`` is read again each time, since a
     dict taken from it once would never see a new generation. The manifest is checked
@@ -304,7 +358,8 @@ async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> Loade
     """
     while not stopped:
         meta = body["metadata"]
-        generation = meta.get("generation")
+        generation.reading(meta.get("generation"))
+        metrics.RUN_SPEC_READS.inc()
         document = {
             "apiVersion": body["apiVersion"],
             "kind": body["kind"],
@@ -317,15 +372,16 @@ async def _load(hub: Hub, body: kopf.Body, stopped: kopf.DaemonStopped) -> Loade
         reason, said = checked
         current = (body.get("status") or {}).get("conditions", [])
         refused = RunStatus(
-            conditions=conditions.put(current, conditions.READY, False, reason, said, generation),
-            observedGeneration=generation,
+            conditions=conditions.put(
+                current, conditions.READY, False, reason, said, generation.read
+            ),
+            observedGeneration=generation.read,
         )
         await hub.kube.patch(
             RUNS, meta["namespace"], meta["name"], patches.status(refused), status=True
         )
         hub.resumed(f"{meta['namespace']}/{meta['name']}")  # no Turn of it runs
-        while not stopped and body["metadata"].get("generation") == generation:
-            await pauses.pause(stopped, SPEC_POLL_S)
+        await generation.changed(stopped)
     return None
 
 
@@ -466,16 +522,6 @@ async def _note(hub: Hub, body: kopf.Body, reason: str, message: str) -> None:
     )
     noted = RunStatus(conditions=updated)
     await hub.kube.patch(RUNS, meta["namespace"], meta["name"], patches.status(noted), status=True)
-
-
-def count_phases(hub: Hub) -> None:
-    """The runs-by-phase gauge, from the Runs this operator drives (a finished one counts
-    under its phase until it is deleted)."""
-    counts: dict[str, int] = {}
-    for phase in hub.phases.values():
-        counts[phase] = counts.get(phase, 0) + 1
-    for phase in ("Pending", "Running", "Succeeded", "Failed", "Cancelled"):
-        metrics.RUNS.labels(phase=phase).set(counts.get(phase, 0))
 
 
 def _recorded(hub: Hub, run: dict[str, Any], *, count: bool = True) -> Callable[[TurnRecord], None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,6 +40,16 @@ class Settled:
     usage: Usage | None = None
     message: str | None = None
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Signal:
+    """An outside event sent to the Run; one with an id is sent once (its id is kept in
+    the snapshot)."""
+
+    event: str
+    data: dict[str, Any]
+    id: str | None = None
 
 
 class ActorClosed(Exception):
@@ -142,6 +152,21 @@ class RunActor:
         self, event: str, data: dict[str, Any] | None, *, signal_id: str | None = None
     ) -> None:
         await self._do(lambda now: self.core.signal(event, data, now, signal_id=signal_id))
+
+    async def send(self, signals: Sequence[Signal], *, cancel: bool = False) -> None:
+        """``signals`` in order, then CANCEL if ``cancel``: decided together and saved
+        once, before any of their effects is applied (one status write, not one each)."""
+
+        def decide(now: float) -> Effects:
+            effects = Effects()
+            for signal in signals:
+                decided = self.core.signal(signal.event, signal.data, now, signal_id=signal.id)
+                effects.items.extend(decided.items)
+            if cancel:
+                effects.items.extend(self.core.cancel(now).items)
+            return effects
+
+        await self._do(decide)
 
     async def turn_deleted(self, turn: str, submission: str | None) -> None:
         """A person deleted a live Turn's AgentTurn."""
