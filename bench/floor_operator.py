@@ -31,9 +31,8 @@ import kopf
 from aiohttp import web
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
-from kubeturn.k8s import diffbase
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, Kube
-from kubeturn.k8s.operator import connection_info, health_app, kube_client
+from kubeturn.k8s.operator import connection_info, health_app, kopf_settings, kube_client
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 
@@ -80,11 +79,7 @@ def build(kube: Kube, connection: kopf.ConnectionInfo) -> kopf.OperatorRegistry:
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.persistence.finalizer = SWEEP_FINALIZER
-        settings.persistence.diffbase_storage = diffbase.DigestDiffBaseStorage()
-        settings.posting.level = logging.WARNING
-        settings.watching.server_timeout = 300
-        settings.scanning.disabled = True
+        kopf_settings(settings)
 
     @kopf.on.create(GROUP, VERSION, "runs", registry=registry)
     async def created(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:

@@ -104,16 +104,21 @@ def build(hub: Hub, client: kubernetes.client.ApiClient) -> kopf.OperatorRegistr
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.persistence.finalizer = SWEEP_FINALIZER
-        settings.persistence.diffbase_storage = diffbase.DigestDiffBaseStorage()
-        settings.posting.level = logging.WARNING
-        settings.watching.server_timeout = 300
-        # No scanning of the cluster (ADR 0041): the namespaces served are given (or all of
-        # them), and the CRDs are read from discovery at the start, so the operator needs
-        # no list or watch of Namespaces or CustomResourceDefinitions, cluster-scoped both.
-        settings.scanning.disabled = True
+        kopf_settings(settings)
 
     return registry
+
+
+def kopf_settings(settings: kopf.OperatorSettings) -> None:
+    """kubeturn's settings of kopf (also those of the benchmark's floor operator)."""
+    settings.persistence.finalizer = SWEEP_FINALIZER
+    settings.persistence.diffbase_storage = diffbase.DigestDiffBaseStorage()
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    # No scanning of the cluster (ADR 0041): the namespaces served are given (or all of
+    # them), and the CRDs are read from discovery at the start, so the operator needs no
+    # list or watch of Namespaces or CustomResourceDefinitions, cluster-scoped both.
+    settings.scanning.disabled = True
 
 
 def health_app(ready: asyncio.Event, leading: Callable[[], bool]) -> web.Application:
