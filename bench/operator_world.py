@@ -326,7 +326,7 @@ def profiler(
             "speedscope",
             "--output",
             str(into / f"{label}.json"),
-            "--idle",
+            "--gil",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -1,7 +1,7 @@
 """kopf's last-handled annotation holds a digest of what it handled, never a copy.
 
 Cases:
-- a Run of a 300 KiB spec gets an annotation under 200 bytes;
+- a Workspace of a 300 KiB spec gets an annotation under 200 bytes;
 - the object unchanged, kopf reads back what it would store (no change); a changed spec,
   label or annotation of a user's is a change; its status, kubectl's copy of the
   manifest and kopf's own annotations are not;
@@ -9,8 +9,9 @@ Cases:
   puts the digest in its place;
 - the operator registers no handler that reads a diff (on creation, resumption and
   deletion only), which is what makes a digest enough;
-- an AgentTurn, new or changed, reads as handled as it is (kopf writes no record of it):
-  the operator's only changing handler on AgentTurns is at their deletion.
+- an AgentTurn or a Run, new or changed, reads as handled as it is (kopf writes no record
+  of it, and builds no essence): the operator's only changing handler on either is at
+  their deletion.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 from typing import Any
 
 import kopf
+import pytest
 
 from kubeturn.k8s import diffbase, operator
 from kubeturn.k8s.hub import Hub, OperatorSettings
@@ -28,10 +30,10 @@ KEY = "kopf.zalando.org/last-handled-configuration"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
+def workspace(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "kubeturn.dev/v1alpha1",
-        "kind": "Run",
+        "kind": "Workspace",
         "metadata": {
             "name": "r",
             "namespace": "default",
@@ -62,12 +64,12 @@ def changed(body: dict[str, Any]) -> bool:
 
 
 def test_a_large_spec_gets_a_small_annotation() -> None:
-    after = handled(run({"input": "x" * 300 * 1024}))
+    after = handled(workspace({"input": "x" * 300 * 1024}))
     assert len(after["metadata"]["annotations"][KEY].encode()) < 200
 
 
 def test_what_is_a_change_and_what_is_not() -> None:
-    body = handled(run({"input": "a"}))
+    body = handled(workspace({"input": "a"}))
     assert not changed(body)
     spec = copy.deepcopy(body)
     spec["spec"]["input"] = "b"
@@ -87,7 +89,7 @@ def test_what_is_a_change_and_what_is_not() -> None:
 
 
 def test_an_older_operators_copy_is_one_change_replaced_by_the_digest() -> None:
-    body = run({"input": "a"})
+    body = workspace({"input": "a"})
     essence = kopf.AnnotationsDiffBaseStorage().build(body=kopf.Body(body))
     body["metadata"]["annotations"][KEY] = json.dumps(essence) + "\n"
     assert changed(body)
@@ -110,19 +112,22 @@ def test_no_handler_reads_a_diff() -> None:
         assert handler.field is None, handler.id
 
 
-def test_an_agentturn_is_handled_as_it_is() -> None:
-    """kopf stores no record of an AgentTurn: every version of one, new or changed, reads
-    as handled (the operator handles AgentTurns at deletion only, as a test here checks)."""
-    turn = run({"turn": "t1"}) | {"kind": "AgentTurn"}
-    assert not changed(turn)
-    turn["spec"]["turn"] = "t2"
-    assert not changed(turn)
-    assert changed(run({"input": "a"})), "a Run never handled is a change"
+@pytest.mark.parametrize(("kind", "plural"), [("AgentTurn", "agentturns"), ("Run", "runs")])
+def test_an_agentturn_or_a_run_is_handled_as_it_is(kind: str, plural: str) -> None:
+    """kopf stores no record of an AgentTurn or a Run: every version of one, new or
+    changed, reads as handled (the operator handles them by changing handlers at deletion
+    only, as a test here checks)."""
+    body = workspace({"turn": "t1"}) | {"kind": kind}
+    assert not changed(body)
+    body["spec"]["turn"] = "t2"
+    body["metadata"]["labels"]["team"] = "b"
+    assert not changed(body)
+    assert changed(workspace({"input": "a"})), "a Workspace never handled is a change"
     hub = Hub(kube=None, settings=OperatorSettings())  # type: ignore[arg-type]
     registry = operator.build(hub, None)  # type: ignore[arg-type]
-    on_agentturns = [
+    reasons = [
         handler.reason
         for handler in registry._changing.get_all_handlers()
-        if handler.selector is not None and handler.selector.any_name == "agentturns"
+        if handler.selector is not None and handler.selector.any_name == plural
     ]
-    assert on_agentturns == [kopf.Reason.DELETE]
+    assert reasons == [kopf.Reason.DELETE]

@@ -28,11 +28,13 @@ import kopf
 
 DIGEST = "sha256"
 """The essence's one key: the hex SHA-256 of the essence's canonical JSON."""
-AS_IS_KINDS = frozenset({"AgentTurn"})
-"""Kinds kubeturn handles only at their deletion and as events, never at their creation,
-resumption or update: kopf is told that every version of one was handled as it is, so
-it writes no record of it (one patch per AgentTurn fewer, which raced the Run's first
-status write to it)."""
+AS_IS_KINDS = frozenset({"AgentTurn", "Run"})
+"""Kinds kubeturn handles only at their deletion, by daemons and as events, never at their
+creation, resumption or update: kopf is told that every version of one was handled as it
+is, so it writes no record of it (one patch per object fewer, which raced the operator's
+first status write to it) and builds no essence of it at each event."""
+AS_IS: dict[str, str] = {DIGEST: "as-is"}
+"""The essence of every version of an as-is kind: equal to itself, so never a change."""
 
 
 class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
@@ -46,7 +48,7 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
         if body.get("kind") in AS_IS_KINDS:
-            return self.build(body=body)
+            return cast(kopf.BodyEssence, dict(AS_IS))
         return super().fetch(body=body)
 
     def build(
@@ -55,6 +57,8 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
         body: kopf.Body,
         extra_fields: Iterable[Any] | None = None,
     ) -> kopf.BodyEssence:
+        if body.get("kind") in AS_IS_KINDS:
+            return cast(kopf.BodyEssence, dict(AS_IS))
         essence = super().build(body=body, extra_fields=extra_fields)
         return cast(kopf.BodyEssence, {DIGEST: digest(essence)})
 
