@@ -5,8 +5,10 @@ The sweep carries the cause the Run controller wrote into ``status.exit`` before
 deleted the AgentTurn; a user's ``kubectl delete`` wrote none, so its sweep has no cause,
 and the Run's Machine hears it as the Agent's fault (``deleted``). The settlement goes
 into ``status.settlement`` (with the outcomes the sweep reported for Submissions whose
-status has none yet: the Run writes none after the exit, ADR 0092) and a
-``TurnSettled`` Event before the finalizer is removed
+status has none yet: the Run writes none after the exit, ADR 0092), written by kopf in
+the patch before the one that removes the finalizer (a write of the handler's own would
+make that one fail its test of the version kopf read, and be sent again), and a
+``TurnSettled`` Event
 (named for the AgentTurn, so a finalizer run again after a restart posts none again);
 the Run records the Turn in ``Run.status.turns`` (exactly once, through its core).
 A sweep is never sent nowhere: while the Workspace exists and this operator does not
@@ -37,7 +39,7 @@ from kubeturn.api.agentturn import AgentTurnStatus, Settlement, TurnPhase
 from kubeturn.api.status import SubmissionRecord
 from kubeturn.k8s import conditions, events, harnesses, metrics, patches
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import AGENTTURNS, RUNS, NotFound
+from kubeturn.k8s.kube import RUNS
 from kubeturn.orchestrator import turns
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
@@ -54,6 +56,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         body: kopf.Body,
         spec: kopf.Spec,
         status: kopf.Status,
+        patch: kopf.Patch,
         namespace: str | None,
         name: str,
         logger: kopf.Logger,
@@ -103,8 +106,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             phase=TurnPhase.SETTLED,
             **({"submissions": outcomes} if outcomes is not None else {}),
         )
-        with contextlib.suppress(NotFound):
-            await hub.kube.patch(AGENTTURNS, namespace, name, patches.status(settled), status=True)
+        patch.update(patches.status(settled))
         said = f"{spec['agent']['slot']} in {spec['statePath']}: {outcome.value}"
         said += (f" (cause {cause})" if cause else "") + (f": {message}" if message else "")
         await events.post(hub.kube, dict(body), events.TURN_SETTLED, said, once=spec["turn"])
