@@ -39,7 +39,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -100,7 +100,8 @@ log = logging.getLogger(__name__)
 class StatusStore:
     """Writes the core's snapshot and what kubectl shows into ``Run.status``: a status the
     same as the one it last wrote is not written again (after a restart, the first save
-    writes), and ``Ready`` keeps its ``lastTransitionTime`` until its status flips."""
+    writes), and ``Ready`` keeps its ``lastTransitionTime`` until its status flips. The
+    Run's worktrees, when its status does not say them yet, go in the first write."""
 
     def __init__(
         self,
@@ -110,6 +111,9 @@ class StatusStore:
         core: RunCore,
         generation: Callable[[], int | None],
         conditions: Sequence[Mapping[str, Any]] = (),
+        *,
+        worktrees: RunStatus | None = None,
+        removed: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         self._hub, self._namespace, self._name = hub, namespace, name
         self._core = core
@@ -119,6 +123,9 @@ class StatusStore:
         """The Run's conditions as this store last wrote them (first: as read)."""
         self._written: str | None = None
         """The last patch written, as JSON."""
+        self._worktrees = worktrees
+        """The Run's worktrees, until a write carried them; ``removed``: their gone slots."""
+        self._removed = {**(removed or {}), "snapshot": snapshots.LEGACY_KEYS}
 
     async def save(self, snapshot: dict[str, Any]) -> None:
         core = self._core
@@ -138,16 +145,17 @@ class StatusStore:
             said,
             self._generation(),
         )
-        status = status.model_copy(
-            update={"conditions": ready, "observedGeneration": self._generation()}
-        )
+        update: dict[str, Any] = {"conditions": ready, "observedGeneration": self._generation()}
+        if self._worktrees is not None:
+            update["worktrees"] = self._worktrees.worktrees
+        status = status.model_copy(update=update)
         # A merge patch keeps the keys of an older snapshot that the new one lacks.
-        removed = {"snapshot": snapshots.LEGACY_KEYS}
-        patch = patches.status(status, removed=removed)
+        patch = patches.status(status, removed=self._removed)
         written = json.dumps(patch, sort_keys=True, separators=(",", ":"))
         if written != self._written:
             await self._hub.kube.patch(RUNS, self._namespace, self._name, patch, status=True)
             self._written, self._conditions = written, ready
+            self._worktrees, self._removed = None, {"snapshot": snapshots.LEGACY_KEYS}
         self._hub.phases.put(f"{self._namespace}/{self._name}", phase)
 
 
@@ -194,18 +202,21 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         loaded = await _load(hub, body, generation, stopped)
         if loaded is None:
             return
-        workspace, view = await _workspace(hub, body, loaded, stopped)
+        workspace, made = await _workspace(hub, body, loaded, stopped)
         if stopped:
             return
+        worktrees = _worktrees(body, made) if made is not None else None
         status = dict(body.get("status") or {})
         try:
             core = RunCore(
                 loaded,
-                workspace=view,
+                workspace=WorkspaceView(made) if made is not None else None,
                 new_id=lambda: secrets.token_hex(4),
                 snapshot=statuses.resume_point(status),
             )
         except SnapshotUnreadable as error:
+            if worktrees is not None:
+                await _report_worktrees(hub, body, worktrees)
             await _unreadable(hub, body, str(error), logger)
             await stopped.wait()
             return
@@ -221,6 +232,8 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             core,
             lambda: body["metadata"].get("generation"),
             list(status.get("conditions") or []),
+            worktrees=worktrees,
+            removed=_gone_worktrees(body, worktrees) if worktrees is not None else {},
         )
         actor = RunActor(
             core,
@@ -424,7 +437,7 @@ def too_large(spec: dict[str, Any]) -> str | None:
 
 async def _workspace(
     hub: Hub, body: kopf.Body, loaded: LoadedRun, stopped: kopf.DaemonStopped
-) -> tuple[str | None, WorkspaceView | None]:
+) -> tuple[str | None, dict[str, str] | None]:
     ref = loaded.spec.workspace
     if ref is None:
         return None, None
@@ -481,25 +494,33 @@ async def _workspace(
             pause = min(2 * pause, WORKTREES_RETRY_MAX_S)
     if made is None:
         return name, None
-    await _report_worktrees(hub, body, made, branch)
-    return name, WorkspaceView(made)
+    return name, made
 
 
-async def _report_worktrees(hub: Hub, body: kopf.Body, made: dict[str, str], branch: str) -> None:
-    """Write the Run's worktrees (slot → path and branch) into its own status, in the one
-    patch that takes the place of the Workspace-wide entry of before (ADR 0087); none when
-    the status says so already (a resumed Run)."""
+def _worktrees(body: kopf.Body, made: dict[str, str]) -> RunStatus | None:
+    """The Run's worktrees (slot → path and branch) for its own status, taking the place
+    of the Workspace-wide entry of before (ADR 0087); None when the status says so
+    already (a resumed Run)."""
+    branch = names.branch(body["metadata"]["name"])
     worktrees = {slot: WorktreeStatus(path=path, branch=branch) for slot, path in made.items()}
     said = {slot: tree.model_dump() for slot, tree in worktrees.items()}
     before = (body.get("status") or {}).get("worktrees") or {}
-    if before == said:
-        return
+    return None if before == said else RunStatus(worktrees=worktrees)
+
+
+async def _report_worktrees(hub: Hub, body: kopf.Body, worktrees: RunStatus) -> None:
+    """Write the Run's worktrees alone (a Run whose saved state is unreadable: no store
+    saves its status)."""
     meta = body["metadata"]
-    # A merge patch merges maps: a slot the Workspace no longer has is written null.
-    gone = sorted(set(before) - set(said))
-    patch = patches.status(RunStatus(worktrees=worktrees), removed={"worktrees": gone})
+    patch = patches.status(worktrees, removed=_gone_worktrees(body, worktrees))
     with contextlib.suppress(NotFound):
         await hub.kube.patch(RUNS, meta["namespace"], meta["name"], patch, status=True)
+
+
+def _gone_worktrees(body: kopf.Body, worktrees: RunStatus) -> dict[str, list[str]]:
+    """A merge patch merges maps: a slot the Workspace no longer has is written null."""
+    before = (body.get("status") or {}).get("worktrees") or {}
+    return {"worktrees": sorted(set(before) - set(worktrees.worktrees or {}))}
 
 
 async def _unreadable(hub: Hub, body: kopf.Body, why: str, logger: kopf.Logger) -> None:
