@@ -30,7 +30,7 @@ from aiohttp import web
 
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api
-from kubeturn.orchestrator.actor import RunActor, Settled
+from kubeturn.orchestrator.actor import SAVE_LATER_S, RunActor, Settled
 from kubeturn.orchestrator.core import ExecResult, RunCore
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.frames import WorkspaceView
@@ -197,13 +197,16 @@ class System:
         slots: tuple[str, ...] = ("target",),
         sweep_delay_s: float = 0.0,
         hang_after: frozenset[str] = frozenset(),
+        save_later_s: float = SAVE_LATER_S,
     ) -> RunActor:
         """Start ``manifest`` (YAML text, or a file) on a new core and actor, with a
         worktree directory for each of ``slots``."""
         self._run = load(manifest)
         workspace = WorkspaceView({slot: str(self.worktree(slot)) for slot in slots})
         core = RunCore(self._run, workspace=workspace, new_id=self._new_id)
-        actor = self._actor(core, sweep_delay_s=sweep_delay_s, hang_after=hang_after)
+        actor = self._actor(
+            core, sweep_delay_s=sweep_delay_s, hang_after=hang_after, save_later_s=save_later_s
+        )
         await actor.start()
         return actor
 
@@ -226,6 +229,7 @@ class System:
         *,
         sweep_delay_s: float = 0.0,
         hang_after: frozenset[str] = frozenset(),
+        save_later_s: float = SAVE_LATER_S,
     ) -> RunActor:
         client = HarnessClient(self.harness_url, HARNESS_TOKEN)
         self.clients.append(client)
@@ -237,6 +241,7 @@ class System:
             store=self.store,
             clock=time.time,
             on_record=self.recorded.append,
+            save_later_s=save_later_s,
         )
         self.actors.append(actor)
         self.ports.append(port)

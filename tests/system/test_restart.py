@@ -8,13 +8,17 @@ admission per Turn, and exactly one history record per Turn:
   Submission again;
 - stopped after an admission reached the Harness but before its answer was recorded:
   the re-sent admission (same idempotency key) admits nothing;
-- stopped after a sweep reached the Harness but before its answer was recorded: the
-  re-sent sweep settles nothing again, and the Turn is recorded once, ``ended``.
+- stopped after a sweep reached the Harness but before its answer was recorded (the
+  Submission's own settlement saved, which a settlement that decided nothing waits for,
+  ADR 0093, or not yet): the re-sent sweep settles nothing again, and the Turn is
+  recorded once, ``ended``.
 """
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from kubeturn.orchestrator.core import RunPhase
 from kubeturn.orchestrator.turns import TurnPhase
@@ -100,9 +104,14 @@ async def test_an_admission_resent_after_a_restart_admits_nothing(system: StartS
     await finished_with_one_admission_and_record_per_turn(world)
 
 
-async def test_a_sweep_resent_after_a_restart_records_the_turn_once(system: StartSystem) -> None:
+@pytest.mark.parametrize("saved", [True, False], ids=["after-its-save", "before-its-save"])
+async def test_a_sweep_resent_after_a_restart_records_the_turn_once(
+    system: StartSystem, saved: bool
+) -> None:
     world = await system(script(hold_first=False))
-    await world.start_run(MANIFEST, hang_after=frozenset({"sweep"}))
+    await world.start_run(
+        MANIFEST, hang_after=frozenset({"sweep"}), save_later_s=0.0 if saved else 600.0
+    )
     hung = world.port
     await world.wait_for(hung.hung.is_set, "the sweep to reach the Harness")
     assert world.history == []
@@ -113,7 +122,14 @@ async def test_a_sweep_resent_after_a_restart_records_the_turn_once(system: Star
         lambda: drafting.submissions[0].outcome is Outcome.ENDED,
         "the drafting Submission's settlement",
     )
-    assert world.store.last == json.loads(json.dumps(world.core.snapshot()))
+    if saved:
+        await world.wait_for(
+            lambda: world.store.last == json.loads(json.dumps(world.core.snapshot())),
+            "the settlement saved",
+        )
+    else:
+        (kept,) = world.store.last["turns"][0]["submissions"]
+        assert kept.get("outcome") is None, "a settlement that decided nothing waits for a save"
 
     await world.restart()
     resumed = world.port

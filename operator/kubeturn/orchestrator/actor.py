@@ -5,6 +5,14 @@ goes through the lock, so the core sees one event at a time. After each, the sna
 is saved before any effect is applied: a restart resumes from what was decided, never
 from half of it. Effects run as tasks; work on one Instance ID is chained, so a sweep
 is always applied before the next admission on the same conversation.
+
+A Submission's settlement is an answer the actor asked for and would be given again after
+a restart (the Harness keeps it; a resumed Run follows or sweeps the Submission again). One
+that decides no effect (that of a Turn being swept, whose sweep's answer follows) is saved
+with the next save, or ``SAVE_LATER_S`` after it at the latest, not on its own: a restart
+before then resumes from the save before it, as one just before its save would (ADR 0093).
+An admission's answer is saved at once: a pick that a resumed Run heard before it was
+answered again would find the Turn still being admitted.
 """
 
 from __future__ import annotations
@@ -99,6 +107,10 @@ class SnapshotStore(Protocol):
     async def save(self, snapshot: dict[str, Any]) -> None: ...
 
 
+SAVE_LATER_S = 5.0
+"""The longest a settlement that decided nothing waits for the next save to carry it: what
+``kubectl`` shows of the Run does not change with one, only its ``status.snapshot``."""
+
 Clock = Callable[[], float]
 """Wall-clock seconds since the epoch: timers fire at absolute times across restarts."""
 
@@ -115,6 +127,7 @@ class RunActor:
         on_change: Callable[[RunActor], None] | None = None,
         on_record: Callable[[TurnRecord], None] | None = None,
         deliveries: DeliverPort | None = None,
+        save_later_s: float = SAVE_LATER_S,
     ) -> None:
         self.core = core
         self._turns = turns
@@ -130,6 +143,10 @@ class RunActor:
         self._execs_running: dict[str, asyncio.Task[Any]] = {}
         self._answers: dict[str, asyncio.Event] = {}
         self._timer: asyncio.Task[None] | None = None
+        self._unsaved = False
+        """A decision is not saved yet: the next save, or a task in ``save_later_s``,
+        carries it."""
+        self._save_later_s = save_later_s
         self.finished = asyncio.Event()
         self.closed = False
         """Set by ``close``: every input from then on raises ``ActorClosed``."""
@@ -221,16 +238,33 @@ class RunActor:
 
     # ------------------------------------------------------------------ applying
 
-    async def _do(self, decide: Callable[[float], Effects]) -> None:
+    async def _do(self, decide: Callable[[float], Effects], *, answer: bool = False) -> None:
+        """Decide, save, apply; an ``answer`` (a settlement) that decided no effect is
+        saved later."""
         async with self._lock:
             if self.closed:
                 raise ActorClosed(f"the actor of Run {self.core.run.name} is closed")
             effects = decide(self._clock())
-            await self._store.save(self.core.snapshot())
-            self._apply(effects)
+            if answer and not effects.items:
+                if not self._unsaved:
+                    self._unsaved = True
+                    self._spawn(self._save_later())
+            else:
+                await self._save()
+                self._apply(effects)
         if self._on_change is not None:
             self._on_change(self)
         self._arm_timer()
+
+    async def _save(self) -> None:
+        self._unsaved = False
+        await self._store.save(self.core.snapshot())
+
+    async def _save_later(self) -> None:
+        await asyncio.sleep(self._save_later_s)
+        async with self._lock:
+            if self._unsaved and not self.closed:
+                await self._save()
 
     def _apply(self, effects: Effects) -> None:
         for effect in effects.items:
@@ -303,7 +337,8 @@ class RunActor:
                     usage=settled.usage,
                     message=settled.message,
                     reason=settled.reason,
-                )
+                ),
+                answer=True,
             )
 
         self._spawn(follow())
