@@ -12,12 +12,16 @@ Cases:
   no list (ADR 0091, 0092). Before, the finalizer wrote its settlement itself, and kopf's
   removal of the finalizer, made against the version before that write, was refused and
   sent again: 7. The old figure, for the same Turn: 14, or 17 when the settled
-  Submission's write met the sweep's — 1 create, 4 reads (one before each of 3 status patches and one before
-  the sweep; 5), 1 list (the wait for earlier Turns), 4 status patches (5: one met a
-  conflict), kopf's record of the version it handled and 2 finalizer removals (3), 1
-  delete. The
-  AgentTurn still shows what it showed: ``Settled``, its settlement ``ended`` with cause
-  ``pick``, its Submission ``ended``, read from the last version the test's watch saw.
+  Submission's write met the sweep's: 1 create, 4 reads (one before each of 3 status
+  patches and one before the sweep; 5), 1 list (the wait for earlier Turns), 4 status
+  patches (5: one met a conflict), kopf's record of the version it handled and 2
+  finalizer removals (3), 1 delete. The AgentTurn still shows what it showed:
+  ``Settled``, its settlement ``ended`` with cause ``pick``, its Submission ``ended``,
+  read from the last version the test's watch saw.
+- the same Run's requests addressing it are 5: kopf's finalizer, and 4 status writes
+  (its worktrees with the admitting Turn, the Submission admitted, the exit, the Turn
+  recorded); no read, no record of kopf's (ADR 0093, 0094). Before: 8 (kopf's record,
+  the worktrees alone, the settlement heard during the sweep).
 """
 
 from __future__ import annotations
@@ -84,19 +88,22 @@ def single_turn_run() -> Body:
     }
 
 
-def agentturn_requests(k8s: emulator.KubernetesApi, since: int) -> Counter[tuple[str, str]]:
+def requests_on(
+    k8s: emulator.KubernetesApi, since: int, plural: str, name: str
+) -> Counter[tuple[str, str]]:
     """(method, subresource) → how many requests the operator (anyone but the test) made,
-    from the ``since``-th request the API served on, addressing the AgentTurn ``TURN``: by
-    its name, or a list of AgentTurns (watches excepted); a list is ``LIST``."""
+    from the ``since``-th request the API served on, addressing the object ``name`` of
+    ``plural``: by its name, or a list of its kind (watches excepted); a list is
+    ``LIST``."""
     counted: Counter[tuple[str, str]] = Counter()
     for request in list(k8s)[since:]:
-        if request.resource is None or request.resource.plural != "agentturns":
+        if request.resource is None or request.resource.plural != plural:
             continue
         if request.params.get("watch") in ("true", "1"):
             continue
         if request.headers.get("Authorization") == k8s.admin_headers["Authorization"]:
             continue
-        if request.name not in (None, TURN):
+        if request.name not in (None, name):
             continue
         listed = request.name is None and request.method.value == "GET"
         verb = "LIST" if listed else request.method.value
@@ -134,7 +141,7 @@ async def world(
     fail_on_logged_errors(caplog, kubelet.started)
 
 
-async def test_one_turn_takes_six_requests_on_its_agentturn(
+async def test_one_turn_takes_six_requests_on_its_agentturn_and_five_on_its_run(
     world: tuple[World, OperatorThread],
 ) -> None:
     made, _ = world
@@ -151,12 +158,16 @@ async def test_one_turn_takes_six_requests_on_its_agentturn(
     finally:
         await watch.close()
 
-    counted = agentturn_requests(made.k8s, since)
+    counted = requests_on(made.k8s, since, "agentturns", TURN)
     assert dict(counted) == {
         ("POST", ""): 1,
         ("PATCH", "status"): 3,
         ("DELETE", ""): 1,
         ("PATCH", ""): 1,
+    }
+    assert dict(requests_on(made.k8s, since, "runs", RUN)) == {
+        ("PATCH", ""): 1,
+        ("PATCH", "status"): 4,
     }
     last = watch.of(TURN)[-1][1]["status"]
     assert (last["phase"], last["settlement"]["outcome"], last["settlement"]["cause"]) == (
