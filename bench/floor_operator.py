@@ -4,14 +4,15 @@ bench/operator.py measures kubeturn against it. For each Run created it creates 
 child, an AgentTurn owned by the Run (``blockOwnerDeletion``) and holding a finalizer,
 patches the Run's status twice (``Running``, then ``Succeeded``) and deletes the child;
 the child's deletion runs a handler that does nothing, after which kopf removes the
-finalizer and the child goes. That is 7 writes per Run: the Run's two status patches, the
+finalizer and the child goes. That is 6 writes per Run: the Run's two status patches, the
 child's create and delete, the removal of its finalizer, and kopf's record of what it
-handled on each (its ``last-handled-configuration`` annotation, on the Run once it is
-handled and on the child when first seen). One child per Run, whatever ``--turns`` asks.
+handled of the Run (its ``last-handled-configuration`` annotation, which its creation
+handler needs; of an AgentTurn, as of kubeturn's, kopf keeps none). One child per Run,
+whatever ``--turns`` asks.
 
 The stack is kubeturn's: kopf watches Runs and AgentTurns with the settings the operator
-gives it (``kubeturn.k8s.operator.build``: the finalizer's name, the digest diff-base, no
-cluster scanning, posting warnings only), and every write goes through the
+gives it (``kubeturn.k8s.operator.kopf_settings``: the finalizer's name, the digest
+diff-base, no cluster scanning, posting warnings only), and every write goes through the
 ``kubeturn.k8s.kube.Kube`` facade (the official client, in worker threads), with the same
 login and connection. It runs as the identity its kubeconfig names (bench/operator.py:
 the chart's ServiceAccount, under the chart's RBAC) and serves ``/readyz`` as the
@@ -31,10 +32,12 @@ import kopf
 from aiohttp import web
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
+from kubeturn.k8s.diffbase import DigestDiffBaseStorage
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, Kube
 from kubeturn.k8s.operator import connection_info, health_app, kopf_settings, kube_client
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
+CHILD_ONLY = frozenset({"AgentTurn"})
 
 
 def child(run: kopf.Body) -> dict[str, Any]:
@@ -80,6 +83,8 @@ def build(kube: Kube, connection: kopf.ConnectionInfo) -> kopf.OperatorRegistry:
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         kopf_settings(settings)
+        # Its Runs are handled at their creation: kopf keeps its record of them.
+        settings.persistence.diffbase_storage = DigestDiffBaseStorage(as_is=CHILD_ONLY)
 
     @kopf.on.create(GROUP, VERSION, "runs", registry=registry)
     async def created(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:

@@ -55,6 +55,9 @@ PROMPT = "Say you are done, then call done."
 WORKSPACE = "shared"
 BOUND_S = 1800.0
 """How long all N Runs may take to succeed before the benchmark gives up."""
+STALL_S = 180.0
+"""How long it waits for one more Run to end before it gives up (an operator that handles
+nothing ends the size with its Runs counted as not ended, not a half-hour wait)."""
 TURNS_GONE_S = 120.0
 """How long the AgentTurns may take to go once every Run succeeded."""
 RUN_RESOURCE = kmock.resource(RUNS)
@@ -389,8 +392,12 @@ async def one_size(
         await asyncio.gather(*(create(name) for name in names))
         succeeded: dict[str, float] = {}
         failed: dict[str, str] = {}
+        moved = started
         while len(succeeded) + len(failed) < n and time.monotonic() < started + BOUND_S:
             now = time.monotonic()
+            if now - moved > STALL_S:
+                break
+            ended = len(succeeded) + len(failed)
             for name in names:
                 if name in succeeded or name in failed:
                     continue
@@ -399,6 +406,8 @@ async def one_size(
                     succeeded[name] = now
                 elif why is not None:
                     failed[name] = why
+            if len(succeeded) + len(failed) > ended:
+                moved = now
             await asyncio.sleep(0.05)
         wall = time.monotonic() - started
         # Every AgentTurn goes after its Run's record: wait (bounded) for them all to go.

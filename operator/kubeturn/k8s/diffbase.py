@@ -43,11 +43,16 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
     The annotation keeps kopf's name (``kopf.zalando.org/last-handled-configuration``), so
     an object an earlier operator handled has its copy replaced by a digest at its next
     change, not kept beside it; that first look sees a change where there was none, which
-    costs one patch and runs no handler (none handles an update).
+    costs one patch and runs no handler (none handles an update). ``as_is``: the kinds
+    handled as they are (kubeturn's, by default).
     """
 
+    def __init__(self, *, as_is: frozenset[str] = AS_IS_KINDS) -> None:
+        super().__init__()
+        self._as_is = as_is
+
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        if body.get("kind") in AS_IS_KINDS:
+        if body.get("kind") in self._as_is:
             return cast(kopf.BodyEssence, dict(AS_IS))
         return super().fetch(body=body)
 
@@ -57,7 +62,7 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
         body: kopf.Body,
         extra_fields: Iterable[Any] | None = None,
     ) -> kopf.BodyEssence:
-        if body.get("kind") in AS_IS_KINDS:
+        if body.get("kind") in self._as_is:
             return cast(kopf.BodyEssence, dict(AS_IS))
         essence = super().build(body=body, extra_fields=extra_fields)
         return cast(kopf.BodyEssence, {DIGEST: digest(essence)})
