@@ -10,6 +10,7 @@ body, as it must (docs/turn-semantics.md §3).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -34,6 +35,7 @@ from kubeturn_harness.wire import (
     AdmitResponse,
     DeliverRequest,
     ErrorBody,
+    EventType,
     ExecRequest,
     ForgetRunRequest,
     Status,
@@ -143,9 +145,12 @@ async def admit(request: web.Request) -> web.Response:
 
 async def read(request: web.Request) -> web.Response:
     """The stream from an offset, or the history view. Every query parameter is read
-    (and a bad one refused) whichever the view."""
+    (and a bad one refused) whichever the view. With ``types``, only events of those
+    types are sent (a long-poll waits for one), and the next offset is past every event
+    looked at: a follower waiting for one kind of event reads none of the others."""
     name, instance_id = _agent(request)
     view, live = _choice(request, "view", "history"), _choice(request, "live", "long-poll")
+    types = _types(request)
     try:
         offset = int(request.query.get("offset", "0"))
         if offset < 0:
@@ -166,18 +171,44 @@ async def read(request: web.Request) -> web.Response:
         )
     if live:
         settings = request.app[HARNESS].settings
-        if not await log_.wait_beyond(offset, settings.long_poll_s):
-            return web.Response(
-                status=204,
-                headers={"stream-next-offset": str(log_.next_offset), "stream-up-to-date": "true"},
-            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.long_poll_s
+        while True:
+            if not await log_.wait_beyond(offset, max(0.0, deadline - loop.time())):
+                return web.Response(
+                    status=204,
+                    headers={
+                        "stream-next-offset": str(log_.next_offset),
+                        "stream-up-to-date": "true",
+                    },
+                )
+            if types is None:
+                break
+            ahead = log_.read(offset, log_.next_offset - offset)
+            if any(event.type in types for event in ahead):
+                break
+            offset += len(ahead)
     events = log_.read(offset, PAGE)
     next_offset = offset + len(events)
+    if types is not None:
+        events = [event for event in events if event.type in types]
     body = "[" + ",".join(event.model_dump_json() for event in events) + "]"
     headers = {"stream-next-offset": str(next_offset)}
     if next_offset >= log_.next_offset:
         headers["stream-up-to-date"] = "true"
     return web.json_response(text=body, headers=headers)
+
+
+def _types(request: web.Request) -> frozenset[EventType] | None:
+    """The event types ``types`` names (comma-separated); None when it is absent."""
+    value = request.query.get("types")
+    if value is None:
+        return None
+    try:
+        return frozenset(EventType(item) for item in value.split(","))
+    except ValueError as bad:
+        known = ", ".join(item.value for item in EventType)
+        raise WireError(f"types may name only event types ({known})", field="types") from bad
 
 
 def _choice(request: web.Request, name: str, only: str) -> bool:

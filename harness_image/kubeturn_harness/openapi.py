@@ -35,6 +35,7 @@ from kubeturn_harness.wire import (
     DeliverResponse,
     DeliveryAuthor,
     ErrorBody,
+    EventType,
     ExecRequest,
     ExecResponse,
     ForgetRunRequest,
@@ -226,6 +227,18 @@ OPERATIONS: tuple[Operation, ...] = (
             {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
             {"name": "live", "in": "query", "schema": {"type": "string", "enum": ["long-poll"]}},
             {"name": "view", "in": "query", "schema": {"type": "string", "enum": ["history"]}},
+            {
+                "name": "types",
+                "in": "query",
+                "description": "Only events of these types (a long-poll waits for one); "
+                "the next offset is past every event looked at.",
+                "style": "form",
+                "explode": False,
+                "schema": {
+                    "type": "array",
+                    "items": {"type": "string", "enum": [item.value for item in EventType]},
+                },
+            },
         ),
     ),
     Operation(

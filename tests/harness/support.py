@@ -263,10 +263,17 @@ class HarnessClient:
         raise AssertionError(f"no sample {name} in /metrics")
 
     async def stream(
-        self, iid: str, offset: int | str = 0, *, live: str | None = None, name: str = AGENT
+        self,
+        iid: str,
+        offset: int | str = 0,
+        *,
+        live: str | None = None,
+        types: str | None = None,
+        name: str = AGENT,
     ) -> tuple[int, dict[str, str], Any]:
         """One stream read: (status, the ``stream-*`` headers, the JSON body or None)."""
         query = f"?offset={offset}" + (f"&live={live}" if live else "")
+        query += f"&types={types}" if types else ""
         async with self.session.get(
             agent_url(self.url, name, iid) + query, headers=self.headers()
         ) as response:

@@ -12,8 +12,11 @@ Cases:
 - stream reads: ``?offset=0`` answers every event with ``stream-next-offset`` and
   ``stream-up-to-date``; a later offset answers only later events; a bad offset is 400
   naming ``offset``, also beside ``view=history``, and a ``view`` or ``live`` of another
-  value is 400 naming it; ``live=long-poll`` at the end parks and answers when an event
-  arrives, and answers 204 when none comes within ``long_poll_s``;
+  value is 400 naming it, as is a ``types`` naming no event type; ``live=long-poll`` at
+  the end parks and answers when an event arrives, and answers 204 when none comes within
+  ``long_poll_s``; ``types`` answers only events of those types, the next offset past
+  every event looked at, and a long-poll for them parks past other events until one
+  comes;
 - ``POST /exec`` runs a command as the tools run (exit code, output, the tool uid), times
   out saying so, and refuses a relative cwd naming it; a NUL in its command or cwd, or in
   an admission's cwd, is 400 naming the field (the toolbox refuses one that reaches it,
@@ -244,6 +247,7 @@ class TestWireStream:
             ("?view=history&offset=-1", "offset"),
             ("?view=everything", "view"),
             ("?offset=0&live=stream", "live"),
+            ("?offset=0&types=submission-settled,nope", "types"),
         ],
     )
     async def test_every_query_parameter_is_read_whichever_the_view(
@@ -276,6 +280,35 @@ class TestWireStream:
         assert events[0]["data"]["submissionId"] == sid
         assert int(headers["stream-next-offset"]) == end + len(events)
         assert (await w.harness.settlement(IID, sid))["outcome"] == "completed"
+
+    async def test_types_answers_only_those_events(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        sid = await settled_once(w)
+        status, headers, events = await w.harness.stream(IID, 0, types="submission-settled")
+        assert status == 200
+        assert [(e["offset"], e["type"]) for e in events] == [
+            (len(EVENTS) - 1, "submission-settled")
+        ]
+        assert events[0]["data"]["submissionId"] == sid
+        assert headers == {"stream-next-offset": str(len(EVENTS)), "stream-up-to-date": "true"}
+        _, _, two = await w.harness.stream(IID, 0, types="submission-settled,submission-admitted")
+        assert [e["type"] for e in two] == ["submission-admitted", "submission-settled"]
+
+    async def test_a_long_poll_for_types_parks_past_other_events(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False, long_poll_s=10)
+        await settled_once(w)
+        end = len(EVENTS)
+        poll = asyncio.create_task(
+            w.harness.stream(IID, end, live="long-poll", types="submission-settled")
+        )
+        sid = await w.harness.admit(IID, PROMPT, **{"continue": True})
+        assert (await w.harness.settlement(IID, sid))["outcome"] == "completed"
+        status, headers, events = await poll
+        assert status == 200
+        (settled,) = events
+        assert (settled["type"], settled["data"]["submissionId"]) == ("submission-settled", sid)
+        assert settled["offset"] > end, "the events before it were looked at, not sent"
+        assert int(headers["stream-next-offset"]) == settled["offset"] + 1
 
     async def test_a_long_poll_answers_204_when_nothing_comes(self, world: StartWorld) -> None:
         w = await world(TEXT_ONLY, orchestrated=False, long_poll_s=0.3)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -245,18 +245,21 @@ class HarnessClient:
     # ------------------------------------------------------------------ raising calls
 
     async def read(
-        self, agent: str, instance_id: str, offset: int
+        self,
+        agent: str,
+        instance_id: str,
+        offset: int,
+        types: Collection[EventType] | None = None,
     ) -> tuple[list[StreamEvent], int]:
         """One long-poll read of a conversation's stream from ``offset``: its events
-        (none when nothing came while the Harness parked the read) and the offset to read
-        on from."""
+        (none when nothing came while the Harness parked the read), only those of
+        ``types`` if given, and the offset to read on from."""
         what = "the stream"
+        params = {"offset": str(offset), "live": "long-poll"}
+        if types is not None:
+            params["types"] = ",".join(sorted(types))
         answer = await self._call(
-            "GET",
-            self._url(agent, instance_id),
-            what,
-            params={"offset": str(offset), "live": "long-poll"},
-            seconds=POLL_TIMEOUT_S,
+            "GET", self._url(agent, instance_id), what, params=params, seconds=POLL_TIMEOUT_S
         )
         if answer.status not in (200, 204):
             raise _refused(what, answer)
@@ -355,13 +358,16 @@ class HarnessClient:
 
 
 async def follow(
-    current: CurrentHarness, agent: str, instance_id: str
+    current: CurrentHarness,
+    agent: str,
+    instance_id: str,
+    types: Collection[EventType] | None = None,
 ) -> AsyncIterator[StreamEvent]:
-    """Every event of a conversation, from its start, as it happens (long-polls). A
-    failed read is retried from the same offset with the client ``current`` gives then;
-    a refusal is logged once, not at every try. Ends only by raising ``ConversationLost``,
-    when the Harness kept saying for ``LOST_AFTER_S`` that it has no such conversation or
-    offset."""
+    """Every event of a conversation (only those of ``types``, if given: the Harness
+    sends no other), from its start, as it happens (long-polls). A failed read is retried
+    from the same offset with the client ``current`` gives then; a refusal is logged
+    once, not at every try. Ends only by raising ``ConversationLost``, when the Harness
+    kept saying for ``LOST_AFTER_S`` that it has no such conversation or offset."""
     offset = 0
     client = await current()
     # The status of the reads refused since the last one answered (said once), and since
@@ -370,7 +376,7 @@ async def follow(
     lost_since: float | None = None
     while True:
         try:
-            events, offset = await client.read(agent, instance_id, offset)
+            events, offset = await client.read(agent, instance_id, offset, types)
         except HarnessUnreachable as error:
             log.debug("following %s from %d: %s", instance_id, offset, error)
         except HarnessRefused as error:
@@ -401,7 +407,8 @@ async def settlement(current: CurrentHarness, effect: Admit, submission: str) ->
     """How the Submission settled, read from its conversation's stream (``follow``); one
     whose conversation the Harness lost settled ``failed``, saying so."""
     try:
-        async for event in follow(current, effect.agent, effect.instance_id):
+        settled = (EventType.SUBMISSION_SETTLED,)
+        async for event in follow(current, effect.agent, effect.instance_id, settled):
             if (
                 event.type is EventType.SUBMISSION_SETTLED
                 and event.data.get("submissionId") == submission
