@@ -94,8 +94,7 @@ def build(hub: Hub, client: kubernetes.client.ApiClient) -> kopf.OperatorRegistr
     one the operator was given.
     """
     registry = kopf.OperatorRegistry()
-    workspaces.register(hub, registry)
-    runs.register(hub, registry)
+    runs.register(hub, registry, also=workspaces.register(hub, registry))
     agentturns.register(hub, registry)
 
     @kopf.on.login(registry=registry)

@@ -60,6 +60,7 @@ from kubeturn.k8s.generations import Generation
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
 from kubeturn.k8s.turns import ClusterTurns
+from kubeturn.k8s.workspaces import RunEvents
 from kubeturn.machine.load import LoadedRun, load_run
 from kubeturn.orchestrator import signals, snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor, Signal
@@ -163,7 +164,8 @@ def _type(condition: Mapping[str, Any] | Condition) -> Any:
     return condition.type if isinstance(condition, Condition) else condition.get("type")
 
 
-def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
+def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None:
+    """Register the Run handlers with kopf; ``also`` hears every event of a Run too."""
     watched: dict[str, Generation] = {}
     """Run key → the generation its daemon read and waits past."""
 
@@ -178,6 +180,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             watched.pop(key, None)
         elif (generation := watched.get(key)) is not None:
             generation.seen(body["metadata"].get("generation"))
+        also(event, body, namespace, name)
 
     @kopf.daemon(
         GROUP,

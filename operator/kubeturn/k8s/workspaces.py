@@ -730,8 +730,14 @@ def _repos(reported: dict[str, Any]) -> dict[str, RepoStatus]:
     }
 
 
-def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
-    """Register the Workspace handlers with kopf."""
+RunEvents = Callable[[kopf.RawEvent, kopf.Body, str | None, str], None]
+"""What the Workspaces take from each event of a Run (the Run controller's one event
+handler calls it: one handler invocation per event, not one per controller)."""
+
+
+def register(hub: Hub, registry: kopf.OperatorRegistry) -> RunEvents:
+    """Register the Workspace handlers with kopf; answer what the Run controller's event
+    handler calls with each Run's events."""
     kept: dict[Key, Sandbox] = {}
     tenants = Tenants()
 
@@ -806,9 +812,8 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         """A Turn settled or went: the Pod of an older spec may be made anew now."""
         wake(namespace, (spec.get("workspaceRef") or {}).get("name"), if_outdated=True)
 
-    @kopf.on.event(GROUP, VERSION, "runs", registry=registry)
-    async def run_changed(
-        event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, **_: Any
+    def run_changed(
+        event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str
     ) -> None:
         """Count the Run in the Workspace it names (``Tenants``; its status says so at the
         Workspace's next look, which this does not hasten). Any change of a Run (an exec
@@ -825,6 +830,8 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             phase = (body.get("status") or {}).get("phase")
             tenants.saw(where, name, workspace, phase not in FINISHED)
         wake(namespace, workspace, if_outdated=True)
+
+    return run_changed
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:
