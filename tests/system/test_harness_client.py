@@ -26,7 +26,10 @@ Cases:
   ``HarnessRefused`` with the status and the Harness's own words; a body not of the
   wire is ``HarnessRefused``, and so is one nested 200,000 deep (arrays or objects), as
   an answer or as an error body (never ``RecursionError``); the port calls do not
-  raise: ``sweep`` answers no settlement, ``run`` an exec result whose error says why.
+  raise: ``sweep`` answers no settlement, ``run`` an exec result whose error says why;
+- 150 long-polls parked at a Harness (more than aiohttp's default cap of 100
+  connections) hold no sweep back: it reaches the server and is answered while every
+  read stays parked.
 """
 
 from __future__ import annotations
@@ -447,3 +450,48 @@ async def test_the_port_calls_say_a_failure_instead_of_raising() -> None:
     assert (result.exit_code, result.output) == (None, "")
     assert result.error is not None
     assert result.error.startswith("the Harness could not be reached for the exec: ")
+
+
+PARKED = 150
+"""More parked reads than aiohttp's default connection cap (100)."""
+
+
+async def test_a_sweep_is_not_queued_behind_parked_long_polls() -> None:
+    parked, release = asyncio.Event(), asyncio.Event()
+    reads: list[str] = []
+    swept: list[str] = []
+
+    async def read(request: web.Request) -> web.Response:
+        if request.query.get("view") == "history":  # the sweep's read back: none kept
+            return web.json_response({"error": "not-found", "message": "none"}, status=404)
+        reads.append("parked")
+        if len(reads) == PARKED:
+            parked.set()
+        await release.wait()  # parked until the test ends
+        return web.Response(status=204, headers={"stream-next-offset": "0"})
+
+    async def abort(request: web.Request) -> web.Response:
+        swept.append(request.match_info["iid"])
+        return web.json_response({"aborted": True})
+
+    app = web.Application()
+    app.router.add_get("/agents/{agent}/{iid}", read)
+    app.router.add_post("/agents/{agent}/{iid}/abort", abort)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    client = HarnessClient(f"http://127.0.0.1:{runner.addresses[0][1]}", "t")
+    polls = [asyncio.create_task(client.read("worker", f"default.r/{n}", 0)) for n in range(PARKED)]
+    try:
+        async with asyncio.timeout(30):
+            await parked.wait()
+            await client.send_sweep(
+                Sweep("t1", "worker", "default.r/x", cause="pick", submission=None)
+            )
+        assert swept == ["default.r/x"]
+        assert not any(poll.done() for poll in polls)
+    finally:
+        release.set()
+        await asyncio.gather(*polls, return_exceptions=True)
+        await client.close()
+        await runner.cleanup()

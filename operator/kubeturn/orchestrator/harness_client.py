@@ -150,9 +150,20 @@ def _call_timeout(total: float) -> aiohttp.ClientTimeout:
 
 
 class HarnessClient:
+    """One Workspace's Harness, over its wire.
+
+    Its connections are not capped: every live Turn holds one, parked in the long-poll that
+    waits for its settlement, and a cap (aiohttp's default is 100) would queue a sweep, an
+    admission or a Run's worktrees behind the parked reads of as many live Turns, and
+    with them the stop guarantee (ADR 0095).
+    """
+
     def __init__(self, base_url: str, token: str) -> None:
         self._base = base_url.rstrip("/")
-        self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
+        self._session = aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {token}"},
+            connector=aiohttp.TCPConnector(limit=0),
+        )
 
     async def close(self) -> None:
         await self._session.close()
