@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import math
 import os
@@ -60,9 +61,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -529,6 +531,243 @@ def mib(kib: int) -> float:
     return round(kib / KIB_PER_MIB, 1)
 
 
+# ----------------------------------------------------------------------------- 5. worktrees
+
+WORKTREE_RUNS = (50, 200)
+"""Runs whose worktrees are made, one size at a time: a busy shared Workspace."""
+COUNTED_WORKTREES = 10
+"""Worktrees made while ``strace`` counts the processes they start: exact, so a few do."""
+ORIGIN = "https://example.invalid/kubeturn/bench.git"
+"""The clone's own remote: each worktree's ``origin`` must name it."""
+MODES = ("sequential", "at_once")
+BASELINE_SESSIONS = 100
+"""Requests an earlier revision's toolbox is sent at once: all of them, up to this."""
+
+
+def start_toolbox(code: Path | None) -> LocalToolbox:
+    """A toolbox as the Harness starts one (``LocalToolbox.start``); with ``code``, one
+    whose ``kubeturn_harness`` is the package under ``code`` (an earlier revision's): the
+    same command, with ``code`` first on its ``PYTHONPATH``."""
+    if code is None:
+        return LocalToolbox.start(run_as=None)
+    directory = Path(tempfile.mkdtemp(prefix="kubeturn-toolbox-"))
+    socket_path, scratch = directory / "toolbox.sock", directory / "scratch"
+    scratch.mkdir(mode=0o700)
+    command = [sys.executable, "-m", "kubeturn_harness.sandbox", "--socket", str(socket_path)]
+    command += ["--client-pid", str(os.getpid()), "--scratch-root", str(scratch)]
+    env = {**scrubbed_environment(os.environ, home=str(scratch)), "PYTHONPATH": str(code)}
+    process = subprocess.Popen(
+        command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    return LocalToolbox(process, socket_path, directory)
+
+
+def export_harness(revision: str, into: Path) -> Path:
+    """The ``kubeturn_harness`` package of ``revision`` of this repository, under ``into``."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", revision, "harness_image"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "harness_image"
+
+
+@dataclass
+class Trees:
+    """A work root with one clone, and a toolbox serving it."""
+
+    local: LocalToolbox
+    toolbox: Toolbox
+    work_root: Path
+    head: str
+
+    async def make(self, run: str) -> float:
+        """Ask for ``run``'s worktree; the seconds until it is answered."""
+        began = time.perf_counter()
+        await self.toolbox.worktrees(
+            WorktreesRequest(run=run, branch=f"kubeturn/{run}", slots=[SLOT])
+        )
+        return time.perf_counter() - began
+
+    def check(self, runs: Sequence[str]) -> None:
+        """Each Run's worktree is on its branch at the clone's HEAD, its origin the
+        clone's remote (read from the files git wrote: no process per worktree)."""
+        for run in runs:
+            git_dir = self.work_root / SLOT / f"kubeturn-{run}" / ".git"
+            head = (git_dir / "HEAD").read_text().strip()
+            commit = (git_dir / "refs" / "heads" / "kubeturn" / run).read_text().strip()
+            config = (git_dir / "config").read_text()
+            if head != f"ref: refs/heads/kubeturn/{run}" or commit != self.head:
+                raise RuntimeError(f"{run}'s worktree is at {head} {commit}, not {self.head}")
+            if f"url = {ORIGIN}\n" not in config:
+                raise RuntimeError(f"{run}'s worktree's origin is not {ORIGIN}: {config}")
+
+
+def make_clone_of_origin(clone: Path) -> str:
+    """``make_clone`` with ``ORIGIN`` as its remote, as an init container leaves one;
+    its HEAD commit."""
+    make_clone(clone)
+    subprocess.run(["git", "-C", str(clone), "remote", "add", "origin", ORIGIN], check=True)
+    return subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@contextlib.asynccontextmanager
+async def trees(code: Path | None, git_sessions: int | None) -> AsyncIterator[Trees]:
+    """A fresh clone (with ``ORIGIN`` as its remote) and a toolbox of ``code``, whose
+    client opens at most ``git_sessions`` git sessions at once (None: its default)."""
+    root = Path(tempfile.mkdtemp(prefix="kubeturn-worktrees-bench-"))
+    try:
+        head = make_clone_of_origin(root / "work" / ".repos" / SLOT)
+        local = start_toolbox(code)
+        try:
+            await local.wait_listening()
+            bound = {} if git_sessions is None else {"git_sessions": git_sessions}
+            toolbox = Toolbox(
+                socket=local.socket, work_root=root / "work", limits=limits(), **bound
+            )
+            await toolbox.ready(START_S)
+            yield Trees(local, toolbox, root / "work", head)
+        finally:
+            local.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def toolbox_cpu_seconds(pid: int) -> float:
+    """The toolbox's CPU with its ended children's (its sessions, and their git, each
+    waited for): ``utime``, ``stime``, ``cutime`` and ``cstime`` (fields 14 to 17)."""
+    fields = _stat_fields(str(pid))
+    if fields is None:
+        return 0.0
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+async def worktree_round(
+    code: Path | None, git_sessions: int | None, n: int, mode: str
+) -> dict[str, Any]:
+    """``n`` Runs' worktrees, asked for one after another or all at once."""
+    runs = [f"run-{index:04d}" for index in range(n)]
+    # An earlier revision's Harness sent every request at once; its toolbox dropped
+    # connections past the 128 its backlog held.
+    async with trees(code, git_sessions if code is None else BASELINE_SESSIONS) as world:
+        await world.make("warm")  # the toolbox's first session: imports, caches
+        pid = world.local.process.pid
+        cpu = toolbox_cpu_seconds(pid)
+        began = time.perf_counter()
+        async with asyncio.timeout(PHASE_TIMEOUT_S * 5):
+            if mode == "sequential":
+                latencies = [await world.make(run) for run in runs]
+            else:
+                latencies = list(await asyncio.gather(*(world.make(run) for run in runs)))
+        wall = time.perf_counter() - began
+        await asyncio.sleep(SETTLE_S)  # the last sessions' ends reaped by the toolbox
+        cpu = toolbox_cpu_seconds(pid) - cpu
+        world.check(runs)
+    return {
+        "n": n,
+        "mode": mode,
+        "wall_s": round(wall, 2),
+        "per_s": round(n / wall, 1),
+        "ms": summary_ms(latencies) | {"p99": round(percentile(latencies, 99) * 1000, 1)},
+        "toolbox_cpu_ms_each": round(1000 * cpu / n, 1),
+    }
+
+
+async def processes_per_worktree(code: Path | None) -> dict[str, float] | None:
+    """The processes the toolbox starts per worktree, by program (``strace`` counting
+    each ``execve`` that succeeded under it); None where there is no ``strace``."""
+    if shutil.which("strace") is None:
+        return None
+    async with trees(code, None) as world:
+        await world.make("warm")
+        out = world.work_root.parent / "strace.txt"
+        pid = world.local.process.pid
+        tracer = await asyncio.create_subprocess_exec(
+            "strace", "-f", "-qq", "-z", "-e", "trace=execve", "-e", "signal=none",
+            "-o", str(out), "-p", str(pid),
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            while _tracer(pid) == 0:
+                await asyncio.sleep(0.01)
+            for index in range(COUNTED_WORKTREES):
+                await world.make(f"counted-{index}")
+        finally:
+            tracer.terminate()
+            await tracer.wait()
+        traced = out.read_text().splitlines()
+    programs: dict[str, int] = {}
+    for line in traced:
+        if "execve(" in line:
+            program = line.split('execve("', 1)[1].split('"', 1)[0].rsplit("/", 1)[-1]
+            programs[program] = programs.get(program, 0) + 1
+    counts = {name: count / COUNTED_WORKTREES for name, count in sorted(programs.items())}
+    return {"all": sum(counts.values()), **counts}
+
+
+def _tracer(pid: int) -> int:
+    """The pid tracing ``pid`` (0: none yet)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("TracerPid:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def worktree_bench(
+    sizes: Sequence[int], baseline: str | None, git_sessions: int | None
+) -> dict[str, Any]:
+    """The worktree figures of this tree's toolbox and, with ``baseline``, of that
+    revision's, in the same run, one after the other for each size and mode."""
+    host = machine()
+    scratch = Path(tempfile.mkdtemp(prefix="kubeturn-baseline-"))
+    try:
+        codes: dict[str, Path | None] = {"this tree": None}
+        if baseline is not None:
+            codes = {baseline: export_harness(baseline, scratch), **codes}
+        processes = {name: await processes_per_worktree(code) for name, code in codes.items()}
+        rounds = [
+            {"code": name} | await worktree_round(code, git_sessions, n, mode)
+            for n in sizes
+            for mode in MODES
+            for name, code in codes.items()
+        ]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"machine": host, "processes_per_worktree": processes, "rounds": rounds}
+
+
+def print_worktrees(figures: dict[str, Any]) -> None:
+    m = figures["machine"]
+    print(
+        f"machine: {m['cores']} cores ({m['usable_cores']} usable), Python {m['python']}, "
+        f"as {m['user']}; load average {m['load_average_1m_at_start']} at start\n"
+    )
+    for name, counts in figures["processes_per_worktree"].items():
+        said = (
+            "no strace here"
+            if counts is None
+            else ", ".join(
+                f"{program} {count:g}" for program, count in counts.items() if program != "all"
+            )
+        )
+        total = "" if counts is None else f"{counts['all']:g} "
+        print(f"processes per worktree, {name}: {total}({said})")
+    print(
+        f"\n{'worktrees':<12}{'asked':<12}{'code':<14}{'wall s':>8}{'per s':>8}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'toolbox CPU ms each':>21}"
+    )
+    for row in figures["rounds"]:
+        print(
+            f"{row['n']:<12}{row['mode'].replace('_', ' '):<12}{row['code']:<14}"
+            f"{row['wall_s']:>8.2f}{row['per_s']:>8.1f}{row['ms']['p50']:>9.1f}"
+            f"{row['ms']['p99']:>9.1f}{row['toolbox_cpu_ms_each']:>21.1f}"
+        )
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -738,7 +977,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a short run: fewer samples")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--worktrees",
+        type=int,
+        nargs="*",
+        default=None,
+        help="time making this many Runs' worktrees instead (default "
+        f"{' '.join(map(str, WORKTREE_RUNS))}), one after another and all at once",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        default=None,
+        help="with --worktrees: also time the toolbox of this git revision (e.g. main)",
+    )
+    parser.add_argument(
+        "--git-sessions",
+        type=int,
+        default=None,
+        help="with --worktrees: git sessions the client opens at once (default the Toolbox's)",
+    )
     args = parser.parse_args(argv)
+    if args.worktrees is not None:
+        sizes = tuple(args.worktrees or WORKTREE_RUNS)
+        if min(sizes) < 1 or (args.git_sessions is not None and args.git_sessions < 1):
+            parser.error("--worktrees and --git-sessions must be at least 1")
+        made = asyncio.run(worktree_bench(sizes, args.baseline, args.git_sessions))
+        if args.json:
+            print(json.dumps(made, ensure_ascii=False, indent=2))
+        else:
+            print_worktrees(made)
+        return 0
     quick = args.quick
     budget = Budget(
         samples=QUICK_SAMPLES if quick else SAMPLES,
