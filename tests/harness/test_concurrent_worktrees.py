@@ -13,6 +13,9 @@ Cases:
 - a worktree left half made (``<path>.partial``: a clone with no checkout, as a killed
   toolbox leaves it) is not taken as made: asked for, it is made whole and the
   ``.partial`` is gone;
+- 10 Runs' worktrees asked for at once of a toolbox client that opens at most 2 git
+  sessions: all 10 made, through 2 sessions in all (each kept for the next request
+  that waits), and once the last is answered neither session's process is left;
 - the origin's URL is written in a worktree's configuration as ``git config`` writes it,
   for URLs git quotes or escapes;
 - a linked worktree an earlier kubeturn made (``git worktree add``) becomes a repository
@@ -28,12 +31,18 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kubeturn_harness.sandbox import reaper
+from kubeturn_harness.sandbox.client import START_S, Session, Toolbox
 from kubeturn_harness.sandbox.clones import config_value
+from kubeturn_harness.sandbox.protocol import Kind, Limits
+from kubeturn_harness.sandbox.server import peer_of
+from kubeturn_harness.wire import WorktreesRequest
 from tests.harness.support import StartWorld, World, script
 
 RUNS = 30
@@ -279,3 +288,47 @@ def test_a_url_is_written_as_git_config_writes_it(url: str, tmp_path: Path) -> N
     config = tmp_path / "config"
     subprocess.run(["git", "config", "--file", str(config), "remote.origin.url", url], check=True)
     assert config.read_text() == f'[remote "origin"]\n\turl = {config_value(url)}\n'
+
+
+@dataclass(frozen=True)
+class CountingToolbox(Toolbox):
+    """A toolbox client that notes each session it opens, by the pid of the toolbox that
+    serves it (the process that listens: its sessions are its children)."""
+
+    opened: list[int] = field(default_factory=list)
+
+    async def session(self, kind: Kind, **options: Any) -> Session:
+        session = await super().session(kind, **options)
+        self.opened.append(peer_of(session.writer.get_extra_info("socket")).pid)
+        return session
+
+
+async def test_worktrees_asked_for_at_once_take_turns_in_a_few_sessions(
+    toolbox_socket: Path, work_root: Path
+) -> None:
+    limits = Limits(bashTimeoutS=5.0, outputLimitBytes=1000, processes=8)
+    toolbox = CountingToolbox(toolbox_socket, work_root=work_root, limits=limits, git_sessions=2)
+    await toolbox.ready(START_S)  # as the Harness waits for it
+    toolbox.opened.clear()
+    runs = [f"run-{n:02d}" for n in range(10)]
+
+    made = await asyncio.gather(
+        *(
+            toolbox.worktrees(WorktreesRequest(run=r, branch=f"kubeturn/{r}", slots=[SLOT]))
+            for r in runs
+        )
+    )
+
+    assert [answer.worktrees[SLOT].path for answer in made] == [
+        str(work_root / SLOT / f"kubeturn-{run}") for run in runs
+    ]
+    head = git_lines(work_root / ".repos" / SLOT, "rev-parse", "HEAD")[0]
+    for run in runs:
+        assert_made(work_root / SLOT / f"kubeturn-{run}", run, head)
+    assert len(toolbox.opened) == 2
+    served_by = toolbox.opened[0]
+    for _ in range(500):
+        if not reaper.look(served_by).children.get(served_by):
+            break
+        await asyncio.sleep(0.01)
+    assert reaper.look(served_by).children.get(served_by) is None  # no session left
