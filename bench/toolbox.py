@@ -539,7 +539,9 @@ COUNTED_WORKTREES = 10
 """Worktrees made while ``strace`` counts the processes they start: exact, so a few do."""
 ORIGIN = "https://example.invalid/kubeturn/bench.git"
 """The clone's own remote: each worktree's ``origin`` must name it."""
-MODES = ("sequential", "at_once")
+SESSION_END_S = 0.02
+"""After each request asked one after another: its session's process has ended and been
+collected, so the toolbox's CPU counted for it holds the session's whole life."""
 BASELINE_SESSIONS = 100
 """Requests an earlier revision's toolbox is sent at once: all of them, up to this."""
 
@@ -646,28 +648,71 @@ def toolbox_cpu_seconds(pid: int) -> float:
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-async def worktree_round(
-    code: Path | None, git_sessions: int | None, n: int, mode: str
-) -> dict[str, Any]:
-    """``n`` Runs' worktrees, asked for one after another or all at once."""
+async def sequential_rounds(
+    codes: dict[str, Path | None], git_sessions: int | None, n: int
+) -> list[dict[str, Any]]:
+    """``n`` Runs' worktrees asked for one after another of each code's toolbox, the
+    toolboxes taking turns request by request (which goes first alternating), so that a
+    change in the machine's load falls on each alike. Wall time is the sum of a code's
+    own requests."""
     runs = [f"run-{index:04d}" for index in range(n)]
-    # An earlier revision's Harness sent every request at once; its toolbox dropped
-    # connections past the 128 its backlog held.
-    async with trees(code, git_sessions if code is None else BASELINE_SESSIONS) as world:
-        await world.make("warm")  # the toolbox's first session: imports, caches
+    async with contextlib.AsyncExitStack() as stack:
+        worlds = {
+            name: await stack.enter_async_context(trees(code, bound(code, git_sessions)))
+            for name, code in codes.items()
+        }
+        latencies: dict[str, list[float]] = {name: [] for name in worlds}
+        cpu = dict.fromkeys(worlds, 0.0)
+        for world in worlds.values():
+            await world.make("warm")  # the toolbox's first session: imports, caches
+        order = list(worlds)
+        async with asyncio.timeout(PHASE_TIMEOUT_S * 5):
+            for index, run in enumerate(runs):
+                for name in order[index % len(order) :] + order[: index % len(order)]:
+                    pid = worlds[name].local.process.pid
+                    before = toolbox_cpu_seconds(pid)
+                    latencies[name].append(await worlds[name].make(run))
+                    await asyncio.sleep(SESSION_END_S)  # the session's end counted as its own
+                    cpu[name] += toolbox_cpu_seconds(pid) - before
+        for world in worlds.values():
+            world.check(runs)
+    return [
+        row(name, n, "sequential", sum(latencies[name]), latencies[name], cpu[name])
+        for name in worlds
+    ]
+
+
+async def at_once_round(
+    name: str, code: Path | None, git_sessions: int | None, n: int
+) -> dict[str, Any]:
+    """``n`` Runs' worktrees, asked for all at once."""
+    runs = [f"run-{index:04d}" for index in range(n)]
+    async with trees(code, bound(code, git_sessions)) as world:
+        await world.make("warm")
         pid = world.local.process.pid
         cpu = toolbox_cpu_seconds(pid)
         began = time.perf_counter()
         async with asyncio.timeout(PHASE_TIMEOUT_S * 5):
-            if mode == "sequential":
-                latencies = [await world.make(run) for run in runs]
-            else:
-                latencies = list(await asyncio.gather(*(world.make(run) for run in runs)))
+            latencies = list(await asyncio.gather(*(world.make(run) for run in runs)))
         wall = time.perf_counter() - began
         await asyncio.sleep(SETTLE_S)  # the last sessions' ends reaped by the toolbox
         cpu = toolbox_cpu_seconds(pid) - cpu
         world.check(runs)
+    return row(name, n, "at_once", wall, latencies, cpu)
+
+
+def bound(code: Path | None, git_sessions: int | None) -> int | None:
+    """The client's bound on git sessions: this tree's (None: its default), or for an
+    earlier revision's toolbox ``BASELINE_SESSIONS``: that Harness sent every request at
+    once, and its toolbox dropped connections past the 128 its backlog held."""
+    return git_sessions if code is None else BASELINE_SESSIONS
+
+
+def row(
+    name: str, n: int, mode: str, wall: float, latencies: list[float], cpu: float
+) -> dict[str, Any]:
     return {
+        "code": name,
         "n": n,
         "mode": mode,
         "wall_s": round(wall, 2),
@@ -721,7 +766,8 @@ async def worktree_bench(
     sizes: Sequence[int], baseline: str | None, git_sessions: int | None
 ) -> dict[str, Any]:
     """The worktree figures of this tree's toolbox and, with ``baseline``, of that
-    revision's, in the same run, one after the other for each size and mode."""
+    revision's, in the same run: for each size, one after another (taking turns), then
+    all at once (one code after the other)."""
     host = machine()
     scratch = Path(tempfile.mkdtemp(prefix="kubeturn-baseline-"))
     try:
@@ -729,12 +775,11 @@ async def worktree_bench(
         if baseline is not None:
             codes = {baseline: export_harness(baseline, scratch), **codes}
         processes = {name: await processes_per_worktree(code) for name, code in codes.items()}
-        rounds = [
-            {"code": name} | await worktree_round(code, git_sessions, n, mode)
-            for n in sizes
-            for mode in MODES
-            for name, code in codes.items()
-        ]
+        rounds: list[dict[str, Any]] = []
+        for n in sizes:
+            rounds += await sequential_rounds(codes, git_sessions, n)
+            for name, code in codes.items():
+                rounds.append(await at_once_round(name, code, git_sessions, n))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"machine": host, "processes_per_worktree": processes, "rounds": rounds}

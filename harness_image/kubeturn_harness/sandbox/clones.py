@@ -190,8 +190,9 @@ class Clones:
     # ------------------------------------------------------------------ the git work
 
     async def _make(self, slot: str, path: Path, branch: str) -> None:
-        """Three git processes: the clone, the origin's URL read from the clone, the
-        checkout of the branch at the clone's HEAD (which the clone copied: read once)."""
+        """Three git commands (ADR 0082): the clone (whose HEAD is the clone's, read
+        once), the clone's remote URL, the checkout of the branch at that HEAD. Made
+        under ``.partial``: a worktree cut short is never taken as made."""
         clone = self.clone(slot)
         partial = path.with_name(path.name + PARTIAL)
         if partial.exists() or partial.is_symlink():
@@ -289,7 +290,7 @@ class Clones:
         text = config.read_text()
         written = f"\turl = {config_value(str(clone))}\n"
         if text.count(written) == 1 and text.count('[remote "origin"]\n') == 1:
-            _replace_file(config, text.replace(written, f"\turl = {config_value(url)}\n"))
+            config.write_text(text.replace(written, f"\turl = {config_value(url)}\n"))
         else:
             await self._git(repository, "remote", "set-url", "origin", url)
 
@@ -322,8 +323,8 @@ class Clones:
 
     @contextlib.asynccontextmanager
     async def _changing(self, slot: str) -> AsyncIterator[None]:
-        """Held while this process changes the clone of ``slot`` (or a worktree made in
-        another way than ``_making``'s): no worktree of it is being made meanwhile."""
+        """Held while this process changes the clone of ``slot`` or adopts a linked
+        worktree of it: no worktree of it is being made meanwhile."""
         async with self._locked(f"{slot}.lock", fcntl.LOCK_EX):
             yield
 
@@ -366,13 +367,6 @@ def config_value(value: str) -> str:
         {ord("\n"): "\\n", ord("\t"): "\\t", ord('"'): '\\"', ord("\\"): "\\\\"}
     )
     return f"{quote}{escaped}{quote}"
-
-
-def _replace_file(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole: a new file renamed over it."""
-    temporary = path.with_name(path.name + ".kubeturn")
-    temporary.write_text(text)
-    temporary.replace(path)
 
 
 def _forget_linked(clone: Path, path: Path) -> None:
