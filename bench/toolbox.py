@@ -39,6 +39,12 @@ What it measures:
    from ``smaps_rollup``, which divides the pages a fork leaves shared among their
    sharers, so its sum is what the sessions really hold).
 
+5. **worktrees** (``--worktrees [N ...]``, instead of the above): N Runs' worktrees made
+   through the toolbox client (``Toolbox.worktrees``, its bound on git sessions
+   included), asked one after another and all at once; the processes the toolbox starts
+   per worktree (``strace``); with ``--baseline REV``, the toolbox of that revision in
+   the same run (bench/README.md says more).
+
 The toolbox ends every process a call started by scanning ``/proc`` (``reaper``), so the
 number of processes this machine shows sets part of what a call costs: the header
 prints it, with the cost of one such scan measured here. Percentiles are nearest-rank.
