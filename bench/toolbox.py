@@ -39,6 +39,12 @@ What it measures:
    from ``smaps_rollup``, which divides the pages a fork leaves shared among their
    sharers, so its sum is what the sessions really hold).
 
+5. **worktrees** (``--worktrees [N ...]``, instead of the above): N Runs' worktrees made
+   through the toolbox client (``Toolbox.worktrees``, its bound on git sessions
+   included), asked one after another and all at once; the processes the toolbox starts
+   per worktree (``strace``); with ``--baseline REV``, the toolbox of that revision in
+   the same run (bench/README.md says more).
+
 The toolbox ends every process a call started by scanning ``/proc`` (``reaper``), so the
 number of processes this machine shows sets part of what a call costs: the header
 prints it, with the cost of one such scan measured here. Percentiles are nearest-rank.
@@ -51,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import math
 import os
@@ -60,9 +67,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -529,6 +537,288 @@ def mib(kib: int) -> float:
     return round(kib / KIB_PER_MIB, 1)
 
 
+# ----------------------------------------------------------------------------- 5. worktrees
+
+WORKTREE_RUNS = (50, 200)
+"""Runs whose worktrees are made, one size at a time: a busy shared Workspace."""
+COUNTED_WORKTREES = 10
+"""Worktrees made while ``strace`` counts the processes they start: exact, so a few do."""
+ORIGIN = "https://example.invalid/kubeturn/bench.git"
+"""The clone's own remote: each worktree's ``origin`` must name it."""
+SESSION_END_S = 0.02
+"""After each request asked one after another: its session's process has ended and been
+collected, so the toolbox's CPU counted for it holds the session's whole life."""
+BASELINE_SESSIONS = 100
+"""Requests an earlier revision's toolbox is sent at once: all of them, up to this."""
+
+
+def start_toolbox(code: Path | None) -> LocalToolbox:
+    """A toolbox as the Harness starts one (``LocalToolbox.start``); with ``code``, one
+    whose ``kubeturn_harness`` is the package under ``code`` (an earlier revision's): the
+    same command, with ``code`` first on its ``PYTHONPATH``."""
+    if code is None:
+        return LocalToolbox.start(run_as=None)
+    directory = Path(tempfile.mkdtemp(prefix="kubeturn-toolbox-"))
+    socket_path, scratch = directory / "toolbox.sock", directory / "scratch"
+    scratch.mkdir(mode=0o700)
+    command = [sys.executable, "-m", "kubeturn_harness.sandbox", "--socket", str(socket_path)]
+    command += ["--client-pid", str(os.getpid()), "--scratch-root", str(scratch)]
+    env = {**scrubbed_environment(os.environ, home=str(scratch)), "PYTHONPATH": str(code)}
+    process = subprocess.Popen(
+        command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    return LocalToolbox(process, socket_path, directory)
+
+
+def export_harness(revision: str, into: Path) -> Path:
+    """The ``kubeturn_harness`` package of ``revision`` of this repository, under ``into``."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", revision, "harness_image"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "harness_image"
+
+
+@dataclass
+class Trees:
+    """A work root with one clone, and a toolbox serving it."""
+
+    local: LocalToolbox
+    toolbox: Toolbox
+    work_root: Path
+    head: str
+
+    async def make(self, run: str) -> float:
+        """Ask for ``run``'s worktree; the seconds until it is answered."""
+        began = time.perf_counter()
+        await self.toolbox.worktrees(
+            WorktreesRequest(run=run, branch=f"kubeturn/{run}", slots=[SLOT])
+        )
+        return time.perf_counter() - began
+
+    def check(self, runs: Sequence[str]) -> None:
+        """Each Run's worktree is on its branch at the clone's HEAD, its origin the
+        clone's remote (read from the files git wrote: no process per worktree)."""
+        for run in runs:
+            git_dir = self.work_root / SLOT / f"kubeturn-{run}" / ".git"
+            head = (git_dir / "HEAD").read_text().strip()
+            commit = (git_dir / "refs" / "heads" / "kubeturn" / run).read_text().strip()
+            config = (git_dir / "config").read_text()
+            if head != f"ref: refs/heads/kubeturn/{run}" or commit != self.head:
+                raise RuntimeError(f"{run}'s worktree is at {head} {commit}, not {self.head}")
+            if f"url = {ORIGIN}\n" not in config:
+                raise RuntimeError(f"{run}'s worktree's origin is not {ORIGIN}: {config}")
+
+
+def make_clone_of_origin(clone: Path) -> str:
+    """``make_clone`` with ``ORIGIN`` as its remote, as an init container leaves one;
+    its HEAD commit."""
+    make_clone(clone)
+    subprocess.run(["git", "-C", str(clone), "remote", "add", "origin", ORIGIN], check=True)
+    return subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@contextlib.asynccontextmanager
+async def trees(code: Path | None, git_sessions: int | None) -> AsyncIterator[Trees]:
+    """A fresh clone (with ``ORIGIN`` as its remote) and a toolbox of ``code``, whose
+    client opens at most ``git_sessions`` git sessions at once (None: its default)."""
+    root = Path(tempfile.mkdtemp(prefix="kubeturn-worktrees-bench-"))
+    try:
+        head = make_clone_of_origin(root / "work" / ".repos" / SLOT)
+        local = start_toolbox(code)
+        try:
+            await local.wait_listening()
+            bound = {} if git_sessions is None else {"git_sessions": git_sessions}
+            toolbox = Toolbox(
+                socket=local.socket, work_root=root / "work", limits=limits(), **bound
+            )
+            await toolbox.ready(START_S)
+            yield Trees(local, toolbox, root / "work", head)
+        finally:
+            local.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def toolbox_cpu_seconds(pid: int) -> float:
+    """The toolbox's CPU with its ended children's (its sessions, and their git, each
+    waited for): ``utime``, ``stime``, ``cutime`` and ``cstime`` (fields 14 to 17)."""
+    fields = _stat_fields(str(pid))
+    if fields is None:
+        return 0.0
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+async def sequential_rounds(
+    codes: dict[str, Path | None], git_sessions: int | None, n: int
+) -> list[dict[str, Any]]:
+    """``n`` Runs' worktrees asked for one after another of each code's toolbox, the
+    toolboxes taking turns request by request (which goes first alternating), so that a
+    change in the machine's load falls on each alike. Wall time is the sum of a code's
+    own requests."""
+    runs = [f"run-{index:04d}" for index in range(n)]
+    async with contextlib.AsyncExitStack() as stack:
+        worlds = {
+            name: await stack.enter_async_context(trees(code, bound(code, git_sessions)))
+            for name, code in codes.items()
+        }
+        latencies: dict[str, list[float]] = {name: [] for name in worlds}
+        cpu = dict.fromkeys(worlds, 0.0)
+        for world in worlds.values():
+            await world.make("warm")  # the toolbox's first session: imports, caches
+        order = list(worlds)
+        async with asyncio.timeout(PHASE_TIMEOUT_S * 5):
+            for index, run in enumerate(runs):
+                for name in order[index % len(order) :] + order[: index % len(order)]:
+                    pid = worlds[name].local.process.pid
+                    before = toolbox_cpu_seconds(pid)
+                    latencies[name].append(await worlds[name].make(run))
+                    await asyncio.sleep(SESSION_END_S)  # the session's end counted as its own
+                    cpu[name] += toolbox_cpu_seconds(pid) - before
+        for world in worlds.values():
+            world.check(runs)
+    return [
+        row(name, n, "sequential", sum(latencies[name]), latencies[name], cpu[name])
+        for name in worlds
+    ]
+
+
+async def at_once_round(
+    name: str, code: Path | None, git_sessions: int | None, n: int
+) -> dict[str, Any]:
+    """``n`` Runs' worktrees, asked for all at once."""
+    runs = [f"run-{index:04d}" for index in range(n)]
+    async with trees(code, bound(code, git_sessions)) as world:
+        await world.make("warm")
+        pid = world.local.process.pid
+        cpu = toolbox_cpu_seconds(pid)
+        began = time.perf_counter()
+        async with asyncio.timeout(PHASE_TIMEOUT_S * 5):
+            latencies = list(await asyncio.gather(*(world.make(run) for run in runs)))
+        wall = time.perf_counter() - began
+        await asyncio.sleep(SETTLE_S)  # the last sessions' ends reaped by the toolbox
+        cpu = toolbox_cpu_seconds(pid) - cpu
+        world.check(runs)
+    return row(name, n, "at_once", wall, latencies, cpu)
+
+
+def bound(code: Path | None, git_sessions: int | None) -> int | None:
+    """The client's bound on git sessions: this tree's (None: its default), or for an
+    earlier revision's toolbox ``BASELINE_SESSIONS``: that Harness sent every request at
+    once, and its toolbox dropped connections past the 128 its backlog held."""
+    return git_sessions if code is None else BASELINE_SESSIONS
+
+
+def row(
+    name: str, n: int, mode: str, wall: float, latencies: list[float], cpu: float
+) -> dict[str, Any]:
+    return {
+        "code": name,
+        "n": n,
+        "mode": mode,
+        "wall_s": round(wall, 2),
+        "per_s": round(n / wall, 1),
+        "ms": summary_ms(latencies) | {"p99": round(percentile(latencies, 99) * 1000, 1)},
+        "toolbox_cpu_ms_each": round(1000 * cpu / n, 1),
+    }
+
+
+async def processes_per_worktree(code: Path | None) -> dict[str, float] | None:
+    """The processes the toolbox starts per worktree, by program (``strace`` counting
+    each ``execve`` that succeeded under it); None where there is no ``strace``."""
+    if shutil.which("strace") is None:
+        return None
+    async with trees(code, None) as world:
+        await world.make("warm")
+        out = world.work_root.parent / "strace.txt"
+        pid = world.local.process.pid
+        tracer = await asyncio.create_subprocess_exec(
+            "strace", "-f", "-qq", "-z", "-e", "trace=execve", "-e", "signal=none",
+            "-o", str(out), "-p", str(pid),
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            while _tracer(pid) == 0:
+                await asyncio.sleep(0.01)
+            for index in range(COUNTED_WORKTREES):
+                await world.make(f"counted-{index}")
+        finally:
+            tracer.terminate()
+            await tracer.wait()
+        traced = out.read_text().splitlines()
+    programs: dict[str, int] = {}
+    for line in traced:
+        if "execve(" in line:
+            program = line.split('execve("', 1)[1].split('"', 1)[0].rsplit("/", 1)[-1]
+            programs[program] = programs.get(program, 0) + 1
+    counts = {name: count / COUNTED_WORKTREES for name, count in sorted(programs.items())}
+    return {"all": sum(counts.values()), **counts}
+
+
+def _tracer(pid: int) -> int:
+    """The pid tracing ``pid`` (0: none yet)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("TracerPid:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def worktree_bench(
+    sizes: Sequence[int], baseline: str | None, git_sessions: int | None
+) -> dict[str, Any]:
+    """The worktree figures of this tree's toolbox and, with ``baseline``, of that
+    revision's, in the same run: for each size, one after another (taking turns), then
+    all at once (one code after the other)."""
+    host = machine()
+    scratch = Path(tempfile.mkdtemp(prefix="kubeturn-baseline-"))
+    try:
+        codes: dict[str, Path | None] = {"this tree": None}
+        if baseline is not None:
+            codes = {baseline: export_harness(baseline, scratch), **codes}
+        processes = {name: await processes_per_worktree(code) for name, code in codes.items()}
+        rounds: list[dict[str, Any]] = []
+        for n in sizes:
+            rounds += await sequential_rounds(codes, git_sessions, n)
+            for name, code in codes.items():
+                rounds.append(await at_once_round(name, code, git_sessions, n))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"machine": host, "processes_per_worktree": processes, "rounds": rounds}
+
+
+def print_worktrees(figures: dict[str, Any]) -> None:
+    m = figures["machine"]
+    print(
+        f"machine: {m['cores']} cores ({m['usable_cores']} usable), Python {m['python']}, "
+        f"as {m['user']}; load average {m['load_average_1m_at_start']} at start\n"
+    )
+    for name, counts in figures["processes_per_worktree"].items():
+        said = (
+            "no strace here"
+            if counts is None
+            else ", ".join(
+                f"{program} {count:g}" for program, count in counts.items() if program != "all"
+            )
+        )
+        total = "" if counts is None else f"{counts['all']:g} "
+        print(f"processes per worktree, {name}: {total}({said})")
+    print(
+        f"\n{'worktrees':<12}{'asked':<12}{'code':<14}{'wall s':>8}{'per s':>8}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'toolbox CPU ms each':>21}"
+    )
+    for row in figures["rounds"]:
+        print(
+            f"{row['n']:<12}{row['mode'].replace('_', ' '):<12}{row['code']:<14}"
+            f"{row['wall_s']:>8.2f}{row['per_s']:>8.1f}{row['ms']['p50']:>9.1f}"
+            f"{row['ms']['p99']:>9.1f}{row['toolbox_cpu_ms_each']:>21.1f}"
+        )
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -738,7 +1028,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a short run: fewer samples")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--worktrees",
+        type=int,
+        nargs="*",
+        default=None,
+        help="time making this many Runs' worktrees instead (default "
+        f"{' '.join(map(str, WORKTREE_RUNS))}), one after another and all at once",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        default=None,
+        help="with --worktrees: also time the toolbox of this git revision (e.g. main)",
+    )
+    parser.add_argument(
+        "--git-sessions",
+        type=int,
+        default=None,
+        help="with --worktrees: git sessions the client opens at once (default the Toolbox's)",
+    )
     args = parser.parse_args(argv)
+    if args.worktrees is not None:
+        sizes = tuple(args.worktrees or WORKTREE_RUNS)
+        if min(sizes) < 1 or (args.git_sessions is not None and args.git_sessions < 1):
+            parser.error("--worktrees and --git-sessions must be at least 1")
+        made = asyncio.run(worktree_bench(sizes, args.baseline, args.git_sessions))
+        if args.json:
+            print(json.dumps(made, ensure_ascii=False, indent=2))
+        else:
+            print_worktrees(made)
+        return 0
     quick = args.quick
     budget = Budget(
         samples=QUICK_SAMPLES if quick else SAMPLES,

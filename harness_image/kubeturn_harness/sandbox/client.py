@@ -59,6 +59,10 @@ CONNECT_S = 10.0
 worktree, adopting it (a git clone of refs and an index)."""
 START_S = 30.0
 """How long a toolbox the Harness starts may take to listen: importing its tools."""
+GIT_SESSIONS = 3
+"""git sessions (worktrees, forgetting, the clones' listing) open at once; other requests
+wait here for one (ADR 0082): many Runs asking at once start a few processes in the
+toolbox, not one each, and a few keep both cores busy while one waits on the disk."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,12 @@ class Toolbox:
     limits: Limits
     private: tuple[Path, ...] = ()
     """Paths no session may reach: the Harness's data dir."""
+    git_sessions: int = GIT_SESSIONS
+    """How many git sessions are open at once."""
+    _git: GitSessions = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_git", GitSessions(self.git_sessions))
 
     async def session(
         self,
@@ -133,13 +143,13 @@ class Toolbox:
         return answer
 
     async def worktrees(self, request: WorktreesRequest) -> WorktreesResponse:
-        return await self._git(Git(op=GitOp.WORKTREES, worktrees=request), WorktreesResponse)
+        return await self._ask_git(Git(op=GitOp.WORKTREES, worktrees=request), WorktreesResponse)
 
     async def repos(self) -> ReposResponse:
-        return await self._git(Git(op=GitOp.REPOS), ReposResponse)
+        return await self._ask_git(Git(op=GitOp.REPOS), ReposResponse)
 
     async def forget(self, request: ForgetRunRequest) -> dict[str, Worktree]:
-        removed = await self._git(Git(op=GitOp.FORGET, forget=request), Removed)
+        removed = await self._ask_git(Git(op=GitOp.FORGET, forget=request), Removed)
         return removed.worktrees
 
     async def ready(self, within: float) -> None:
@@ -156,14 +166,54 @@ class Toolbox:
                 await session.close()
                 return
 
-    async def _git(self, request: Git, answer: type[Answer]) -> Answer:
-        session = await self.session(Kind.GIT)
-        try:
-            got = await session.ask_or_refused(request, answer)
-        finally:
-            await session.close()
+    async def _ask_git(self, request: Git, answer: type[Answer]) -> Answer:
+        got = await self._git.ask(self, request, answer)
         if isinstance(got, Refused):
             raise WireError(got.error, field=got.field, status=got.status)
+        return got
+
+
+class GitSessions:
+    """A Harness's git sessions: at most ``size`` open at once, a request waiting for its
+    turn. A session that has answered serves the next request that waits, and is closed
+    once none does: a burst (many Runs asking for their worktrees) opens a session per
+    turn, not per request, and a quiet Harness holds none. A kept session the toolbox
+    has ended meanwhile (it restarted) is not used again."""
+
+    def __init__(self, size: int) -> None:
+        self._turns = asyncio.Semaphore(size)
+        self._waiting = 0
+        self._idle: list[Session] = []
+
+    async def ask(self, toolbox: Toolbox, request: Git, answer: type[Answer]) -> Answer | Refused:
+        self._waiting += 1
+        try:
+            await self._turns.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            return await self._ask(toolbox, request, answer)
+        finally:
+            self._turns.release()
+
+    async def _ask(self, toolbox: Toolbox, request: Git, answer: type[Answer]) -> Answer | Refused:
+        session = self._idle.pop() if self._idle else None
+        if session is not None and session.reader.at_eof():  # the toolbox ended it
+            await session.close()
+            session = None
+        if session is None:
+            session = await toolbox.session(Kind.GIT)
+        try:
+            got = await session.ask_or_refused(request, answer)
+        except BaseException:
+            await session.close()  # an answer may still come: the session is no use
+            raise
+        if self._waiting > len(self._idle):
+            self._idle.append(session)
+            return got
+        unused, self._idle = self._idle, []  # kept for requests that were cancelled
+        for done in (session, *unused):
+            await done.close()
         return got
 
 

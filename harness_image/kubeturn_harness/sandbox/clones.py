@@ -12,8 +12,12 @@ system or user configuration, no network, and never in a repository an Agent can
 write except to fetch from it (``git fetch`` runs ``upload-pack`` there, which git
 holds safe in an untrusted repository). Forgetting a Run fetches its branch into the
 clone, so the branch stays (ADR 0030), and then removes the Run's repository.
-Changes to one clone are made one at a time, across processes (a lock file beside the
-toolbox's scratch). HTTP-free; it never clones from a remote (the init containers do).
+
+Making a Run's worktree only reads the clone, so the worktrees of different Runs are
+made at once; a change to the clone (forgetting a Run, adopting a linked worktree)
+waits for them and holds the clone alone (ADR 0082). Both across processes: lock files
+beside the toolbox's scratch. HTTP-free; it never clones from a remote (the init
+containers do).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import re
@@ -142,11 +147,14 @@ class Clones:
                     Refused(error=f"no clone of repo slot {slot!r} at {clone}", field="slots")
                 )
             path = self.worktree(slot, request.branch)
-            async with self._changing(slot):
-                if (path / ".git").is_file():
-                    await self._adopt(slot, path)
-                elif not (path / ".git").is_dir():
-                    await self._make(slot, path, request.branch)
+            if (path / ".git").is_file():
+                async with self._changing(slot):
+                    if (path / ".git").is_file():
+                        await self._adopt(slot, path)
+            if not (path / ".git").is_dir():
+                async with self._making(slot, path):
+                    if not (path / ".git").is_dir():
+                        await self._make(slot, path, request.branch)
             made[slot] = Worktree(path=str(path), branch=request.branch)
         return WorktreesResponse(worktrees=made)
 
@@ -182,10 +190,13 @@ class Clones:
     # ------------------------------------------------------------------ the git work
 
     async def _make(self, slot: str, path: Path, branch: str) -> None:
+        """Three git commands (ADR 0082): the clone (whose HEAD is the clone's, read
+        once), the clone's remote URL, the checkout of the branch at that HEAD. Made
+        under ``.partial``: a worktree cut short is never taken as made."""
         clone = self.clone(slot)
         partial = path.with_name(path.name + PARTIAL)
-        await asyncio.to_thread(_remove_tree, partial)
-        commit = await self._commit(clone, "HEAD", slot)
+        if partial.exists() or partial.is_symlink():
+            await asyncio.to_thread(_remove_tree, partial)
         try:
             partial.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -200,7 +211,7 @@ class Clones:
         await self._copy_origin(clone, partial)
         await self._must(
             partial, slot, "check out the worktree of",
-            "checkout", "--quiet", "-B", branch, commit,
+            "checkout", "--quiet", "-B", branch, "HEAD",
         )  # fmt: skip
         partial.rename(path)
 
@@ -266,21 +277,22 @@ class Clones:
         )
 
     async def _copy_origin(self, clone: Path, repository: Path) -> None:
-        """The worktree's ``origin`` names the clone's own remote, not the clone."""
+        """The worktree's ``origin`` names the clone's own remote, not the clone. git reads
+        the clone's URL (an Agent could have written that configuration where Landlock
+        does not confine it); the line ``git clone`` just wrote in the worktree's own
+        configuration is rewritten here, as ``git config`` would write it, and only
+        where it is found as git writes it (else ``git remote set-url`` does it)."""
         code, url = await self._git(clone, "config", "--get", "remote.origin.url")
-        if code == 0 and url.strip():
-            await self._git(repository, "remote", "set-url", "origin", url.strip())
-
-    async def _commit(self, repository: Path, revision: str, slot: str) -> str:
-        _, output = await self._must(
-            repository,
-            slot,
-            "read the commit of",
-            "rev-parse",
-            "--verify",
-            f"{revision}^{{commit}}",
-        )
-        return output.strip()
+        url = url.rstrip("\n")
+        if code != 0 or not url.strip():
+            return
+        config = repository / ".git" / "config"
+        text = config.read_text()
+        written = f"\turl = {config_value(str(clone))}\n"
+        if text.count(written) == 1 and text.count('[remote "origin"]\n') == 1:
+            config.write_text(text.replace(written, f"\turl = {config_value(url)}\n"))
+        else:
+            await self._git(repository, "remote", "set-url", "origin", url)
 
     async def _must(self, cwd: Path, slot: str, what: str, *args: str) -> tuple[int, str]:
         code, output = await self._git(cwd, *args)
@@ -311,14 +323,50 @@ class Clones:
 
     @contextlib.asynccontextmanager
     async def _changing(self, slot: str) -> AsyncIterator[None]:
-        """Held while this process changes the clone of ``slot`` or its worktrees."""
+        """Held while this process changes the clone of ``slot`` or adopts a linked
+        worktree of it: no worktree of it is being made meanwhile."""
+        async with self._locked(f"{slot}.lock", fcntl.LOCK_EX):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _making(self, slot: str, path: Path) -> AsyncIterator[None]:
+        """Held while this process makes the worktree at ``path``: the clone of ``slot``
+        is only read (shared with other Runs' making, never with a change to it), and
+        the worktree is this process's alone (its one lock, by a digest of its name)."""
+        digest = hashlib.sha256(path.name.encode()).hexdigest()[:32]
+        async with (
+            self._locked(f"{slot}.lock", fcntl.LOCK_SH),
+            self._locked(f"{slot}.{digest}.lock", fcntl.LOCK_EX),
+        ):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, name: str, operation: int) -> AsyncIterator[None]:
+        """``flock`` of the lock file ``name``, held until the block ends (or this process
+        does). Taken at once when free; else waited for in a thread."""
         self._locks.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._locks / f"{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(self._locks / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            except BlockingIOError:
+                await asyncio.to_thread(fcntl.flock, fd, operation)
             yield
         finally:
             os.close(fd)
+
+
+def config_value(value: str) -> str:
+    """``value`` as ``git config`` writes it in a configuration file (git's
+    ``write_pair``): in double quotes when it starts or ends with a space or holds a
+    ``;`` or ``#``; a newline, tab, ``"`` and ``\\`` escaped."""
+    quote = (
+        '"' if value.startswith(" ") or value.endswith(" ") or any(c in value for c in ";#") else ""
+    )
+    escaped = value.translate(
+        {ord("\n"): "\\n", ord("\t"): "\\t", ord('"'): '\\"', ord("\\"): "\\\\"}
+    )
+    return f"{quote}{escaped}{quote}"
 
 
 def _forget_linked(clone: Path, path: Path) -> None:

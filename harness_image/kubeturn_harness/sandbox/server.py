@@ -41,7 +41,11 @@ most this long, and a look over a few hundred processes costs about a millisecon
 STOP_GRACE_S = 5.0
 """How long sessions have to end their processes when the toolbox stops, before they and
 everything beneath them are killed."""
-BACKLOG = 128
+BACKLOG = 4096
+"""Connections waiting to be accepted. A Harness opens one per Submission's tools and
+per git request: a burst of Runs opens hundreds at once, and one past the backlog is
+dropped (asyncio's client takes the refused connect for made; its first write fails).
+The kernel caps it at ``net.core.somaxconn`` (4096 by default since Linux 5.4)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,7 @@ def _listen(path: Path) -> socket.socket:
     # Anyone may connect: who is served is decided by the peer's credentials.
     os.chmod(binding, 0o666)
     listener.listen(BACKLOG)
+    listener.setblocking(False)
     binding.rename(path)
     return listener
 
@@ -146,10 +151,24 @@ def _accept(
     sessions: set[int],
     inherited: list[object],
 ) -> None:
-    try:
-        connection, _ = listener.accept()
-    except (BlockingIOError, InterruptedError):
-        return
+    """Accept every connection waiting, each a session of its own process."""
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        _fork_session(connection, listener, clients, settings, sessions, inherited)
+
+
+def _fork_session(
+    connection: socket.socket,
+    listener: socket.socket,
+    clients: Clients,
+    settings: worker.ToolboxSettings,
+    sessions: set[int],
+    inherited: list[object],
+) -> None:
+    connection.setblocking(True)
     peer = peer_of(connection)
     if not clients.allow(peer):
         log.warning("refused a connection from pid %d uid %d: not the Harness", peer.pid, peer.uid)
