@@ -11,8 +11,9 @@ Cases:
   Events within 2 KiB; the whole object under 512 KiB, its annotations within 256 KiB,
   none of them kopf's (it keeps no record of what it handled of a Run);
 - a Run applied with kubectl whose spec is over the bound: kopf's patch goes through (its
-  finalizer is on), with kubectl's copy of the spec its annotations stay within 256 KiB; it is ``Ready=False``, ``TooLarge``, saying its size, and starts
-  nothing; with a small spec (a new generation) it runs to its end.
+  finalizer is on), with kubectl's copy of the spec its annotations stay within 256 KiB;
+  it is ``Ready=False``, ``TooLarge``, saying its size, and starts nothing; with a small
+  spec (a new generation) it runs to its end.
 
 The emulator applies the CRDs' schemas and rules and refuses an object over etcd's
 limit, as the API server does; the kubelet's limits are in :mod:`kubelet`.
