@@ -27,8 +27,9 @@ from kubeturn.orchestrator.snapshots import HISTORY_KEY
 
 def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
     """What ``Run.status`` says of ``core``, whose snapshot is ``snapshot``: every field
-    but ``conditions`` and ``observedGeneration``, which are the shell's."""
-    records = [record.model_dump(mode="json") for record in core.history]
+    but ``conditions`` and ``observedGeneration``, which are the shell's. The records are
+    the snapshot's, dumped once."""
+    records = list(snapshot[HISTORY_KEY])
     accepted = signals.accepted_events(core.accepted())
     return RunStatus(
         phase=core.shown_phase.value,
