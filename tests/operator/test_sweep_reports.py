@@ -54,7 +54,8 @@ Body = dict[str, Any]
 
 @dataclass
 class StandIn:
-    """A Harness's sweep and history routes; the sweeps' bodies, in order."""
+    """A Harness's sweep route and its conversations' streams of settlements; the sweeps'
+    bodies, in order."""
 
     url: str
     sweeps: list[Body] = field(default_factory=list)
@@ -68,28 +69,21 @@ async def stand_in() -> AsyncIterator[StandIn]:
         made.sweeps.append(await request.json())
         return web.json_response({"aborted": True})
 
-    async def history(request: web.Request) -> web.Response:
+    async def settlements(request: web.Request) -> web.Response:
+        assert request.query["types"] == "submission-settled"
         settlement = {
             "submissionId": "s1",
             "outcome": "aborted",
             "message": HARNESS_SAID,
             "at": "2030-01-01T00:00:00Z",
         }
-        return web.json_response(
-            {
-                "conversationId": "c1",
-                "name": "coder",
-                "instanceId": request.match_info["iid"],
-                "messages": [],
-                "settlements": [settlement],
-                "projections": [],
-                "submissions": [],
-            }
-        )
+        event = {"offset": 0, "type": "submission-settled", "at": "t", "data": settlement}
+        headers = {"stream-next-offset": "1", "stream-up-to-date": "true"}
+        return web.json_response([event], headers=headers)
 
     app = web.Application()
     app.router.add_post("/agents/coder/{iid}/abort", abort)
-    app.router.add_get("/agents/coder/{iid}", history)
+    app.router.add_get("/agents/coder/{iid}", settlements)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -27,6 +27,10 @@ Cases:
   wire is ``HarnessRefused``, and so is one nested 200,000 deep (arrays or objects), as
   an answer or as an error body (never ``RecursionError``); the port calls do not
   raise: ``sweep`` answers no settlement, ``run`` an exec result whose error says why;
+- a sweep reads back the conversation's settlements from its stream's
+  ``submission-settled`` events alone (no history view), a page at a time until the
+  stream says it is up to date; an event of another type (from a Harness that sends
+  every type) is no settlement;
 - 150 long-polls parked at a Harness (more than aiohttp's default cap of 100
   connections) hold no sweep back: it reaches the server and is answered while every
   read stays parked.
@@ -462,7 +466,7 @@ async def test_a_sweep_is_not_queued_behind_parked_long_polls() -> None:
     swept: list[str] = []
 
     async def read(request: web.Request) -> web.Response:
-        if request.query.get("view") == "history":  # the sweep's read back: none kept
+        if "live" not in request.query:  # the sweep's read back: no conversation kept
             return web.json_response({"error": "not-found", "message": "none"}, status=404)
         reads.append("parked")
         if len(reads) == PARKED:
@@ -495,3 +499,48 @@ async def test_a_sweep_is_not_queued_behind_parked_long_polls() -> None:
         await asyncio.gather(*polls, return_exceptions=True)
         await client.close()
         await runner.cleanup()
+
+
+async def test_a_sweep_reads_the_settlements_alone_page_by_page() -> None:
+    asked: list[dict[str, str]] = []
+
+    def settled(offset: int, submission: str) -> dict[str, Any]:
+        data = {"submissionId": submission, "outcome": "ended", "at": "2026-12-02T00:00:00Z"}
+        return {"offset": offset, "type": "submission-settled", "at": "t", "data": data}
+
+    pages = {
+        0: ([settled(7, "s1")], {"stream-next-offset": "1000"}),
+        1000: (
+            [settled(1003, "s2"), {**settled(1004, "s2"), "type": "pick-sent"}],
+            {"stream-next-offset": "1005", "stream-up-to-date": "true"},
+        ),
+    }
+
+    async def read(request: web.Request) -> web.Response:
+        asked.append(dict(request.query))
+        events, headers = pages[int(request.query["offset"])]
+        return web.json_response(events, headers=headers)
+
+    async def abort(_: web.Request) -> web.Response:
+        return web.json_response({"aborted": True})
+
+    app = web.Application()
+    app.router.add_get("/agents/{agent}/{iid}", read)
+    app.router.add_post("/agents/{agent}/{iid}/abort", abort)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    client = HarnessClient(f"http://127.0.0.1:{runner.addresses[0][1]}", "t")
+    try:
+        swept = await client.send_sweep(Sweep("t1", "worker", "default.r/x", "pick", None))
+    finally:
+        await client.close()
+        await runner.cleanup()
+    assert [(s.submission, s.outcome) for s in swept] == [
+        ("s1", Outcome.ENDED),
+        ("s2", Outcome.ENDED),
+    ]
+    assert asked == [
+        {"offset": "0", "types": "submission-settled"},
+        {"offset": "1000", "types": "submission-settled"},
+    ]

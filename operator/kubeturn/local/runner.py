@@ -441,7 +441,7 @@ class LocalRun:
         await self._settle(actor, watched)
         self.view.finish()
         elapsed = time.time() - self._started_since(core)
-        for line in summary(loaded.name, status_of(core, {}), elapsed):
+        for line in summary(loaded.name, status_of(core, core.snapshot()), elapsed):
             self.out.write(line + "\n")
         for line in work_lines(branch_of(loaded.name), started.worktrees, core.delivered):
             self.out.write(line + "\n")

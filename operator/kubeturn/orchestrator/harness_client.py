@@ -50,7 +50,6 @@ from kubeturn_harness.wire import (
     ErrorBody,
     EventType,
     ExecResponse,
-    History,
     Outcome,
     RunForgotten,
     Settlement,
@@ -275,14 +274,7 @@ class HarnessClient:
         if answer.status not in (200, 204):
             raise _refused(what, answer)
         events = _decoded(_EVENTS, answer, what) if answer.status == 200 else []
-        try:
-            return events, int(answer.headers.get("stream-next-offset", offset))
-        except ValueError as error:
-            raise HarnessRefused(
-                f"the Harness answered {what} with a stream-next-offset that is no number",
-                status=answer.status,
-                said=str(answer.headers.get("stream-next-offset")),
-            ) from error
+        return events, _next_offset(answer, offset, what)
 
     async def send_sweep(self, effect: Sweep) -> list[Settled]:
         """Send the sweep and read back every settlement of the conversation (a repeated
@@ -298,15 +290,27 @@ class HarnessClient:
         )
         if answer.status != 200:
             raise _refused("the sweep", answer)
-        what = "the history"
-        answer = await self._call(
-            "GET", url, what, params={"view": "history"}, seconds=SWEEP_TIMEOUT_S
-        )
-        if answer.status == 404:
-            return []
-        if answer.status != 200:
-            raise _refused(what, answer)
-        return [_settled(s) for s in _decoded(_HISTORY, answer, what).settlements]
+        return await self._settlements(url)
+
+    async def _settlements(self, url: str) -> list[Settled]:
+        """Every settlement of the conversation at ``url``, read from its stream's
+        ``submission-settled`` events alone (not its history: no message is read), a page
+        at a time; none when the Harness has no such conversation."""
+        what = "the settlements"
+        found: list[Settled] = []
+        offset = 0
+        while True:
+            params = {"offset": str(offset), "types": EventType.SUBMISSION_SETTLED.value}
+            answer = await self._call("GET", url, what, params=params, seconds=SWEEP_TIMEOUT_S)
+            if answer.status == 404:
+                return []
+            if answer.status != 200:
+                raise _refused(what, answer)
+            found += _settlements_in(_decoded(_EVENTS, answer, what), answer, what)
+            after = _next_offset(answer, offset, what)
+            if answer.headers.get("stream-up-to-date") == "true" or after <= offset:
+                return found
+            offset = after
 
     async def send_exec(self, effect: StartExec) -> ExecResult:
         """Run an ``exec`` invoke's command (not safe to repeat unless it was not sent)."""
@@ -432,7 +436,6 @@ async def settlement(current: CurrentHarness, effect: Admit, submission: str) ->
 
 _ADMITTED = TypeAdapter(AdmitResponse)
 _EVENTS = TypeAdapter(list[StreamEvent])
-_HISTORY = TypeAdapter(History)
 _EXECUTED = TypeAdapter(ExecResponse)
 _DELIVERED = TypeAdapter(DeliverResponse)
 _WORKTREES = TypeAdapter(WorktreesResponse)
@@ -489,6 +492,36 @@ def _refused(what: str, answer: _Answer) -> HarnessRefused:
         status=answer.status,
         said=said,
     )
+
+
+def _settlements_in(events: list[StreamEvent], answer: _Answer, what: str) -> list[Settled]:
+    """The settlements among ``events`` (a Harness that does not know ``types`` sends
+    every type); one not of the wire is ``HarnessRefused``."""
+    try:
+        return [
+            _settled(Settlement.model_validate(event.data))
+            for event in events
+            if event.type is EventType.SUBMISSION_SETTLED
+        ]
+    except ValidationError as error:
+        raise HarnessRefused(
+            f"the Harness answered {what} with a settlement not of its wire: {error}",
+            status=answer.status,
+            said=answer.body.decode(errors="replace")[:SAID_LIMIT],
+        ) from error
+
+
+def _next_offset(answer: _Answer, offset: int, what: str) -> int:
+    """The stream's offset to read on from, as the answer's header says (``offset``
+    without one)."""
+    try:
+        return int(answer.headers.get("stream-next-offset", offset))
+    except ValueError as error:
+        raise HarnessRefused(
+            f"the Harness answered {what} with a stream-next-offset that is no number",
+            status=answer.status,
+            said=str(answer.headers.get("stream-next-offset")),
+        ) from error
 
 
 def _settled(settlement: Settlement) -> Settled:
