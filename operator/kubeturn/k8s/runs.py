@@ -95,6 +95,10 @@ object stays far below etcd's 1.5 MiB, which would refuse the status writes of a
 one. Every watch event and every look at a Run carries it too. Long documents belong in
 the Workspace's repositories, where the Agents read them."""
 
+LEGACY: Mapping[str, Iterable[str]] = {"snapshot": snapshots.LEGACY_KEYS}
+"""A merge patch keeps the keys of an older snapshot that the new one lacks: every status
+write names them, to remove them."""
+
 log = logging.getLogger(__name__)
 
 
@@ -126,7 +130,7 @@ class StatusStore:
         """The last patch written, as JSON."""
         self._worktrees = worktrees
         """The Run's worktrees, until a write carried them; ``removed``: their gone slots."""
-        self._removed = {**(removed or {}), "snapshot": snapshots.LEGACY_KEYS}
+        self._removed: Mapping[str, Iterable[str]] = {**(removed or {}), **LEGACY}
 
     async def save(self, snapshot: dict[str, Any]) -> None:
         core = self._core
@@ -150,13 +154,12 @@ class StatusStore:
         if self._worktrees is not None:
             update["worktrees"] = self._worktrees.worktrees
         status = status.model_copy(update=update)
-        # A merge patch keeps the keys of an older snapshot that the new one lacks.
         patch = patches.status(status, removed=self._removed)
         written = json.dumps(patch, sort_keys=True, separators=(",", ":"))
         if written != self._written:
             await self._hub.kube.patch(RUNS, self._namespace, self._name, patch, status=True)
             self._written, self._conditions = written, ready
-            self._worktrees, self._removed = None, {"snapshot": snapshots.LEGACY_KEYS}
+            self._worktrees, self._removed = None, LEGACY
         self._hub.phases.put(f"{self._namespace}/{self._name}", phase)
 
 

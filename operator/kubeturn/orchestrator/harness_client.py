@@ -448,11 +448,16 @@ def _decoded(shape: TypeAdapter[T], answer: _Answer, what: str) -> T:
     try:
         return shape.validate_json(answer.body)
     except ValidationError as error:
-        raise HarnessRefused(
-            f"the Harness answered {what} with a body not of its wire: {error}",
-            status=answer.status,
-            said=answer.body.decode(errors="replace")[:SAID_LIMIT],
-        ) from error
+        raise _not_of_wire(what, "a body", answer, error) from error
+
+
+def _not_of_wire(what: str, part: str, answer: _Answer, error: ValidationError) -> HarnessRefused:
+    """The refusal of an answer whose ``part`` pydantic did not take as the wire's."""
+    return HarnessRefused(
+        f"the Harness answered {what} with {part} not of its wire: {error}",
+        status=answer.status,
+        said=answer.body.decode(errors="replace")[:SAID_LIMIT],
+    )
 
 
 @dataclass(frozen=True)
@@ -504,11 +509,7 @@ def _settlements_in(events: list[StreamEvent], answer: _Answer, what: str) -> li
             if event.type is EventType.SUBMISSION_SETTLED
         ]
     except ValidationError as error:
-        raise HarnessRefused(
-            f"the Harness answered {what} with a settlement not of its wire: {error}",
-            status=answer.status,
-            said=answer.body.decode(errors="replace")[:SAID_LIMIT],
-        ) from error
+        raise _not_of_wire(what, "a settlement", answer, error) from error
 
 
 def _next_offset(answer: _Answer, offset: int, what: str) -> int:
