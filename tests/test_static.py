@@ -2,12 +2,14 @@
 
 Cases: ruff lint, ruff format, mypy (strict, per pyproject.toml), the import-layer
 contracts (import-linter: the Harness never imports kopf, kubernetes or the operator;
-its functional core does no HTTP), and actionlint on every GitHub workflow (an action on
-a retired runtime is a finding; docs/decisions/0058-workflows-are-checked-by-actionlint.md).
+its functional core does no HTTP), actionlint on every GitHub workflow (an action on
+a retired runtime is a finding; docs/decisions/0058-workflows-are-checked-by-actionlint.md),
+and the decisions' index (docs/decisions/README.md) listing every decision once.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -66,3 +68,18 @@ def test_actionlint() -> None:
     )
     assert workflows, "no workflow under .github/workflows"
     run("actionlint", "-no-color", "-shellcheck=", "-pyflakes=", *workflows)
+
+
+def test_decision_index() -> None:
+    """docs/decisions/README.md links every decision record exactly once, each link names
+    a record that exists, and the numbers it says were never used are the gaps."""
+    decisions = REPO / "docs" / "decisions"
+    index = (decisions / "README.md").read_text()
+    records = sorted(path.name for path in decisions.glob("[0-9][0-9][0-9][0-9]-*.md"))
+    links = re.findall(r"\]\(([0-9]{4}-[^)]+\.md)\)", index)
+    assert sorted(links) == records, "each decision record is linked once from the index"
+    numbers = {int(name[:4]) for name in records}
+    gaps = {f"{n:04d}" for n in range(1, max(numbers)) if n not in numbers}
+    unused = re.search(r"((?:[0-9]{4},?\s(?:and\s)?)+)were never used", index)
+    assert unused is not None, "the index says which numbers were never used"
+    assert set(re.findall(r"[0-9]{4}", unused.group(1))) == gaps

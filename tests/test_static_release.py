@@ -11,7 +11,7 @@ Cases:
   that version; README.md links to it;
 - release.yml runs on a ``v*`` tag and nothing else; it pushes exactly the images the
   chart installs by default (values.yaml ``image.repository`` and
-  ``harnessImage.repository``), each from its Dockerfile, for linux/amd64 and
+  ``harnessImage.repository``), each from its target of the Dockerfile, for linux/amd64 and
   linux/arm64, tagged with the checked version; it pushes the chart to the OCI
   repository README.md installs from; every job that pushes waits for the version check,
   and the chart waits for the images; no job has a permission beyond ``contents: read``
@@ -146,16 +146,16 @@ def test_release_runs_on_version_tags_only() -> None:
 def test_release_pushes_the_charts_default_images() -> None:
     values = chart_values()
     images = workflow(RELEASE)["jobs"]["images"]
-    built = {
-        entry["image"]: entry["dockerfile"] for entry in images["strategy"]["matrix"]["include"]
-    }
+    built = {entry["image"]: entry["target"] for entry in images["strategy"]["matrix"]["include"]}
     assert built == {
-        values["image"]["repository"]: "Dockerfile",
-        values["harnessImage"]["repository"]: "harness_image/Dockerfile",
+        values["image"]["repository"]: "operator",
+        values["harnessImage"]["repository"]: "harness",
     }
-    assert all((REPO / dockerfile).is_file() for dockerfile in built.values())
+    stages = re.findall(r"^FROM \S+ AS (\S+)$", (REPO / "Dockerfile").read_text(), re.MULTILINE)
+    assert set(built.values()) <= set(stages)
     build = next(s for s in images["steps"] if s.get("uses", "").startswith("docker/build-push"))
-    assert build["with"]["file"] == "${{ matrix.dockerfile }}"
+    assert "file" not in build["with"]  # the repository's Dockerfile
+    assert build["with"]["target"] == "${{ matrix.target }}"
     assert build["with"]["context"] == "."
     assert build["with"]["push"] is True
     assert build["with"]["platforms"] == "linux/amd64,linux/arm64"

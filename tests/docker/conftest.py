@@ -22,7 +22,7 @@ Network rule: tests send traffic to 127.0.0.1 only. Containers run with
 has no bridge, so no container ever gets a private-range address.
 
 ``docker_engine``, ``harness_image`` and ``operator_image`` (the tier): the engine, and the
-Harness image (harness_image/Dockerfile) and the operator image (Dockerfile) built at once
+Harness image and the operator image (the Dockerfile's two targets) built at once
 under tags of their own, in a thread started as soon as the suite is collected (the tiers
 before this one hide the two minutes), untagged and stopped when the tier ends: the tests
 of an image and of what runs in it share one build.
@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker.images import HARNESS_DOCKERFILE, OPERATOR_DOCKERFILE, built
+from tests.docker.images import built
 
 DEBIAN_BASE = "debian:bookworm-slim"
 """The tag the Dockerfiles build FROM; made locally when no registry can be reached."""
@@ -291,10 +291,10 @@ def _images(engine: DockerEngine, base: str, timings: dict[str, float]) -> Itera
     time waiting on apt and PyPI), under tags of their own; untagged afterwards."""
     builds = {
         "harness": built(
-            engine, base, HARNESS_DOCKERFILE, "kubeturn-harness", timings, "harness image build"
+            engine, base, "harness", "kubeturn-harness", timings, "harness image build"
         ),
         "operator": built(
-            engine, base, OPERATOR_DOCKERFILE, "kubeturn-operator", timings, "operator image build"
+            engine, base, "operator", "kubeturn-operator", timings, "operator image build"
         ),
     }
     with ThreadPoolExecutor(len(builds)) as pool:

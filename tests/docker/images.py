@@ -31,8 +31,8 @@ BUILD_SECONDS = 900.0
 DEBOOTSTRAP_AND_BUILD_SECONDS = 1800.0
 """The timeout of a test whose setup may make the base image and build one: both bounds
 and more."""
-HARNESS_DOCKERFILE = REPO / "harness_image" / "Dockerfile"
-OPERATOR_DOCKERFILE = REPO / "Dockerfile"
+DOCKERFILE = REPO / "Dockerfile"
+"""Both images' recipe: the operator is its default target, the Harness its ``harness``."""
 
 
 def hadolint() -> str | None:
@@ -62,12 +62,13 @@ def assert_lints_clean(dockerfile: Path) -> None:
 def built(
     engine: DockerEngine,
     base: str,
-    dockerfile: Path,
+    target: str,
     name: str,
     timings: dict[str, float],
     label: str,
 ) -> Iterator[str]:
-    """Build ``dockerfile`` as ``<name>:test-<random>``; remove the tag afterwards."""
+    """Build the Dockerfile's ``target`` as ``<name>:test-<random>``; remove the tag
+    afterwards."""
     tag = f"{name}:test-{uuid.uuid4().hex[:12]}"
     secret = ["--secret", f"id=ca,src={HOST_CA_BUNDLE}"] if HOST_CA_BUNDLE.is_file() else []
     started = time.monotonic()
@@ -78,8 +79,8 @@ def built(
             "--build-arg",
             f"BASE_IMAGE={base}",
             *secret,
-            "-f",
-            str(dockerfile),
+            "--target",
+            target,
             "-t",
             tag,
             str(REPO),

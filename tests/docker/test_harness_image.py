@@ -1,4 +1,5 @@
-"""The Harness image (harness_image/Dockerfile): it lints clean, builds, and serves a Turn.
+"""The Harness image (the Dockerfile's `harness` target): it lints clean, builds, and serves
+a Turn.
 
 Cases:
 - ``test_dockerfile_lints_clean``: hadolint finds nothing in the Dockerfile. Needs no
@@ -37,7 +38,7 @@ import yaml
 
 from tests.docker.images import (
     DEBOOTSTRAP_AND_BUILD_SECONDS,
-    HARNESS_DOCKERFILE,
+    DOCKERFILE,
     assert_lints_clean,
 )
 
@@ -56,7 +57,7 @@ SETTLE_SECONDS = 60.0
 
 
 def test_dockerfile_lints_clean() -> None:
-    assert_lints_clean(HARNESS_DOCKERFILE)
+    assert_lints_clean(DOCKERFILE)
 
 
 # --------------------------------------------------------------------------- image

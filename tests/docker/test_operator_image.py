@@ -1,4 +1,4 @@
-"""The operator image (the repository's Dockerfile): it lints clean, builds, and starts.
+"""The operator image (the Dockerfile's default target): it lints clean, builds, and starts.
 
 Cases:
 - ``test_dockerfile_lints_clean``: hadolint finds nothing in the Dockerfile. Needs no
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.docker.images import OPERATOR_DOCKERFILE, assert_lints_clean
+from tests.docker.images import DOCKERFILE, assert_lints_clean
 
 if TYPE_CHECKING:
     from tests.docker.conftest import DockerEngine
@@ -49,7 +49,7 @@ emptyDir at /tmp, capabilities drop ALL, allowPrivilegeEscalation false)."""
 
 
 def test_dockerfile_lints_clean() -> None:
-    assert_lints_clean(OPERATOR_DOCKERFILE)
+    assert_lints_clean(DOCKERFILE)
 
 
 # --------------------------------------------------------------------------- image

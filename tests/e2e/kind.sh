@@ -8,8 +8,8 @@
 #                                       (needs Python alone; nothing touches a cluster)
 #
 # What it does, in order:
-#   1. builds the operator image (Dockerfile) and the Harness image (harness_image/) with
-#      docker, tagged :e2e;
+#   1. builds the operator image and the Harness image (the Dockerfile's two targets)
+#      with docker, tagged :e2e;
 #   2. creates the kind cluster `kubeturn-e2e` (an existing one of that name, left by an
 #      earlier KEEP=1 run, is deleted first) and `kind load`s both images into it;
 #   3. in namespace kubeturn-e2e, starts the scripted model (a Deployment of the Harness
@@ -448,7 +448,7 @@ main() {
   [[ -s $ca ]] && build+=(--secret "id=ca,src=$ca")
   export DOCKER_BUILDKIT=1
   "$DOCKER" build ${build[@]+"${build[@]}"} -t "$OPERATOR_IMAGE" -f "$ROOT/Dockerfile" "$ROOT"
-  "$DOCKER" build ${build[@]+"${build[@]}"} -t "$HARNESS_IMAGE" -f "$ROOT/harness_image/Dockerfile" "$ROOT"
+  "$DOCKER" build ${build[@]+"${build[@]}"} -t "$HARNESS_IMAGE" --target harness -f "$ROOT/Dockerfile" "$ROOT"
 
   if "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
     say "deleting the cluster $CLUSTER left by an earlier run"
