@@ -116,7 +116,7 @@ class InstantTurns:
     def __init__(self) -> None:
         self._ids = itertools.count()
 
-    async def admit(self, effect: Admit, key: str) -> str:
+    async def admit(self, effect: Admit) -> str:
         return f"s{next(self._ids)}"
 
     async def settlement(self, effect: Admit, submission: str) -> Settled:

@@ -88,9 +88,9 @@ class Port:
         """The idempotency key of every admission sent, in order."""
         self.sweeps: list[Sweep] = []
 
-    async def admit(self, effect: Admit, key: str) -> str:
-        self.admissions.append(key)
-        submission = await self.client.admit(effect, key)
+    async def admit(self, effect: Admit) -> str:
+        self.admissions.append(effect.key)
+        submission = await self.client.admit(effect)
         if "admit" in self.hang_after:
             await self._hang()
         return submission

@@ -26,8 +26,8 @@ class Never:
     def __init__(self) -> None:
         self.admitted: list[str] = []
 
-    async def admit(self, effect: Admit, key: str) -> str:
-        self.admitted.append(key)
+    async def admit(self, effect: Admit) -> str:
+        self.admitted.append(effect.key)
         await asyncio.Event().wait()
         raise AssertionError("never answered")
 

@@ -102,6 +102,7 @@ class TestNudges:
                 thinking_level=None,
                 instructions="Code.",
                 workspace="write",
+                key="t1.2",
                 notices=(),
                 nudge=True,
             )

@@ -86,7 +86,7 @@ class ClusterTurns:
             await asyncio.sleep(POLL_S)
         return self._hub.harnesses[key]
 
-    async def admit(self, effect: Admit, key: str) -> str:
+    async def admit(self, effect: Admit) -> str:
         menu = [
             {"name": m.name, "description": m.description, "schema": dict(m.schema)}
             for m in self._loaded.menu(StatePath(effect.state))
@@ -96,9 +96,9 @@ class ClusterTurns:
         self._known.setdefault(created["metadata"]["name"], created)
         await self._earlier_gone(effect)
         # Nothing between the Harness's answer and the Run's record of it (see above).
-        return await self._admit(effect, key)
+        return await self._admit(effect)
 
-    async def _admit(self, effect: Admit, key: str) -> str:
+    async def _admit(self, effect: Admit) -> str:
         """Admit at the Harness serving now. One that was not reached is asked again,
         with the client known then, for up to ``harnesses.WAIT_S``: the key admits the
         Submission once, whether or not an earlier try reached the Harness."""
@@ -106,13 +106,13 @@ class ClusterTurns:
         while True:
             harness = await self._harness()
             try:
-                return await harness.admit(effect, key)
+                return await harness.admit(effect)
             except HarnessUnreachable as unreached:
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + harnesses.WAIT_S
                 if now > deadline:
                     raise
-                log.debug("admitting %s: %s; trying again", key, unreached)
+                log.debug("admitting %s: %s; trying again", effect.key, unreached)
             await asyncio.sleep(POLL_S)
 
     async def _earlier_gone(self, effect: Admit) -> None:

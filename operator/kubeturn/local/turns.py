@@ -37,10 +37,10 @@ class WatchedHarness:
 
     # ------------------------------------------------------------------ TurnPort, ExecPort
 
-    async def admit(self, effect: Admit, key: str) -> str:
+    async def admit(self, effect: Admit) -> str:
         self.watch(effect.agent, effect.instance_id)
         try:
-            return await self._client.admit(effect, key)
+            return await self._client.admit(effect)
         except AdmitFailed as failed:
             said = _one_line(str(failed))
             self.refusals.append(

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 from kubeturn.orchestrator.core import DeliverResult, ExecResult, Gone, PickAnswer, RunCore
 from kubeturn.orchestrator.effects import (
@@ -72,8 +72,8 @@ class AdmitFailed(Exception):
 class TurnPort(Protocol):
     """Where Turns run: a Workspace's Harness, reached over its wire."""
 
-    async def admit(self, effect: Admit, key: str) -> str:
-        """Admit one Submission; ``key`` makes a repeated admission return the same id."""
+    async def admit(self, effect: Admit) -> str:
+        """Admit one Submission; one repeating ``effect.key`` returns the same id."""
         ...
 
     async def settlement(self, effect: Admit, submission: str) -> Settled:
@@ -268,24 +268,28 @@ class RunActor:
 
     def _apply(self, effects: Effects) -> None:
         for effect in effects.items:
-            if isinstance(effect, Admit):
-                self._chain(effect.instance_id, self._admit(effect))
-            elif isinstance(effect, Sweep):
-                self._chain(effect.instance_id, self._sweep(effect))
-            elif isinstance(effect, StartExec):
-                self._execs_running[effect.invocation] = self._spawn(self._exec(effect))
-            elif isinstance(effect, StartDeliver):
-                self._spawn(self._deliver(effect))
-            elif isinstance(effect, StopExec):
-                task = self._execs_running.pop(effect.invocation, None)
-                if task is not None:
-                    task.cancel()
-            elif isinstance(effect, Answer):
-                self._answers.setdefault(effect.delivery, asyncio.Event()).set()
-            elif isinstance(effect, Finished):
-                self.finished.set()
-            elif isinstance(effect, Recorded) and self._on_record is not None:
-                self._on_record(effect.record)
+            match effect:
+                case Admit():
+                    self._chain(effect.instance_id, self._admit(effect))
+                case Sweep():
+                    self._chain(effect.instance_id, self._sweep(effect))
+                case StartExec():
+                    self._execs_running[effect.invocation] = self._spawn(self._exec(effect))
+                case StartDeliver():
+                    self._spawn(self._deliver(effect))
+                case StopExec():
+                    task = self._execs_running.pop(effect.invocation, None)
+                    if task is not None:
+                        task.cancel()
+                case Answer():
+                    self._answers.setdefault(effect.delivery, asyncio.Event()).set()
+                case Finished():
+                    self.finished.set()
+                case Recorded():
+                    if self._on_record is not None:
+                        self._on_record(effect.record)
+                case _:
+                    assert_never(effect)
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
@@ -314,10 +318,8 @@ class RunActor:
         self._chains[instance_id] = chained
 
     async def _admit(self, effect: Admit) -> None:
-        turn = self.core.turns[effect.turn]
-        key = f"{effect.turn}.{len(turn.submissions) + 1}"
         try:
-            submission = await self._turns.admit(effect, key)
+            submission = await self._turns.admit(effect)
         except AdmitFailed as failed:
             why = str(failed)
             await self._do(lambda now: self.core.admit_failed(effect.turn, why, now))

@@ -503,8 +503,11 @@ class RunCore:
         return [name for name in handled if name in menu]
 
     def admission(self, turn: Turn) -> Admit:
-        """The admission a live Turn's Submissions were made with (to follow them again)."""
-        return self._admit_effect(turn, nudge=False)
+        """The admission a live Turn's running Submission was made with (to follow it
+        again)."""
+        running = turn.running
+        number = turn.submissions.index(running) + 1 if running else len(turn.submissions) + 1
+        return self._admit_effect(turn, nudge=False, number=number)
 
     @property
     def shown_phase(self) -> RunPhase:
@@ -701,7 +704,8 @@ class RunCore:
         turn.phase = TurnPhase.SWEEPING
         self._live.pop(turn.id, None)
 
-    def _admit_effect(self, turn: Turn, *, nudge: bool) -> Admit:
+    def _admit_effect(self, turn: Turn, *, nudge: bool, number: int | None = None) -> Admit:
+        """The admission of the Turn's next Submission (or of its ``number``-th)."""
         slot = self.run.agents[turn.agent]
         prompt = turn.prompt if not nudge else self._nudge_prompt(turn)
         return Admit(
@@ -716,6 +720,7 @@ class RunCore:
             thinking_level=turn.thinkingLevel,
             instructions=slot.instructions,
             workspace=str(slot.workspace.value),
+            key=f"{turn.id}.{number or len(turn.submissions) + 1}",
             notices=tuple(turn.notices) if not nudge else (),
             nudge=nudge,
         )

@@ -1,4 +1,8 @@
-"""What the core asks its shell to do. Decisions only; the shell performs them, in order."""
+"""What the core asks its shell to do. Decisions only; the shell performs them, in order.
+
+``Effect`` is a closed union: a shell applies it with ``match`` ending in
+``typing.assert_never``, so mypy fails on a shell that does not handle a new effect.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,9 @@ class Admit:
     thinking_level: str | None
     instructions: str
     workspace: str
+    key: str
+    """The admission's idempotency key, ``<turn>.<n>`` for the Turn's n-th Submission: an
+    admission sent again (after a restart, or a lost answer) admits that Submission once."""
     notices: tuple[Notice, ...] = ()
     nudge: bool = False
 
@@ -93,6 +100,7 @@ class Recorded:
 
 
 Effect = Admit | Sweep | StartExec | StopExec | StartDeliver | Answer | Finished | Recorded
+"""Every effect there is; a new one is added here and to every shell's ``match``."""
 
 
 @dataclass

@@ -204,7 +204,7 @@ class HarnessClient:
 
     # ------------------------------------------------------------------ TurnPort
 
-    async def admit(self, effect: Admit, key: str) -> str:
+    async def admit(self, effect: Admit) -> str:
         body = {
             "prompt": effect.prompt,
             "cwd": effect.cwd,
@@ -213,7 +213,7 @@ class HarnessClient:
             "thinkingLevel": effect.thinking_level,
             "definition": {"instructions": effect.instructions, "workspace": effect.workspace},
             "notices": [n.model_dump() for n in effect.notices],
-            "key": key,
+            "key": effect.key,
         }
         body = {k: v for k, v in body.items() if v is not None}
         what = "the admission"
