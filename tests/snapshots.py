@@ -128,7 +128,7 @@ SCENARIOS: dict[str, Callable[[], tuple[str, RunCore]]] = {
 def stored_status(core: RunCore) -> dict[str, Any]:
     """``core``'s status as the operator writes it and the API server keeps it (nulls
     dropped)."""
-    status = statuses.run_status(core, core.snapshot())
+    status = statuses.run_status(core.view(), core.snapshot())
     written = patches.status(status, removed={"snapshot": snapshots.LEGACY_KEYS})["status"]
     kept: dict[str, Any] = without_nulls(json.loads(json.dumps(written)))
     return kept

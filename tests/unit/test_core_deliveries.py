@@ -50,7 +50,7 @@ def new_core() -> RunCore:
 
 
 def from_status(core: RunCore) -> RunCore:
-    status = statuses.run_status(core, core.snapshot())
+    status = statuses.run_status(core.view(), core.snapshot())
     kept = without_nulls(json.loads(json.dumps(patches.status(status)["status"])))
     assert unfit(RunStatus, kept) == []
     return RunCore(
@@ -81,7 +81,7 @@ def test_done_goes_to_on_done_and_is_recorded_once() -> None:
     assert core.config is not None
     assert core.config.output == "c0ffee"
     assert core.deliver_done(INVOCATION, PUSHED, 6.0).items == []
-    [record] = statuses.run_status(core, core.snapshot()).deliveries
+    [record] = statuses.run_status(core.view(), core.snapshot()).deliveries
     assert record.model_dump(exclude_none=True) == {
         "state": "delivering",
         "slot": "target",

@@ -118,7 +118,7 @@ def restored_from_status(
     """A new core from the ``Run.status`` the operator writes of ``core``, as the API server
     keeps it (through JSON, every null dropped), restored as the operator restores it
     (``statuses.resume_point``); fresh ids as ``restored``'s."""
-    status = statuses.run_status(core, core.snapshot())
+    status = statuses.run_status(core.view(), core.snapshot())
     kept = without_nulls(json.loads(json.dumps(patches.status(status)["status"])))
     counter = itertools.count(1)
     return RunCore(

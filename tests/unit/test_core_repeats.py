@@ -101,12 +101,12 @@ class TestShownPhase:
         sweep = only(effects, Sweep)
         assert core.phase is RunPhase.SUCCEEDED
         assert core.shown_phase is RunPhase.RUNNING
-        status = statuses.run_status(core, core.snapshot())
+        status = statuses.run_status(core.view(), core.snapshot())
         assert (status.phase, status.turns) == ("Running", [])
         assert status.snapshot is not None
         assert status.snapshot.phase == "Succeeded"
         settle_sweep(core, sweep, "s1", 2.0)
-        status = statuses.run_status(core, core.snapshot())
+        status = statuses.run_status(core.view(), core.snapshot())
         assert status.phase == "Succeeded"
         assert [t.name for t in status.turns or []] == ["t1"]
 

@@ -83,7 +83,7 @@ def stored(status: RunStatus) -> dict[str, Any]:
 
 
 def status_of(core: RunCore) -> RunStatus:
-    return statuses.run_status(core, core.snapshot())
+    return statuses.run_status(core.view(), core.snapshot())
 
 
 class Failing:

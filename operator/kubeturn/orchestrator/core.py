@@ -151,6 +151,31 @@ class DeliverResult:
     """Set when it failed: nothing to deliver, the push refused, ..."""
 
 
+@dataclass(frozen=True)
+class RunView:
+    """What a Run's status shows of its core, taken at one moment (``RunCore.view``): the
+    shells read this, not the core's fields, so the core may keep its state as it likes."""
+
+    phase: RunPhase
+    """The phase to show (``RunCore.shown_phase``), not the Machine's own."""
+    state: str | None
+    """The active leaf, or the leaf the Machine ended in; None before it starts."""
+    message: str | None
+    output: Any
+    """The Machine's output once it ended (None before)."""
+    recorded: int
+    """Turns recorded over the Run's life; ``history`` keeps the last ones."""
+    history: tuple[TurnRecord, ...]
+    delivered: tuple[DeliveryRecord, ...]
+    signals: tuple[str, ...]
+    """Ids of the outside signals already sent, in the order they were."""
+    ignored: Mapping[str, str]
+    """Of those, the ones the Machine did not take, and why (ADR 0067)."""
+    cancelled: bool
+    accepted: tuple[interpreter.Accepted, ...]
+    """The events the active states accept now."""
+
+
 class RunCore:
     def __init__(
         self,
@@ -508,6 +533,22 @@ class RunCore:
         running = turn.running
         number = turn.submissions.index(running) + 1 if running else len(turn.submissions) + 1
         return self._admit_effect(turn, nudge=False, number=number)
+
+    def view(self) -> RunView:
+        """What a Run's status shows of this core now."""
+        return RunView(
+            phase=self.shown_phase,
+            state=self.state,
+            message=self.message,
+            output=self.config.output if self.config else None,
+            recorded=self.recorded,
+            history=tuple(self.history),
+            delivered=tuple(self.delivered),
+            signals=tuple(self.signals),
+            ignored=dict(self.ignored),
+            cancelled=self.cancelled,
+            accepted=tuple(self.accepted()),
+        )
 
     @property
     def shown_phase(self) -> RunPhase:
