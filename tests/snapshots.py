@@ -19,9 +19,10 @@ from typing import Any
 from kubeturn.k8s import patches
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import snapshots, statuses
-from kubeturn.orchestrator.core import DeliverResult, RunCore
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.frames import WorkspaceView
+from kubeturn.orchestrator.invokes import DeliverResult
 from kubeturn_harness.wire import Outcome
 from tests.statuses import without_nulls
 

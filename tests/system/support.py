@@ -31,10 +31,11 @@ from aiohttp import web
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api
 from kubeturn.orchestrator.actor import SAVE_LATER_S, RunActor, Settled
-from kubeturn.orchestrator.core import ExecResult, RunCore
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
 from kubeturn_harness.service import Harness
 from tests.harness.support import ScriptedModel

@@ -15,8 +15,8 @@ import gc
 from typing import Any
 
 from kubeturn.orchestrator.actor import RunActor, Settled
-from kubeturn.orchestrator.core import ExecResult
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
+from kubeturn.orchestrator.invokes import ExecResult
 from tests.unit.test_core_outcomes import new_core
 
 

@@ -11,9 +11,10 @@ from kubeturn.api.status import RunStatus
 from kubeturn.k8s import patches
 from kubeturn.machine.load import load_run_yaml
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import DeliverResult, RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.effects import StartDeliver, StopExec
 from kubeturn.orchestrator.frames import WorkspaceView
+from kubeturn.orchestrator.invokes import DeliverResult
 from tests.statuses import unfit, without_nulls
 
 MACHINE = """

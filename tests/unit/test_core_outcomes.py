@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 from kubeturn.k8s import patches
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import ExecResult, RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
@@ -63,6 +63,7 @@ from kubeturn.orchestrator.effects import (
     Sweep,
 )
 from kubeturn.orchestrator.frames import WorkspaceView
+from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnPhase, TurnRecord
 from kubeturn_harness import settlements
 from kubeturn_harness.wire import Outcome, Receipt, SubmissionId

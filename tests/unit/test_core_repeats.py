@@ -22,8 +22,9 @@ Cases:
 from __future__ import annotations
 
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import Gone, RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.effects import Sweep
+from kubeturn.orchestrator.picks import Gone
 from kubeturn_harness.wire import Receipt, Refusal
 from tests.unit.test_core_outcomes import (
     HANDOFF_IID,

@@ -64,7 +64,7 @@ from kubeturn.k8s.workspaces import RunEvents
 from kubeturn.machine.load import LoadedRun, load_run
 from kubeturn.orchestrator import signals, snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor, Signal
-from kubeturn.orchestrator.core import ExecResult, RunCore
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.delivery import Committed, Deliverer, DeliveryFailed, Remote
 from kubeturn.orchestrator.effects import StartExec
 from kubeturn.orchestrator.frames import WorkspaceView
@@ -73,6 +73,7 @@ from kubeturn.orchestrator.harness_client import (
     HarnessRefused,
     HarnessUnreachable,
 )
+from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
@@ -90,7 +91,7 @@ MAX_SPEC_BYTES = 128 * 1024
 """The largest spec (bytes of its JSON) the operator drives. A Run carries its spec
 twice when applied with ``kubectl apply`` (its last-applied annotation, which the API
 server caps with every other annotation at 256 KiB), and its status besides (the history
-within 128 KiB, ``kubeturn.orchestrator.core.HISTORY_BYTES``): with this bound the whole
+within 128 KiB, ``kubeturn.orchestrator.history.HISTORY_BYTES``): with this bound the whole
 object stays far below etcd's 1.5 MiB, which would refuse the status writes of a larger
 one. Every watch event and every look at a Run carries it too. Long documents belong in
 the Workspace's repositories, where the Agents read them."""

@@ -17,9 +17,9 @@ import logging
 from collections.abc import Callable
 
 from kubeturn.orchestrator.actor import AdmitFailed, Settled
-from kubeturn.orchestrator.core import ExecResult
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn_harness.wire import EventType, Message, MessageStatus, StreamEvent
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
-from kubeturn.orchestrator.core import DeliverResult, ExecResult, Gone, PickAnswer, RunCore
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
@@ -35,6 +35,8 @@ from kubeturn.orchestrator.effects import (
     StopExec,
     Sweep,
 )
+from kubeturn.orchestrator.invokes import DeliverResult, ExecResult
+from kubeturn.orchestrator.picks import Gone, PickAnswer
 from kubeturn.orchestrator.turns import TurnRecord
 from kubeturn_harness.wire import Outcome, Receipt, Usage
 

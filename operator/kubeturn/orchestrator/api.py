@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from kubeturn.errors import WireError
 from kubeturn.orchestrator import bodies, openapi
 from kubeturn.orchestrator.actor import ActorClosed, RunActor
-from kubeturn.orchestrator.core import Gone, Invalid
+from kubeturn.orchestrator.picks import Gone, Invalid
 from kubeturn_harness import malformed
 from kubeturn_harness.wire import (
     PICK_KEY_HEADER,

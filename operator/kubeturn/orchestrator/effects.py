@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kubeturn.orchestrator.turns import TurnRecord
 from kubeturn_harness.wire import Notice, Receipt
@@ -101,14 +101,15 @@ class Recorded:
 
 Effect = Admit | Sweep | StartExec | StopExec | StartDeliver | Answer | Finished | Recorded
 """Every effect there is; a new one is added here and to every shell's ``match``."""
+E = TypeVar("E", bound=Effect)
 
 
 @dataclass
 class Effects:
+    """What one input to the core decided, in the order the shell applies it."""
+
     items: list[Effect] = field(default_factory=list)
 
-    def add(self, effect: Effect) -> None:
-        self.items.append(effect)
-
-    def of(self, kind: type[Effect]) -> list[Effect]:
+    def of(self, kind: type[E]) -> list[E]:
+        """The effects of one kind, in order."""
         return [item for item in self.items if isinstance(item, kind)]

@@ -41,9 +41,9 @@ import aiohttp
 from pydantic import TypeAdapter, ValidationError
 
 from kubeturn.orchestrator.actor import AdmitFailed, Settled
-from kubeturn.orchestrator.core import ExecResult
 from kubeturn.orchestrator.delivery import Committed, DeliveryFailed
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
+from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn_harness.wire import (
     AdmitResponse,
     DeliverResponse,
