@@ -46,7 +46,17 @@ from kubeturn.machine.interpreter import (
 )
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import StatePath
-from kubeturn.orchestrator import frames, history, ids, invokes, picks, prompts, signals, turns
+from kubeturn.orchestrator import (
+    frames,
+    history,
+    ids,
+    invokes,
+    picks,
+    prompts,
+    signals,
+    snapshots,
+    turns,
+)
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
@@ -59,7 +69,6 @@ from kubeturn.orchestrator.effects import (
     StopExec,
     Sweep,
 )
-from kubeturn.orchestrator.snapshots import HISTORY_KEY, VERSION, VERSION_KEY
 from kubeturn.orchestrator.turns import (
     PICK,
     Delivery,
@@ -74,9 +83,6 @@ from kubeturn_harness.wire import MenuItem, Notice, Outcome, Receipt, Surface, U
 NUDGE_BUDGET = 2
 """Nudges per Turn before the Agent's fault: a model that stops twice more without
 picking, after being told what the workflow waits for, will not pick on a third."""
-DELIVERED_KEY = "delivered"
-"""The core's snapshot's key of the delivery records; a Run's status holds them as
-``deliveries``."""
 MAX_TIMERS_AT_ONCE = 1000
 """Timers fired in one call; a zero-delay timer that re-arms itself cannot spin forever."""
 
@@ -802,92 +808,55 @@ class RunCore:
     def snapshot(self) -> dict[str, Any]:
         """The core's state as JSON, in the current version (``snapshots``); the core built
         from it continues exactly as this one."""
-        return {
-            VERSION_KEY: VERSION,
-            "phase": self.phase.value,
-            "message": self.message,
-            "machine": interpreter.snapshot(self.config) if self.config else None,
-            "turns": [t.model_dump(mode="json", by_alias=True) for t in self.turns.values()],
-            "deliveries": [d.model_dump(mode="json") for d in self.deliveries.values()],
-            "epochs": dict(self.epochs),
-            "notices": {k: [n.model_dump(mode="json") for n in v] for k, v in self.notices.items()},
-            HISTORY_KEY: [r.model_dump(mode="json") for r in self.history],
-            "recorded": self.recorded,
-            "signals": list(self.signals),
-            "ignoredSignals": dict(self.ignored),
-            "execs": [
-                {
-                    "invocation": e.invocation,
-                    "command": e.command,
-                    "cwd": e.cwd,
-                    "timeout": e.timeout_s,
-                }
-                for e in self.execs.values()
-            ],
-            "delivering": [
-                {
-                    "invocation": d.invocation,
-                    "state": d.state,
-                    "slot": d.slot,
-                    "message": d.message,
-                    "push": d.push,
-                    "author": {"name": d.author_name, "email": d.author_email},
-                }
-                for d in self.delivering.values()
-            ],
-            DELIVERED_KEY: [r.model_dump(mode="json", exclude_none=True) for r in self.delivered],
-            "cancelled": self.cancelled,
-            "turnSeq": self.turn_seq,
-            "deliverySeq": self.delivery_seq,
-        }
+        return snapshots.write(
+            snapshots.Saved(
+                phase=self.phase.value,
+                message=self.message,
+                machine=self.config,
+                turns=list(self.turns.values()),
+                deliveries=list(self.deliveries.values()),
+                epochs=self.epochs,
+                notices=self.notices,
+                history=self.history,
+                recorded=self.recorded,
+                signals=self.signals,
+                ignored=self.ignored,
+                execs=list(self.execs.values()),
+                delivering=list(self.delivering.values()),
+                delivered=self.delivered,
+                cancelled=self.cancelled,
+                turn_seq=self.turn_seq,
+                delivery_seq=self.delivery_seq,
+            )
+        )
 
     def _restore(self, data: Mapping[str, Any]) -> None:
-        """From a snapshot of the current version (``snapshots.migrate`` makes one of any
-        older); a missing or wrong field raises."""
-        if data.get(VERSION_KEY) != VERSION:
-            raise ValueError(f"version {data.get(VERSION_KEY)!r} where {VERSION} was expected")
-        self.phase = RunPhase(data["phase"])
-        self.message = data.get("message")
-        machine = data.get("machine")  # null, so absent once stored, until the Run starts
-        if machine is None and self.phase is not RunPhase.PENDING:
+        """From a snapshot of the current version (``snapshots.read``)."""
+        saved = snapshots.read(data)
+        self.phase = RunPhase(saved.phase)
+        if saved.machine is None and self.phase is not RunPhase.PENDING:
             raise KeyError("machine")
-        self.config = interpreter.restore(machine) if machine is not None else None
-        self.turns = {t["id"]: Turn.model_validate(t) for t in data["turns"]}
+        self.config = saved.machine
+        self.message = saved.message
+        self.turns = {t.id: t for t in saved.turns}
         self._held = Counter(t.instanceId for t in self.turns.values())
         self._live = {
             k: t for k, t in self.turns.items() if t.phase in (TurnPhase.PENDING, TurnPhase.LIVE)
         }
-        self.deliveries = {d["id"]: Delivery.model_validate(d) for d in data["deliveries"]}
-        self.epochs = {str(key): int(epoch) for key, epoch in data["epochs"].items()}
-        self.notices = {
-            k: [Notice.model_validate(n) for n in v] for k, v in data["notices"].items()
-        }
-        self.history = [TurnRecord.model_validate(r) for r in data[HISTORY_KEY]]
+        self.deliveries = {d.id: d for d in saved.deliveries}
+        self.epochs = dict(saved.epochs)
+        self.notices = {k: list(v) for k, v in saved.notices.items()}
+        self.history = list(saved.history)
         self._history_bytes = [history.size(record) for record in self.history]
-        self.recorded = int(data["recorded"])
-        self.signals = list(data["signals"])
-        # Absent from a snapshot written before signals could be ignored: none was.
-        self.ignored = {str(k): str(v) for k, v in dict(data.get("ignoredSignals") or {}).items()}
-        self.execs = {
-            e["invocation"]: StartExec(e["invocation"], e["command"], e["cwd"], float(e["timeout"]))
-            for e in data["execs"]
-        }
-        self.delivering = {
-            d["invocation"]: StartDeliver(
-                d["invocation"],
-                d["state"],
-                d["slot"],
-                d["message"],
-                bool(d["push"]),
-                d["author"]["name"],
-                d["author"]["email"],
-            )
-            for d in data["delivering"]
-        }
-        self.delivered = [DeliveryRecord.model_validate(r) for r in data[DELIVERED_KEY]]
-        self.cancelled = bool(data["cancelled"])
-        self.turn_seq = int(data["turnSeq"])
-        self.delivery_seq = int(data["deliverySeq"])
+        self.recorded = saved.recorded
+        self.signals = list(saved.signals)
+        self.ignored = dict(saved.ignored)
+        self.execs = {e.invocation: e for e in saved.execs}
+        self.delivering = {d.invocation: d for d in saved.delivering}
+        self.delivered = list(saved.delivered)
+        self.cancelled = saved.cancelled
+        self.turn_seq = saved.turn_seq
+        self.delivery_seq = saved.delivery_seq
 
 
 def _unreadable(error: Exception) -> str:

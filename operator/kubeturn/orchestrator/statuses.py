@@ -21,8 +21,8 @@ from typing import Any
 from kubeturn.api.status import ProcessedSignal, RunStatus, SignalResult
 from kubeturn.errors import SnapshotUnreadable
 from kubeturn.orchestrator import signals, snapshots
-from kubeturn.orchestrator.core import DELIVERED_KEY, RunView
-from kubeturn.orchestrator.snapshots import HISTORY_KEY
+from kubeturn.orchestrator.core import RunView
+from kubeturn.orchestrator.snapshots import DELIVERED_KEY, HISTORY_KEY
 
 
 def run_status(view: RunView, snapshot: Mapping[str, Any]) -> RunStatus:
