@@ -6,11 +6,12 @@ a Submission, sweep a Turn with its cause, start or stop an exec, answer a pick.
 state it keeps is one JSON snapshot; the shell persists it before it acknowledges any
 effect, so a restored core continues exactly. No IO, no clock: ``now`` is an argument.
 
-``RunCore`` coordinates; what each concept decides lives beside it: ``picks`` (which
-picks are refused, and their answers), ``invokes`` (exec and deliver invokes),
-``history`` (a Turn's one record), ``prompts`` (the words the model reads), ``turns``
-(the Turn ledger and a Turn's outcome), ``snapshots`` (the snapshot's versions). Its
-helpers return the effects they decide; none extends a list it is given.
+``RunCore`` coordinates; what each concept decides lives beside it: ``admissions`` (a
+Turn's start and what its Submissions are admitted with), ``picks`` (which picks are
+refused, and their answers), ``invokes`` (exec and deliver invokes), ``history`` (a
+Turn's one record), ``prompts`` (the words the model reads), ``turns`` (the Turn ledger
+and a Turn's outcome), ``snapshots`` (the snapshot's format and versions). Its helpers
+return the effects they decide; none extends a list it is given.
 
 The rules (docs/turn-semantics.md):
 
@@ -47,6 +48,7 @@ from kubeturn.machine.interpreter import (
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import StatePath
 from kubeturn.orchestrator import (
+    admissions,
     frames,
     history,
     ids,
@@ -572,77 +574,33 @@ class RunCore:
 
     def _start_turn(self, entry: InvokeEntry, event: Event, now: float) -> list[Effect]:
         assert self.config is not None
-        state = self.run.chart.states[entry.state]
-        assert state.invoke is not None
-        assert state.invoke.agent is not None
-        call = state.invoke.agent
-        slot = self.run.agents[call.slot]
-        where = invokes.path(entry.state) + ".agent"
-        activation = interpreter.activation(self.config, event, self._scope)
         self.turn_seq += 1
-        turn_id = ids.turn(self.turn_seq)
-        epoch = self.epochs.get(call.slot, 0)
-        if call.continue_:
-            iid = ids.structural(self.run.namespace, self.run.name, call.slot, epoch)
-        else:
-            iid = ids.fresh(self.run.namespace, self.run.name, call.slot, self._new_id())
-        try:
-            frame = frames.agent_frame(call, activation, self.workspace, where)
-            if any(t.instanceId == iid for t in self.live_turns()):
-                raise frames.FrameRefused(
-                    f"{where}: the conversation {iid!r} already has a live Turn; two states "
-                    "cannot continue one Agent's conversation at once"
-                )
-        except frames.FrameRefused as refused:
-            frame = frames.Frame(prompt="", cwd="")
+        turn, refused = admissions.start(
+            self.run,
+            entry,
+            interpreter.activation(self.config, event, self._scope),
+            self.workspace,
+            turn_id=ids.turn(self.turn_seq),
+            epochs=self.epochs,
+            new_id=self._new_id,
+            live=self.live_turns(),
+            now=now,
+        )
+        self.turns[turn.id] = turn
+        self._live[turn.id] = turn
+        self._hold(turn.instanceId, True)
+        if refused is not None:
             self._queue.append(
-                Event(ERROR_INVOKE, {"reason": "refused", "message": str(refused)}, origin=entry.id)
+                Event(ERROR_INVOKE, {"reason": "refused", "message": refused}, origin=entry.id)
             )
-            turn = self._new_turn(turn_id, call.slot, entry, iid, call.continue_, epoch, frame, now)
             self._leave(turn)
             turn.exit = Exit(cause=None, submission=None, at=now)
-            return self._record(
-                turn, now, outcome=Outcome.FAILED, message=f"refused before admission: {refused}"
-            )
-        turn = self._new_turn(turn_id, call.slot, entry, iid, call.continue_, epoch, frame, now)
-        turn.model = call.model or slot.model
-        turn.thinkingLevel = call.thinking_level or (
-            str(slot.thinkingLevel) if slot.thinkingLevel else None
-        )
-        if call.continue_:
-            turn.notices = self.notices.pop(call.slot, [])
+            message = f"refused before admission: {refused}"
+            return self._record(turn, now, outcome=Outcome.FAILED, message=message)
+        if turn.continue_:
+            turn.notices = self.notices.pop(turn.agent, [])
         turn.admitting = True
         return [self._admit_effect(turn, nudge=False)]
-
-    def _new_turn(
-        self,
-        turn_id: str,
-        slot: str,
-        entry: InvokeEntry,
-        iid: str,
-        continue_: bool,
-        epoch: int,
-        frame: frames.Frame,
-        now: float,
-    ) -> Turn:
-        turn = Turn.model_validate(
-            {
-                "id": turn_id,
-                "agent": slot,
-                "state": entry.state,
-                "invocation": entry.id,
-                "instanceId": iid,
-                "continue": continue_,
-                "epoch": epoch,
-                "prompt": frame.prompt,
-                "cwd": frame.cwd,
-                "startedAt": now,
-            }
-        )
-        self.turns[turn_id] = turn
-        self._live[turn_id] = turn
-        self._hold(turn.instanceId, True)
-        return turn
 
     def _leave(self, turn: Turn) -> None:
         """The Turn's state exited: it is swept now."""
@@ -650,24 +608,8 @@ class RunCore:
         self._live.pop(turn.id, None)
 
     def _admit_effect(self, turn: Turn, *, nudge: bool, number: int | None = None) -> Admit:
-        """The admission of the Turn's next Submission (or of its ``number``-th)."""
-        slot = self.run.agents[turn.agent]
-        return Admit(
-            turn=turn.id,
-            agent=turn.agent,
-            state=turn.state,
-            instance_id=turn.instanceId,
-            prompt=turn.prompt if not nudge else prompts.nudge(self.allowed(turn)),
-            cwd=turn.cwd,
-            continue_=turn.continue_ or nudge,
-            model=turn.model,
-            thinking_level=turn.thinkingLevel,
-            instructions=slot.instructions,
-            workspace=str(slot.workspace.value),
-            key=f"{turn.id}.{number or len(turn.submissions) + 1}",
-            notices=tuple(turn.notices) if not nudge else (),
-            nudge=nudge,
-        )
+        allowed = self.allowed(turn) if nudge else []
+        return admissions.admission(self.run, turn, nudge=nudge, allowed=allowed, number=number)
 
     def _wake(self, turn: Turn, now: float) -> list[Effect]:
         """Nudge a live Turn whose model stopped while picks are allowed."""
