@@ -74,7 +74,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             # A person deleted it: the Machine hears so before the sweep, whose
             # settlement the Run's follower reads too and would take for the Agent's
             # own failure.
-            await _deleted_by_user(hub, namespace, spec, submission)
+            await _deleted_by_user(hub, namespace, spec)
         effect = Sweep(
             turn=spec["turn"],
             agent=spec["agent"]["slot"],
@@ -193,9 +193,7 @@ def _verdict(
     return turns.outcome(exit_, submissions)
 
 
-async def _deleted_by_user(
-    hub: Hub, namespace: str, spec: kopf.Spec, submission: str | None
-) -> None:
+async def _deleted_by_user(hub: Hub, namespace: str, spec: kopf.Spec) -> None:
     """A Turn deleted by a person: its Run's Machine gets the Agent's fault, reason deleted.
 
     Waits (bounded) for the Run's actor while the Run is being resumed (this operator
@@ -217,7 +215,7 @@ async def _deleted_by_user(
             return
         actor = hub.registry.actors.get(f"{namespace}/{run}")
         if actor is not None:
-            await actor.turn_deleted(spec["turn"], submission)
+            await actor.turn_deleted(spec["turn"])
             return
         if time.monotonic() > deadline:
             return

@@ -187,7 +187,7 @@ class RunActor:
 
         await self._do(decide)
 
-    async def turn_deleted(self, turn: str, submission: str | None) -> None:
+    async def turn_deleted(self, turn: str) -> None:
         """A person deleted a live Turn's AgentTurn."""
         await self._do(lambda now: self.core.deleted(turn, now))
 
