@@ -35,17 +35,18 @@ from kubeturn.orchestrator.effects import (
     StopExec,
     Sweep,
 )
+from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn.orchestrator.invokes import DeliverResult, ExecResult
 from kubeturn.orchestrator.picks import Gone, PickAnswer
 from kubeturn.orchestrator.turns import TurnRecord
-from kubeturn_harness.wire import Outcome, Receipt, Usage
+from kubeturn_harness.wire import DeliveryId, Outcome, Receipt, SubmissionId, Usage
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Settled:
-    submission: str
+    submission: SubmissionId
     outcome: Outcome
     usage: Usage | None = None
     message: str | None = None
@@ -74,11 +75,11 @@ class AdmitFailed(Exception):
 class TurnPort(Protocol):
     """Where Turns run: a Workspace's Harness, reached over its wire."""
 
-    async def admit(self, effect: Admit) -> str:
+    async def admit(self, effect: Admit) -> SubmissionId:
         """Admit one Submission; one repeating ``effect.key`` returns the same id."""
         ...
 
-    async def settlement(self, effect: Admit, submission: str) -> Settled:
+    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
         """Wait until the Submission settles."""
         ...
 
@@ -141,9 +142,9 @@ class RunActor:
         self._on_record = on_record
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._chains: dict[str, asyncio.Task[Any]] = {}
+        self._chains: dict[InstanceId, asyncio.Task[Any]] = {}
         self._execs_running: dict[str, asyncio.Task[Any]] = {}
-        self._answers: dict[str, asyncio.Event] = {}
+        self._answers: dict[DeliveryId, asyncio.Event] = {}
         self._timer: asyncio.Task[None] | None = None
         self._unsaved = False
         """A decision is not saved yet: the next save, or a task in ``save_later_s``,
@@ -187,7 +188,7 @@ class RunActor:
 
         await self._do(decide)
 
-    async def turn_deleted(self, turn: str) -> None:
+    async def turn_deleted(self, turn: TurnId) -> None:
         """A person deleted a live Turn's AgentTurn."""
         await self._do(lambda now: self.core.deleted(turn, now))
 
@@ -195,7 +196,12 @@ class RunActor:
         await self._do(self.core.cancel)
 
     async def pick(
-        self, instance_id: str, event: str, payload: dict[str, Any], *, key: str | None = None
+        self,
+        instance_id: InstanceId,
+        event: str,
+        payload: dict[str, Any],
+        *,
+        key: str | None = None,
     ) -> PickAnswer:
         """Deliver a pick; one repeating ``key`` is answered as the first was."""
         answer: list[PickAnswer] = []
@@ -208,7 +214,7 @@ class RunActor:
         await self._do(decide)
         return answer[0]
 
-    async def delivery(self, delivery_id: str, wait_s: float) -> Receipt | Gone | None:
+    async def delivery(self, delivery_id: DeliveryId, wait_s: float) -> Receipt | Gone | None:
         """A delivery's answer, waiting up to ``wait_s`` while it is outstanding."""
         if self.closed:
             raise ActorClosed(f"the actor of Run {self.core.run.name} is closed")
@@ -304,7 +310,7 @@ class RunActor:
         if not task.cancelled() and task.exception() is not None:
             log.error("run %s: an effect failed", self.core.run.name, exc_info=task.exception())
 
-    def _chain(self, instance_id: str, work: Coroutine[Any, Any, None]) -> None:
+    def _chain(self, instance_id: InstanceId, work: Coroutine[Any, Any, None]) -> None:
         previous = self._chains.get(instance_id)
 
         async def after_previous() -> None:
@@ -329,7 +335,7 @@ class RunActor:
         await self._do(lambda now: self.core.admitted(effect.turn, submission, now))
         self._follow(effect, submission)
 
-    def _follow(self, effect: Admit, submission: str) -> None:
+    def _follow(self, effect: Admit, submission: SubmissionId) -> None:
         async def follow() -> None:
             settled = await self._turns.settlement(effect, submission)
             await self._do(

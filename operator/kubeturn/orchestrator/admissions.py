@@ -27,7 +27,7 @@ def start(
     activation: Mapping[str, Any],
     workspace: frames.WorkspaceView | None,
     *,
-    turn_id: str,
+    turn_id: ids.TurnId,
     epochs: Mapping[str, int],
     new_id: ids.IdSource,
     live: Iterable[Turn],

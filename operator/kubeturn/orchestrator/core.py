@@ -71,6 +71,7 @@ from kubeturn.orchestrator.effects import (
     StopExec,
     Sweep,
 )
+from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn.orchestrator.turns import (
     PICK,
     Delivery,
@@ -80,7 +81,16 @@ from kubeturn.orchestrator.turns import (
     TurnPhase,
     TurnRecord,
 )
-from kubeturn_harness.wire import MenuItem, Notice, Outcome, Receipt, Surface, Usage
+from kubeturn_harness.wire import (
+    DeliveryId,
+    MenuItem,
+    Notice,
+    Outcome,
+    Receipt,
+    SubmissionId,
+    Surface,
+    Usage,
+)
 
 NUDGE_BUDGET = 2
 """Nudges per Turn before the Agent's fault: a model that stops twice more without
@@ -151,16 +161,16 @@ class RunCore:
         self.config: Config | None = None
         self.phase = RunPhase.PENDING
         self.message: str | None = None
-        self.turns: dict[str, Turn] = {}
-        self._held: Counter[str] = Counter()
+        self.turns: dict[TurnId, Turn] = {}
+        self._held: Counter[InstanceId] = Counter()
         """Instance ID → how many of ``turns`` hold it."""
-        self.on_instance: Callable[[str, bool], None] | None = None
+        self.on_instance: Callable[[InstanceId, bool], None] | None = None
         """Told ``(instance_id, True)`` when a Turn of this Run first holds an Instance ID,
         and ``(instance_id, False)`` when none holds it any more: the Orchestrator API keeps
         its index of owners with it, so that finding a Turn's Run is not a walk."""
-        self._live: dict[str, Turn] = {}
+        self._live: dict[TurnId, Turn] = {}
         """The Turns whose state is active (pending or live), kept apart: Runs are long."""
-        self.deliveries: dict[str, Delivery] = {}
+        self.deliveries: dict[DeliveryId, Delivery] = {}
         self.epochs: dict[str, int] = {}
         self.notices: dict[str, list[Notice]] = {}
         self.history: list[TurnRecord] = []
@@ -282,7 +292,7 @@ class RunCore:
 
     def pick(
         self,
-        instance_id: str,
+        instance_id: InstanceId,
         event: str,
         payload: Mapping[str, Any],
         now: float,
@@ -306,7 +316,10 @@ class RunCore:
             return invalid, Effects()
         self.delivery_seq += 1
         delivery = Delivery(
-            id=f"d{self.delivery_seq}-{self._new_id()}", turn=turn.id, event=event, key=key
+            id=DeliveryId(f"d{self.delivery_seq}-{self._new_id()}"),
+            turn=turn.id,
+            event=event,
+            key=key,
         )
         self.deliveries[delivery.id] = delivery
         cause = frozenset(
@@ -316,7 +329,7 @@ class RunCore:
         step, effects = self._step(Event(event, dict(payload), cause), now)
         return self._receipt_after_pick(turn, delivery, step, leaf_before), Effects(effects)
 
-    def admitted(self, turn_id: str, submission: str, now: float) -> Effects:
+    def admitted(self, turn_id: TurnId, submission: SubmissionId, now: float) -> Effects:
         turn = self.turns.get(turn_id)
         if turn is None:
             return Effects()
@@ -327,7 +340,7 @@ class RunCore:
             turn.phase = TurnPhase.LIVE
         return Effects()
 
-    def admit_failed(self, turn_id: str, message: str, now: float) -> Effects:
+    def admit_failed(self, turn_id: TurnId, message: str, now: float) -> Effects:
         turn = self.turns.get(turn_id)
         if turn is None or turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
             return Effects()
@@ -337,8 +350,8 @@ class RunCore:
 
     def settled(
         self,
-        turn_id: str,
-        submission: str,
+        turn_id: TurnId,
+        submission: SubmissionId,
         outcome: Outcome,
         now: float,
         *,
@@ -361,7 +374,7 @@ class RunCore:
         detail = message or f"its Submission settled {outcome.value} while its state was active"
         return Effects(self._fault(turn, why, detail, now))
 
-    def deleted(self, turn_id: str, now: float) -> Effects:
+    def deleted(self, turn_id: TurnId, now: float) -> Effects:
         """A person deleted the Turn's AgentTurn: the Agent's fault, reason ``deleted``."""
         turn = self.turns.get(turn_id)
         if turn is None or turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
@@ -375,7 +388,7 @@ class RunCore:
 
     def swept(
         self,
-        turn_id: str,
+        turn_id: TurnId,
         settlements: turns.Caused,
         now: float,
     ) -> Effects:
@@ -386,7 +399,9 @@ class RunCore:
         turns.settle(turn.submissions, settlements, now)
         return Effects(self._record(turn, now))
 
-    def verdict(self, turn_id: str, settlements: turns.Caused) -> tuple[Outcome, str | None] | None:
+    def verdict(
+        self, turn_id: TurnId, settlements: turns.Caused
+    ) -> tuple[Outcome, str | None] | None:
         """How the Turn is recorded: as ``swept`` will record it once its sweep reports
         ``settlements``, or as it was recorded; None when this core holds no such Turn
         whose state exited. Changes nothing."""
@@ -400,7 +415,7 @@ class RunCore:
 
     # ------------------------------------------------------------------ reads
 
-    def surface(self, instance_id: str) -> Surface | None:
+    def surface(self, instance_id: InstanceId) -> Surface | None:
         turn = self._live_turn(instance_id)
         if turn is None:
             return None
@@ -417,7 +432,7 @@ class RunCore:
             notices=turn.notices,
         )
 
-    def delivery(self, delivery_id: str) -> Receipt | picks.Gone | None:
+    def delivery(self, delivery_id: DeliveryId) -> Receipt | picks.Gone | None:
         """A delivery's answer; None while it is still being worked on."""
         delivery = self.deliveries.get(delivery_id)
         if delivery is None:
@@ -464,11 +479,11 @@ class RunCore:
     def live_turns(self) -> list[Turn]:
         return list(self._live.values())
 
-    def instance_ids(self) -> Iterable[str]:
+    def instance_ids(self) -> Iterable[InstanceId]:
         """The Instance IDs the Run's Turns hold (live, or still being swept)."""
         return self._held.keys()
 
-    def _hold(self, instance_id: str, held: bool) -> None:
+    def _hold(self, instance_id: InstanceId, held: bool) -> None:
         self._held[instance_id] += 1 if held else -1
         first, last = held and self._held[instance_id] == 1, self._held[instance_id] == 0
         if last:
@@ -665,7 +680,9 @@ class RunCore:
         effects.append(self._sweep_effect(turn, cause, turn.exit.submission))
         return effects
 
-    def _sweep_effect(self, turn: Turn, cause: str | None, submission: str | None) -> Sweep:
+    def _sweep_effect(
+        self, turn: Turn, cause: str | None, submission: SubmissionId | None
+    ) -> Sweep:
         return Sweep(turn.id, turn.agent, turn.instanceId, cause, submission)
 
     def _record(
@@ -734,7 +751,7 @@ class RunCore:
 
     # ------------------------------------------------------------------ lookups
 
-    def _live_turn(self, instance_id: str) -> Turn | None:
+    def _live_turn(self, instance_id: InstanceId) -> Turn | None:
         return next((t for t in self.live_turns() if t.instanceId == instance_id), None)
 
     def _turn_of(self, invocation: str) -> Turn | None:
@@ -809,7 +826,7 @@ def _unreadable(error: Exception) -> str:
     return f"a field is wrong: {first}"
 
 
-def _submission(turn: Turn | None, submission: str | None) -> SubmissionEntry | None:
+def _submission(turn: Turn | None, submission: SubmissionId | None) -> SubmissionEntry | None:
     if turn is None:
         return None
     return next((s for s in turn.submissions if s.id == submission), None)

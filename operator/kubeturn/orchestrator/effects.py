@@ -9,19 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn.orchestrator.turns import TurnRecord
-from kubeturn_harness.wire import Notice, Receipt
+from kubeturn_harness.wire import DeliveryId, Notice, Receipt, SubmissionId
 
 
 @dataclass(frozen=True)
 class Admit:
     """Admit one Submission of a Turn to its Workspace's Harness."""
 
-    turn: str
+    turn: TurnId
     agent: str
     state: str
     """The state that asked for the Turn."""
-    instance_id: str
+    instance_id: InstanceId
     prompt: str
     cwd: str
     continue_: bool
@@ -40,11 +41,11 @@ class Admit:
 class Sweep:
     """Abort a Turn's Submissions; ordered before any later admission on its Instance ID."""
 
-    turn: str
+    turn: TurnId
     agent: str
-    instance_id: str
+    instance_id: InstanceId
     cause: str | None
-    submission: str | None
+    submission: SubmissionId | None
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class StartDeliver:
 class Answer:
     """The answer of an outstanding pick, for whoever long-polls its delivery."""
 
-    delivery: str
+    delivery: DeliveryId
     receipt: Receipt
 
 

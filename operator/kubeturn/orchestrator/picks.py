@@ -24,8 +24,9 @@ from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import DONE_INVOKE, Config, Step
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import Chart, StatePath
+from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn.orchestrator.turns import Delivery, Turn
-from kubeturn_harness.wire import Receipt, Refusal
+from kubeturn_harness.wire import DeliveryId, Receipt, Refusal
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Validators:
 def refusal(
     chart: Chart,
     config: Config,
-    deliveries: Mapping[str, Delivery],
+    deliveries: Mapping[DeliveryId, Delivery],
     turn: Turn,
     event: str,
     allowed_now: Sequence[str],
@@ -94,7 +95,7 @@ def refusal(
     """Why the Turn's pick of ``event`` is refused now (``allowed_now``: its ``allowed``);
     None when it may be delivered."""
     if turn.outstanding is not None or not at_rest(chart, config, turn):
-        held = deliveries.get(turn.outstanding or "")
+        held = deliveries.get(turn.outstanding) if turn.outstanding is not None else None
         return Refusal(refused="outstanding", outstanding=held.event if held else None, allowed=[])
     if event not in allowed_now:
         listed = ", ".join(allowed_now) or "none"
@@ -104,7 +105,10 @@ def refusal(
 
 
 def repeat(
-    deliveries: Iterable[Delivery], turns: Mapping[str, Turn], instance_id: str, key: str
+    deliveries: Iterable[Delivery],
+    turns: Mapping[TurnId, Turn],
+    instance_id: InstanceId,
+    key: str,
 ) -> Receipt | None:
     """The answer to a pick that repeats ``key`` on this Instance ID's Turn: its
     receipt, or, while its work runs, that it is outstanding; None for a new key.
@@ -183,8 +187,8 @@ def note_reply(
     chart: Chart,
     step: Step,
     live: Iterable[Turn],
-    turns: Mapping[str, Turn],
-    deliveries: Mapping[str, Delivery],
+    turns: Mapping[TurnId, Turn],
+    deliveries: Mapping[DeliveryId, Delivery],
 ) -> None:
     """Keep the last reply from the work below an Agent's state while its pick is out."""
     event = step.event
@@ -201,16 +205,16 @@ def note_reply(
         if event.type == DONE_INVOKE and below:
             delivery.reply, delivery.replied = event.fields.get("output"), True
         elif any(
-            other != turn.id
-            and other in turns
-            and turns[other].state != turn.state
-            and chart.is_within(StatePath(turns[other].state), StatePath(turn.state))
-            for other in event.cause
+            other is not None
+            and other.id != turn.id
+            and other.state != turn.state
+            and chart.is_within(StatePath(other.state), StatePath(turn.state))
+            for other in (turns.get(TurnId(cause)) for cause in event.cause)
         ) and not event.type.startswith(("after:", "done.", "error.")):
             delivery.reply, delivery.replied = {"event": event.type, **event.fields}, True
 
 
-def enclosing_outstanding(chart: Chart, turn: Turn, live: Iterable[Turn]) -> set[str]:
+def enclosing_outstanding(chart: Chart, turn: Turn, live: Iterable[Turn]) -> set[TurnId]:
     """Turns whose outstanding pick's work this Turn is: their states enclose it."""
     return {
         other.id
