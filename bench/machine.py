@@ -37,9 +37,10 @@ from kubeturn.machine.interpreter import Event, Scope  # noqa: E402
 from kubeturn.machine.load import LoadedRun, load_run_yaml  # noqa: E402
 from kubeturn.orchestrator import api  # noqa: E402
 from kubeturn.orchestrator.actor import RunActor, Settled  # noqa: E402
-from kubeturn.orchestrator.core import ExecResult, RunCore  # noqa: E402
+from kubeturn.orchestrator.core import RunCore  # noqa: E402
 from kubeturn.orchestrator.effects import Admit, Effects, StartExec, Sweep  # noqa: E402
 from kubeturn.orchestrator.frames import WorkspaceView  # noqa: E402
+from kubeturn.orchestrator.invokes import ExecResult  # noqa: E402
 from kubeturn_harness.wire import Outcome  # noqa: E402
 
 EXAMPLE = REPO / "examples" / "task-with-review.yaml"
@@ -116,7 +117,7 @@ class InstantTurns:
     def __init__(self) -> None:
         self._ids = itertools.count()
 
-    async def admit(self, effect: Admit, key: str) -> str:
+    async def admit(self, effect: Admit) -> str:
         return f"s{next(self._ids)}"
 
     async def settlement(self, effect: Admit, submission: str) -> Settled:

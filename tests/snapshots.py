@@ -19,9 +19,10 @@ from typing import Any
 from kubeturn.k8s import patches
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import snapshots, statuses
-from kubeturn.orchestrator.core import DeliverResult, RunCore
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.frames import WorkspaceView
+from kubeturn.orchestrator.invokes import DeliverResult
 from kubeturn_harness.wire import Outcome
 from tests.statuses import without_nulls
 
@@ -128,7 +129,7 @@ SCENARIOS: dict[str, Callable[[], tuple[str, RunCore]]] = {
 def stored_status(core: RunCore) -> dict[str, Any]:
     """``core``'s status as the operator writes it and the API server keeps it (nulls
     dropped)."""
-    status = statuses.run_status(core, core.snapshot())
+    status = statuses.run_status(core.view(), core.snapshot())
     written = patches.status(status, removed={"snapshot": snapshots.LEGACY_KEYS})["status"]
     kept: dict[str, Any] = without_nulls(json.loads(json.dumps(written)))
     return kept

@@ -33,7 +33,7 @@ import yaml
 
 from kubeturn.api.status import MESSAGE_LIMIT
 from kubeturn.k8s import runs
-from kubeturn.orchestrator.core import HISTORY_BYTES
+from kubeturn.orchestrator.history import HISTORY_BYTES
 from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator

@@ -31,10 +31,11 @@ from aiohttp import web
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api
 from kubeturn.orchestrator.actor import SAVE_LATER_S, RunActor, Settled
-from kubeturn.orchestrator.core import ExecResult, RunCore
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
 from kubeturn_harness.service import Harness
 from tests.harness.support import ScriptedModel
@@ -88,9 +89,9 @@ class Port:
         """The idempotency key of every admission sent, in order."""
         self.sweeps: list[Sweep] = []
 
-    async def admit(self, effect: Admit, key: str) -> str:
-        self.admissions.append(key)
-        submission = await self.client.admit(effect, key)
+    async def admit(self, effect: Admit) -> str:
+        self.admissions.append(effect.key)
+        submission = await self.client.admit(effect)
         if "admit" in self.hang_after:
             await self._hang()
         return submission

@@ -45,7 +45,7 @@ import json
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,7 @@ class Harnesses:
             thinking_level=None,
             instructions="Work.",
             workspace="write",
+            key="t1.1",
         )
 
 
@@ -149,7 +150,7 @@ async def test_a_follower_reads_on_from_its_offset_at_the_harness_that_replaced_
     old_process, old = await harnesses.spawn()
     harnesses.serving.append(old)
     effect = harnesses.admission()
-    submission = await old.admit(effect, "t1.1")
+    submission = await old.admit(effect)
     await harnesses.model.wait_requests(1, held=True)
 
     seen: list[StreamEvent] = []
@@ -207,13 +208,13 @@ async def test_an_admission_sent_again_to_the_new_harness_is_the_same_submission
 ) -> None:
     old_process, old = await harnesses.spawn()
     effect = harnesses.admission()
-    submission = await old.admit(effect, "t1.1")
+    submission = await old.admit(effect)
     await harnesses.model.wait_requests(1, held=True)
     await old_process.kill()
 
     _, new = await harnesses.spawn()
-    assert await new.admit(effect, "t1.1") == submission
-    assert await new.admit(effect, "t1.2") != submission
+    assert await new.admit(effect) == submission
+    assert await new.admit(replace(effect, key="t1.2")) != submission
 
 
 async def test_a_follower_gives_up_on_a_conversation_its_new_harness_does_not_have(
@@ -224,7 +225,7 @@ async def test_a_follower_gives_up_on_a_conversation_its_new_harness_does_not_ha
     old_process, old = await harnesses.spawn()
     harnesses.serving.append(old)
     effect = harnesses.admission()
-    submission = await old.admit(effect, "t1.1")
+    submission = await old.admit(effect)
     await harnesses.model.wait_requests(1, held=True)
 
     async with asyncio.timeout(WAIT_S):
@@ -257,7 +258,9 @@ async def test_a_follower_gives_up_on_a_conversation_its_new_harness_does_not_ha
     assert "HTTP 404" in refusals[0]
 
 
-ADMISSION = Admit("t1", AGENT, "working", IID, PROMPT, "/work", False, None, None, "Work.", "write")
+ADMISSION = Admit(
+    "t1", AGENT, "working", IID, PROMPT, "/work", False, None, None, "Work.", "write", "t1.1"
+)
 
 
 @contextlib.asynccontextmanager
@@ -331,10 +334,7 @@ async def test_the_lost_rule_counts_only_unbroken_refusals_of_the_log(
 Call = Callable[[HarnessClient], Awaitable[Any]]
 EXEC = StartExec("work#1", "true", "/work", 5.0)
 CALLS: dict[str, Call] = {
-    "admit": lambda c: c.admit(
-        Admit("t1", AGENT, "working", IID, PROMPT, "/work", False, None, None, "Work.", "write"),
-        "t1.1",
-    ),
+    "admit": lambda c: c.admit(ADMISSION),
     "read": lambda c: c.read(AGENT, IID, 0),
     "send_sweep": lambda c: c.send_sweep(Sweep("t1", AGENT, IID, None, None)),
     "send_exec": lambda c: c.send_exec(EXEC),

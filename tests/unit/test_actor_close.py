@@ -15,8 +15,8 @@ import gc
 from typing import Any
 
 from kubeturn.orchestrator.actor import RunActor, Settled
-from kubeturn.orchestrator.core import ExecResult
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
+from kubeturn.orchestrator.invokes import ExecResult
 from tests.unit.test_core_outcomes import new_core
 
 
@@ -26,8 +26,8 @@ class Never:
     def __init__(self) -> None:
         self.admitted: list[str] = []
 
-    async def admit(self, effect: Admit, key: str) -> str:
-        self.admitted.append(key)
+    async def admit(self, effect: Admit) -> str:
+        self.admitted.append(effect.key)
         await asyncio.Event().wait()
         raise AssertionError("never answered")
 

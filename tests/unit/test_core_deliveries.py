@@ -11,9 +11,10 @@ from kubeturn.api.status import RunStatus
 from kubeturn.k8s import patches
 from kubeturn.machine.load import load_run_yaml
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import DeliverResult, RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.effects import StartDeliver, StopExec
 from kubeturn.orchestrator.frames import WorkspaceView
+from kubeturn.orchestrator.invokes import DeliverResult
 from tests.statuses import unfit, without_nulls
 
 MACHINE = """
@@ -50,7 +51,7 @@ def new_core() -> RunCore:
 
 
 def from_status(core: RunCore) -> RunCore:
-    status = statuses.run_status(core, core.snapshot())
+    status = statuses.run_status(core.view(), core.snapshot())
     kept = without_nulls(json.loads(json.dumps(patches.status(status)["status"])))
     assert unfit(RunStatus, kept) == []
     return RunCore(
@@ -81,7 +82,7 @@ def test_done_goes_to_on_done_and_is_recorded_once() -> None:
     assert core.config is not None
     assert core.config.output == "c0ffee"
     assert core.deliver_done(INVOCATION, PUSHED, 6.0).items == []
-    [record] = statuses.run_status(core, core.snapshot()).deliveries
+    [record] = statuses.run_status(core.view(), core.snapshot()).deliveries
     assert record.model_dump(exclude_none=True) == {
         "state": "delivering",
         "slot": "target",

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 from kubeturn.k8s import patches
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import ExecResult, RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
@@ -63,6 +63,7 @@ from kubeturn.orchestrator.effects import (
     Sweep,
 )
 from kubeturn.orchestrator.frames import WorkspaceView
+from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnPhase, TurnRecord
 from kubeturn_harness import settlements
 from kubeturn_harness.wire import Outcome, Receipt, SubmissionId
@@ -118,7 +119,7 @@ def restored_from_status(
     """A new core from the ``Run.status`` the operator writes of ``core``, as the API server
     keeps it (through JSON, every null dropped), restored as the operator restores it
     (``statuses.resume_point``); fresh ids as ``restored``'s."""
-    status = statuses.run_status(core, core.snapshot())
+    status = statuses.run_status(core.view(), core.snapshot())
     kept = without_nulls(json.loads(json.dumps(patches.status(status)["status"])))
     counter = itertools.count(1)
     return RunCore(

@@ -22,8 +22,9 @@ Cases:
 from __future__ import annotations
 
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import Gone, RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.effects import Sweep
+from kubeturn.orchestrator.picks import Gone
 from kubeturn_harness.wire import Receipt, Refusal
 from tests.unit.test_core_outcomes import (
     HANDOFF_IID,
@@ -101,12 +102,12 @@ class TestShownPhase:
         sweep = only(effects, Sweep)
         assert core.phase is RunPhase.SUCCEEDED
         assert core.shown_phase is RunPhase.RUNNING
-        status = statuses.run_status(core, core.snapshot())
+        status = statuses.run_status(core.view(), core.snapshot())
         assert (status.phase, status.turns) == ("Running", [])
         assert status.snapshot is not None
         assert status.snapshot.phase == "Succeeded"
         settle_sweep(core, sweep, "s1", 2.0)
-        status = statuses.run_status(core, core.snapshot())
+        status = statuses.run_status(core.view(), core.snapshot())
         assert status.phase == "Succeeded"
         assert [t.name for t in status.turns or []] == ["t1"]
 

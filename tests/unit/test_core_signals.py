@@ -32,7 +32,7 @@ def gate() -> RunCore:
 
 
 def shown(core: RunCore) -> RunStatus:
-    return statuses.run_status(core, core.snapshot())
+    return statuses.run_status(core.view(), core.snapshot())
 
 
 def results(core: RunCore) -> list[tuple[str, str, str | None]]:

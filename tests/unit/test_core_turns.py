@@ -49,7 +49,7 @@ import pytest
 
 from kubeturn.machine.load import load_run_yaml
 from kubeturn.orchestrator import snapshots
-from kubeturn.orchestrator.core import ExecResult, Gone, Invalid, RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
@@ -59,6 +59,8 @@ from kubeturn.orchestrator.effects import (
     Sweep,
 )
 from kubeturn.orchestrator.frames import WorkspaceView
+from kubeturn.orchestrator.invokes import ExecResult
+from kubeturn.orchestrator.picks import Gone, Invalid
 from kubeturn.orchestrator.turns import TurnPhase
 from kubeturn_harness.wire import Outcome, Receipt, Refusal
 from tests.unit.test_core_outcomes import (
@@ -102,6 +104,7 @@ class TestNudges:
                 thinking_level=None,
                 instructions="Code.",
                 workspace="write",
+                key="t1.2",
                 notices=(),
                 nudge=True,
             )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kubeturn.orchestrator.core import DeliverResult
 from kubeturn.orchestrator.delivery import (
     NO_PUSHER,
     Committed,
@@ -22,6 +21,7 @@ from kubeturn.orchestrator.delivery import (
     Remote,
 )
 from kubeturn.orchestrator.effects import StartDeliver
+from kubeturn.orchestrator.invokes import DeliverResult
 
 COMMITTED = Committed("c" * 40, True, ".deliveries/r/target.bundle", ".repos/target")
 URL = "https://git.test/target.git"

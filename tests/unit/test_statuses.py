@@ -49,8 +49,10 @@ from kubeturn.api.status import (
 )
 from kubeturn.k8s import conditions, diffbase, patches, runs
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import HISTORY_BYTES, HISTORY_KEY, HISTORY_LIMIT, RunCore
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Admit, Sweep
+from kubeturn.orchestrator.history import HISTORY_BYTES, HISTORY_LIMIT
+from kubeturn.orchestrator.snapshots import HISTORY_KEY
 from kubeturn_harness.wire import Outcome, Usage
 from tests.statuses import unfit, without_nulls
 from tests.unit.test_core_outcomes import (
@@ -83,7 +85,7 @@ def stored(status: RunStatus) -> dict[str, Any]:
 
 
 def status_of(core: RunCore) -> RunStatus:
-    return statuses.run_status(core, core.snapshot())
+    return statuses.run_status(core.view(), core.snapshot())
 
 
 class Failing:

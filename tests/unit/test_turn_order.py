@@ -44,6 +44,7 @@ def admit(turn: str) -> Admit:
         thinking_level=None,
         instructions="Code.",
         workspace="write",
+        key=f"{turn}.1",
     )
 
 

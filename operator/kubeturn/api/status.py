@@ -25,7 +25,7 @@ MESSAGE_LIMIT = 2048
 provider's error body, a stack trace or a command's output can be megabytes, and etcd
 refuses an object over 1.5 MiB. 2 KiB keeps the start and the end of any message, and
 keeps a Turn record (its message and its Submissions') a few KiB, so the history's budget
-(``kubeturn.orchestrator.core.HISTORY_BYTES``) holds tens of failed Turns."""
+(``kubeturn.orchestrator.history.HISTORY_BYTES``) holds tens of failed Turns."""
 
 _CUT_HEAD = 0.75
 """The share of a cut message kept from its start (the rest is its end): an error says

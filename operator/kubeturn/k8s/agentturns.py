@@ -44,7 +44,8 @@ from kubeturn.orchestrator import turns
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn.orchestrator.harness_client import HarnessRefused, HarnessUnreachable
-from kubeturn_harness.wire import Outcome
+from kubeturn.orchestrator.ids import InstanceId, TurnId
+from kubeturn_harness.wire import Outcome, SubmissionId
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 
@@ -64,21 +65,22 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
     ) -> None:
         assert namespace is not None, "AgentTurns are namespaced"
         exit_ = dict(status.get("exit") or {})
-        cause, submission = exit_.get("cause"), exit_.get("submissionId")
+        cause, named = exit_.get("cause"), exit_.get("submissionId")
         listed = [dict(entry) for entry in status.get("submissions", [])]
         running = [s for s in listed if not s.get("outcome")]
         if not exit_ and running:
-            submission = running[-1]["id"]
+            named = running[-1]["id"]
+        submission = SubmissionId(named) if named is not None else None
         workspace = (spec.get("workspaceRef") or {}).get("name", "")
         if not exit_:
             # A person deleted it: the Machine hears so before the sweep, whose
             # settlement the Run's follower reads too and would take for the Agent's
             # own failure.
-            await _deleted_by_user(hub, namespace, spec, submission)
+            await _deleted_by_user(hub, namespace, spec)
         effect = Sweep(
-            turn=spec["turn"],
+            turn=TurnId(spec["turn"]),
             agent=spec["agent"]["slot"],
-            instance_id=spec["instanceId"],
+            instance_id=InstanceId(spec["instanceId"]),
             cause=cause,
             submission=submission,
         )
@@ -172,11 +174,14 @@ async def _run_verdict(
     await hub.wait_resumed(harnesses.WAIT_S)
     run = (spec.get("runRef") or {}).get("name")
     actor = hub.registry.actors.get(f"{namespace}/{run}")
-    return actor.core.verdict(spec["turn"], caused) if actor is not None else None
+    return actor.core.verdict(TurnId(spec["turn"]), caused) if actor is not None else None
 
 
 def _verdict(
-    cause: str | None, submission: str | None, listed: list[dict[str, Any]], caused: turns.Caused
+    cause: str | None,
+    submission: SubmissionId | None,
+    listed: list[dict[str, Any]],
+    caused: turns.Caused,
 ) -> tuple[Outcome, str | None]:
     """The Turn's outcome from what its AgentTurn lists, when no Run here will record it
     (the Run is gone, going or finished, or the Turn's state is still active): the Run's
@@ -193,9 +198,7 @@ def _verdict(
     return turns.outcome(exit_, submissions)
 
 
-async def _deleted_by_user(
-    hub: Hub, namespace: str, spec: kopf.Spec, submission: str | None
-) -> None:
+async def _deleted_by_user(hub: Hub, namespace: str, spec: kopf.Spec) -> None:
     """A Turn deleted by a person: its Run's Machine gets the Agent's fault, reason deleted.
 
     Waits (bounded) for the Run's actor while the Run is being resumed (this operator
@@ -217,7 +220,7 @@ async def _deleted_by_user(
             return
         actor = hub.registry.actors.get(f"{namespace}/{run}")
         if actor is not None:
-            await actor.turn_deleted(spec["turn"], submission)
+            await actor.turn_deleted(TurnId(spec["turn"]))
             return
         if time.monotonic() > deadline:
             return
@@ -235,7 +238,7 @@ def _outcomes(
         return None
     records = [SubmissionRecord.model_validate(entry) for entry in listed]
     return [
-        record.model_copy(update={"outcome": caused[record.id][0], "settledAt": now})
+        record.model_copy(update={"outcome": caused[SubmissionId(record.id)][0], "settledAt": now})
         if record.outcome is None and record.id in caused
         else record
         for record in records

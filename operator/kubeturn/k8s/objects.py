@@ -21,6 +21,7 @@ from kubeturn.k8s import egress, names, sandboxes
 from kubeturn.k8s.sandboxes import HARNESS_CONTAINER, TOOLS_CONTAINER
 from kubeturn.orchestrator import ids
 from kubeturn.orchestrator.effects import Admit
+from kubeturn.orchestrator.ids import InstanceId, TurnId
 
 GROUP_VERSION = "kubeturn.dev/v1alpha1"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kubeturn"}
@@ -447,7 +448,7 @@ def network_policy(
 # ----------------------------------------------------------------------------- turns
 
 
-def turn_name(run: str, turn: str) -> str:
+def turn_name(run: str, turn: TurnId) -> str:
     """``<run>-<turn>``, shortened as ``names.object_name`` shortens it; a Run's dots
     are kept, so that ``a.b`` and ``a-b`` never share an AgentTurn."""
     return names.object_name(run, f"-{turn}")
@@ -460,7 +461,7 @@ TURN_SEQ_LABEL = "kubeturn.dev/turn-seq"
 ``creationTimestamp`` (whole seconds) cannot (ADR 0021)."""
 
 
-def instance_label(instance_id: str) -> str:
+def instance_label(instance_id: InstanceId) -> str:
     """Instance IDs hold '/' and '.': a label value gets their hash."""
     return hashlib.sha256(instance_id.encode()).hexdigest()[:63]
 

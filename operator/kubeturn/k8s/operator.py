@@ -28,7 +28,7 @@ from kubeturn.k8s import agentturns, diffbase, leader, runs, workspaces
 from kubeturn.k8s.deliveries import KubePusher
 from kubeturn.k8s.hub import Hub, OperatorSettings
 from kubeturn.k8s.kube import RUNS, Kube, pool_size
-from kubeturn.orchestrator import api
+from kubeturn.orchestrator import api, ids
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def resume_gate(hub: Hub) -> Any:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or hub.registry.workspace_of(token) is None:
             return False
-        return hub.registry.owner(request.match_info["iid"]) is not None
+        return hub.registry.owner(ids.InstanceId(request.match_info["iid"])) is not None
 
     @web.middleware
     async def gate(request: web.Request, handler: api.Handler) -> web.StreamResponse:

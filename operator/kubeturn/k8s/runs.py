@@ -64,7 +64,7 @@ from kubeturn.k8s.workspaces import RunEvents
 from kubeturn.machine.load import LoadedRun, load_run
 from kubeturn.orchestrator import signals, snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor, Signal
-from kubeturn.orchestrator.core import ExecResult, RunCore
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.delivery import Committed, Deliverer, DeliveryFailed, Remote
 from kubeturn.orchestrator.effects import StartExec
 from kubeturn.orchestrator.frames import WorkspaceView
@@ -73,6 +73,7 @@ from kubeturn.orchestrator.harness_client import (
     HarnessRefused,
     HarnessUnreachable,
 )
+from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
@@ -90,7 +91,7 @@ MAX_SPEC_BYTES = 128 * 1024
 """The largest spec (bytes of its JSON) the operator drives. A Run carries its spec
 twice when applied with ``kubectl apply`` (its last-applied annotation, which the API
 server caps with every other annotation at 256 KiB), and its status besides (the history
-within 128 KiB, ``kubeturn.orchestrator.core.HISTORY_BYTES``): with this bound the whole
+within 128 KiB, ``kubeturn.orchestrator.history.HISTORY_BYTES``): with this bound the whole
 object stays far below etcd's 1.5 MiB, which would refuse the status writes of a larger
 one. Every watch event and every look at a Run carries it too. Long documents belong in
 the Workspace's repositories, where the Agents read them."""
@@ -133,11 +134,11 @@ class StatusStore:
         self._removed: Mapping[str, Iterable[str]] = {**(removed or {}), **LEGACY}
 
     async def save(self, snapshot: dict[str, Any]) -> None:
-        core = self._core
-        phase = core.shown_phase.value
+        view = self._core.view()
+        phase = view.phase.value
         finished = phase not in ("Pending", "Running")
-        status = statuses.run_status(core, snapshot)
-        said = core.message or f"the Run is {phase}"
+        status = statuses.run_status(view, snapshot)
+        said = view.message or f"the Run is {phase}"
         if not finished and status.acceptedEvents:
             # kubectl describe shows the condition first: what a person may send now.
             accepted = [item.model_dump(by_alias=True) for item in status.acceptedEvents]
@@ -255,7 +256,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
         try:
             await actor.start()
             hub.resumed(key)
-            _post_recent(hub, plain, core.history)
+            _post_recent(hub, plain, core.view().history)
             while not stopped:
                 # Read now what was applied while no actor ran (a start, a restart) and each
                 # new generation: the spec is the truth, the snapshot says which ids were sent.
@@ -301,17 +302,18 @@ async def _send_new(hub: Hub, run: dict[str, Any], actor: RunActor, spec: dict[s
     sent yet: all in one input, so one status write. An ignored signal gets a Warning
     Event (ADR 0067). Nothing new: nothing is sent, and nothing written."""
     metrics.RUN_SPEC_READS.inc()
-    core = actor.core
+    view = actor.core.view()
     fresh: dict[str, Signal] = {}
     for item in list(spec.get("signals") or []):
-        if item["id"] not in core.signals and item["id"] not in fresh:
+        if item["id"] not in view.signals and item["id"] not in fresh:
             fresh[item["id"]] = Signal(item["event"], dict(item.get("data") or {}), item["id"])
-    cancel = bool(spec.get("cancel")) and not core.cancelled
+    cancel = bool(spec.get("cancel")) and not view.cancelled
     if not fresh and not cancel:
         return
     await actor.send(list(fresh.values()), cancel=cancel)
+    ignored = actor.core.view().ignored
     for signal in fresh.values():
-        why = core.ignored.get(signal.id or "")
+        why = ignored.get(signal.id or "")
         if why is not None:
             _ignored(hub, run, signal.id or "", signal.event, why)
 
@@ -600,7 +602,7 @@ posted twice. 10 minutes covers a restart with room, and keeps a resume of a lon
 to a few requests."""
 
 
-def _post_recent(hub: Hub, run: dict[str, Any], history: list[TurnRecord]) -> None:
+def _post_recent(hub: Hub, run: dict[str, Any], history: Iterable[TurnRecord]) -> None:
     """Post (again) the Events of the Turns recorded within ``REPOST_S``."""
     since = time.time() - REPOST_S
     for record in history:

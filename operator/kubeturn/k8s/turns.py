@@ -44,6 +44,8 @@ from kubeturn.orchestrator import harness_client, ids
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient, HarnessUnreachable
+from kubeturn.orchestrator.ids import TurnId
+from kubeturn_harness.wire import SubmissionId
 
 POLL_S = 0.2
 """How often an admission re-checks the Workspace and a continued conversation's earlier Turns:
@@ -75,7 +77,7 @@ class ClusterTurns:
         finalizer writes how their Submissions settled, with the settlement, so a
         settlement heard after the exit needs no write of its own."""
 
-    def _name(self, turn: str) -> str:
+    def _name(self, turn: TurnId) -> str:
         return objects.turn_name(self._run["metadata"]["name"], turn)
 
     async def _harness(self) -> HarnessClient:
@@ -86,7 +88,7 @@ class ClusterTurns:
             await asyncio.sleep(POLL_S)
         return self._hub.harnesses[key]
 
-    async def admit(self, effect: Admit, key: str) -> str:
+    async def admit(self, effect: Admit) -> SubmissionId:
         menu = [
             {"name": m.name, "description": m.description, "schema": dict(m.schema)}
             for m in self._loaded.menu(StatePath(effect.state))
@@ -96,9 +98,9 @@ class ClusterTurns:
         self._known.setdefault(created["metadata"]["name"], created)
         await self._earlier_gone(effect)
         # Nothing between the Harness's answer and the Run's record of it (see above).
-        return await self._admit(effect, key)
+        return await self._admit(effect)
 
-    async def _admit(self, effect: Admit, key: str) -> str:
+    async def _admit(self, effect: Admit) -> SubmissionId:
         """Admit at the Harness serving now. One that was not reached is asked again,
         with the client known then, for up to ``harnesses.WAIT_S``: the key admits the
         Submission once, whether or not an earlier try reached the Harness."""
@@ -106,13 +108,13 @@ class ClusterTurns:
         while True:
             harness = await self._harness()
             try:
-                return await harness.admit(effect, key)
+                return await harness.admit(effect)
             except HarnessUnreachable as unreached:
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + harnesses.WAIT_S
                 if now > deadline:
                     raise
-                log.debug("admitting %s: %s; trying again", key, unreached)
+                log.debug("admitting %s: %s; trying again", effect.key, unreached)
             await asyncio.sleep(POLL_S)
 
     async def _earlier_gone(self, effect: Admit) -> None:
@@ -170,7 +172,7 @@ class ClusterTurns:
             self._known[name] = current
             return current
 
-    async def settlement(self, effect: Admit, submission: str) -> Settled:
+    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
         name = self._name(effect.turn)
         admitted = time.time()
 

@@ -17,10 +17,11 @@ import logging
 from collections.abc import Callable
 
 from kubeturn.orchestrator.actor import AdmitFailed, Settled
-from kubeturn.orchestrator.core import ExecResult
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
-from kubeturn_harness.wire import EventType, Message, MessageStatus, StreamEvent
+from kubeturn.orchestrator.ids import InstanceId
+from kubeturn.orchestrator.invokes import ExecResult
+from kubeturn_harness.wire import EventType, Message, MessageStatus, StreamEvent, SubmissionId
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,10 @@ class WatchedHarness:
 
     # ------------------------------------------------------------------ TurnPort, ExecPort
 
-    async def admit(self, effect: Admit, key: str) -> str:
+    async def admit(self, effect: Admit) -> SubmissionId:
         self.watch(effect.agent, effect.instance_id)
         try:
-            return await self._client.admit(effect, key)
+            return await self._client.admit(effect)
         except AdmitFailed as failed:
             said = _one_line(str(failed))
             self.refusals.append(
@@ -49,7 +50,7 @@ class WatchedHarness:
             self._on_change()
             raise
 
-    async def settlement(self, effect: Admit, submission: str) -> Settled:
+    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
         return await self._client.settlement(effect, submission)
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
@@ -60,7 +61,7 @@ class WatchedHarness:
 
     # ------------------------------------------------------------------ tool calls
 
-    def watch(self, agent: str, instance_id: str) -> None:
+    def watch(self, agent: str, instance_id: InstanceId) -> None:
         """Count the tool calls on this conversation (once per conversation)."""
         key = (agent, instance_id)
         if key not in self._followers:
@@ -68,7 +69,7 @@ class WatchedHarness:
                 self._follow(agent, instance_id), name=f"tool calls of {instance_id}"
             )
 
-    async def _follow(self, agent: str, instance_id: str) -> None:
+    async def _follow(self, agent: str, instance_id: InstanceId) -> None:
         async for event in self._client.follow(agent, instance_id):
             self._count([event])
 

@@ -254,7 +254,7 @@ def status_of(core: RunCore, snapshot: dict[str, Any]) -> dict[str, Any]:
     """What the operator writes in ``Run.status`` (``statuses.run_status``: the settled
     Turns in ``turns``, the rest of the snapshot in ``snapshot``), for a local Run, with
     what only a local Run shows: its live Turns, and when it was saved."""
-    status = statuses.run_status(core, snapshot)
+    status = statuses.run_status(core.view(), snapshot)
     shown = status.model_dump(mode="json", by_alias=True, exclude_unset=True)
     return {**shown, "liveTurns": len(core.turns), "savedAt": time.time()}
 

@@ -21,9 +21,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
-from kubeturn.orchestrator.core import DeliverResult, ExecResult, Gone, PickAnswer, RunCore
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,
@@ -35,15 +35,18 @@ from kubeturn.orchestrator.effects import (
     StopExec,
     Sweep,
 )
+from kubeturn.orchestrator.ids import InstanceId, TurnId
+from kubeturn.orchestrator.invokes import DeliverResult, ExecResult
+from kubeturn.orchestrator.picks import Gone, PickAnswer
 from kubeturn.orchestrator.turns import TurnRecord
-from kubeturn_harness.wire import Outcome, Receipt, Usage
+from kubeturn_harness.wire import DeliveryId, Outcome, Receipt, SubmissionId, Usage
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Settled:
-    submission: str
+    submission: SubmissionId
     outcome: Outcome
     usage: Usage | None = None
     message: str | None = None
@@ -72,11 +75,11 @@ class AdmitFailed(Exception):
 class TurnPort(Protocol):
     """Where Turns run: a Workspace's Harness, reached over its wire."""
 
-    async def admit(self, effect: Admit, key: str) -> str:
-        """Admit one Submission; ``key`` makes a repeated admission return the same id."""
+    async def admit(self, effect: Admit) -> SubmissionId:
+        """Admit one Submission; one repeating ``effect.key`` returns the same id."""
         ...
 
-    async def settlement(self, effect: Admit, submission: str) -> Settled:
+    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
         """Wait until the Submission settles."""
         ...
 
@@ -139,9 +142,9 @@ class RunActor:
         self._on_record = on_record
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._chains: dict[str, asyncio.Task[Any]] = {}
+        self._chains: dict[InstanceId, asyncio.Task[Any]] = {}
         self._execs_running: dict[str, asyncio.Task[Any]] = {}
-        self._answers: dict[str, asyncio.Event] = {}
+        self._answers: dict[DeliveryId, asyncio.Event] = {}
         self._timer: asyncio.Task[None] | None = None
         self._unsaved = False
         """A decision is not saved yet: the next save, or a task in ``save_later_s``,
@@ -185,7 +188,7 @@ class RunActor:
 
         await self._do(decide)
 
-    async def turn_deleted(self, turn: str, submission: str | None) -> None:
+    async def turn_deleted(self, turn: TurnId) -> None:
         """A person deleted a live Turn's AgentTurn."""
         await self._do(lambda now: self.core.deleted(turn, now))
 
@@ -193,7 +196,12 @@ class RunActor:
         await self._do(self.core.cancel)
 
     async def pick(
-        self, instance_id: str, event: str, payload: dict[str, Any], *, key: str | None = None
+        self,
+        instance_id: InstanceId,
+        event: str,
+        payload: dict[str, Any],
+        *,
+        key: str | None = None,
     ) -> PickAnswer:
         """Deliver a pick; one repeating ``key`` is answered as the first was."""
         answer: list[PickAnswer] = []
@@ -206,7 +214,7 @@ class RunActor:
         await self._do(decide)
         return answer[0]
 
-    async def delivery(self, delivery_id: str, wait_s: float) -> Receipt | Gone | None:
+    async def delivery(self, delivery_id: DeliveryId, wait_s: float) -> Receipt | Gone | None:
         """A delivery's answer, waiting up to ``wait_s`` while it is outstanding."""
         if self.closed:
             raise ActorClosed(f"the actor of Run {self.core.run.name} is closed")
@@ -268,24 +276,28 @@ class RunActor:
 
     def _apply(self, effects: Effects) -> None:
         for effect in effects.items:
-            if isinstance(effect, Admit):
-                self._chain(effect.instance_id, self._admit(effect))
-            elif isinstance(effect, Sweep):
-                self._chain(effect.instance_id, self._sweep(effect))
-            elif isinstance(effect, StartExec):
-                self._execs_running[effect.invocation] = self._spawn(self._exec(effect))
-            elif isinstance(effect, StartDeliver):
-                self._spawn(self._deliver(effect))
-            elif isinstance(effect, StopExec):
-                task = self._execs_running.pop(effect.invocation, None)
-                if task is not None:
-                    task.cancel()
-            elif isinstance(effect, Answer):
-                self._answers.setdefault(effect.delivery, asyncio.Event()).set()
-            elif isinstance(effect, Finished):
-                self.finished.set()
-            elif isinstance(effect, Recorded) and self._on_record is not None:
-                self._on_record(effect.record)
+            match effect:
+                case Admit():
+                    self._chain(effect.instance_id, self._admit(effect))
+                case Sweep():
+                    self._chain(effect.instance_id, self._sweep(effect))
+                case StartExec():
+                    self._execs_running[effect.invocation] = self._spawn(self._exec(effect))
+                case StartDeliver():
+                    self._spawn(self._deliver(effect))
+                case StopExec():
+                    task = self._execs_running.pop(effect.invocation, None)
+                    if task is not None:
+                        task.cancel()
+                case Answer():
+                    self._answers.setdefault(effect.delivery, asyncio.Event()).set()
+                case Finished():
+                    self.finished.set()
+                case Recorded():
+                    if self._on_record is not None:
+                        self._on_record(effect.record)
+                case _:
+                    assert_never(effect)
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
@@ -298,7 +310,7 @@ class RunActor:
         if not task.cancelled() and task.exception() is not None:
             log.error("run %s: an effect failed", self.core.run.name, exc_info=task.exception())
 
-    def _chain(self, instance_id: str, work: Coroutine[Any, Any, None]) -> None:
+    def _chain(self, instance_id: InstanceId, work: Coroutine[Any, Any, None]) -> None:
         previous = self._chains.get(instance_id)
 
         async def after_previous() -> None:
@@ -314,10 +326,8 @@ class RunActor:
         self._chains[instance_id] = chained
 
     async def _admit(self, effect: Admit) -> None:
-        turn = self.core.turns[effect.turn]
-        key = f"{effect.turn}.{len(turn.submissions) + 1}"
         try:
-            submission = await self._turns.admit(effect, key)
+            submission = await self._turns.admit(effect)
         except AdmitFailed as failed:
             why = str(failed)
             await self._do(lambda now: self.core.admit_failed(effect.turn, why, now))
@@ -325,7 +335,7 @@ class RunActor:
         await self._do(lambda now: self.core.admitted(effect.turn, submission, now))
         self._follow(effect, submission)
 
-    def _follow(self, effect: Admit, submission: str) -> None:
+    def _follow(self, effect: Admit, submission: SubmissionId) -> None:
         async def follow() -> None:
             settled = await self._turns.settlement(effect, submission)
             await self._do(

@@ -33,11 +33,13 @@ from pydantic import BaseModel
 from kubeturn.errors import WireError
 from kubeturn.orchestrator import bodies, openapi
 from kubeturn.orchestrator.actor import ActorClosed, RunActor
-from kubeturn.orchestrator.core import Gone, Invalid
+from kubeturn.orchestrator.ids import InstanceId
+from kubeturn.orchestrator.picks import Gone, Invalid
 from kubeturn_harness import malformed
 from kubeturn_harness.wire import (
     PICK_KEY_HEADER,
     PICK_KEY_MAX,
+    DeliveryId,
     ErrorBody,
     Receipt,
     Refusal,
@@ -64,7 +66,7 @@ class Actors(MutableMapping[str, RunActor]):
 
     def __init__(self) -> None:
         self._actors: dict[str, RunActor] = {}
-        self._owners: dict[str, set[str]] = {}
+        self._owners: dict[InstanceId, set[str]] = {}
         """Instance ID → the keys of the actors whose Turns hold it (one, but for a Run
         made again under its name while its old actor is held)."""
         self._rank: dict[str, int] = {}
@@ -103,7 +105,7 @@ class Actors(MutableMapping[str, RunActor]):
         for instance_id in list(actor.core.instance_ids()):
             self._note(key, instance_id, False)
 
-    def _note(self, key: str, instance_id: str, held: bool) -> None:
+    def _note(self, key: str, instance_id: InstanceId, held: bool) -> None:
         keys = self._owners.setdefault(instance_id, set())
         if held:
             keys.add(key)
@@ -112,7 +114,7 @@ class Actors(MutableMapping[str, RunActor]):
         if not keys:
             del self._owners[instance_id]
 
-    def owner(self, instance_id: str) -> tuple[str, RunActor] | None:
+    def owner(self, instance_id: InstanceId) -> tuple[str, RunActor] | None:
         keys = self._owners.get(instance_id)
         if not keys:
             return None
@@ -157,7 +159,7 @@ class Registry:
                 return workspace
         return None
 
-    def owner(self, instance_id: str) -> tuple[str, RunActor] | None:
+    def owner(self, instance_id: InstanceId) -> tuple[str, RunActor] | None:
         """The Run holding a Turn at this Instance ID (live, or still being swept)."""
         return self.actors.owner(instance_id)
 
@@ -213,7 +215,7 @@ def unavailable(message: str) -> web.Response:
 
 def _actor(request: web.Request) -> RunActor | web.Response:
     registry = request.app[REGISTRY]
-    instance_id = request.match_info["iid"]
+    instance_id = InstanceId(request.match_info["iid"])
     found = registry.owner(instance_id)
     if found is None:
         if registry.stopping:
@@ -231,7 +233,7 @@ async def surface(request: web.Request) -> web.Response:
     actor = _actor(request)
     if isinstance(actor, web.Response):
         return actor
-    found: Surface | None = actor.core.surface(request.match_info["iid"])
+    found: Surface | None = actor.core.surface(InstanceId(request.match_info["iid"]))
     if found is None:
         return _error(404, "not-found", "no live surface: the Turn is over")
     return _model(found)
@@ -253,7 +255,7 @@ async def pick(request: web.Request) -> web.Response:
         return _error(400, "invalid", said, PICK_KEY_HEADER)
     event = body.pop("type")
     try:
-        answer = await actor.pick(request.match_info["iid"], event, body, key=key)
+        answer = await actor.pick(InstanceId(request.match_info["iid"]), event, body, key=key)
     except ActorClosed:
         return unavailable("the Orchestrator is stopping, or restarting this Run")
     PICKS.labels(result=type(answer).__name__.lower()).inc()
@@ -271,7 +273,8 @@ async def delivery(request: web.Request) -> web.StreamResponse:
     if isinstance(actor, web.Response):
         return actor
     try:
-        answer = await actor.delivery(request.match_info["delivery"], request.app[POLL_S])
+        delivery_id = DeliveryId(request.match_info["delivery"])
+        answer = await actor.delivery(delivery_id, request.app[POLL_S])
     except ActorClosed:
         return unavailable("the Orchestrator is stopping, or restarting this Run")
     if answer is None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from kubeturn.orchestrator.core import DeliverResult
 from kubeturn.orchestrator.effects import StartDeliver
+from kubeturn.orchestrator.invokes import DeliverResult
 
 log = logging.getLogger(__name__)
 

@@ -1,23 +1,28 @@
-"""What the core asks its shell to do. Decisions only; the shell performs them, in order."""
+"""What the core asks its shell to do. Decisions only; the shell performs them, in order.
+
+``Effect`` is a closed union: a shell applies it with ``match`` ending in
+``typing.assert_never``, so mypy fails on a shell that does not handle a new effect.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn.orchestrator.turns import TurnRecord
-from kubeturn_harness.wire import Notice, Receipt
+from kubeturn_harness.wire import DeliveryId, Notice, Receipt, SubmissionId
 
 
 @dataclass(frozen=True)
 class Admit:
     """Admit one Submission of a Turn to its Workspace's Harness."""
 
-    turn: str
+    turn: TurnId
     agent: str
     state: str
     """The state that asked for the Turn."""
-    instance_id: str
+    instance_id: InstanceId
     prompt: str
     cwd: str
     continue_: bool
@@ -25,6 +30,9 @@ class Admit:
     thinking_level: str | None
     instructions: str
     workspace: str
+    key: str
+    """The admission's idempotency key, ``<turn>.<n>`` for the Turn's n-th Submission: an
+    admission sent again (after a restart, or a lost answer) admits that Submission once."""
     notices: tuple[Notice, ...] = ()
     nudge: bool = False
 
@@ -33,11 +41,11 @@ class Admit:
 class Sweep:
     """Abort a Turn's Submissions; ordered before any later admission on its Instance ID."""
 
-    turn: str
+    turn: TurnId
     agent: str
-    instance_id: str
+    instance_id: InstanceId
     cause: str | None
-    submission: str | None
+    submission: SubmissionId | None
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class StartDeliver:
 class Answer:
     """The answer of an outstanding pick, for whoever long-polls its delivery."""
 
-    delivery: str
+    delivery: DeliveryId
     receipt: Receipt
 
 
@@ -93,14 +101,16 @@ class Recorded:
 
 
 Effect = Admit | Sweep | StartExec | StopExec | StartDeliver | Answer | Finished | Recorded
+"""Every effect there is; a new one is added here and to every shell's ``match``."""
+E = TypeVar("E", bound=Effect)
 
 
 @dataclass
 class Effects:
+    """What one input to the core decided, in the order the shell applies it."""
+
     items: list[Effect] = field(default_factory=list)
 
-    def add(self, effect: Effect) -> None:
-        self.items.append(effect)
-
-    def of(self, kind: type[Effect]) -> list[Effect]:
+    def of(self, kind: type[E]) -> list[E]:
+        """The effects of one kind, in order."""
         return [item for item in self.items if isinstance(item, kind)]

@@ -41,9 +41,10 @@ import aiohttp
 from pydantic import TypeAdapter, ValidationError
 
 from kubeturn.orchestrator.actor import AdmitFailed, Settled
-from kubeturn.orchestrator.core import ExecResult
 from kubeturn.orchestrator.delivery import Committed, DeliveryFailed
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
+from kubeturn.orchestrator.ids import InstanceId
+from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn_harness.wire import (
     AdmitResponse,
     DeliverResponse,
@@ -54,6 +55,7 @@ from kubeturn_harness.wire import (
     RunForgotten,
     Settlement,
     StreamEvent,
+    SubmissionId,
     WorktreesResponse,
 )
 
@@ -167,7 +169,7 @@ class HarnessClient:
     async def close(self) -> None:
         await self._session.close()
 
-    def _url(self, agent: str, instance_id: str, *rest: str) -> str:
+    def _url(self, agent: str, instance_id: InstanceId, *rest: str) -> str:
         return "/".join(
             [self._base, "agents", quote(agent, safe=""), quote(instance_id, safe=""), *rest]
         )
@@ -204,7 +206,7 @@ class HarnessClient:
 
     # ------------------------------------------------------------------ TurnPort
 
-    async def admit(self, effect: Admit, key: str) -> str:
+    async def admit(self, effect: Admit) -> SubmissionId:
         body = {
             "prompt": effect.prompt,
             "cwd": effect.cwd,
@@ -213,7 +215,7 @@ class HarnessClient:
             "thinkingLevel": effect.thinking_level,
             "definition": {"instructions": effect.instructions, "workspace": effect.workspace},
             "notices": [n.model_dump() for n in effect.notices],
-            "key": key,
+            "key": effect.key,
         }
         body = {k: v for k, v in body.items() if v is not None}
         what = "the admission"
@@ -224,12 +226,12 @@ class HarnessClient:
             raise _refused(what, answer)
         return _decoded(_ADMITTED, answer, what).submissionId
 
-    def follow(self, agent: str, instance_id: str) -> AsyncIterator[StreamEvent]:
+    def follow(self, agent: str, instance_id: InstanceId) -> AsyncIterator[StreamEvent]:
         """Every event of a conversation, from its start, as it happens, at this client's
         Harness (see ``follow``). Ends only when the Harness lost the conversation."""
         return follow(self._itself, agent, instance_id)
 
-    async def settlement(self, effect: Admit, submission: str) -> Settled:
+    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
         """How the Submission settled, at this client's Harness (see ``settlement``)."""
         return await settlement(self._itself, effect, submission)
 
@@ -257,7 +259,7 @@ class HarnessClient:
     async def read(
         self,
         agent: str,
-        instance_id: str,
+        instance_id: InstanceId,
         offset: int,
         types: Collection[EventType] | None = None,
     ) -> tuple[list[StreamEvent], int]:
@@ -375,7 +377,7 @@ class HarnessClient:
 async def follow(
     current: CurrentHarness,
     agent: str,
-    instance_id: str,
+    instance_id: InstanceId,
     types: Collection[EventType] | None = None,
 ) -> AsyncIterator[StreamEvent]:
     """Every event of a conversation (only those of ``types``, if given: the Harness
@@ -418,7 +420,7 @@ async def follow(
         client = await current()
 
 
-async def settlement(current: CurrentHarness, effect: Admit, submission: str) -> Settled:
+async def settlement(current: CurrentHarness, effect: Admit, submission: SubmissionId) -> Settled:
     """How the Submission settled, read from its conversation's stream (``follow``); one
     whose conversation the Harness lost settled ``failed``, saying so."""
     try:

@@ -7,28 +7,39 @@ Run's one Machine instance, so nested Machines can later add their own path segm
 
 A Turn's id is ``t<n>`` for the Run's n-th Turn: its AgentTurn is ``<run>-t<n>``, and
 ``n`` orders the Turns of one conversation (their aborts before later admissions).
+
+Each kind of id has its type, so one is never passed for another (mypy proves it):
+``TurnId`` and ``InstanceId`` here; ``SubmissionId`` and ``DeliveryId`` are the Harness
+wire's, where they are sent. An id is typed where it is made or read from outside (a
+URL, a resource, a snapshot), and stays typed from there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NewType
+
+TurnId = NewType("TurnId", str)
+"""A Turn of a Run: ``t<n>``."""
+InstanceId = NewType("InstanceId", str)
+"""The address of an Agent's conversation on its Harness."""
 
 IdSource = Callable[[], str]
 """Fresh random suffixes; injected so the core stays deterministic under test."""
 
 
-def structural(namespace: str, run: str, agent: str, epoch: int) -> str:
+def structural(namespace: str, run: str, agent: str, epoch: int) -> InstanceId:
     base = f"{namespace}.{run}/root/{agent}"
-    return f"{base}/{epoch}" if epoch else base
+    return InstanceId(f"{base}/{epoch}" if epoch else base)
 
 
-def fresh(namespace: str, run: str, agent: str, suffix: str) -> str:
-    return f"{namespace}.{run}/root/{agent}/t-{suffix}"
+def fresh(namespace: str, run: str, agent: str, suffix: str) -> InstanceId:
+    return InstanceId(f"{namespace}.{run}/root/{agent}/t-{suffix}")
 
 
-def turn(seq: int) -> str:
+def turn(seq: int) -> TurnId:
     """The id of the Run's ``seq``-th Turn."""
-    return f"t{seq}"
+    return TurnId(f"t{seq}")
 
 
 def turn_seq(turn_id: str) -> int:

@@ -22,25 +22,144 @@ Versions:
   0067); one without it (every snapshot written before) had none.
 
 A new version gets a step here, a golden snapshot in ``tests/unit/snapshots/`` and a
-line above; a golden is never changed once written.
+line above; a golden is never changed once written. ``write`` and ``read`` are the
+current version's format: what a core keeps (``Saved``) as JSON, and back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from kubeturn.api.status import DeliveryRecord
 from kubeturn.errors import SnapshotUnreadable
+from kubeturn.machine import interpreter
+from kubeturn.orchestrator.effects import StartDeliver, StartExec
+from kubeturn.orchestrator.turns import Delivery, Turn, TurnRecord
+from kubeturn_harness.wire import Notice
 
 VERSION = 2
 """The version this kubeturn writes."""
 VERSION_KEY = "version"
 HISTORY_KEY = "history"
 """The core's snapshot's key of the history; a Run's status holds it as ``turns``."""
+DELIVERED_KEY = "delivered"
+"""The core's snapshot's key of the delivery records; a Run's status holds them as
+``deliveries``."""
 LEGACY_KEYS = (HISTORY_KEY, "seq")
 """Keys of a version 0 snapshot that version 1 has not. A status is written by merge
 patch, which keeps a key the new snapshot lacks, so a writer names these to remove them,
 and a reader of version 1 ignores them."""
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What a Run's core keeps, as its snapshot holds it (``RunCore`` has each field)."""
+
+    phase: str
+    message: str | None
+    machine: interpreter.Config | None
+    """None until the Run starts."""
+    turns: Sequence[Turn]
+    deliveries: Sequence[Delivery]
+    epochs: Mapping[str, int]
+    notices: Mapping[str, Sequence[Notice]]
+    history: Sequence[TurnRecord]
+    recorded: int
+    signals: Sequence[str]
+    ignored: Mapping[str, str]
+    execs: Sequence[StartExec]
+    delivering: Sequence[StartDeliver]
+    delivered: Sequence[DeliveryRecord]
+    cancelled: bool
+    turn_seq: int
+    delivery_seq: int
+
+
+def write(saved: Saved) -> dict[str, Any]:
+    """``saved`` as JSON, in the current version."""
+    return {
+        VERSION_KEY: VERSION,
+        "phase": saved.phase,
+        "message": saved.message,
+        "machine": interpreter.snapshot(saved.machine) if saved.machine else None,
+        "turns": [t.model_dump(mode="json", by_alias=True) for t in saved.turns],
+        "deliveries": [d.model_dump(mode="json") for d in saved.deliveries],
+        "epochs": dict(saved.epochs),
+        "notices": {k: [n.model_dump(mode="json") for n in v] for k, v in saved.notices.items()},
+        HISTORY_KEY: [r.model_dump(mode="json") for r in saved.history],
+        "recorded": saved.recorded,
+        "signals": list(saved.signals),
+        "ignoredSignals": dict(saved.ignored),
+        "execs": [
+            {
+                "invocation": e.invocation,
+                "command": e.command,
+                "cwd": e.cwd,
+                "timeout": e.timeout_s,
+            }
+            for e in saved.execs
+        ],
+        "delivering": [
+            {
+                "invocation": d.invocation,
+                "state": d.state,
+                "slot": d.slot,
+                "message": d.message,
+                "push": d.push,
+                "author": {"name": d.author_name, "email": d.author_email},
+            }
+            for d in saved.delivering
+        ],
+        DELIVERED_KEY: [r.model_dump(mode="json", exclude_none=True) for r in saved.delivered],
+        "cancelled": saved.cancelled,
+        "turnSeq": saved.turn_seq,
+        "deliverySeq": saved.delivery_seq,
+    }
+
+
+def read(data: Mapping[str, Any]) -> Saved:
+    """A snapshot of the current version (``migrate`` makes one of any older), read; a
+    missing or wrong field raises ``KeyError``, ``TypeError``, ``ValueError`` or
+    ``AttributeError``, for the core to report."""
+    if data.get(VERSION_KEY) != VERSION:
+        raise ValueError(f"version {data.get(VERSION_KEY)!r} where {VERSION} was expected")
+    machine = data.get("machine")  # null, so absent once stored, until the Run starts
+    return Saved(
+        phase=str(data["phase"]),
+        message=data.get("message"),
+        machine=interpreter.restore(machine) if machine is not None else None,
+        turns=[Turn.model_validate(t) for t in data["turns"]],
+        deliveries=[Delivery.model_validate(d) for d in data["deliveries"]],
+        epochs={str(key): int(epoch) for key, epoch in data["epochs"].items()},
+        notices={k: [Notice.model_validate(n) for n in v] for k, v in data["notices"].items()},
+        history=[TurnRecord.model_validate(r) for r in data[HISTORY_KEY]],
+        recorded=int(data["recorded"]),
+        signals=list(data["signals"]),
+        # Absent from a snapshot written before signals could be ignored: none was.
+        ignored={str(k): str(v) for k, v in dict(data.get("ignoredSignals") or {}).items()},
+        execs=[
+            StartExec(e["invocation"], e["command"], e["cwd"], float(e["timeout"]))
+            for e in data["execs"]
+        ],
+        delivering=[
+            StartDeliver(
+                d["invocation"],
+                d["state"],
+                d["slot"],
+                d["message"],
+                bool(d["push"]),
+                d["author"]["name"],
+                d["author"]["email"],
+            )
+            for d in data["delivering"]
+        ],
+        delivered=[DeliveryRecord.model_validate(r) for r in data[DELIVERED_KEY]],
+        cancelled=bool(data["cancelled"]),
+        turn_seq=int(data["turnSeq"]),
+        delivery_seq=int(data["deliverySeq"]),
+    )
 
 
 def version_of(snapshot: Mapping[str, Any]) -> int:

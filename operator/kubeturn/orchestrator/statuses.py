@@ -9,7 +9,7 @@ them again, so a core restored from a status it wrote continues exactly as it wo
 kubeturn wrote resumes too: ``snapshots.migrate`` brings its snapshot to the current
 version, and the golden snapshots in ``tests/unit/snapshots/`` are restored in every
 test run. A final phase is shown only in the status that also holds the records of
-every Turn (``RunCore.shown_phase``): one patch writes both. The status is a
+every Turn (``RunView.phase``): one patch writes both. The status is a
 ``RunStatus``: the model its CRD is generated from. Pure: no IO, no clock.
 """
 
@@ -21,39 +21,39 @@ from typing import Any
 from kubeturn.api.status import ProcessedSignal, RunStatus, SignalResult
 from kubeturn.errors import SnapshotUnreadable
 from kubeturn.orchestrator import signals, snapshots
-from kubeturn.orchestrator.core import DELIVERED_KEY, RunCore
-from kubeturn.orchestrator.snapshots import HISTORY_KEY
+from kubeturn.orchestrator.core import RunView
+from kubeturn.orchestrator.snapshots import DELIVERED_KEY, HISTORY_KEY
 
 
-def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
-    """What ``Run.status`` says of ``core``, whose snapshot is ``snapshot``: every field
-    but ``conditions`` and ``observedGeneration``, which are the shell's. The records are
-    the snapshot's, dumped once."""
+def run_status(view: RunView, snapshot: Mapping[str, Any]) -> RunStatus:
+    """What ``Run.status`` says of a core, seen as ``view``, whose snapshot is
+    ``snapshot``: every field but ``conditions`` and ``observedGeneration``, which are the
+    shell's. The records are the snapshot's, dumped once."""
     records = list(snapshot[HISTORY_KEY])
-    accepted = signals.accepted_events(core.accepted())
+    accepted = signals.accepted_events(list(view.accepted))
     return RunStatus(
-        phase=core.shown_phase.value,
-        state=core.state,
-        turnCount=core.recorded,
+        phase=view.phase.value,
+        state=view.state,
+        turnCount=view.recorded,
         turns=records,
-        droppedTurns=core.recorded - len(records),
-        output=core.config.output if core.config else None,
-        message=core.message,
-        deliveries=[record.model_dump(mode="json", exclude_none=True) for record in core.delivered],
+        droppedTurns=view.recorded - len(records),
+        output=view.output,
+        message=view.message,
+        deliveries=[record.model_dump(mode="json", exclude_none=True) for record in view.delivered],
         snapshot={
             key: value for key, value in snapshot.items() if key not in (HISTORY_KEY, DELIVERED_KEY)
         },
         processedSignals=[
             ProcessedSignal(id=signal_id, result=SignalResult.IGNORED, message=why)
-            if (why := core.ignored.get(signal_id)) is not None
+            if (why := view.ignored.get(signal_id)) is not None
             else ProcessedSignal(id=signal_id, result=SignalResult.HANDLED)
-            for signal_id in core.signals
+            for signal_id in view.signals
         ],
         acceptedEvents=accepted,
         waitingFor=signals.waiting_for(
             [item.model_dump(mode="json", by_alias=True) for item in accepted]
         ),
-        cancelProcessed=core.cancelled,
+        cancelProcessed=view.cancelled,
     )
 
 

@@ -17,14 +17,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kubeturn.api.status import Message, bounded
-from kubeturn_harness.wire import Notice, Outcome, Receipt, Usage
+from kubeturn.orchestrator.ids import InstanceId, TurnId
+from kubeturn_harness.wire import DeliveryId, Notice, Outcome, Receipt, SubmissionId, Usage
 
 PICK = "pick"
 """The sweep's cause when the Turn's own pick ended it (docs/turn-semantics.md §2)."""
 NO_SETTLEMENT = "no settlement came back from the sweep"
 ADMITTED_LATE = "the Turn ended while its next Submission was being admitted"
 
-Caused = Mapping[str, tuple[Outcome, Usage | None, str | None]]
+Caused = Mapping[SubmissionId, tuple[Outcome, Usage | None, str | None]]
 """What a sweep settled: Submission id → its outcome, usage and message."""
 
 
@@ -43,7 +44,7 @@ class _Model(BaseModel):
 
 
 class SubmissionEntry(_Model):
-    id: str
+    id: SubmissionId
     admittedAt: float
     outcome: Outcome | None = None
     settledAt: float | None = None
@@ -56,8 +57,8 @@ class SubmissionEntry(_Model):
 class Delivery(_Model):
     """A pick delivered to the Machine, until it is answered."""
 
-    id: str
-    turn: str
+    id: DeliveryId
+    turn: TurnId
     event: str
     outstanding: bool = True
     reply: Any = None
@@ -70,7 +71,7 @@ class Delivery(_Model):
 
 class Exit(_Model):
     cause: str | None
-    submission: str | None
+    submission: SubmissionId | None
     """The Submission running at the exit, which the sweep names."""
     admitting: bool = False
     """A Submission was being admitted at the exit (a nudge in flight)."""
@@ -78,11 +79,11 @@ class Exit(_Model):
 
 
 class Turn(_Model):
-    id: str
+    id: TurnId
     agent: str
     state: str
     invocation: str
-    instanceId: str
+    instanceId: InstanceId
     continue_: bool = Field(alias="continue")
     epoch: int = 0
     prompt: str
@@ -94,7 +95,7 @@ class Turn(_Model):
     admitting: bool = False
     """An admission is out and not answered yet."""
     nudges: int = 0
-    outstanding: str | None = None
+    outstanding: DeliveryId | None = None
     """The delivery id of the pick being worked on below the Agent's state."""
     faulted: bool = False
     """The Machine was told this Turn failed; it is not nudged again."""
@@ -119,10 +120,10 @@ class TurnRecord(_Model):
     TurnHistoryRecord`` has every field of it): the operator restores the record from there.
     A field that is None may be absent there (the API server drops a null)."""
 
-    name: str
+    name: TurnId
     agent: str
     state: str
-    instanceId: str
+    instanceId: InstanceId
     outcome: Outcome
     cause: str | None = None
     message: Message | None = None
