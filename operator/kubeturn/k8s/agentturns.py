@@ -171,7 +171,7 @@ async def _run_verdict(
     (bounded) while the operator resumes its Runs after a start."""
     await hub.wait_resumed(harnesses.WAIT_S)
     run = (spec.get("runRef") or {}).get("name")
-    actor = hub.registry.actors.get(f"{namespace}/{run}")
+    actor = hub.actor_of(f"{namespace}/{run}")
     return actor.core.verdict(spec["turn"], caused) if actor is not None else None
 
 
@@ -215,7 +215,7 @@ async def _deleted_by_user(
             or (ready and ready[0].get("reason") in conditions.UNDRIVEN)
         ):
             return
-        actor = hub.registry.actors.get(f"{namespace}/{run}")
+        actor = hub.actor_of(f"{namespace}/{run}")
         if actor is not None:
             await actor.turn_deleted(spec["turn"], submission)
             return
