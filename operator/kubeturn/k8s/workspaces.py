@@ -510,10 +510,11 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
     changes = _changes(hub, body, spec, sandbox, pod) if not deleting else ()
     busy = await _busy(hub, namespace, name) if changes else None
     endpoint = f"http://{pod.ip}:{objects.HARNESS_PORT}" if pod.ip else None
+    harness = (pod.uid, endpoint, sandbox.tokens) if endpoint is not None else None
     held = sandbox.harness if hub.harness_of(namespace, name) is not None else None
     again = sandboxes.looks_again(changes, busy)
     with hub.withholding_harness(key) if again else contextlib.nullcontext():
-        if again:
+        if again:  # while no new caller gets the Harness (ADR 0032)
             busy = await _busy(hub, namespace, name)
         plan = sandboxes.plan(
             pod,
@@ -523,7 +524,7 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
             changes=changes,
             busy=busy,
             held=held,
-            harness=(pod.uid, endpoint or "", sandbox.tokens),
+            harness=harness,
         )
         retired = hub.harness_gone(key) if plan.client is sandboxes.Client.RETIRE else None
     if retired is not None:
@@ -539,7 +540,7 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
         assert answer is not None, "a client is made for a Harness that answered"
         assert endpoint is not None, "a Harness that answered has an address"
         hub.harness_ready(key, HarnessClient(endpoint, answer.token))
-        sandbox.harness = (pod.uid, endpoint, sandbox.tokens)
+        sandbox.harness = harness
     if look.resync:
         sandbox.synced = None
     ready = look.phase is WorkspacePhase.READY
