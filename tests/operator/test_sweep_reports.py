@@ -178,7 +178,7 @@ async def world(
     hub = Hub(kube, OperatorSettings(sweep_look_s=LOOK_S))
     run = {"metadata": {"name": RUN, "namespace": NAMESPACE}}
     async with stand_in() as harness:
-        hub.harnesses[(NAMESPACE, WORKSPACE)] = HarnessClient(harness.url, "token")
+        hub.harness_ready((NAMESPACE, WORKSPACE), HarnessClient(harness.url, "token"))
         try:
             yield World(
                 k8s, k8s_client, hub, ClusterTurns(hub, run, loaded_run(), WORKSPACE), harness

@@ -111,6 +111,9 @@ class Shell:
         self.kube = Patches()
         self.phases = PhaseCounts(Gauge("runs", "", ["phase"], registry=CollectorRegistry()))
 
+    def run_phase(self, key: str, phase: str) -> None:
+        self.phases.put(key, phase)
+
 
 def store(shell: Shell, core: Any, conditions: list[dict[str, Any]] | None = None) -> StatusStore:
     hub = cast(Hub, shell)

@@ -38,6 +38,16 @@ Cases:
   and serves on, ``SandboxCurrent=False`` (``SpecChanged``) saying what it waits for;
   a busy one whose tokens changed (revoked, ADR 0038) is rolled at once all the same,
   saying what it cuts; a Workspace being deleted is not rolled;
+- the Harness client (ADR 0100): ``looks_again`` only for an idle Pod of an older spec
+  (not for a busy one, nor one whose tokens changed while busy); ``plan`` keeps the
+  client of the Pod, address and tokens now, and retires one of another Pod, address or
+  tokens, and the client of a Pod it rolls; with none held there is nothing to retire;
+- ``looked``: a Harness that answers makes the Workspace ``Ready`` and a client of it,
+  unless one is held or the tokens are to be read again, and ends the recreation; one
+  that does not adds what it said to the plan's message, keeps the plan's wait, and one
+  of other tokens has the other objects read again; a refused Pod is ``Failed`` with the
+  refusal, kept for the back-off; an object in the way keeps the Workspace ``Pending``
+  saying which;
 - ``what_runs``: the Workspace's AgentTurns that have not settled (named, at most three)
   and the Runs running an exec on it; None when nothing runs;
 - ``volume_said``: equal quantities in other units match; a changed size or class is
@@ -571,6 +581,122 @@ class TestPlanAChangedSpec:
     def test_a_workspace_being_deleted_is_not_rolled(self) -> None:
         decided = plan(RUNNING, Recreation(), now=0.0, deleting=True, changes=("env",))
         assert (decided.action, decided.current) == (Action.NOTHING, None)
+
+
+OF_NOW = ("pod-1", "http://10.0.0.9:8080", "sha-1")
+"""Whom a client of ``RUNNING``'s Harness speaks to."""
+
+
+class TestTheHarnessClient:
+    def test_only_an_idle_pod_of_an_older_spec_is_looked_at_again(self) -> None:
+        assert sandboxes.looks_again(("env",), None)
+        assert not sandboxes.looks_again(("env",), "AgentTurn r-t1 running")
+        assert not sandboxes.looks_again(("env", sandboxes.TOKENS), "AgentTurn r-t1 running")
+        assert not sandboxes.looks_again((), None)
+
+    def test_the_client_of_the_pod_now_is_kept(self) -> None:
+        decided = plan(RUNNING, Recreation(), now=0.0, deleting=False, held=OF_NOW, harness=OF_NOW)
+        assert (decided.action, decided.client) == (Action.PROBE, sandboxes.Client.KEEP)
+
+    @pytest.mark.parametrize(
+        "held",
+        [
+            ("pod-0", "http://10.0.0.9:8080", "sha-1"),
+            ("pod-1", "http://10.0.0.8:8080", "sha-1"),
+            ("pod-1", "http://10.0.0.9:8080", "sha-0"),
+        ],
+        ids=["another-pod", "another-address", "other-tokens"],
+    )
+    def test_a_client_of_another_pod_address_or_tokens_is_retired(
+        self, held: sandboxes.Harness
+    ) -> None:
+        decided = plan(RUNNING, Recreation(), now=0.0, deleting=False, held=held, harness=OF_NOW)
+        assert (decided.action, decided.client) == (Action.PROBE, sandboxes.Client.RETIRE)
+
+    def test_a_client_of_a_pod_that_went_is_retired(self) -> None:
+        decided = plan(MISSING, Recreation(), now=0.0, deleting=False, held=OF_NOW, harness=None)
+        assert (decided.action, decided.client) == (Action.CREATE, sandboxes.Client.RETIRE)
+
+    def test_the_client_of_a_pod_rolled_is_retired(self) -> None:
+        decided = plan(
+            RUNNING,
+            Recreation(),
+            now=0.0,
+            deleting=False,
+            changes=("env",),
+            held=OF_NOW,
+            harness=OF_NOW,
+        )
+        assert (decided.action, decided.client) == (Action.ROLL, sandboxes.Client.RETIRE)
+
+    def test_with_none_held_none_is_retired(self) -> None:
+        for pod in (RUNNING, MISSING, EVICTED):
+            decided = plan(pod, Recreation(), now=0.0, deleting=False, harness=OF_NOW)
+            assert decided.client is sandboxes.Client.KEEP
+
+
+class TestLooked:
+    def probed(self, memory: Recreation) -> sandboxes.Plan:
+        decided = plan(RUNNING, memory, now=0.0, deleting=False)
+        assert (decided.action, decided.message) == (Action.PROBE, memory.why or "")
+        return decided
+
+    def test_a_harness_that_answers_is_ready_and_gets_a_client(self) -> None:
+        memory = Recreation(why="the sandbox Pod failed")
+        probe = sandboxes.Probe(True, "the Harness answers /readyz")
+        ended = sandboxes.looked(self.probed(memory), memory, now=1.0, probe=probe)
+        assert ended == sandboxes.Look(
+            WorkspacePhase.READY,
+            sandboxes.Said(True, "HarnessReady", "the Harness answers /readyz"),
+            sandboxes.Client.OPEN,
+        )
+        assert (memory.why, memory.ready_since) == (None, 1.0)
+
+    def test_no_second_client_and_none_while_the_tokens_are_read_again(self) -> None:
+        probe = sandboxes.Probe(True, "the Harness answers /readyz")
+        memory = Recreation()
+        held = sandboxes.looked(self.probed(memory), memory, now=1.0, probe=probe, held=True)
+        unsynced = sandboxes.looked(self.probed(memory), memory, now=2.0, probe=probe, synced=False)
+        assert (held.phase, held.client) == (WorkspacePhase.READY, sandboxes.Client.KEEP)
+        assert (unsynced.phase, unsynced.client) == (WorkspacePhase.READY, sandboxes.Client.KEEP)
+
+    def test_a_harness_that_does_not_answer_adds_what_it_said(self) -> None:
+        memory = Recreation(why="the sandbox Pod failed", ready_since=0.0)
+        probe = sandboxes.Probe(False, "the Harness is not ready (HTTP 401)", tokens_differ=True)
+        ended = sandboxes.looked(self.probed(memory), memory, now=1.0, probe=probe)
+        assert ended == sandboxes.Look(
+            WorkspacePhase.PENDING,
+            sandboxes.Said(
+                False,
+                "Recreating",
+                "the sandbox Pod failed; the Harness is not ready (HTTP 401)",
+            ),
+            resync=True,
+        )
+        assert memory.ready_since is None
+
+    def test_a_refused_pod_is_failed_and_kept_for_the_backoff(self) -> None:
+        memory = Recreation()
+        decided = plan(MISSING, memory, now=0.0, deleting=False)
+        memory.making(0.0)
+        said = "the API refused the sandbox: HTTP 403 Forbidden"
+        ended = sandboxes.looked(decided, memory, now=0.0, refused=said)
+        assert ended == sandboxes.Look(WorkspacePhase.FAILED, sandboxes.Said(False, "Failed", said))
+        assert memory.refusal == said
+
+    def test_an_object_in_the_way_keeps_it_pending(self) -> None:
+        memory = Recreation()
+        decided = plan(MISSING, memory, now=0.0, deleting=False)
+        going = sandboxes.Said(False, "EarlierObjectsGoing", "the Secret s is being deleted")
+        ended = sandboxes.looked(decided, memory, now=0.0, waiting=going)
+        assert ended == sandboxes.Look(WorkspacePhase.PENDING, going)
+
+    def test_the_plans_wait_is_kept(self) -> None:
+        memory = Recreation(seen=True, made=1, next_at=10.0)
+        decided = plan(MISSING, memory, now=0.0, deleting=False)
+        ended = sandboxes.looked(decided, memory, now=0.0)
+        assert (decided.action, ended.wait_s) == (Action.NOTHING, 10.0)
+        assert ended.ready == sandboxes.Said(False, decided.reason, decided.message)
 
 
 def agent_turn(name: str, workspace: str, *, settled: bool = False) -> dict[str, Any]:

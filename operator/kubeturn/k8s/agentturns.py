@@ -173,7 +173,7 @@ async def _run_verdict(
     (bounded) while the operator resumes its Runs after a start."""
     await hub.wait_resumed(harnesses.WAIT_S)
     run = (spec.get("runRef") or {}).get("name")
-    actor = hub.registry.actors.get(f"{namespace}/{run}")
+    actor = hub.actor_of(f"{namespace}/{run}")
     return actor.core.verdict(TurnId(spec["turn"]), caused) if actor is not None else None
 
 
@@ -218,7 +218,7 @@ async def _deleted_by_user(hub: Hub, namespace: str, spec: kopf.Spec) -> None:
             or (ready and ready[0].get("reason") in conditions.UNDRIVEN)
         ):
             return
-        actor = hub.registry.actors.get(f"{namespace}/{run}")
+        actor = hub.actor_of(f"{namespace}/{run}")
         if actor is not None:
             await actor.turn_deleted(TurnId(spec["turn"]))
             return

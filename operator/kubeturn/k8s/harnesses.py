@@ -1,8 +1,8 @@
-"""Where the operator's controllers find a Workspace's Harness client: ``hub.harnesses``,
+"""Where the operator's controllers find a Workspace's Harness client: ``hub.harness_of``,
 waited on while the Workspace's sandbox is being made (again).
 
-The Workspace controller puts a client there once its Harness is Ready, and replaces it
-(closing the old one) when the sandbox Pod changes (ADR 0024). So a caller asks here for
+The Workspace controller offers a client there once its Harness is Ready, and replaces it
+(closing the old one) when the sandbox Pod changes (ADR 0024, ADR 0100). So a caller asks here for
 the client after every wait and after every failure to reach it, and never keeps one
 across them. This module only reads the hub and the Workspace: it never makes or closes
 a client.
@@ -35,7 +35,7 @@ async def wait(hub: Hub, namespace: str, workspace: str, deadline: float) -> Har
     deleted) and its Harness is not known, wait, up to ``deadline`` (``time.monotonic``).
     None when there is no Workspace, it is gone or going, or the deadline passed."""
     looked = -WORKSPACE_LOOK_S
-    while (harness := hub.harnesses.get((namespace, workspace))) is None:
+    while (harness := hub.harness_of(namespace, workspace)) is None:
         now = time.monotonic()
         if not workspace or now > deadline:
             return None

@@ -161,7 +161,7 @@ class StatusStore:
             await self._hub.kube.patch(RUNS, self._namespace, self._name, patch, status=True)
             self._written, self._conditions = written, ready
             self._worktrees, self._removed = None, LEGACY
-        self._hub.phases.put(f"{self._namespace}/{self._name}", phase)
+        self._hub.run_phase(f"{self._namespace}/{self._name}", phase)
 
 
 def _type(condition: Mapping[str, Any] | Condition) -> Any:
@@ -251,8 +251,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
             on_record=_recorded(hub, plain),
             deliveries=_deliverer(hub, namespace, name, workspace),
         )
-        hub.registry.actors[key] = actor
-        hub.registry.workspaces[key] = f"{namespace}/{workspace}"
+        hub.run_started(key, actor, f"{namespace}/{workspace}")
         try:
             await actor.start()
             hub.resumed(key)
@@ -272,12 +271,10 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
             ):
                 # A Turn this process cannot find now may be live in an actor that closed:
                 # the API must not say it is over (ADR 0047).
-                hub.registry.stopping = True
+                hub.runs_stopping()
             await actor.close()
             if deleted:
-                hub.registry.actors.pop(key, None)
-                hub.registry.workspaces.pop(key, None)
-                hub.phases.drop(key)
+                hub.run_gone(key)
             # Otherwise the closed actor stays: its Turns are answered 503 until the actor
             # that resumes the Run takes its place, or the process ends.
 
@@ -472,7 +469,7 @@ async def _workspace(
     pause = WORKTREES_RETRY_S
     noted = False
     while not stopped and made is None:
-        harness = hub.harnesses.get((namespace, name))
+        harness = hub.harness_of(namespace, name)
         if harness is None:
             if not noted:  # a Harness known at once needs no word: no write
                 said = f"waiting for Workspace {name} to be Ready"

@@ -11,12 +11,20 @@ A Pod carries the fingerprint of what it was made from (its spec, the providers 
 and its tokens); one whose fingerprint is not the one the Workspace asks for now is made
 again, without a back-off step, once no Turn runs on it (ADR 0032), or at once when its
 tokens were made anew (ADR 0038). The volume is compared with ``spec.storage`` and only
-reported. Pure: no IO, no clock, no kopf.
+reported.
+
+It also decides the fate of the Workspace's Harness client, which the hub holds for the
+Workspace controller alone to offer and retire (ADR 0100): a client of another Pod,
+address or tokens than the Pod's now, or of a Pod being rolled, is retired and closed; a
+new one is made only once the Harness answered and none is held. A look that may roll
+an idle Pod looks again at what runs while the client is withheld from new callers
+(``looks_again``). Pure: no IO, no clock, no kopf.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -302,6 +310,23 @@ class Action(Enum):
     """The Pod runs an older spec and no Turn runs on it: delete it, to make it anew."""
 
 
+class Client(Enum):
+    """What becomes of the Workspace's Harness client."""
+
+    KEEP = "keep"
+    """The client held (if any) serves on; none is made."""
+    RETIRE = "retire"
+    """The client held is of another Pod, address or tokens, or its Pod is rolled: no
+    caller gets it from now on, and it is closed (its tokens may be revoked)."""
+    OPEN = "open"
+    """None is held and the Harness answers: a client of it is made and offered."""
+
+
+Harness = tuple[str | None, str, str | None]
+"""Whom a Harness client speaks to: (Pod uid, endpoint, the ``harness-token-sha256`` of
+the tokens it presents)."""
+
+
 @dataclass(frozen=True)
 class Said:
     """A condition as the controller writes it: status, reason, message."""
@@ -321,6 +346,17 @@ class Plan:
     """When to look again at the latest (None: the controller's usual pace)."""
     current: Said | None = None
     """``SandboxCurrent``; None while there is no live Pod to compare (it says what it said)."""
+    client: Client = Client.KEEP
+    """The Harness client held: kept or retired (``OPEN`` is ``looked``'s to say)."""
+
+
+def looks_again(changes: Sequence[str], busy: str | None) -> bool:
+    """Whether a live Pod of an older spec (``changes``) is idle (``busy``: what runs on
+    it), so that it is about to be rolled: what runs is looked at again, with the Harness
+    client withheld from new callers, before ``plan`` decides, so a Turn admitted since
+    the first look waits for the new sandbox rather than being cut by the roll (ADR 0032).
+    A Pod whose tokens changed is rolled busy or not: no second look is needed for it."""
+    return bool(changes) and busy is None
 
 
 def plan(
@@ -331,6 +367,8 @@ def plan(
     deleting: bool,
     changes: Sequence[str] = (),
     busy: str | None = None,
+    held: Harness | None = None,
+    harness: Harness | None = None,
 ) -> Plan:
     """What to do about the Pod now, and what the Workspace's status says meanwhile.
 
@@ -343,9 +381,28 @@ def plan(
     presents the token it accepts; what runs on it is cut (ADR 0038).
 
     ``memory`` learns here that a Pod was seen and why a recreation began; the caller
-    tells it when it makes a Pod (``making``) and how the Harness answered. A ``PROBE``
-    plan's message is what to say before the Harness's own answer.
+    tells it when it makes a Pod (``making``) and how the Harness answered (``looked``).
+    A ``PROBE`` plan's message is what to say before the Harness's own answer.
+
+    ``held`` is whom the Harness client held speaks to (None: none is held), ``harness``
+    whom a client of the Pod now would (None: the Pod has no address): the client is
+    kept only when they are the same and the Pod is not rolled.
     """
+    planned = _plan(pod, memory, now=now, deleting=deleting, changes=changes, busy=busy)
+    if held is None or (held == harness and planned.action is not Action.ROLL):
+        return planned
+    return dataclasses.replace(planned, client=Client.RETIRE)
+
+
+def _plan(
+    pod: Pod,
+    memory: Recreation,
+    *,
+    now: float,
+    deleting: bool,
+    changes: Sequence[str],
+    busy: str | None,
+) -> Plan:
     pending = WorkspacePhase.PENDING
     if pod.state is not PodState.MISSING:
         memory.seen = True
@@ -418,6 +475,71 @@ def plan(
             wait_s=left,
         )
     return Plan(Action.CREATE, pending, conditions.RECREATING, f"{memory.why}; making a new one")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How the Harness of a ``PROBE`` plan's Pod answered."""
+
+    ready: bool
+    said: str
+    tokens_differ: bool = False
+    """Its token Secret is gone or made anew, or it refuses the token (made anew)."""
+
+
+@dataclass(frozen=True)
+class Look:
+    """How a look at the Workspace ends: what its status says, whether a client of its
+    Harness is made, and when to look again."""
+
+    phase: WorkspacePhase
+    ready: Said
+    """``Ready``."""
+    client: Client = Client.KEEP
+    """``OPEN``: a client of the Harness that answered is made and offered."""
+    resync: bool = False
+    """The other objects (the tokens among them) are read again at the next look."""
+    wait_s: float | None = None
+    """When to look again at the latest (None: the controller's pace for ``phase``)."""
+
+
+def looked(
+    planned: Plan,
+    memory: Recreation,
+    *,
+    now: float,
+    probe: Probe | None = None,
+    refused: str | None = None,
+    waiting: Said | None = None,
+    held: bool = False,
+    synced: bool = True,
+) -> Look:
+    """What a look ends with, once ``planned`` was carried out: the Harness's answer to a
+    ``PROBE`` (``probe``), or why a ``CREATE`` made nothing: the API refused it
+    (``refused``; ``memory`` keeps it for the back-off) or an object in the Workspace's
+    way is still going (``waiting``). A Harness that answers ends the recreation; a
+    client of it is made when none is ``held`` and the other objects are ``synced`` (not
+    while the tokens are to be read again: the Secret went during the probe). ``memory``
+    learns here whether the Harness is ready."""
+    phase, reason, message = planned.phase, planned.reason, planned.message
+    client, resync = Client.KEEP, False
+    if refused is not None:
+        memory.refused(refused)
+        phase, reason, message = WorkspacePhase.FAILED, conditions.FAILED, refused
+    elif waiting is not None:
+        phase, reason, message = WorkspacePhase.PENDING, waiting.reason, waiting.message
+    elif probe is not None and probe.ready:
+        memory.ready(now)
+        phase, reason, message = WorkspacePhase.READY, conditions.HARNESS_READY, probe.said
+        client = Client.OPEN if not held and synced else Client.KEEP
+    elif probe is not None:
+        message = "; ".join(part for part in (message, probe.said) if part)
+        resync = probe.tokens_differ
+    ready = phase is WorkspacePhase.READY
+    if not ready:
+        memory.not_ready()
+    said = Said(ready, reason, message)
+    return Look(phase, said, client, resync, None if ready else planned.wait_s)
 
 
 NAMED_AT_MOST = 3

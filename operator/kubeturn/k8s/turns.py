@@ -83,10 +83,9 @@ class ClusterTurns:
     async def _harness(self) -> HarnessClient:
         """The Harness serving the Workspace now, waiting while none is known (the
         sandbox is starting, or being made again)."""
-        key = (self._namespace, self._workspace or "")
-        while key not in self._hub.harnesses:
+        while (harness := self._hub.harness_of(self._namespace, self._workspace or "")) is None:
             await asyncio.sleep(POLL_S)
-        return self._hub.harnesses[key]
+        return harness
 
     async def admit(self, effect: Admit) -> SubmissionId:
         menu = [
@@ -246,7 +245,7 @@ class ClusterTurns:
         result = self._hub.sweep_done(key)
         if result is not None:
             return result
-        harness = self._hub.harnesses.get((self._namespace, self._workspace or ""))
+        harness = self._hub.harness_of(self._namespace, self._workspace or "")
         return await harness.sweep(effect) if harness is not None else []
 
 

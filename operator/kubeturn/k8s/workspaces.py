@@ -15,8 +15,9 @@ name takes none of the tokens of the one before, and a deleted one's token is fo
 
 The daemon makes the sandbox Pod again when it was deleted or ended (``sandboxes``
 decides, with a bounded back-off), and when it runs an older spec than the Workspace
-asks for now, once no Turn runs on it (ADR 0032); it gives ``hub.harnesses`` a new
-client when the Pod or its address changes (closing the old one), and writes what
+asks for now, once no Turn runs on it (ADR 0032); it gives the hub a new Harness
+client when the Pod, its address or its tokens change (retiring the old one; the plan
+decides, ADR 0100), and writes what
 kubectl shows: the phase, the endpoint, ``Ready`` and why (``Invalid``, every problem
 with its path, for a spec the operator cannot take), ``SandboxCurrent``,
 ``VolumeCurrent``, the clones the Harness reports (``repos``, ``repoCount``), and how
@@ -174,9 +175,9 @@ class Sandbox:
 
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     memory: sandboxes.Recreation = field(default_factory=sandboxes.Recreation)
-    harness: tuple[str | None, str, str | None] | None = None
-    """(Pod uid, endpoint, ``harness-token-sha256``) of the Harness that ``hub.harnesses``
-    has a client of: a client of another Pod, address or token is closed."""
+    harness: sandboxes.Harness | None = None
+    """Whom the Harness client the hub holds for the Workspace speaks to (the plan
+    retires one of another Pod, address or tokens)."""
     written: tuple[Any, ...] | None = None
     """The status last written, so an unchanged one is not written again."""
     synced: Looked | None = None
@@ -194,6 +195,11 @@ class Sandbox:
     Runs wake the daemon."""
     occupancy: Occupancy = field(default_factory=Occupancy)
     """The Runs that name the Workspace (``Tenants``), counted in its status."""
+
+    def took(self, synced: Synced, generation: int | None, now: float) -> None:
+        """The other objects were brought up to date, from ``generation``, at ``now``."""
+        self.volume, self.tokens, self.rotation = synced.volume, synced.tokens, synced.rotation
+        self.synced = Looked(generation, synced.api_server, now)
 
 
 @dataclass(frozen=True)
@@ -476,7 +482,8 @@ async def ask_harness(
 
 
 async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
-    """One look at the Workspace: act on its Pod, write its status; the seconds until the
+    """One look at the Workspace: read what it and its Pod are, ask ``sandboxes`` what to
+    do about the Pod, the status and the Harness client, and do it; the seconds until the
     next look."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -498,48 +505,85 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
                 hub, body, sandbox, WorkspacePhase.PENDING, None, _going(going), None, None
             )
             return PROBE_S
-        sandbox.volume, sandbox.tokens = synced.volume, synced.tokens
-        sandbox.rotation = synced.rotation
-        sandbox.synced = Looked(looking.generation, synced.api_server, now)
+        sandbox.took(synced, looking.generation, now)
     pod = sandboxes.read_pod(await hub.kube.get(PODS, namespace, objects.sandbox_name(name)))
-    changes: tuple[str, ...] = ()
-    if pod.state in sandboxes.LIVE and not deleting:
-        assert sandbox.tokens is not None, "the first look syncs the other objects"
-        wanted = sandboxes.made_from(sandbox_pod(hub, body, spec, sandbox.tokens))
-        assert wanted is not None, "the builder annotates every Pod"
-        changes = sandboxes.changed(pod.made_from, wanted)
-    memory = sandbox.memory
+    changes = _changes(hub, body, spec, sandbox, pod) if not deleting else ()
     busy = await _busy(hub, namespace, name) if changes else None
-    hidden = None
-    if changes and busy is None:
-        # Look again while no new caller gets the Harness: a Turn admitted since the first
-        # look waits for the new sandbox rather than being cut by the roll (ADR 0032).
-        hidden = hub.harnesses.pop(key, None)
-    try:
-        if hidden is not None:
-            busy = await _busy(hub, namespace, name)
-        plan = sandboxes.plan(pod, memory, now=now, deleting=deleting, changes=changes, busy=busy)
-    except BaseException:
-        if hidden is not None:
-            hub.harnesses[key] = hidden
-        raise
-    if hidden is not None and plan.action is not sandboxes.Action.ROLL:
-        hub.harnesses[key] = hidden
-    sandbox.outdated = bool(changes) and plan.action is not sandboxes.Action.ROLL
-    phase, reason, message = plan.phase, plan.reason, plan.message
     endpoint = f"http://{pod.ip}:{objects.HARNESS_PORT}" if pod.ip else None
-    await _forget_harness(hub, key, sandbox, keep=(pod.uid, endpoint or "", sandbox.tokens))
-    repos = None
+    harness = (pod.uid, endpoint, sandbox.tokens) if endpoint is not None else None
+    held = sandbox.harness if hub.harness_of(namespace, name) is not None else None
+    again = sandboxes.looks_again(changes, busy)
+    with hub.withholding_harness(key) if again else contextlib.nullcontext():
+        if again:  # while no new caller gets the Harness (ADR 0032)
+            busy = await _busy(hub, namespace, name)
+        plan = sandboxes.plan(
+            pod,
+            sandbox.memory,
+            now=now,
+            deleting=deleting,
+            changes=changes,
+            busy=busy,
+            held=held,
+            harness=harness,
+        )
+        retired = hub.harness_gone(key) if plan.client is sandboxes.Client.RETIRE else None
+    if retired is not None:
+        sandbox.harness = None
+    sandbox.outdated = bool(changes) and plan.action is not sandboxes.Action.ROLL
+    try:
+        look, answer = await _carry_out(hub, body, spec, sandbox, plan, pod, now)
+    finally:  # a Pod not deleted gets a new client at the next probe
+        if retired is not None:
+            log.info("Workspace %s/%s: closing the Harness client of its old sandbox", *key)
+            await retired.close()
+    if look.client is sandboxes.Client.OPEN:
+        assert answer is not None, "a client is made for a Harness that answered"
+        assert endpoint is not None, "a Harness that answered has an address"
+        hub.harness_ready(key, HarnessClient(endpoint, answer.token))
+        sandbox.harness = harness
+    if look.resync:
+        sandbox.synced = None
+    ready = look.phase is WorkspacePhase.READY
+    repos = answer.repos if answer is not None and ready else None
+    await _write(
+        hub, body, sandbox, look.phase, endpoint if ready else None, look.ready, plan.current, repos
+    )
+    if look.wait_s is not None:
+        return look.wait_s
+    return READY_PROBE_S if ready else PROBE_S
+
+
+def _changes(
+    hub: Hub, body: dict[str, Any], spec: WorkspaceSpec, sandbox: Sandbox, pod: sandboxes.Pod
+) -> tuple[str, ...]:
+    """The parts in which a live Pod differs from the one the Workspace asks for now."""
+    if pod.state not in sandboxes.LIVE:
+        return ()
+    assert sandbox.tokens is not None, "the first look syncs the other objects"
+    wanted = sandboxes.made_from(sandbox_pod(hub, body, spec, sandbox.tokens))
+    assert wanted is not None, "the builder annotates every Pod"
+    return sandboxes.changed(pod.made_from, wanted)
+
+
+async def _carry_out(
+    hub: Hub,
+    body: dict[str, Any],
+    spec: WorkspaceSpec,
+    sandbox: Sandbox,
+    plan: sandboxes.Plan,
+    pod: sandboxes.Pod,
+    now: float,
+) -> tuple[sandboxes.Look, Answer | None]:
+    """Do what ``plan`` says about the Pod; how the look ends (``sandboxes.looked``), and
+    the Harness's answer to a probe."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    memory = sandbox.memory
     if plan.action is sandboxes.Action.DELETE:
         await hub.kube.delete(PODS, namespace, objects.sandbox_name(name))
         await events.post(hub.kube, body, events.SANDBOX_ENDED, pod.said, events.WARNING)
     elif plan.action is sandboxes.Action.ROLL:
-        sandbox.harness = None
-        try:
-            await hub.kube.delete(PODS, namespace, objects.sandbox_name(name))
-        finally:  # a Pod not deleted gets a new client at the next probe
-            if hidden is not None:
-                await hidden.close()
+        await hub.kube.delete(PODS, namespace, objects.sandbox_name(name))
         assert plan.current is not None, "a roll says why"
         await events.post(hub.kube, body, events.SANDBOX_UPDATED, plan.current.message)
     elif plan.action is sandboxes.Action.CREATE:
@@ -547,44 +591,27 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
         memory.making(now)
         try:
             synced = await ensure_children(hub, body, spec)
-            sandbox.volume, sandbox.tokens = synced.volume, synced.tokens
-            sandbox.rotation = synced.rotation
-            sandbox.synced = Looked(looking.generation, synced.api_server, now)
         except ApiException as refused:
             said = f"the API refused the sandbox: HTTP {refused.status} {refused.reason}"
             if said != refused_before:  # one Event per refusal, not one per try
                 await events.post(hub.kube, body, events.SANDBOX_REFUSED, said, events.WARNING)
-            memory.refused(said)
-            phase, reason, message = WorkspacePhase.FAILED, conditions.FAILED, said
+            return sandboxes.looked(plan, memory, now=now, refused=said), None
         except Going as going:
             sandbox.synced = None
-            waiting = _going(going)
-            phase, reason, message = WorkspacePhase.PENDING, waiting.reason, waiting.message
-        else:
-            if again and not rolled:  # a roll said so when it deleted the old Pod
-                await events.post(hub.kube, body, events.SANDBOX_RECREATED, message)
-    elif plan.action is sandboxes.Action.PROBE and endpoint is not None:
+            return sandboxes.looked(plan, memory, now=now, waiting=_going(going)), None
+        sandbox.took(synced, meta.get("generation"), now)
+        if again and not rolled:  # a roll said so when it deleted the old Pod
+            await events.post(hub.kube, body, events.SANDBOX_RECREATED, plan.message)
+    elif plan.action is sandboxes.Action.PROBE and pod.ip:
+        endpoint = f"http://{pod.ip}:{objects.HARNESS_PORT}"
         answer = await ask_harness(hub, namespace, name, endpoint, sandbox.tokens)
-        if answer.ready:
-            memory.ready(now)
-            phase, reason, message = WorkspacePhase.READY, conditions.HARNESS_READY, answer.said
-            # Not while the tokens are to be read again: the Secret went during the probe.
-            if key not in hub.harnesses and sandbox.synced is not None:
-                hub.harnesses[key] = HarnessClient(endpoint, answer.token)
-                sandbox.harness = (pod.uid, endpoint, sandbox.tokens)
-            repos = answer.repos
-        else:
-            message = "; ".join(part for part in (message, answer.said) if part)
-            if answer.tokens_differ:
-                sandbox.synced = None
-    if phase is not WorkspacePhase.READY:
-        memory.not_ready()
-        endpoint = None
-    ready = sandboxes.Said(phase is WorkspacePhase.READY, reason, message)
-    await _write(hub, body, sandbox, phase, endpoint, ready, plan.current, repos)
-    if phase is WorkspacePhase.READY:
-        return READY_PROBE_S
-    return plan.wait_s if plan.wait_s is not None else PROBE_S
+        probe = sandboxes.Probe(answer.ready, answer.said, answer.tokens_differ)
+        held = hub.harness_of(namespace, name) is not None
+        current = sandbox.synced is not None
+        return sandboxes.looked(
+            plan, memory, now=now, probe=probe, held=held, synced=current
+        ), answer
+    return sandboxes.looked(plan, memory, now=now), None
 
 
 def _going(going: Going) -> sandboxes.Said:
@@ -626,34 +653,9 @@ async def _busy(hub: Hub, namespace: str, name: str) -> str | None:
     """What runs on the Workspace (``sandboxes.what_runs``): its AgentTurns (they carry no
     label naming it, so the namespace's are listed; only while a roll waits) and the execs
     of the Runs this operator drives in it (in memory: the leader holds every Run's actor)."""
-    workspace = f"{namespace}/{name}"
-    exec_runs = [
-        run
-        for run, where in list(hub.registry.workspaces.items())
-        if where == workspace
-        and (actor := hub.registry.actors.get(run)) is not None
-        and actor.core.execs
-    ]
+    exec_runs = [run for run, actor in hub.runs_in(f"{namespace}/{name}") if actor.core.execs]
     turns = await hub.kube.list(AGENTTURNS, namespace)
     return sandboxes.what_runs(turns, name, exec_runs)
-
-
-async def _forget_harness(
-    hub: Hub, key: Key, sandbox: Sandbox, *, keep: tuple[str | None, str, str | None] | None
-) -> None:
-    """Close the client unless it is of ``keep``, the Harness of the Pod now with the
-    tokens now (None: keep none): callers that look the client up get the new one, or
-    wait. A client of other tokens is never used again: they were revoked."""
-    client = hub.harnesses.get(key)
-    if client is None or sandbox.harness == keep:
-        return
-    hub.harnesses.pop(key, None)
-    sandbox.harness = None
-    log.info(
-        "Workspace %s/%s: its sandbox Pod or its tokens changed; closing the old Harness client",
-        *key,
-    )
-    await client.close()
 
 
 async def _write(
@@ -782,7 +784,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> RunEvents:
                 # its name registers its own token after this.
                 kept.pop(key, None)
                 hub.registry.forget_token(f"{key[0]}/{key[1]}")
-                client = hub.harnesses.pop(key, None)
+                client = hub.harness_gone(key)
                 if client is not None:
                     await client.close()
 
