@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kubeturn.errors import DeliveryFailed
 from kubeturn.orchestrator.core import DeliverResult
 from kubeturn.orchestrator.delivery import (
     NO_PUSHER,
     Committed,
     Deliverer,
-    DeliveryFailed,
     PushRequest,
     PushResult,
     Remote,

@@ -1,8 +1,9 @@
-"""Errors of the Working tools, split by who reads them.
+"""Errors of the Working tools, split by who reads them: a branch of the Harness's tree
+(``kubeturn_harness.errors``).
 
 ::
 
-    ToolError
+    ToolError            (a HarnessError)
     ├── ToolArgumentError   the model's arguments do not fit the tool's schema;
     │                       the message names the argument, for the model to read
     └── ToolFailure         an expected failure of one run (file not found, no unique
@@ -15,8 +16,10 @@
 
 from __future__ import annotations
 
+from kubeturn_harness.errors import HarnessError
 
-class ToolError(Exception):
+
+class ToolError(HarnessError):
     """The root of the Working tools' errors."""
 
 

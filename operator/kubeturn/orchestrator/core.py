@@ -33,7 +33,7 @@ from typing import Any
 import jsonschema
 
 from kubeturn.api.status import DeliveryRecord, bounded
-from kubeturn.errors import ExpressionError, SnapshotUnreadable
+from kubeturn.errors import ExpressionError, FrameRefused, SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import (
     DONE_INVOKE,
@@ -636,11 +636,11 @@ class RunCore:
         try:
             frame = frames.agent_frame(call, activation, self.workspace, where)
             if any(t.instanceId == iid for t in self.live_turns()):
-                raise frames.FrameRefused(
+                raise FrameRefused(
                     f"{where}: the conversation {iid!r} already has a live Turn; two states "
                     "cannot continue one Agent's conversation at once"
                 )
-        except frames.FrameRefused as refused:
+        except FrameRefused as refused:
             frame = frames.Frame(prompt="", cwd="")
             self._queue.append(
                 Event(ERROR_INVOKE, {"reason": "refused", "message": str(refused)}, origin=entry.id)
@@ -974,7 +974,7 @@ class RunCore:
             frame = frames.exec_frame(
                 state.invoke.exec, activation, self.workspace, _invoke_path(entry.state) + ".exec"
             )
-        except frames.FrameRefused as refused:
+        except FrameRefused as refused:
             self._queue.append(
                 Event(
                     ERROR_INVOKE,
