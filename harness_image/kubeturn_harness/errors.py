@@ -29,7 +29,7 @@ and drawn in this tree (a test fails otherwise, ADR 0099).
         ├── ToolArgumentError  the model's arguments do not fit the tool's schema: the
         │                      model reads which argument
         └── ToolFailure        an expected failure of one run: the tool's result is an
-                               error the model reads
+                               error the model reads (an exec's command: a 400)
 
 Foreign exceptions (openai, aiohttp, pydantic) are translated where they are caught,
 each in one place, with the cause chained. Outside the tree on purpose (ADR 0099):

@@ -33,10 +33,11 @@ ADR 0099). Each line says who catches it and what they do.
     │                           settles ``failed``
     ├── DeliveryFailed      the sandbox could not commit or bundle a delivery: the
     │                       delivery's result says why
-    ├── NotFound            (``k8s.kube``) the Kubernetes object is gone: its writer
-    │                       stops writing to it
+    ├── NotFound            (``k8s.kube``) the Kubernetes object is gone: its caller
+    │                       goes on without it
     ├── Conflict            (``k8s.kube``) the object changed since the version a write
-    │                       named (HTTP 409): its writer reads it again
+    │                       named (HTTP 409): the writer reads it again, or leaves it
+    │                       to the one that wrote first
     ├── Going               an object a Workspace makes is an earlier Workspace's, or is
     │                       being deleted: the Workspace waits, saying which
     └── LeadershipLost      (``k8s.leader``) the operator lost its Lease: it exits

@@ -8,7 +8,8 @@
     │                       the message names the argument, for the model to read
     └── ToolFailure         an expected failure of one run (file not found, no unique
                             match, a refused path); ``run_tool`` answers it as
-                            ``ToolResult(is_error=True)`` and it never leaves the package
+                            ``ToolResult(is_error=True)``, and the toolbox refuses an
+                            exec's command with it (``run_command``)
 
 ``OSError`` raised by a tool is translated into a failed ``ToolResult`` in one place
 (``dispatch``). Nothing here does IO.
