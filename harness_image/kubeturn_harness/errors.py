@@ -1,25 +1,49 @@
-"""The Harness's errors, split by who must react.
+"""The Harness's errors, split by who must react: every error the Harness raises on
+purpose is defined here (the Working tools' in ``tools.errors``), under ``HarnessError``,
+and drawn in this tree (a test fails otherwise, ADR 0099).
 
 ::
 
     HarnessError
-    ├── ConfigError      bad flags, environment or providers file: the process exits
-    ├── NotJson          JSON the Harness cannot read (``bodies``): its reader decides
-    │                    (a WireError for a request body; also a ``ValueError``)
-    ├── WireError        a request the Harness refuses: a 4xx body naming the field
-    ├── ToolboxUnavailable  the toolbox (where the Agents' tools run) cannot serve a
-    │                    session now: a tool call fails, the run goes on
-    └── RunFailed        a Submission's run threw: it settles ``failed`` with a type
-        ├── ProviderFailure  a model request failed (classified for the retry policy)
-        └── MenuUnreadable   the surface could not be read or did not parse
+    ├── ConfigError          bad flags, environment or providers file: the process exits
+    ├── ScriptError          the scripted model's script cannot be read or does not fit
+    │                        its format, naming the path: whoever loads it exits, saying
+    │                        so (``kubeturn run`` as a ``CommandError``)
+    ├── NotJson              JSON the Harness cannot read (``bodies``): its reader decides
+    │                        (a WireError for a request body; also a ``ValueError``)
+    ├── WireError            a request the Harness refuses: a 4xx body naming the field
+    ├── ToolboxUnavailable   the toolbox (where the Agents' tools run) cannot serve a
+    │                        session now: a tool call fails, the run goes on
+    ├── LandlockError        a Landlock call failed, the process is unrestricted (also
+    │                        an ``OSError``): the toolbox opens no session
+    ├── GitRefused           git could not do what the toolbox was asked
+    │                        (``sandbox.clones``): the toolbox answers its ``refused``
+    ├── SurfaceUnavailable   a surface read failed in a way worth retrying (503, no
+    │                        connection): ``orchestrator.read_surface`` reads again, and
+    │                        past its budget the run fails with ``MenuUnreadable``
+    ├── PollFailed           a delivery poll failed: it is polled again, slower
+    ├── RunFailed            a Submission's run threw: it settles ``failed`` with a type
+    │   ├── ProviderFailure  a model request failed (classified for the retry policy)
+    │   └── MenuUnreadable   the surface could not be read or did not parse
+    └── ToolError            (``tools.errors``) a Working tool could not run a call
+        ├── ToolArgumentError  the model's arguments do not fit the tool's schema: the
+        │                      model reads which argument
+        └── ToolFailure        an expected failure of one run: the tool's result is an
+                               error the model reads (an exec's command: a 400)
 
 Foreign exceptions (openai, aiohttp, pydantic) are translated where they are caught,
-each in one place, with the cause chained.
+each in one place, with the cause chained. Outside the tree on purpose (ADR 0099):
+``tool_loop``'s ``_Cut``, control flow that never leaves its module.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kubeturn_harness.wire import ErrorType
+
+if TYPE_CHECKING:
+    from kubeturn_harness.sandbox.protocol import Refused
 
 
 class HarnessError(Exception):
@@ -28,6 +52,10 @@ class HarnessError(Exception):
 
 class ConfigError(HarnessError):
     """The Harness cannot start as configured; the message says what to change."""
+
+
+class ScriptError(HarnessError):
+    """The script cannot be read or does not fit the format; the message names the path."""
 
 
 class NotJson(HarnessError, ValueError):
@@ -54,6 +82,26 @@ class WireError(HarnessError):
 
 class ToolboxUnavailable(HarnessError):
     """The toolbox could not be reached, refused a session, or dropped one."""
+
+
+class LandlockError(HarnessError, OSError):
+    """A Landlock call failed in a way that leaves the process unrestricted."""
+
+
+class GitRefused(HarnessError):
+    """git could not do what was asked; ``refused`` is the answer for the Harness."""
+
+    def __init__(self, refused: Refused) -> None:
+        super().__init__(refused.error)
+        self.refused = refused
+
+
+class SurfaceUnavailable(HarnessError):
+    """One surface read failed in a way worth retrying."""
+
+
+class PollFailed(HarnessError):
+    """A delivery poll failed in transport or with an unexpected answer."""
 
 
 class RunFailed(HarnessError):

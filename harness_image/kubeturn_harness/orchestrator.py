@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from kubeturn_harness import bodies
 from kubeturn_harness.clock import Clock
-from kubeturn_harness.errors import MenuUnreadable, NotJson
+from kubeturn_harness.errors import MenuUnreadable, NotJson, PollFailed, SurfaceUnavailable
 from kubeturn_harness.wire import PICK_KEY_HEADER, DeliveryId, Receipt, Refusal, Surface
 
 log = logging.getLogger(__name__)
@@ -87,10 +87,6 @@ class Lost:
 PickResult = Delivered | Refused | Gone | Rejected | Lost
 
 
-class SurfaceUnavailable(Exception):
-    """One surface read failed in a way worth retrying."""
-
-
 class OrchestratorPort(Protocol):
     async def surface(self, instance_id: str) -> Surface | None: ...
 
@@ -106,10 +102,6 @@ class OrchestratorPort(Protocol):
         Raises ``PollFailed`` when the poll itself failed (worth a slower retry).
         """
         ...
-
-
-class PollFailed(Exception):
-    """A delivery poll failed in transport or with an unexpected answer."""
 
 
 class OrchestratorClient:

@@ -41,7 +41,7 @@ from kubeturn.api import cluster_checks, models
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.validation import definition_errors, validate_workspace
 from kubeturn.api.workspace import SandboxResources, carries_credentials, redacted
-from kubeturn.errors import CommandError, DefinitionErrors
+from kubeturn.errors import CommandError, DefinitionErrors, LeadershipLost
 from kubeturn.local import control as local
 from kubeturn.local import view
 from kubeturn.local.workdir import DEFAULT_ROOT
@@ -645,7 +645,7 @@ def operator(args: argparse.Namespace) -> int:
     gc.freeze()
     try:
         asyncio.run(running.run(settings, kubeconfig=args.kubeconfig, election=election))
-    except leader.LeadershipLost:
+    except LeadershipLost:
         return EXIT_FAILED  # logged by the operator; the pod restarts as a standby
     return 0
 

@@ -1,17 +1,46 @@
-"""kubeturn's errors, split by who must react.
+"""kubeturn's errors, split by who must react: every error kubeturn raises on purpose is
+defined here, under ``KubeturnError``, and drawn in this tree (a test fails otherwise,
+ADR 0099). Each line says who catches it and what they do.
 
 ::
 
     KubeturnError
-    ├── DefinitionError    one problem of a manifest: its path, and what to do about it
-    ├── DefinitionErrors   every problem of one manifest at once: the Run cannot start
-    ├── ExpressionError    a CEL expression failed at run time: its source and the cause
-    ├── CommandError       a ``kubeturn`` command cannot do what it was asked: one line
-    ├── WireError          a request body the Orchestrator API refuses: a 4xx naming the
-    │                      field, or the body (also a ``ValueError``)
-    ├── SnapshotUnreadable a Run's saved state cannot be restored (an unknown version, a
-    │                      damaged one): the Run says why and is not driven
-    └── LeadershipLost     (``kubeturn.k8s.leader``) the operator lost its Lease: it exits
+    ├── DefinitionError     one problem of a manifest: its path, and what to do about it
+    ├── DefinitionErrors    every problem of one manifest at once: the Run cannot start
+    ├── ExpressionError     a CEL expression failed at run time: its source and the cause
+    ├── CommandError        a ``kubeturn`` command cannot do what it was asked: one line
+    ├── WireError           a request body the Orchestrator API refuses: a 4xx naming the
+    │                       field, or the body (also a ``ValueError``)
+    ├── SnapshotUnreadable  a Run's saved state cannot be restored (an unknown version, a
+    │                       damaged one): the Run says why and is not driven
+    ├── FrameRefused        an invoke's Frame cannot be made (a prompt that does not
+    │                       render, a cwd that is not absolute, a conversation with a
+    │                       live Turn): the core admits nothing, the state hears
+    │                       ``error.invoke`` (reason ``refused``)
+    ├── ActorClosed         a Run's actor was asked after it closed (its operator stops,
+    │                       its daemon restarts): the Orchestrator API answers 503 and
+    │                       the Harness asks again
+    ├── AdmitFailed         a ``TurnPort`` could not admit a Submission (its cause says
+    │                       why): the Run's actor records the admission failed
+    ├── HarnessCallFailed   a call to a Harness failed (``orchestrator.harness_client``);
+    │   │                   its caller decides what is safe to repeat
+    │   ├── HarnessUnreachable  no answer: no connection, a cut one, a timeout, a closed
+    │   │                       client; ``sent`` says whether the request may have
+    │   │                       reached the Harness
+    │   ├── HarnessRefused      an answer, with an error status or not of the wire
+    │   └── ConversationLost    a follower's Harness kept saying it has no such
+    │                           conversation (or offset): the Submission followed
+    │                           settles ``failed``
+    ├── DeliveryFailed      the sandbox could not commit or bundle a delivery: the
+    │                       delivery's result says why
+    ├── NotFound            (``k8s.kube``) the Kubernetes object is gone: its caller
+    │                       goes on without it
+    ├── Conflict            (``k8s.kube``) the object changed since the version a write
+    │                       named (HTTP 409): the writer reads it again, or leaves it
+    │                       to the one that wrote first
+    ├── Going               an object a Workspace makes is an earlier Workspace's, or is
+    │                       being deleted: the Workspace waits, saying which
+    └── LeadershipLost      (``k8s.leader``) the operator lost its Lease: it exits
 
 A definition error is the user's to fix; the operator shows it as a status condition
 and never retries the manifest as it stands. An expression error happens while a Run
@@ -21,8 +50,13 @@ by a newer kubeturn, or damaged): retrying cannot help, so the Run shows why
 (``Ready=False``, ``SnapshotUnreadable``) and waits. A command error is for the person
 at the terminal: the CLI prints it as one line (what is wrong, where, what to do) and
 exits 1, never with a traceback.
-Foreign exceptions (pydantic, CEL, YAML, git, the Kubernetes client) are translated where
-they are caught, in one place each, with the cause chained.
+Foreign exceptions (pydantic, CEL, YAML, git, aiohttp, the Kubernetes client) are
+translated where they are caught, in one place each, with the cause chained.
+
+Outside the tree on purpose (ADR 0099): ``_Failed`` (``machine.interpreter``) and
+``_Conflict`` (``k8s.control``), control flow that never leaves its module, and
+``k8s.push_program``'s ``Refused``: that program runs alone in a delivery Pod and
+imports nothing of kubeturn.
 
 Manifest paths are dotted, with list indices in brackets and keys that would be
 ambiguous quoted: ``spec.machine.states.reviewing.on.review_verdict[1].target``,
@@ -135,3 +169,72 @@ class WireError(KubeturnError, ValueError):
 class SnapshotUnreadable(KubeturnError, ValueError):
     """A Run's snapshot that this kubeturn cannot restore: the message says why (its
     version, the field that is wrong), for the Run's condition or the terminal."""
+
+
+class FrameRefused(KubeturnError):
+    """The Turn cannot be admitted; the message names the Frame and what to change."""
+
+
+class ActorClosed(KubeturnError):
+    """The actor was closed (its operator is stopping, or its daemon is restarting): what
+    it was asked is for the actor that resumes its Run, so the caller should retry."""
+
+
+class AdmitFailed(KubeturnError):
+    """A ``TurnPort`` could not admit a Submission: the Harness refused it or could not be
+    reached. The message says which; the cause (a ``HarnessCallFailed``) is chained."""
+
+
+class HarnessCallFailed(KubeturnError):
+    """A call to a Harness failed; the message says which call and how."""
+
+
+class HarnessUnreachable(HarnessCallFailed):
+    """No answer came: the connection failed or was cut, the call timed out, or this
+    client was closed (the Workspace's sandbox Pod changed, ADR 0024)."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+        """Whether the request may have reached the Harness: False only when no
+        connection was made (refused, timed out, or the client was closed first)."""
+
+
+class HarnessRefused(HarnessCallFailed):
+    """The Harness answered, with an error status or with a body not of its wire."""
+
+    def __init__(self, message: str, *, status: int, said: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.said = said
+        """What the Harness said: its error body's message, or the start of its body."""
+
+
+class ConversationLost(HarnessCallFailed):
+    """The Harness serving now kept saying, for ``harness_client.LOST_AFTER_S``, that it
+    has no such conversation or offset: its log is not the one followed (the Workspace's
+    volume was replaced, or emptied), and the conversation will not come back."""
+
+
+class DeliveryFailed(KubeturnError):
+    """The sandbox could not commit or bundle the work; the message says why, in a line."""
+
+
+class NotFound(KubeturnError):
+    """The Kubernetes object is gone."""
+
+
+class Conflict(KubeturnError):
+    """The Kubernetes object changed since the version a write was made against (HTTP
+    409)."""
+
+
+class Going(KubeturnError):
+    """An object the Workspace makes is there from an earlier Workspace of its name, or is
+    being deleted: the Workspace's own is made once it is gone (the message says which)."""
+
+
+class LeadershipLost(KubeturnError):
+    """This replica no longer holds the Lease it led by: another took it, or renewals
+    failed past the renew deadline. The operator stops, and the process exits to restart
+    as a standby, so that two replicas never act at once."""

@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from kubeturn_harness.errors import MenuUnreadable, ProviderFailure
+from kubeturn_harness.errors import MenuUnreadable, PollFailed, ProviderFailure
 from kubeturn_harness.models import ModelRequest, Partial
 from kubeturn_harness.openai_models import OpenAIModels
-from kubeturn_harness.orchestrator import Lost, OrchestratorClient, PollFailed, Rejected
+from kubeturn_harness.orchestrator import Lost, OrchestratorClient, Rejected
 from kubeturn_harness.providers import ModelName, Provider, ProviderSpec
 from kubeturn_harness.wire import DeliveryId
 

@@ -51,10 +51,10 @@ from aiohttp import web
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
+from kubeturn_harness.errors import ScriptError
 from kubeturn_harness.scripted import (
     EXHAUSTED_TEXT,
     JOURNAL,
-    ScriptError,
     bodies,
     completions,
     load_script,

@@ -48,6 +48,7 @@ import kmock
 import pytest
 
 from kubeturn import cli
+from kubeturn.errors import LeadershipLost
 from kubeturn.k8s import leader, operator
 from kubeturn.k8s.kube import Kube
 from tests.operator import emulator
@@ -269,7 +270,7 @@ async def task(coroutine: Any) -> AsyncIterator[asyncio.Task[Any]]:
         yield running
     finally:
         running.cancel()
-        with contextlib.suppress(asyncio.CancelledError, leader.LeadershipLost):
+        with contextlib.suppress(asyncio.CancelledError, LeadershipLost):
             await running
 
 
@@ -295,7 +296,7 @@ async def test_keep_raises_when_another_replica_takes_the_lease(
     await a.acquire()
     async with task(a.keep()) as keeping:
         await steal(k8s, "intruder")
-        with pytest.raises(leader.LeadershipLost, match="held by intruder"):
+        with pytest.raises(LeadershipLost, match="held by intruder"):
             await asyncio.wait_for(keeping, START_S)
     assert not a.leading
     assert not await a.release()
@@ -308,7 +309,7 @@ async def test_keep_raises_past_the_renew_deadline(k8s: emulator.KubernetesApi, 
     k8s["put", kmock.resource(LEASES)] << 503
     k8s["get", kmock.resource(LEASES)] << 503
     async with task(a.keep()) as keeping:
-        with pytest.raises(leader.LeadershipLost, match=r"not renewed for 0\.5 s"):
+        with pytest.raises(LeadershipLost, match=r"not renewed for 0\.5 s"):
             await asyncio.wait_for(keeping, START_S)
     assert not a.leading
 
@@ -487,7 +488,7 @@ async def test_a_leader_whose_lease_is_taken_stops_and_fails(
     await eventually(lambda: _equals(readiness(http, a), ready), "a ready", timeout=START_S)
     await steal(k8s, "intruder")
     await a.ended()
-    assert isinstance(a.error, leader.LeadershipLost), a.error
+    assert isinstance(a.error, LeadershipLost), a.error
     assert spec(k8s)["holderIdentity"] == "intruder"  # not released: it was not a's
 
     # A standby that is stopped ends at once, cleanly, and leaves the Lease alone.

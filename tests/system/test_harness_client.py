@@ -19,7 +19,7 @@ Cases:
 - the lost rule, at a server answering a script of statuses: a 400 (an offset past the
   log) counts as a 404 does; any other refusal (a 503) or an answered read between two of
   them starts the count again; each run of one refusal is logged once;
-- how each raising call (``admit``, ``read``, ``send_sweep``, ``send_exec``,
+- how each raising call (``send_admit``, ``read``, ``send_sweep``, ``send_exec``,
   ``worktrees``) fails: a closed client and a refused connection are
   ``HarnessUnreachable`` that sent nothing; a connection cut before any answer is
   ``HarnessUnreachable`` that may have reached the Harness; an error status is
@@ -27,6 +27,8 @@ Cases:
   wire is ``HarnessRefused``, and so is one nested 200,000 deep (arrays or objects), as
   an answer or as an error body (never ``RecursionError``); the port calls do not
   raise: ``sweep`` answers no settlement, ``run`` an exec result whose error says why;
+  ``admit`` raises ``AdmitFailed`` saying what the call's failure says, with it chained
+  (not reached, refused);
 - a sweep reads back the conversation's settlements from its stream's
   ``submission-settled`` events alone (no history view), a page at a time until the
   stream says it is up to date; an event of another type (from a Harness that sends
@@ -53,14 +55,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from kubeturn.errors import AdmitFailed, HarnessCallFailed, HarnessRefused, HarnessUnreachable
 from kubeturn.orchestrator import harness_client
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
-from kubeturn.orchestrator.harness_client import (
-    HarnessClient,
-    HarnessError,
-    HarnessRefused,
-    HarnessUnreachable,
-)
+from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.scripted import parse_script, serve
 from kubeturn_harness.wire import EventType, Outcome, StreamEvent
 from tests.harness.support import HarnessProcess, ScriptedModel, spawn_harness
@@ -334,7 +332,7 @@ async def test_the_lost_rule_counts_only_unbroken_refusals_of_the_log(
 Call = Callable[[HarnessClient], Awaitable[Any]]
 EXEC = StartExec("work#1", "true", "/work", 5.0)
 CALLS: dict[str, Call] = {
-    "admit": lambda c: c.admit(ADMISSION),
+    "send_admit": lambda c: c.send_admit(ADMISSION),
     "read": lambda c: c.read(AGENT, IID, 0),
     "send_sweep": lambda c: c.send_sweep(Sweep("t1", AGENT, IID, None, None)),
     "send_exec": lambda c: c.send_exec(EXEC),
@@ -384,12 +382,12 @@ async def cutting() -> AsyncIterator[str]:
         await server.wait_closed()
 
 
-async def failure(url: str, call: Call, *, closed: bool = False) -> HarnessError:
+async def failure(url: str, call: Call, *, closed: bool = False) -> HarnessCallFailed:
     client = HarnessClient(url, TOKEN)
     try:
         if closed:
             await client.close()
-        with pytest.raises(HarnessError) as raised:
+        with pytest.raises(HarnessCallFailed) as raised:
             await call(client)
     finally:
         await client.close()
@@ -454,6 +452,27 @@ async def test_the_port_calls_say_a_failure_instead_of_raising() -> None:
     assert (result.exit_code, result.output) == (None, "")
     assert result.error is not None
     assert result.error.startswith("the Harness could not be reached for the exec: ")
+
+
+async def test_a_failed_admission_is_an_admit_failed_with_the_call_s_failure_chained() -> None:
+    closed = HarnessClient(f"http://127.0.0.1:{free_port()}", TOKEN)
+    await closed.close()
+    with pytest.raises(AdmitFailed) as unreached:
+        await closed.admit(ADMISSION, "t1.1")
+    assert isinstance(unreached.value.__cause__, HarnessUnreachable)
+    assert str(unreached.value) == str(unreached.value.__cause__)
+    assert str(unreached.value).startswith("the Harness could not be reached for the admission")
+    body = json.dumps({"error": "invalid", "message": "no such model"}).encode()
+    async with answering(400, body) as url:
+        client = HarnessClient(url, TOKEN)
+        try:
+            with pytest.raises(AdmitFailed) as refused:
+                await client.admit(ADMISSION, "t1.1")
+        finally:
+            await client.close()
+    assert isinstance(refused.value.__cause__, HarnessRefused)
+    assert refused.value.__cause__.said == "no such model"
+    assert str(refused.value) == str(refused.value.__cause__)
 
 
 PARKED = 150

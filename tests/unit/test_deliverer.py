@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kubeturn.errors import DeliveryFailed
 from kubeturn.orchestrator.delivery import (
     NO_PUSHER,
     Committed,
     Deliverer,
-    DeliveryFailed,
     PushRequest,
     PushResult,
     Remote,

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from kubeturn.errors import Going
 from kubeturn.k8s import objects, workspaces
 from kubeturn.k8s.hub import Hub, OperatorSettings
 from kubeturn.k8s.kube import Kind
@@ -115,7 +116,7 @@ async def test_an_earlier_or_orphaned_token_secret_is_deleted_to_make_its_own() 
 
 async def test_an_earlier_secret_held_by_a_finalizer_is_waited_for() -> None:
     store = Store(stored(secret(EARLIER), finalizers=["other.example/hold"]))
-    with pytest.raises(workspaces.Going) as going:
+    with pytest.raises(Going) as going:
         await workspaces._own(hub(store), NOW, secret(NOW), replace=workspaces._foreign)
     assert str(going.value) == (
         "the Secret ws-kubeturn-tokens of an earlier Workspace of this name is being "
@@ -137,7 +138,7 @@ async def test_a_token_secret_of_an_older_rotation_is_deleted_to_make_new_tokens
 
 async def test_an_earlier_configmap_is_waited_for_and_one_made_by_hand_is_kept() -> None:
     store = Store(stored(configmap(EARLIER)))
-    with pytest.raises(workspaces.Going) as going:
+    with pytest.raises(Going) as going:
         await workspaces._up_to_date(hub(store), NOW, configmap(NOW), "data")
     assert str(going.value) == (
         "the ConfigMap ws-kubeturn-providers of an earlier Workspace of this name is still "
@@ -153,11 +154,11 @@ async def test_an_earlier_configmap_is_waited_for_and_one_made_by_hand_is_kept()
 
 async def test_claims_are_never_deleted_only_waited_for() -> None:
     store = Store(stored(claim(EARLIER)))
-    with pytest.raises(workspaces.Going, match="of an earlier Workspace of this name is still"):
+    with pytest.raises(Going, match="of an earlier Workspace of this name is still"):
         await workspaces._own(hub(store), NOW, claim(NOW), replace=None)
     own = stored(claim(NOW), deletionTimestamp="2030-01-01T00:00:00Z")
     store = Store(own)
-    with pytest.raises(workspaces.Going) as going:
+    with pytest.raises(Going) as going:
         await workspaces._own(hub(store), NOW, claim(NOW), replace=None)
     assert str(going.value) == (
         "the PersistentVolumeClaim ws-kubeturn-work is being deleted; it is made anew "
@@ -167,6 +168,6 @@ async def test_claims_are_never_deleted_only_waited_for() -> None:
 
 
 def test_what_a_create_answers_is_checked_alike() -> None:
-    with pytest.raises(workspaces.Going):
+    with pytest.raises(Going):
         workspaces._checked(stored(secret(EARLIER)), NOW)
     assert workspaces._checked(stored(secret(NOW)), NOW)

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from kubeturn.errors import ExpressionError
+from kubeturn.errors import ExpressionError, FrameRefused
 from kubeturn.machine.expressions import CelTemplate
 from kubeturn.machine.model import AgentCall, ExecCall
 from kubeturn.orchestrator import frames
-from kubeturn.orchestrator.frames import Frame, FrameRefused, WorkspaceView
+from kubeturn.orchestrator.frames import Frame, WorkspaceView
 
 WHERE = "spec.machine.states.work.invoke.agent"
 EXEC_WHERE = "spec.machine.states.work.invoke.exec"

@@ -8,7 +8,8 @@ Cases:
 - a request's timeout is translated;
 - the failures that sent nothing (``NOT_SENT``) are among those translated, and are
   exactly aiohttp's failures to connect;
-- both kinds of ``HarnessError`` are an ``AdmitFailed`` to the Run's actor.
+- every kind of ``HarnessCallFailed`` is one, and none is an ``AdmitFailed``: a failed
+  sweep, exec or read is no failed admission (``admit`` says one with ``AdmitFailed``).
 
 How each call fails, a closed client's among them, is in
 tests/system/test_harness_client.py.
@@ -20,6 +21,7 @@ import inspect
 
 import aiohttp
 
+from kubeturn import errors
 from kubeturn.orchestrator import harness_client
 
 NEVER_FROM_A_REQUEST = {
@@ -70,7 +72,7 @@ def test_what_sent_nothing_is_a_failure_to_connect() -> None:
     }
 
 
-def test_every_harness_error_is_an_admission_failure_to_the_run() -> None:
-    for error in (harness_client.HarnessUnreachable, harness_client.HarnessRefused):
-        assert issubclass(error, harness_client.HarnessError)
-        assert issubclass(error, harness_client.AdmitFailed)
+def test_a_harness_call_s_failure_is_no_admission_failure() -> None:
+    for error in (errors.HarnessUnreachable, errors.HarnessRefused, errors.ConversationLost):
+        assert issubclass(error, errors.HarnessCallFailed)
+        assert not issubclass(error, errors.AdmitFailed)

@@ -34,6 +34,7 @@ import stat
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
+from kubeturn_harness.errors import GitRefused
 from kubeturn_harness.sandbox.confinement import REPOS_DIR
 from kubeturn_harness.sandbox.protocol import Refused
 from kubeturn_harness.wire import (
@@ -66,14 +67,6 @@ SAFE = (
 """Settings on every git command: given on the command line, they win over anything a
 repository's own configuration says. No hook or fsmonitor runs, no remote is reached
 (only local paths), and no automatic gc or maintenance starts behind a command."""
-
-
-class GitRefused(Exception):
-    """git could not do what was asked; ``refused`` is the answer for the Harness."""
-
-    def __init__(self, refused: Refused) -> None:
-        super().__init__(refused.error)
-        self.refused = refused
 
 
 def git_environment(base: Mapping[str, str], home: Path) -> dict[str, str]:

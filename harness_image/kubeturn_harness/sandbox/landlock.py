@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from enum import IntFlag
 from pathlib import Path
 
+from kubeturn_harness.errors import LandlockError
+
 SYS_CREATE_RULESET = 444
 SYS_ADD_RULE = 445
 SYS_RESTRICT_SELF = 446
@@ -102,10 +104,6 @@ def handled(abi: int) -> Access:
 def scopes(abi: int) -> Scope:
     """The scopes ABI ``abi`` knows (none before 6)."""
     return Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL if abi >= 6 else Scope(0)
-
-
-class LandlockError(OSError):
-    """A Landlock call failed in a way that leaves the process unrestricted."""
 
 
 @dataclass(frozen=True)

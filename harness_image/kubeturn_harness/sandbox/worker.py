@@ -30,8 +30,9 @@ from types import FrameType
 
 from pydantic import BaseModel, ValidationError
 
+from kubeturn_harness.errors import GitRefused, LandlockError
 from kubeturn_harness.sandbox import confinement, deliveries, landlock, privileges, reaper
-from kubeturn_harness.sandbox.clones import Clones, GitRefused, git_environment
+from kubeturn_harness.sandbox.clones import Clones, git_environment
 from kubeturn_harness.sandbox.protocol import (
     LINE_LIMIT,
     Call,
@@ -209,7 +210,7 @@ async def _open(
     if version:
         try:
             landlock.restrict(plan.rules(), abi_version=version)
-        except landlock.LandlockError as error:
+        except LandlockError as error:
             return Opened(error=f"the tools could not be confined: {error}"), None
     elif settings.required:
         return Opened(

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kubeturn_harness.scripted.script import Script, ScriptError, load_script
+from kubeturn_harness.errors import ScriptError
+from kubeturn_harness.scripted.script import Script, load_script
 from kubeturn_harness.scripted.server import serve
 
 

@@ -17,9 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
-
-class ScriptError(Exception):
-    """The script cannot be read or does not fit the format; the message names the path."""
+from kubeturn_harness.errors import ScriptError
 
 
 class _Strict(BaseModel):

@@ -1,13 +1,15 @@
-"""Errors of the Working tools, split by who reads them.
+"""Errors of the Working tools, split by who reads them: a branch of the Harness's tree
+(``kubeturn_harness.errors``).
 
 ::
 
-    ToolError
+    ToolError            (a HarnessError)
     ├── ToolArgumentError   the model's arguments do not fit the tool's schema;
     │                       the message names the argument, for the model to read
     └── ToolFailure         an expected failure of one run (file not found, no unique
                             match, a refused path); ``run_tool`` answers it as
-                            ``ToolResult(is_error=True)`` and it never leaves the package
+                            ``ToolResult(is_error=True)``, and the toolbox refuses an
+                            exec's command with it (``run_command``)
 
 ``OSError`` raised by a tool is translated into a failed ``ToolResult`` in one place
 (``dispatch``). Nothing here does IO.
@@ -15,8 +17,10 @@
 
 from __future__ import annotations
 
+from kubeturn_harness.errors import HarnessError
 
-class ToolError(Exception):
+
+class ToolError(HarnessError):
     """The root of the Working tools' errors."""
 
 

@@ -37,13 +37,13 @@ import kopf
 
 from kubeturn.api.agentturn import AgentTurnStatus, Settlement, TurnPhase
 from kubeturn.api.status import SubmissionRecord
+from kubeturn.errors import HarnessRefused, HarnessUnreachable
 from kubeturn.k8s import conditions, events, harnesses, metrics, patches
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import RUNS
 from kubeturn.orchestrator import turns
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
-from kubeturn.orchestrator.harness_client import HarnessRefused, HarnessUnreachable
 from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn_harness.wire import Outcome, SubmissionId
 

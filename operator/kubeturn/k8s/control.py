@@ -20,8 +20,8 @@ import kubernetes.config
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from kubeturn.errors import CommandError
-from kubeturn.k8s.kube import RUNS, Kube, NotFound
+from kubeturn.errors import CommandError, NotFound
+from kubeturn.k8s.kube import RUNS, Kube
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
@@ -98,7 +98,9 @@ class Cluster:
 
     async def _patch(self, operations: list[dict[str, Any]]) -> None:
         await _translated(
-            self, lambda: self.kube.json_patch(RUNS, self.namespace, self.name, operations)
+            self,
+            lambda: self.kube.json_patch(RUNS, self.namespace, self.name, operations),
+            raced=True,
         )
 
     async def cancel(self) -> None:
@@ -114,7 +116,8 @@ class Cluster:
 
 class _Conflict(Exception):
     """409 or 422: a JSON patch's ``test`` failed (a write raced), or the API server's
-    validation refused the change; the message is the server's."""
+    validation refused the change; the message is the server's. Raised only for ``send``'s
+    patch, which catches it: it never leaves this module (ADR 0099)."""
 
 
 def _reason(error: ApiException) -> str:
@@ -156,14 +159,17 @@ def _client(kubeconfig: str | None) -> tuple[kubernetes.client.ApiClient, str]:
     return kubernetes.client.ApiClient(configuration), str(namespace)
 
 
-async def _translated(cluster: Cluster, call: Callable[[], Awaitable[T]]) -> T:
-    """``call``, with the client's failures as one-line errors naming the Run."""
+async def _translated(
+    cluster: Cluster, call: Callable[[], Awaitable[T]], *, raced: bool = False
+) -> T:
+    """``call``, with the client's failures as one-line errors naming the Run; with
+    ``raced``, a 409 or 422 is ``_Conflict``, for the caller to read the Run again."""
     try:
         return await call()
     except NotFound as error:
         raise CommandError(f"the {cluster.where} is gone") from error
     except ApiException as error:
-        if error.status in (409, 422):
+        if raced and error.status in (409, 422):
             raise _Conflict(_reason(error)) from error
         if error.status in (401, 403):
             raise CommandError(

@@ -25,8 +25,9 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
 from kubeturn.api.workspace import SandboxResources
+from kubeturn.errors import Conflict
 from kubeturn.k8s import clones, names, objects
-from kubeturn.k8s.kube import PODS, RUNS, Conflict, Kube
+from kubeturn.k8s.kube import PODS, RUNS, Kube
 from kubeturn.k8s.sandboxes import HARNESS_CONTAINER
 from kubeturn.orchestrator.delivery import Pusher, PushRequest, PushResult, refused, shown_url
 

@@ -20,6 +20,8 @@ from typing import Any, cast
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
+from kubeturn.errors import Conflict, NotFound
+
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
@@ -66,14 +68,6 @@ KINDS = {
     ("v1", "Event"): EVENTS,
     ("coordination.k8s.io/v1", "Lease"): LEASES,
 }
-
-
-class NotFound(Exception):
-    """The object is gone."""
-
-
-class Conflict(Exception):
-    """The object changed since the version a write was made against (HTTP 409)."""
 
 
 API_THREADS = 16

@@ -30,8 +30,8 @@ import secrets
 import time
 from typing import Any, Protocol
 
-from kubeturn.errors import KubeturnError
-from kubeturn.k8s.kube import LEASES, Conflict, Kube, NotFound
+from kubeturn.errors import Conflict, LeadershipLost, NotFound
+from kubeturn.k8s.kube import LEASES, Kube
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +59,6 @@ replica that does not read an empty holder as free still waits only this long.""
 IDENTITY_SUFFIX_BYTES = 4
 """Random bytes after the pod name in an identity: a restarted container in the same pod
 is a new candidate, never the holder its previous process was."""
-
-
-class LeadershipLost(KubeturnError):
-    """This replica no longer holds the Lease it led by: another took it, or renewals
-    failed past the renew deadline. The operator stops, and the process exits to restart
-    as a standby, so that two replicas never act at once."""
 
 
 def identity(pod_name: str) -> str:

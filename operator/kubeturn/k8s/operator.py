@@ -24,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
+from kubeturn.errors import LeadershipLost
 from kubeturn.k8s import agentturns, diffbase, leader, runs, workspaces
 from kubeturn.k8s.deliveries import KubePusher
 from kubeturn.k8s.hub import Hub, OperatorSettings
@@ -260,12 +261,12 @@ async def unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -
 
 
 async def keep_leading(
-    elector: leader.LeaderElector, stop: asyncio.Event, lost: list[leader.LeadershipLost]
+    elector: leader.LeaderElector, stop: asyncio.Event, lost: list[LeadershipLost]
 ) -> None:
     """Renew the Lease while kopf runs; once it is lost, note why and stop kopf."""
     try:
         await elector.keep()
-    except leader.LeadershipLost as error:
+    except LeadershipLost as error:
         log.error("%s: stopping, to restart as a standby", error)
         lost.append(error)
         stop.set()
@@ -284,7 +285,7 @@ async def run(
     until it holds the Lease; then it serves the Orchestrator API and runs kopf
     (standalone), renewing the Lease meanwhile. A graceful stop releases the Lease after
     kopf stopped, so a standby takes over at once; a lost Lease stops kopf and raises
-    ``leader.LeadershipLost`` (the process exits, and restarts as a standby): never two
+    ``LeadershipLost`` (the process exits, and restarts as a standby): never two
     active replicas. Without an ``election`` this replica leads at once: one replica only.
 
     The servers and the Harness clients close in kopf's cleanup, once every daemon (every
@@ -300,7 +301,7 @@ async def run(
     servers = Servers()
     stop = stop if stop is not None else stop_on_signals()
     elector = leader.LeaderElector(kube, election) if election is not None else None
-    lost: list[leader.LeadershipLost] = []
+    lost: list[LeadershipLost] = []
 
     @kopf.on.cleanup(registry=registry)
     async def close(**_: Any) -> None:

@@ -45,7 +45,14 @@ from typing import Any
 import kopf
 
 from kubeturn.api.status import Condition, RunStatus, WorktreeStatus
-from kubeturn.errors import DefinitionErrors, SnapshotUnreadable
+from kubeturn.errors import (
+    DefinitionErrors,
+    DeliveryFailed,
+    HarnessRefused,
+    HarnessUnreachable,
+    NotFound,
+    SnapshotUnreadable,
+)
 from kubeturn.k8s import (
     conditions,
     events,
@@ -58,21 +65,17 @@ from kubeturn.k8s import (
 )
 from kubeturn.k8s.generations import Generation
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES, NotFound
+from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES
 from kubeturn.k8s.turns import ClusterTurns
 from kubeturn.k8s.workspaces import RunEvents
 from kubeturn.machine.load import LoadedRun, load_run
 from kubeturn.orchestrator import signals, snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor, Signal
 from kubeturn.orchestrator.core import RunCore
-from kubeturn.orchestrator.delivery import Committed, Deliverer, DeliveryFailed, Remote
+from kubeturn.orchestrator.delivery import Committed, Deliverer, Remote
 from kubeturn.orchestrator.effects import StartExec
 from kubeturn.orchestrator.frames import WorkspaceView
-from kubeturn.orchestrator.harness_client import (
-    HarnessCommitter,
-    HarnessRefused,
-    HarnessUnreachable,
-)
+from kubeturn.orchestrator.harness_client import HarnessCommitter
 from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
 

@@ -35,15 +35,16 @@ from typing import Any
 
 from kubeturn.api.agentturn import AgentTurnStatus, Exit, TurnPhase
 from kubeturn.api.status import SubmissionRecord
+from kubeturn.errors import AdmitFailed, Conflict, HarnessCallFailed, HarnessUnreachable, NotFound
 from kubeturn.k8s import harnesses, objects, patches
 from kubeturn.k8s.hub import Hub
-from kubeturn.k8s.kube import AGENTTURNS, Conflict, NotFound
+from kubeturn.k8s.kube import AGENTTURNS
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import StatePath
 from kubeturn.orchestrator import harness_client, ids
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Admit, Sweep
-from kubeturn.orchestrator.harness_client import HarnessClient, HarnessUnreachable
+from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.ids import TurnId
 from kubeturn_harness.wire import SubmissionId
 
@@ -102,18 +103,21 @@ class ClusterTurns:
     async def _admit(self, effect: Admit) -> SubmissionId:
         """Admit at the Harness serving now. One that was not reached is asked again,
         with the client known then, for up to ``harnesses.WAIT_S``: the key admits the
-        Submission once, whether or not an earlier try reached the Harness."""
+        Submission once, whether or not an earlier try reached the Harness. A failure
+        that ends the admission is ``AdmitFailed``, with it chained."""
         deadline: float | None = None
         while True:
             harness = await self._harness()
             try:
-                return await harness.admit(effect)
+                return await harness.send_admit(effect)
             except HarnessUnreachable as unreached:
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + harnesses.WAIT_S
                 if now > deadline:
-                    raise
+                    raise AdmitFailed(str(unreached)) from unreached
                 log.debug("admitting %s: %s; trying again", effect.key, unreached)
+            except HarnessCallFailed as failed:
+                raise AdmitFailed(str(failed)) from failed
             await asyncio.sleep(POLL_S)
 
     async def _earlier_gone(self, effect: Admit) -> None:

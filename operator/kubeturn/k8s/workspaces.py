@@ -65,7 +65,7 @@ from pydantic import ValidationError
 from kubeturn.api import models, validation
 from kubeturn.api.status import RepoStatus, RunPhase, WorkspacePhase, WorkspaceStatus
 from kubeturn.api.workspace import WorkspaceSpec
-from kubeturn.errors import DefinitionError, DefinitionErrors
+from kubeturn.errors import Conflict, DefinitionError, DefinitionErrors, Going, NotFound
 from kubeturn.k8s import (
     conditions,
     egress,
@@ -83,8 +83,6 @@ from kubeturn.k8s.kube import (
     PODS,
     SECRETS,
     WORKSPACES,
-    Conflict,
-    NotFound,
 )
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import ReposResponse
@@ -263,11 +261,6 @@ async def _claim(hub: Hub, body: dict[str, Any], claim: dict[str, Any]) -> dict[
     Workspace's is waited for, never deleted: the garbage collector takes it."""
     stored = await _own(hub, body, claim, replace=None)
     return stored or _checked(await hub.kube.create(claim), body)
-
-
-class Going(Exception):
-    """An object the Workspace makes is there from an earlier Workspace of its name, or is
-    being deleted: the Workspace's own is made once it is gone (the message says which)."""
 
 
 Replace = Callable[[dict[str, Any], dict[str, Any]], bool]

@@ -38,7 +38,7 @@ from typing import Any, TextIO
 import yaml
 from aiohttp import web
 
-from kubeturn.errors import CommandError, SnapshotUnreadable
+from kubeturn.errors import CommandError, HarnessCallFailed, SnapshotUnreadable
 from kubeturn.local import children, repos
 from kubeturn.local.delivery import LocalPusher, work_lines
 from kubeturn.local.turns import WatchedHarness
@@ -54,14 +54,14 @@ from kubeturn.local.workdir import (
 )
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api, statuses
-from kubeturn.orchestrator.actor import AdmitFailed, RunActor
+from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.delivery import Deliverer, Remote
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.harness_client import HarnessClient, HarnessCommitter
-from kubeturn_harness.errors import ConfigError
+from kubeturn_harness.errors import ConfigError, ScriptError
 from kubeturn_harness.providers import Providers
-from kubeturn_harness.scripted import ScriptError, load_script
+from kubeturn_harness.scripted import load_script
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +333,7 @@ class LocalRun:
                 started.worktrees = await started.client.worktrees(
                     loaded.name, branch_of(loaded.name), sorted(slots)
                 )
-            except AdmitFailed as failed:
+            except HarnessCallFailed as failed:
                 raise CommandError(f"cannot make the Run's worktrees: {failed}") from failed
 
             status = files.read_status()

@@ -16,7 +16,8 @@ import json
 import logging
 from collections.abc import Callable
 
-from kubeturn.orchestrator.actor import AdmitFailed, Settled
+from kubeturn.errors import AdmitFailed
+from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.ids import InstanceId

@@ -23,6 +23,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
+from kubeturn.errors import ActorClosed, AdmitFailed
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import (
     Admit,
@@ -61,15 +62,6 @@ class Signal:
     event: str
     data: dict[str, Any]
     id: str | None = None
-
-
-class ActorClosed(Exception):
-    """The actor was closed (its operator is stopping, or its daemon is restarting): what
-    it was asked is for the actor that resumes its Run, so the caller should retry."""
-
-
-class AdmitFailed(Exception):
-    """The Harness refused or could not be reached; the message says which."""
 
 
 class TurnPort(Protocol):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kubeturn.errors import FrameRefused
 from kubeturn.machine.interpreter import InvokeEntry
 from kubeturn.machine.load import LoadedRun
 from kubeturn.orchestrator import frames, ids, invokes, prompts
@@ -50,11 +51,11 @@ def start(
     try:
         frame = frames.agent_frame(call, activation, workspace, where)
         if any(t.instanceId == iid for t in live):
-            raise frames.FrameRefused(
+            raise FrameRefused(
                 f"{where}: the conversation {iid!r} already has a live Turn; two states "
                 "cannot continue one Agent's conversation at once"
             )
-    except frames.FrameRefused as error:
+    except FrameRefused as error:
         frame, refused = frames.Frame(prompt="", cwd=""), str(error)
     turn = Turn.model_validate(
         {

@@ -30,9 +30,9 @@ from aiohttp import web
 from prometheus_client import Counter
 from pydantic import BaseModel
 
-from kubeturn.errors import WireError
+from kubeturn.errors import ActorClosed, WireError
 from kubeturn.orchestrator import bodies, openapi
-from kubeturn.orchestrator.actor import ActorClosed, RunActor
+from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.ids import InstanceId
 from kubeturn.orchestrator.picks import Gone, Invalid
 from kubeturn_harness import malformed

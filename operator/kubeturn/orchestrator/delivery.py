@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from kubeturn.errors import DeliveryFailed
 from kubeturn.orchestrator.effects import StartDeliver
 from kubeturn.orchestrator.invokes import DeliverResult
 
@@ -89,10 +90,6 @@ class Committed:
     changed: bool
     bundle: str
     clone: str
-
-
-class DeliveryFailed(Exception):
-    """The sandbox could not commit or bundle the work; the message says why, in a line."""
 
 
 class Committer(Protocol):

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubeturn.errors import ExpressionError
+from kubeturn.errors import ExpressionError, FrameRefused
 from kubeturn.machine.model import AgentCall, ExecCall, Template
 
 NO_WORKSPACE_CWD = "/work"
@@ -32,10 +32,6 @@ class WorkspaceView:
 class Frame:
     prompt: str
     cwd: str
-
-
-class FrameRefused(Exception):
-    """The Turn cannot be admitted; the message names the Frame and what to change."""
 
 
 def agent_frame(

@@ -11,18 +11,12 @@ conversation lost it, and the Submission followed is settled ``failed`` (ADR 002
 sweep answers only after the Harness recorded what it settled, so its settlements are
 read back at once, each call within its own short bound (ADR 0028).
 
-aiohttp's failures become this module's errors in one place (``HarnessClient._call``),
-pydantic's in another (``_decoded``)::
-
-    AdmitFailed                 (kubeturn.orchestrator.actor) the Harness refused, or
-    │                           was not reached: an admission failed
-    └── HarnessError            a call to a Harness failed; the message says how
-        ├── HarnessUnreachable  no answer: no connection, a cut one, a timeout, a closed
-        │                       client; ``sent`` says whether the request may have
-        │                       reached the Harness
-        ├── HarnessRefused      an answer, with an error status or not of the wire
-        └── ConversationLost    a follower's Harness kept saying it has no such
-                                conversation (or offset): the follower gives up
+aiohttp's failures become ``HarnessUnreachable`` in one place (``HarnessClient._call``),
+pydantic's ``HarnessRefused`` in another (``_decoded``); with ``ConversationLost`` they
+are the ``HarnessCallFailed`` of ``kubeturn.errors``, which draws their tree. The raising
+calls (``send_admit``, ``read``, ``send_sweep``, ``send_exec``, ...) raise them; the port
+calls the Run's actor makes say what a failure means for the Run: ``admit`` raises
+``AdmitFailed`` (the failure chained), ``sweep`` and ``run`` never raise.
 
 It does no retrying of its own but the stream's; callers decide what is safe to repeat.
 """
@@ -40,8 +34,16 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import TypeAdapter, ValidationError
 
-from kubeturn.orchestrator.actor import AdmitFailed, Settled
-from kubeturn.orchestrator.delivery import Committed, DeliveryFailed
+from kubeturn.errors import (
+    AdmitFailed,
+    ConversationLost,
+    DeliveryFailed,
+    HarnessCallFailed,
+    HarnessRefused,
+    HarnessUnreachable,
+)
+from kubeturn.orchestrator.actor import Settled
+from kubeturn.orchestrator.delivery import Committed
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.ids import InstanceId
 from kubeturn.orchestrator.invokes import ExecResult
@@ -93,37 +95,6 @@ SAID_LIMIT = 500
 """Characters of a refusal's body kept in its message."""
 
 T = TypeVar("T")
-
-
-class HarnessError(AdmitFailed):
-    """A call to a Harness failed; the message says which call and how."""
-
-
-class HarnessUnreachable(HarnessError):
-    """No answer came: the connection failed or was cut, the call timed out, or this
-    client was closed (the Workspace's sandbox Pod changed, ADR 0024)."""
-
-    def __init__(self, message: str, *, sent: bool) -> None:
-        super().__init__(message)
-        self.sent = sent
-        """Whether the request may have reached the Harness: False only when no
-        connection was made (refused, timed out, or the client was closed first)."""
-
-
-class HarnessRefused(HarnessError):
-    """The Harness answered, with an error status or with a body not of its wire."""
-
-    def __init__(self, message: str, *, status: int, said: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.said = said
-        """What the Harness said: its error body's message, or the start of its body."""
-
-
-class ConversationLost(HarnessError):
-    """The Harness serving now kept saying, for ``LOST_AFTER_S``, that it has no such
-    conversation or offset: its log is not the one followed (the Workspace's volume was
-    replaced, or emptied), and the conversation will not come back."""
 
 
 NOT_SENT: tuple[type[Exception], ...] = (
@@ -207,6 +178,16 @@ class HarnessClient:
     # ------------------------------------------------------------------ TurnPort
 
     async def admit(self, effect: Admit) -> SubmissionId:
+        """Admit one Submission (see ``send_admit``); a failed call is ``AdmitFailed``,
+        with it chained."""
+        try:
+            return await self.send_admit(effect)
+        except HarnessCallFailed as failed:
+            raise AdmitFailed(str(failed)) from failed
+
+    async def send_admit(self, effect: Admit) -> SubmissionId:
+        """The raising call behind ``admit``: the Submission's id. Safe to repeat: the
+        effect's key admits it once."""
         body = {
             "prompt": effect.prompt,
             "cwd": effect.cwd,
@@ -240,7 +221,7 @@ class HarnessClient:
         nothing the Run hears of (its record says none came back): it is logged."""
         try:
             return await self.send_sweep(effect)
-        except HarnessError as error:
+        except HarnessCallFailed as error:
             log.warning("sweeping %s failed: %s", effect.instance_id, error)
             return []
 
@@ -251,7 +232,7 @@ class HarnessClient:
         result's error."""
         try:
             return await self.send_exec(effect)
-        except HarnessError as error:
+        except HarnessCallFailed as error:
             return ExecResult(None, "", error=str(error))
 
     # ------------------------------------------------------------------ raising calls
@@ -476,7 +457,7 @@ class HarnessCommitter:
             done = await self.client.send_deliver(self.run, branch, slot, message, author)
         except HarnessRefused as refused:
             raise DeliveryFailed(one_line(refused.said or str(refused))) from refused
-        except HarnessError as error:
+        except HarnessCallFailed as error:
             raise DeliveryFailed(one_line(str(error))) from error
         return Committed(done.commit, done.changed, done.bundle, done.clone)
 

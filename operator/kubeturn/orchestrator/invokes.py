@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubeturn.api.status import DeliveryRecord, bounded
-from kubeturn.errors import ExpressionError
+from kubeturn.errors import ExpressionError, FrameRefused
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import DONE_INVOKE, ERROR_INVOKE, Event, InvokeEntry, Scope
 from kubeturn.machine.model import Chart
@@ -71,7 +71,7 @@ def start_exec(
         frame = frames.exec_frame(
             state.invoke.exec, activation, workspace, path(entry.state) + ".exec"
         )
-    except frames.FrameRefused as refused:
+    except FrameRefused as refused:
         return _refused(entry, str(refused))
     return StartExec(entry.id, frame.prompt, frame.cwd, state.invoke.exec.timeout_s)
 
