@@ -2,12 +2,17 @@
 
 Cases: ruff lint, ruff format, mypy (strict, per pyproject.toml), the import-layer
 contracts (import-linter: the Harness never imports kopf, kubernetes or the operator;
-its functional core does no HTTP), and actionlint on every GitHub workflow (an action on
-a retired runtime is a finding; docs/decisions/0058-workflows-are-checked-by-actionlint.md).
+its functional core does no HTTP), actionlint on every GitHub workflow (an action on
+a retired runtime is a finding; docs/decisions/0058-workflows-are-checked-by-actionlint.md),
+and no module under tests/ or bench/ (nor a script under tests/) imports a test module:
+what tests share lives in support modules, so running, moving or deleting one test module
+never changes another.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -66,3 +71,37 @@ def test_actionlint() -> None:
     )
     assert workflows, "no workflow under .github/workflows"
     run("actionlint", "-no-color", "-shellcheck=", "-pyflakes=", *workflows)
+
+
+TEST_MODULE = re.compile(r"\btests(?:\.\w+)*\.test_\w+")
+"""A dotted name of a module under tests/ whose name starts with ``test_``."""
+
+
+def imported(tree: ast.Module) -> list[str]:
+    """Every module an ``import`` or ``from ... import`` of ``tree`` names, and each name
+    a ``from`` imports as a module of its package (``from tests.unit import test_x``)."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            found += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return found
+
+
+def test_no_module_imports_a_test_module() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}: {name}"
+        for root in ("tests", "bench")
+        for path in sorted((REPO / root).rglob("*.py"))
+        for name in imported(ast.parse(path.read_text(), str(path)))
+        if TEST_MODULE.fullmatch(name)
+    ]
+    offenders += [
+        f"{path.relative_to(REPO)}: {found.group(1)}"
+        for path in sorted((REPO / "tests").rglob("*.sh"))
+        for found in re.finditer(rf"\b(?:from|import)\s+({TEST_MODULE.pattern})", path.read_text())
+    ]
+    assert offenders == [], "move what is shared into a support module (not test_*):\n" + "\n".join(
+        offenders
+    )

@@ -25,7 +25,7 @@ from kubeturn.orchestrator import statuses
 from kubeturn.orchestrator.core import Gone, RunCore, RunPhase
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn_harness.wire import Receipt, Refusal
-from tests.unit.test_core_outcomes import (
+from tests.unit.cores import (
     HANDOFF_IID,
     only,
     restored,

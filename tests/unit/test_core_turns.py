@@ -61,7 +61,7 @@ from kubeturn.orchestrator.effects import (
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.turns import TurnPhase
 from kubeturn_harness.wire import Outcome, Receipt, Refusal
-from tests.unit.test_core_outcomes import (
+from tests.unit.cores import (
     HANDOFF_IID,
     kinds,
     new_core,

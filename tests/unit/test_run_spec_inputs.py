@@ -29,8 +29,8 @@ from kubeturn.k8s.kube import Kind
 from kubeturn.k8s.metrics import PhaseCounts
 from kubeturn.k8s.runs import StatusStore
 from kubeturn.orchestrator.actor import RunActor, Signal
-from tests.unit.test_actor_close import Never
-from tests.unit.test_core_outcomes import new_core
+from tests.unit.cores import new_core
+from tests.unit.ports import Never
 
 
 def _stopper() -> tuple[FlagSetter[kopf.DaemonStoppingReason], kopf.DaemonStopped]:

@@ -53,7 +53,7 @@ from kubeturn.orchestrator.core import HISTORY_BYTES, HISTORY_KEY, HISTORY_LIMIT
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn_harness.wire import Outcome, Usage
 from tests.statuses import unfit, without_nulls
-from tests.unit.test_core_outcomes import (
+from tests.unit.cores import (
     MACHINES,
     loaded,
     new_core,
