@@ -46,6 +46,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.fixturenames.insert(0, "no_leftover_tasks")  # type: ignore[attr-defined]
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[object]:
+    """A test that is not a coroutine runs on no event loop: looptime (ADR 0101), which
+    asks pytest-asyncio's policy for the test's loop, is not shown the policy, or the
+    policy would make a loop for it that nothing closes (a ResourceWarning, an error
+    here, in whichever test the garbage collector runs)."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        pyfuncitem.funcargs.pop("event_loop_policy", None)
+    return (yield)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if (background.BIN / "mypy").exists() and any(
         item.nodeid == background.MYPY_TEST for item in session.items

@@ -4,7 +4,10 @@ Cases: ruff lint, ruff format, mypy (strict, per pyproject.toml), the import-lay
 contracts (import-linter: the Harness never imports kopf, kubernetes or the operator;
 its functional core does no HTTP), actionlint on every GitHub workflow (an action on
 a retired runtime is a finding; docs/decisions/0058-workflows-are-checked-by-actionlint.md),
-and the decisions' index (docs/decisions/README.md) listing every decision once.
+and the decisions' index (docs/decisions/README.md) listing every decision once; and no
+module under tests/ or bench/ (nor a script under tests/) imports a test module: what
+tests share lives in support modules, so running, moving or deleting one test module
+never changes another.
 """
 
 from __future__ import annotations
@@ -83,3 +86,44 @@ def test_decision_index() -> None:
     unused = re.search(r"((?:[0-9]{4},?\s(?:and\s)?)+)were never used", index)
     assert unused is not None, "the index says which numbers were never used"
     assert set(re.findall(r"[0-9]{4}", unused.group(1))) == gaps
+
+
+TEST_MODULE = re.compile(r"tests(?:\.\w+)*\.test_\w+")
+"""A dotted name of a module under tests/ whose name starts with ``test_``."""
+IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(?P<package>tests(?:\.\w+)*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|.*)"
+    r"|import[ \t]+(?P<modules>.*))",
+    re.MULTILINE,
+)
+"""An import statement at the start of a line (Python's, or Python in a shell script)."""
+
+
+def imported(text: str) -> list[str]:
+    """Every module the import statements of ``text`` name, and each name a ``from``
+    imports as a module of its package (``from tests.unit import test_x``). Read as text,
+    not parsed: the check runs in every CI run, and parsing every module costs seconds."""
+    found: list[str] = []
+    for statement in IMPORT.finditer(text):
+        if statement["package"] is not None:
+            names = re.findall(r"\w+", statement["names"].split("#")[0])
+            found += [statement["package"], *(f"{statement['package']}.{n}" for n in names)]
+        else:
+            found += re.findall(r"[\w.]+", statement["modules"].split("#")[0])
+    return found
+
+
+def test_no_module_imports_a_test_module() -> None:
+    sources = [
+        *(REPO / "tests").rglob("*.py"),
+        *(REPO / "tests").rglob("*.sh"),
+        *(REPO / "bench").rglob("*.py"),
+    ]
+    offenders = [
+        f"{path.relative_to(REPO)}: {name}"
+        for path in sorted(sources)
+        for name in imported(path.read_text())
+        if TEST_MODULE.fullmatch(name)
+    ]
+    assert offenders == [], "move what is shared into a support module (not test_*):\n" + "\n".join(
+        offenders
+    )

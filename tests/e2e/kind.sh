@@ -21,7 +21,7 @@
 #      Lease (leader election under the chart's real RBAC);
 #   5. applies examples/task-with-review.yaml with its repo URL and its Agents' models
 #      rewritten to the in-cluster ones; the scripted model plays the script of
-#      tests/system/test_scenarios.py (TASK_WITH_REVIEW): coder submits, reviewer rejects,
+#      tests/system/scripts.py (TASK_WITH_REVIEW): coder submits, reviewer rejects,
 #      coder fixes, reviewer approves;
 #   6. waits for the Run's humanReview state, sends `approve` by appending to
 #      spec.signals (kubectl patch --type=json), and waits for phase Succeeded;
@@ -118,7 +118,7 @@ sys.path.insert(0, str(root))
 
 from kubeturn.api.validation import validate_run
 from kubeturn_harness.scripted.script import parse_script
-from tests.system.test_scenarios import TASK_WITH_REVIEW
+from tests.system.scripts import TASK_WITH_REVIEW
 
 parse_script(TASK_WITH_REVIEW, source="TASK_WITH_REVIEW")
 (out / "script.yaml").write_text(TASK_WITH_REVIEW + "\n")

@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
+from tests.harness.clones import git_lines, make_clone
 from tests.harness.support import StartWorld, World, scripts
-from tests.harness.test_concurrent_worktrees import git_lines, make_clone
 
 SLOT = "target"
 RUN, BRANCH = "review-1", "kubeturn/review-1"

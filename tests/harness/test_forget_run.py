@@ -36,6 +36,7 @@ import pytest
 
 from kubeturn_harness.service import Harness
 from kubeturn_harness.store import conversation_id
+from tests.harness.clones import git_lines, make_clone
 from tests.harness.support import (
     AGENT,
     HarnessClient,
@@ -46,7 +47,6 @@ from tests.harness.support import (
     scripts,
     start_harness,
 )
-from tests.harness.test_concurrent_worktrees import git_lines, make_clone
 
 SLOT = "target"
 RUN, OTHER = "default.review-1", "default.review-10"

@@ -438,13 +438,18 @@ class Scripted:
 
 @contextlib.asynccontextmanager
 async def scripted_operator(
-    installation: Installation, script_text: str, **changes: Any
+    installation: Installation,
+    script_text: str,
+    *,
+    providers: str = "scripted:\n  type: openai\n  baseUrl: {url}\n",
+    **changes: Any,
 ) -> AsyncIterator[Scripted]:
     """The scripted model serving ``script_text`` and the operator (its settings from
-    :func:`settings`, with ``changes``) started as the chart ``installation`` made it;
-    both stopped after."""
+    :func:`settings`, with ``changes``; its providers file ``providers``, whose ``{url}``
+    is the model's ``/v1`` URL) started as the chart ``installation`` made it; both
+    stopped after."""
     runner, url = await serve(parse_script(script_text))
-    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+    providers = providers.format(url=url)
     operating = dataclasses.replace(settings(installation, providers_yaml=providers), **changes)
     made = Scripted(
         OperatorThread(operating, installation.kubeconfig),

@@ -34,7 +34,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kubeturn_harness.scripted import parse_script, serve
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.installation import Installation
@@ -44,17 +43,15 @@ from tests.operator.operator_support import (
     NAMESPACE,
     RUNS,
     AgentTurnWatch,
-    OperatorThread,
     call,
     eventually,
     fail_on_logged_errors,
-    make_origin,
     names,
     read,
     script,
-    settings,
 )
-from tests.operator.test_workspace_lifecycle import WORKSPACE, World, workspace
+from tests.operator.shared import WORKSPACE, shared_workspace
+from tests.operator.world import OperatorWorld
 
 PROMPT = "Say you are done."
 RUN = "single"
@@ -119,32 +116,21 @@ async def world(
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[tuple[World, OperatorThread]]:
+) -> AsyncIterator[OperatorWorld]:
     """The Workspace Ready under the operator, whose model picks ``done`` at once; the
     test fails if the operator logged an error."""
-    runner, url = await serve(parse_script(script({PROMPT: [{"toolCalls": [call("done")]}]})))
-    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-    operator = OperatorThread(
-        settings(installation, providers_yaml=providers), installation.kubeconfig
-    )
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-    made = World(k8s, k8s_client, session, kubelet, make_origin(tmp_path / "git"))
-    try:
-        await operator.start()
-        await made.create(workspace(made.origin))
-        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
-        yield made, operator
-    finally:
-        await operator.stop()
-        await session.close()
-        await runner.cleanup()
+    picks = script({PROMPT: [{"toolCalls": [call("done")]}]})
+    async with shared_workspace(
+        k8s, k8s_client, installation, kubelet, picks, tmp_path / "git"
+    ) as made:
+        yield made
     fail_on_logged_errors(caplog, kubelet.started)
 
 
 async def test_one_turn_takes_six_requests_on_its_agentturn_and_five_on_its_run(
-    world: tuple[World, OperatorThread],
+    world: OperatorWorld,
 ) -> None:
-    made, _ = world
+    made = world
     watch = AgentTurnWatch(made.api)
     await watch.open()
     since = len(list(made.k8s))

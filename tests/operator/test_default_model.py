@@ -18,17 +18,14 @@ Cases:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from kubeturn_harness.scripted import parse_script, serve
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.installation import Installation
@@ -37,19 +34,16 @@ from tests.operator.operator_support import (
     NAMESPACE,
     RUNS,
     WORKSPACES,
-    OperatorThread,
-    Writes,
     call,
     events,
     eventually,
     fail_on_logged_errors,
     make_origin,
-    model_requests,
     read,
     script,
-    settings,
     status,
 )
+from tests.operator.world import OperatorWorld, operator_world
 
 Body = dict[str, Any]
 PROMPT = "Say hello and finish"
@@ -88,32 +82,24 @@ def hello(name: str, workspace_name: str) -> Body:
     }
 
 
-@dataclass
-class World(Writes):
-    k8s: emulator.KubernetesApi
-    api: aiohttp.ClientSession
-    session: aiohttp.ClientSession
-    kubelet: kubelet_.Kubelet
-    origin: str
-    model: str
+async def succeeded(world: OperatorWorld, run: str) -> Body:
+    def said() -> str:
+        current = status(world.k8s, RUNS, run)
+        current.pop("snapshot", None)
+        return json.dumps(current)
 
-    async def succeeded(self, run: str) -> Body:
-        def said() -> str:
-            current = status(self.k8s, RUNS, run)
-            current.pop("snapshot", None)
-            return json.dumps(current)
+    await eventually(
+        lambda: status(world.k8s, RUNS, run).get("phase") == "Succeeded",
+        f"Run {run} to succeed",
+        timeout=60,
+        describe=said,
+    )
+    return status(world.k8s, RUNS, run)
 
-        await eventually(
-            lambda: status(self.k8s, RUNS, run).get("phase") == "Succeeded",
-            f"Run {run} to succeed",
-            timeout=60,
-            describe=said,
-        )
-        return status(self.k8s, RUNS, run)
 
-    async def models(self) -> list[str]:
-        """The model of every request the scripted model got, in order."""
-        return [r["body"]["model"] for r in await model_requests(self.session, self.model)]
+async def models(world: OperatorWorld) -> list[str]:
+    """The model of every request the scripted model got, in order."""
+    return [r["body"]["model"] for r in await world.model_requests()]
 
 
 @pytest.fixture
@@ -124,55 +110,43 @@ async def world(
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[World]:
+) -> AsyncIterator[OperatorWorld]:
     """The operator whose default model is ``scripted/chart-default``, with the scripted
     model as two providers; the test fails if the operator or a Harness logged an error."""
-    runner, url = await serve(parse_script(SCRIPT))
-    providers = f"scripted:\n  baseUrl: {url}\nown:\n  baseUrl: {url}\n"
-    operating = dataclasses.replace(
-        settings(installation, providers_yaml=providers), default_model="scripted/chart-default"
-    )
-    operator = OperatorThread(operating, installation.kubeconfig)
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-    try:
-        await operator.start()
-        try:
-            yield World(
-                k8s,
-                k8s_client,
-                session,
-                kubelet,
-                make_origin(tmp_path / "git"),
-                url.removesuffix("/v1"),
-            )
-        finally:
-            await operator.stop()
-    finally:
-        await session.close()
-        await runner.cleanup()
+    async with operator_world(
+        k8s,
+        k8s_client,
+        installation,
+        kubelet=kubelet,
+        script=SCRIPT,
+        providers="scripted:\n  baseUrl: {url}\nown:\n  baseUrl: {url}\n",
+        origin=make_origin(tmp_path / "git"),
+        default_model="scripted/chart-default",
+    ) as made:
+        yield made
     fail_on_logged_errors(caplog, kubelet.started)
 
 
-async def test_an_agent_with_no_model_runs_on_the_operators_default(world: World) -> None:
+async def test_an_agent_with_no_model_runs_on_the_operators_default(world: OperatorWorld) -> None:
     await world.create(workspace("plain", world.origin))
     await world.create(hello("hello", "plain"))
-    done = await world.succeeded("hello")
+    done = await succeeded(world, "hello")
     assert [(t["agent"], t["outcome"], t["cause"]) for t in done["turns"]] == [
         ("greeter", "ended", "pick")
     ]
-    assert await world.models() == ["chart-default"]
+    assert await models(world) == ["chart-default"]
     pod = read(world.k8s, "v1/pods", "plain-kubeturn-sandbox")
     assert pod is not None
     (harness,) = (c for c in pod["spec"]["containers"] if c["name"] == "harness")
     assert harness["args"][-2:] == ["--default-model", "scripted/chart-default"]
 
 
-async def test_a_workspaces_own_default_model_overrides_the_operators(world: World) -> None:
+async def test_a_workspaces_own_default_model_overrides_the_operators(world: OperatorWorld) -> None:
     await world.create(workspace("own", world.origin, defaultModel="own/workspace-default"))
     await world.create(hello("hello-own", "own"))
-    done = await world.succeeded("hello-own")
+    done = await succeeded(world, "hello-own")
     assert [t["outcome"] for t in done["turns"]] == ["ended"]
-    assert await world.models() == ["workspace-default"]
+    assert await models(world) == ["workspace-default"]
 
     # A new default makes the idle sandbox anew, saying what changed.
     path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/workspaces/own"
@@ -193,7 +167,7 @@ async def test_a_workspaces_own_default_model_overrides_the_operators(world: Wor
     )
 
 
-async def test_a_default_model_of_no_provider_is_refused_at_its_path(world: World) -> None:
+async def test_a_default_model_of_no_provider_is_refused_at_its_path(world: OperatorWorld) -> None:
     await world.create(workspace("nowhere", world.origin, defaultModel="anthropic/claude"))
 
     def invalid() -> Body | None:

@@ -41,7 +41,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +57,10 @@ from tests.operator.installation import Installation
 from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
-    Writes,
     eventually,
     names,
 )
+from tests.operator.world import OperatorWorld
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the kubelet mounts the work volume read-only: needs root"
@@ -83,20 +82,22 @@ CLAIMS = "v1/persistentvolumeclaims"
 Body = dict[str, Any]
 
 
-@dataclass
-class Api(Writes):
-    api: aiohttp.ClientSession
+class DeliveryWorld(OperatorWorld):
+    """The operator world with no operator running: the test plays its deliverer
+    (``pusher``) for the Run, against the private repository ``server`` serves."""
 
-
-@dataclass
-class World:
-    k8s: emulator.KubernetesApi
-    server: git_http.GitServer
-    kubelet: kubelet_.Kubelet
-    pusher: deliveries.KubePusher
-    work: Path
-    """The directory standing for the sandbox's /work."""
-    scratch: Path
+    def __init__(
+        self,
+        world: OperatorWorld,
+        server: git_http.GitServer,
+        pusher: deliveries.KubePusher,
+        work: Path,
+        scratch: Path,
+    ) -> None:
+        super().__init__(world.k8s, world.api, workspace=WORKSPACE, kubelet=world.kubelet)
+        self.server, self.pusher, self.scratch = server, pusher, scratch
+        self.work = work
+        """The directory standing for the sandbox's /work."""
 
     @property
     def url(self) -> str:
@@ -198,11 +199,11 @@ async def world(
     kubelet: kubelet_.Kubelet,
     kube: Kube,
     scratch: Path,
-) -> AsyncIterator[World]:
+) -> AsyncIterator[DeliveryWorld]:
     """The private repository served, the Workspace's sandbox running on it, the Run."""
     async with git_http.serving(scratch / "srv", USER, PASSWORD) as server:
         server.bare("private", "one", "two")
-        api = Api(k8s_client)
+        api = OperatorWorld(k8s, k8s_client, workspace=WORKSPACE, kubelet=kubelet)
         await api.create(secret(PASSWORD))
         repo = {"url": f"{server.url}/private.git", "ref": "main", "secretRef": {"name": SECRET}}
         spec = {"repos": {SLOT: repo}}
@@ -227,7 +228,7 @@ async def world(
         )
         await api.create(run())
         work = kubelet.claims[claim["metadata"]["uid"]] / objects.WORK_SUBPATH
-        yield World(k8s, server, kubelet, deliveries.KubePusher(kube), work, scratch)
+        yield DeliveryWorld(api, server, deliveries.KubePusher(kube), work, scratch)
 
 
 def sandbox_phase(k8s: emulator.KubernetesApi) -> str | None:
@@ -277,7 +278,7 @@ def run() -> Body:
     }
 
 
-def failed(world: World, why: str) -> PushResult:
+def failed(world: DeliveryWorld, why: str) -> PushResult:
     return PushResult(False, f"cannot push repo slot '{SLOT}' to {world.url}: {why}")
 
 
@@ -285,7 +286,7 @@ def failed(world: World, why: str) -> PushResult:
 
 
 async def test_the_branch_is_pushed_from_a_pod_an_operator_asked_again_finds(
-    world: World,
+    world: DeliveryWorld,
 ) -> None:
     commit = world.deliver()
     request = world.request(commit)
@@ -343,7 +344,7 @@ async def test_the_branch_is_pushed_from_a_pod_an_operator_asked_again_finds(
 
 
 async def test_refused_pushes_say_why_and_change_nothing(
-    world: World, k8s_client: aiohttp.ClientSession
+    world: DeliveryWorld, k8s_client: aiohttp.ClientSession
 ) -> None:
     commit = world.deliver()
     served = world.server.served
@@ -360,7 +361,7 @@ async def test_refused_pushes_say_why_and_change_nothing(
     )
     assert (world.server.served, world.server.refused, world.pods_made()) == (served, 1, 1)
 
-    await Api(k8s_client).create(secret("not-the-password"))
+    await world.create(secret("not-the-password"))
 
     wrong = await world.pusher.push(world.request(commit))
 
@@ -394,7 +395,7 @@ async def test_refused_pushes_say_why_and_change_nothing(
     assert world.secret_seen() == []
 
 
-async def test_a_linked_bundle_is_refused_and_the_secret_read_nowhere(world: World) -> None:
+async def test_a_linked_bundle_is_refused_and_the_secret_read_nowhere(world: DeliveryWorld) -> None:
     commit = world.deliver()
     served = world.server.served
     # What an Agent plants: a link to a file holding the Secret's password (standing for
@@ -437,7 +438,7 @@ async def test_a_push_that_cannot_begin_says_why_and_makes_nothing(
     said = f"cannot push repo slot '{SLOT}' to {url}: "
 
     assert await pusher.push(request) == PushResult(False, f"{said}the Run '{RUN}' is gone")
-    await Api(k8s_client).create(run())
+    await OperatorWorld(k8s, k8s_client).create(run())
     assert await pusher.push(request) == PushResult(
         False, f"{said}the Workspace has no sandbox Pod, whose node holds its work volume"
     )

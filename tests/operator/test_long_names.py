@@ -45,16 +45,15 @@ from tests.operator.operator_support import (
     NAMESPACE,
     RUNS,
     WORKSPACES,
-    Writes,
     call,
     eventually,
     fail_on_logged_errors,
     make_origin,
     read,
     script,
-    scripted_operator,
     status,
 )
+from tests.operator.world import OperatorWorld, operator_world
 
 Body = dict[str, Any]
 
@@ -129,34 +128,21 @@ def run(name: str, workspace: Body) -> Body:
     }
 
 
-class World(Writes):
-    def __init__(self, k8s: emulator.KubernetesApi, api: aiohttp.ClientSession, origin: str):
-        self.k8s, self.api, self.origin = k8s, api, origin
+async def succeeded(world: OperatorWorld, run: str, turns: int) -> Body:
+    """Run ``run`` once it is Succeeded with ``turns`` Turns recorded (a Turn is recorded
+    once its sweep is back, which may be after the Run ended)."""
 
-    def names(self, resource: str) -> list[str]:
-        found = [key[2] for key in list(self.k8s.objects) if key[0] == resource]
-        return [name for name in found if read(self.k8s, resource, name) is not None]
+    def said() -> str:
+        current = status(world.k8s, RUNS, run)
+        current.pop("snapshot", None)
+        return json.dumps(current)
 
-    def of(self, resource: str, name: str) -> Body:
-        found = read(self.k8s, resource, name)
-        assert found is not None, f"no {resource} {name}"
-        return found
+    def done() -> Body | None:
+        current = status(world.k8s, RUNS, run)
+        ended = current.get("phase") == "Succeeded" and current.get("turnCount") == turns
+        return current if ended else None
 
-    async def succeeded(self, run: str, turns: int) -> Body:
-        """Run ``run`` once it is Succeeded with ``turns`` Turns recorded (a Turn is
-        recorded once its sweep is back, which may be after the Run ended)."""
-
-        def said() -> str:
-            current = status(self.k8s, RUNS, run)
-            current.pop("snapshot", None)
-            return json.dumps(current)
-
-        def done() -> Body | None:
-            current = status(self.k8s, RUNS, run)
-            ended = current.get("phase") == "Succeeded" and current.get("turnCount") == turns
-            return current if ended else None
-
-        return dict(await eventually(done, f"Run {run[:20]}... Succeeded", describe=said))
+    return dict(await eventually(done, f"Run {run[:20]}... Succeeded", describe=said))
 
 
 @pytest.fixture
@@ -166,15 +152,17 @@ async def operated(
     installation: Installation,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[World]:
+) -> AsyncIterator[OperatorWorld]:
     """The operator on the scripted model, as the chart installed it; the test fails if it
     logged an error."""
-    async with scripted_operator(installation, SCRIPT):
-        yield World(k8s, k8s_client, make_origin(tmp_path / "git"))
+    async with operator_world(
+        k8s, k8s_client, installation, script=SCRIPT, origin=make_origin(tmp_path / "git")
+    ) as made:
+        yield made
     fail_on_logged_errors(caplog, [])
 
 
-async def test_the_longest_names_make_objects_a_cluster_accepts(operated: World) -> None:
+async def test_the_longest_names_make_objects_a_cluster_accepts(operated: OperatorWorld) -> None:
     world = operated
     await world.create(workspace(LONGEST_WORKSPACE, world.origin))
     await world.create(run(LONGEST_RUN, {"template": workspace_spec(world.origin)}))
@@ -192,29 +180,29 @@ async def test_the_longest_names_make_objects_a_cluster_accepts(operated: World)
         }
         for resource, child in made.items():
             assert len(child) <= 253
-            assert world.of(resource, child)["metadata"]["ownerReferences"][0]["name"] == name
-        body = world.of("v1/pods", pod)
+            assert world.stored(resource, child)["metadata"]["ownerReferences"][0]["name"] == name
+        body = world.stored("v1/pods", pod)
         label = body["metadata"]["labels"]["kubeturn.dev/workspace"]
         assert label == names.label_value(name)
         assert len(label) == 63
-        policy = world.of("networking.k8s.io/v1/networkpolicies", pod)
+        policy = world.stored("networking.k8s.io/v1/networkpolicies", pod)
         assert policy["spec"]["podSelector"]["matchLabels"]["kubeturn.dev/workspace"] == label
         made_clones = [c["name"] for c in body["spec"]["initContainers"]]
         assert made_clones == [clones.name(slot) for slot in REPO_SLOTS]
         assert "clone-t-" not in made_clones
-    owned_body = world.of(WORKSPACES, owned)
+    owned_body = world.stored(WORKSPACES, owned)
     assert owned_body["metadata"]["labels"]["kubeturn.dev/run"] == names.label_value(LONGEST_RUN)
 
 
 async def test_runs_of_the_longest_names_succeed(
-    operated: World, kubelet: kubelet_.Kubelet
+    operated: OperatorWorld, kubelet: kubelet_.Kubelet
 ) -> None:
     world = operated
     await world.create(workspace(SHARED, world.origin))
     await world.create(run(LONGEST_RUN, {"name": SHARED}))
     await world.create(run(TEMPLATED, {"template": workspace_spec(world.origin)}))
     for name in (LONGEST_RUN, TEMPLATED):
-        done = await world.succeeded(name, turns=2)
+        done = await succeeded(world, name, turns=2)
         assert [(t["agent"], t["outcome"]) for t in done["turns"]] == [
             (CODER, "ended"),
             (REVIEWER, "ended"),
@@ -226,7 +214,7 @@ async def test_runs_of_the_longest_names_succeed(
         ].history[0]
         assert first["metadata"]["labels"]["kubeturn.dev/run"] == names.label_value(LONGEST_RUN)
         assert first["metadata"]["labels"]["kubeturn.dev/agent"] == names.label_value(slot)
-    shared = world.of(WORKSPACES, SHARED)
+    shared = world.stored(WORKSPACES, SHARED)
     assert set(shared["status"]["repos"]) == set(REPO_SLOTS)
     sandbox = await kubelet.running(objects.sandbox_name(SHARED))
     branch = names.branch(LONGEST_RUN)
@@ -241,7 +229,7 @@ async def test_runs_of_the_longest_names_succeed(
 
 
 async def test_a_workspace_name_no_workspace_could_have_is_refused_up_front(
-    operated: World,
+    operated: OperatorWorld,
 ) -> None:
     world = operated
     await world.create(run("misnamed", {"name": "Shared_Space"}))

@@ -36,7 +36,8 @@ from tests.operator.operator_support import (
     script,
     status,
 )
-from tests.operator.test_workspace_lifecycle import POD, World, shared_workspace
+from tests.operator.shared import POD, shared_workspace
+from tests.operator.world import OperatorWorld
 
 SCRIPT = script(
     {
@@ -95,7 +96,7 @@ async def world(
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[World]:
+) -> AsyncIterator[OperatorWorld]:
     async with shared_workspace(
         k8s, k8s_client, installation, kubelet, SCRIPT, tmp_path / "git"
     ) as made:
@@ -112,11 +113,11 @@ def git(repository: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def ended(world: World, name: str) -> bool:
+def ended(world: OperatorWorld, name: str) -> bool:
     return status(world.k8s, RUNS, name).get("phase") in ("Succeeded", "Failed")
 
 
-async def test_a_run_commits_its_work_and_records_each_delivery_once(world: World) -> None:
+async def test_a_run_commits_its_work_and_records_each_delivery_once(world: OperatorWorld) -> None:
     work = (await world.kubelet.running(POD)).work_root
     await world.create(run("kept", push=False))
     await world.create(run("pushed", push=True))

@@ -41,17 +41,18 @@ from tests.operator.operator_support import (
     read,
     status,
 )
-from tests.operator.test_workspace_lifecycle import (
+from tests.operator.shared import (
     FIRST,
     POD,
     SCRIPT,
     SECOND,
     WORKSPACE,
-    World,
     coder,
     run,
     shared_workspace,
+    until_waiting,
 )
+from tests.operator.world import OperatorWorld
 
 RUN_PATH = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{{name}}"
 
@@ -64,7 +65,7 @@ async def world(
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[World]:
+) -> AsyncIterator[OperatorWorld]:
     """The operator on the scripted model, the shared Workspace Ready; the test fails if
     the operator or a Harness logged an error."""
     async with shared_workspace(
@@ -84,7 +85,7 @@ def git(clone: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def history_status(world: World, instance_id: str) -> int:
+async def history_status(world: OperatorWorld, instance_id: str) -> int:
     reader = await world.harness()
     url = f"{reader.url}/agents/coder/{quote(instance_id, safe='')}?view=history"
     headers = {"Authorization": f"Bearer {reader.token}"}
@@ -92,7 +93,7 @@ async def history_status(world: World, instance_id: str) -> int:
         return answer.status
 
 
-async def gone(world: World, name: str) -> None:
+async def gone(world: OperatorWorld, name: str) -> None:
     """Delete Run ``name`` and wait until it is gone (``WAIT_S``)."""
     await world.delete(RUN_PATH.format(name=name))
     await eventually(lambda: read(world.k8s, RUNS, name) is None, f"Run {name} to go")
@@ -100,14 +101,14 @@ async def gone(world: World, name: str) -> None:
 
 @IN_BOTH_SHAPES
 async def test_a_deleted_run_leaves_no_worktree_or_conversation_in_the_shared_workspace(
-    world: World,
+    world: OperatorWorld,
 ) -> None:
     work = (await world.kubelet.running(POD)).work_root
     clone = work / ".repos" / "target"
     trees = {name: work / "target" / f"kubeturn-{name}" for name in (FIRST, SECOND)}
     for name in (FIRST, SECOND):
         await world.create(run(name))
-        await world.waiting(name)
+        await until_waiting(world, name)
     await world.signal(FIRST, "approve")
     await eventually(
         lambda: status(world.k8s, RUNS, FIRST).get("phase") == "Succeeded", f"{FIRST} to end"
@@ -126,13 +127,13 @@ async def test_a_deleted_run_leaves_no_worktree_or_conversation_in_the_shared_wo
     assert status(world.k8s, RUNS, SECOND)["worktrees"] == {
         "target": {"path": str(trees[SECOND]), "branch": f"kubeturn/{SECOND}"}
     }
-    assert "worktrees" not in world.status()
+    assert "worktrees" not in world.workspace_status()
 
 
-async def test_a_run_whose_workspace_is_gone_goes_at_once(world: World) -> None:
+async def test_a_run_whose_workspace_is_gone_goes_at_once(world: OperatorWorld) -> None:
     work = (await world.kubelet.running(POD)).work_root
     await world.create(run(FIRST))
-    await world.waiting(FIRST)
+    await until_waiting(world, FIRST)
     await world.delete(f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/workspaces/{WORKSPACE}")
     await eventually(lambda: read(world.k8s, WORKSPACES, WORKSPACE) is None, "the Workspace to go")
 

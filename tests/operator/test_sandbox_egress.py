@@ -25,7 +25,6 @@ admission plugins; its lifecycle rules are :mod:`lifecycle`'s, the kubelet's are
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -38,14 +37,10 @@ from tests.operator.installation import IN_BOTH_SHAPES, RELEASE_NAMESPACE, Insta
 from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
-    WORKSPACES,
-    OperatorThread,
     eventually,
     fail_on_logged_errors,
-    read,
-    settings,
-    status,
 )
+from tests.operator.world import OperatorWorld, operator_world
 
 WORKSPACE = "egress"
 POLICY = f"{WORKSPACE}-kubeturn-sandbox"
@@ -66,33 +61,24 @@ GIT_RULE = {
 Body = dict[str, Any]
 
 
-@dataclasses.dataclass
-class World:
-    k8s: emulator.KubernetesApi
-    api: aiohttp.ClientSession
-    operator: OperatorThread
+def policy_spec(world: OperatorWorld) -> Body:
+    found = world.read(POLICIES, POLICY)
+    return dict((found or {}).get("spec") or {})
 
-    def policy(self) -> Body:
-        found = read(self.k8s, POLICIES, POLICY)
-        return dict((found or {}).get("spec") or {})
 
-    def egress(self) -> list[Body]:
-        return list(self.policy().get("egress") or [])
+def egress_rules(world: OperatorWorld) -> list[Body]:
+    return list(policy_spec(world).get("egress") or [])
 
-    async def send(self, method: str, path: str, body: Body) -> None:
-        """POST ``body``, or PATCH it as a merge patch, as kubectl would."""
-        kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
-        headers = {"Content-Type": kind}
-        async with self.api.request(method, path, data=json.dumps(body), headers=headers) as sent:
-            assert sent.status in (200, 201), await sent.text()
 
-    async def until(self, check: Any, what: str) -> Any:
-        return await eventually(
-            check, what, describe=lambda: json.dumps({"policy": self.policy(), **self.said()})
-        )
-
-    def said(self) -> Body:
-        return {"status": status(self.k8s, WORKSPACES, WORKSPACE)}
+async def until(world: OperatorWorld, check: Any, what: str) -> Any:
+    """``eventually``, showing the policy and the Workspace's status when it fails."""
+    return await eventually(
+        check,
+        what,
+        describe=lambda: json.dumps(
+            {"policy": policy_spec(world), "status": world.workspace_status()}
+        ),
+    )
 
 
 def api_server_slice(port: int, *, endpoints: bool = True) -> Body:
@@ -117,29 +103,24 @@ async def world(
     k8s_client: aiohttp.ClientSession,
     installation: Installation,
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[World]:
+) -> AsyncIterator[OperatorWorld]:
     """The emulator naming itself the API server, the operator, and a Workspace; the test
     fails if the operator logged an error."""
-    operating = dataclasses.replace(
-        settings(installation, providers_yaml="{}\n"), api_server_look_s=LOOK_S
-    )
-    made = World(k8s, k8s_client, OperatorThread(operating, installation.kubeconfig))
-    await made.send("POST", SLICE_PATH, api_server_slice(k8s.url.port or 0))
-    try:
-        await made.operator.start()
-        await made.send(
-            "POST",
-            f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/workspaces",
-            {
-                "apiVersion": GROUP_VERSION,
-                "kind": "Workspace",
-                "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
-                "spec": {"repos": {"target": {"url": "file:///nowhere.git"}}},
-            },
-        )
+    async with operator_world(
+        k8s,
+        k8s_client,
+        installation,
+        first=[api_server_slice(k8s.url.port or 0)],
+        workspace={
+            "apiVersion": GROUP_VERSION,
+            "kind": "Workspace",
+            "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
+            "spec": {"repos": {"target": {"url": "file:///nowhere.git"}}},
+        },
+        ready=False,
+        api_server_look_s=LOOK_S,
+    ) as made:
         yield made
-    finally:
-        await made.operator.stop()
     fail_on_logged_errors(caplog, ())
 
 
@@ -163,11 +144,13 @@ def ports_of(egress: list[Body]) -> list[Body]:
     return [port for rule in egress for port in rule.get("ports", [])]
 
 
-async def test_a_workspace_gets_default_egress_that_keeps_the_api_server_out(world: World) -> None:
-    await world.until(lambda: "127.0.0.1/32" in str(world.egress()), "the policy, its egress")
-    policy = world.policy()
+async def test_a_workspace_gets_default_egress_that_keeps_the_api_server_out(
+    world: OperatorWorld,
+) -> None:
+    await until(world, lambda: "127.0.0.1/32" in str(egress_rules(world)), "the policy, its egress")
+    policy = policy_spec(world)
     assert policy["policyTypes"] == ["Ingress", "Egress"]
-    orchestrator, dns, public = world.egress()
+    orchestrator, dns, public = egress_rules(world)
     assert orchestrator == {
         "to": [
             {
@@ -180,79 +163,82 @@ async def test_a_workspace_gets_default_egress_that_keeps_the_api_server_out(wor
         "ports": [{"port": world.operator.settings.api_port, "protocol": "TCP"}],
     }
     assert dns == {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
-    assert public == public_rule(world.egress())
+    assert public == public_rule(egress_rules(world))
     assert public["ports"] == [{"port": 443, "protocol": "TCP"}, {"port": 22, "protocol": "TCP"}]
     assert {"127.0.0.1/32", LOOPBACK_NAT64, "169.254.0.0/16", "fd00:ec2::254/128"} <= excepted(
         public
     )
 
 
-async def test_a_changed_spec_egress_changes_the_policy(world: World) -> None:
-    await world.until(lambda: "127.0.0.1/32" in str(world.egress()), "the policy, its egress")
-    await world.send("PATCH", WORKSPACE_PATH, {"spec": {"egress": {"rules": [GIT_RULE]}}})
-    await world.until(lambda: world.egress()[-1] == GIT_RULE, "the Workspace's rule")
+async def test_a_changed_spec_egress_changes_the_policy(world: OperatorWorld) -> None:
+    await until(world, lambda: "127.0.0.1/32" in str(egress_rules(world)), "the policy, its egress")
+    await world.patch(WORKSPACE_PATH, {"spec": {"egress": {"rules": [GIT_RULE]}}})
+    await until(world, lambda: egress_rules(world)[-1] == GIT_RULE, "the Workspace's rule")
 
-    await world.send("PATCH", WORKSPACE_PATH, {"spec": {"egress": {"apiServer": True}}})
+    await world.patch(WORKSPACE_PATH, {"spec": {"egress": {"apiServer": True}}})
     port = world.k8s.url.port
     allowed = {
         "to": [{"ipBlock": {"cidr": "127.0.0.1/32"}}],
         "ports": [{"port": port, "protocol": "TCP"}],
     }
-    await world.until(lambda: allowed in world.egress(), "the API server allowed")
-    assert world.egress()[-1] == GIT_RULE
-    assert not {"127.0.0.1/32", LOOPBACK_NAT64} & excepted(public_rule(world.egress()))
+    await until(world, lambda: allowed in egress_rules(world), "the API server allowed")
+    assert egress_rules(world)[-1] == GIT_RULE
+    assert not {"127.0.0.1/32", LOOPBACK_NAT64} & excepted(public_rule(egress_rules(world)))
 
 
 @IN_BOTH_SHAPES
-async def test_a_changed_endpoint_slice_changes_the_policy(world: World) -> None:
-    await world.send("PATCH", WORKSPACE_PATH, {"spec": {"egress": {"apiServer": True}}})
+async def test_a_changed_endpoint_slice_changes_the_policy(world: OperatorWorld) -> None:
+    await world.patch(WORKSPACE_PATH, {"spec": {"egress": {"apiServer": True}}})
     port = world.k8s.url.port or 0
-    await world.until(
-        lambda: {"port": port, "protocol": "TCP"} in ports_of(world.egress()),
+    await until(
+        world,
+        lambda: {"port": port, "protocol": "TCP"} in ports_of(egress_rules(world)),
         "the API server allowed",
     )
     moved = api_server_slice(port + 1)
-    await world.send("PATCH", f"{SLICE_PATH}/kubernetes", {"ports": moved["ports"]})
-    await world.until(
-        lambda: {"port": port + 1, "protocol": "TCP"} in ports_of(world.egress()),
+    await world.patch(f"{SLICE_PATH}/kubernetes", {"ports": moved["ports"]})
+    await until(
+        world,
+        lambda: {"port": port + 1, "protocol": "TCP"} in ports_of(egress_rules(world)),
         "the API server allowed at its new port",
     )
 
-    await world.send("PATCH", WORKSPACE_PATH, {"spec": {"egress": {"apiServer": False}}})
-    await world.until(
-        lambda: "127.0.0.1/32" in excepted(public_rule(world.egress())), "it kept out"
+    await world.patch(WORKSPACE_PATH, {"spec": {"egress": {"apiServer": False}}})
+    await until(
+        world, lambda: "127.0.0.1/32" in excepted(public_rule(egress_rules(world))), "it kept out"
     )
-    await world.send("PATCH", f"{SLICE_PATH}/kubernetes", {"endpoints": []})
-    await world.until(
-        lambda: "127.0.0.1/32" not in excepted(public_rule(world.egress())),
+    await world.patch(f"{SLICE_PATH}/kubernetes", {"endpoints": []})
+    await until(
+        world,
+        lambda: "127.0.0.1/32" not in excepted(public_rule(egress_rules(world))),
         "no address kept out for an API server with no endpoint",
     )
-    assert "127.0.0.0/8" in excepted(public_rule(world.egress()))  # loopback, as ever
+    assert "127.0.0.0/8" in excepted(public_rule(egress_rules(world)))  # loopback, as ever
 
 
 async def test_a_spec_egress_the_operator_cannot_take_is_said_and_changes_nothing(
-    world: World,
+    world: OperatorWorld,
 ) -> None:
-    await world.until(lambda: "127.0.0.1/32" in str(world.egress()), "the policy, its egress")
-    before = world.policy()
+    await until(world, lambda: "127.0.0.1/32" in str(egress_rules(world)), "the policy, its egress")
+    before = policy_spec(world)
     metadata = {"to": [{"ipBlock": {"cidr": "169.254.169.254/32"}}]}
-    await world.send("PATCH", WORKSPACE_PATH, {"spec": {"egress": {"rules": [metadata]}}})
+    await world.patch(WORKSPACE_PATH, {"spec": {"egress": {"rules": [metadata]}}})
 
     def invalid() -> Body | None:
-        found = [c for c in world.said()["status"].get("conditions", []) if c["type"] == "Ready"]
+        found = [c for c in world.workspace_status().get("conditions", []) if c["type"] == "Ready"]
         return found[0] if found and found[0]["reason"] == "Invalid" else None
 
-    ready = await world.until(invalid, "the Workspace to say its spec is invalid")
+    ready = await until(world, invalid, "the Workspace to say its spec is invalid")
     assert ready["status"] == "False"
     assert ready["message"].startswith(
         "spec.egress: rules[0].to[0].ipBlock.cidr 169.254.169.254/32"
     )
     assert "cloudMetadata: true" in ready["message"]
-    assert world.said()["status"]["phase"] == "Failed"
-    assert world.policy() == before
+    assert world.workspace_status()["phase"] == "Failed"
+    assert policy_spec(world) == before
 
-    await world.send(
-        "PATCH", WORKSPACE_PATH, {"spec": {"egress": {"rules": [metadata], "cloudMetadata": True}}}
+    await world.patch(
+        WORKSPACE_PATH, {"spec": {"egress": {"rules": [metadata], "cloudMetadata": True}}}
     )
-    await world.until(lambda: world.egress()[-1] == metadata, "the opted-in rule")
-    await world.until(lambda: invalid() is None, "the Workspace to take its spec")
+    await until(world, lambda: egress_rules(world)[-1] == metadata, "the opted-in rule")
+    await until(world, lambda: invalid() is None, "the Workspace to take its spec")

@@ -38,12 +38,10 @@ are in :mod:`tests.operator.kubelet`.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -59,22 +57,15 @@ from tests.operator.operator_support import (
     AGENTTURNS,
     GROUP_VERSION,
     NAMESPACE,
-    RUNS,
-    WORKSPACES,
-    AgentTurnWatch,
-    HarnessReader,
-    Writes,
     call,
     events,
-    eventually,
     fail_on_logged_errors,
-    harness_token,
     make_origin,
     model_requests,
     script,
-    scripted_operator,
     status,
 )
+from tests.operator.world import OperatorWorld, operator_world
 
 WORKSPACE = "replaceable"
 POD = f"{WORKSPACE}-kubeturn-sandbox"
@@ -122,47 +113,6 @@ def coder(prompt: str) -> Body:
 FINISH = {"finish": {"target": "done", "description": "The task is done."}}
 
 
-@dataclass
-class World(Writes):
-    k8s: emulator.KubernetesApi
-    api: aiohttp.ClientSession
-    """The emulator, over HTTP with no idle connection kept (see ``k8s_client``)."""
-    session: aiohttp.ClientSession
-    kubelet: kubelet_.Kubelet
-    origin: str
-    model: str
-    """The scripted model's base URL (its control routes live there)."""
-    watch: AgentTurnWatch
-
-    async def delete_pod(self) -> None:
-        await self.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{POD}")
-
-    def run(self, name: str) -> Body:
-        return status(self.k8s, RUNS, name)
-
-    def workspace(self) -> Body:
-        return status(self.k8s, WORKSPACES, WORKSPACE)
-
-    def ready(self, name: str) -> Body:
-        found = [c for c in self.run(name).get("conditions", []) if c["type"] == "Ready"]
-        return found[0] if found else {}
-
-    def describe(self, name: str) -> Callable[[], str]:
-        def said() -> str:
-            current = self.run(name)
-            current.pop("snapshot", None)
-            return f"Run {json.dumps(current)}; Workspace {json.dumps(self.workspace())}"
-
-        return said
-
-    async def until(self, name: str, check: Callable[[], Any], what: str) -> Any:
-        return await eventually(check, what, describe=self.describe(name))
-
-    async def harness(self) -> HarnessReader:
-        sandbox = await self.kubelet.running(POD)
-        return HarnessReader(sandbox.url, harness_token(self.k8s, WORKSPACE), self.session)
-
-
 @pytest.fixture
 async def world(
     k8s: emulator.KubernetesApi,
@@ -171,33 +121,24 @@ async def world(
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[World]:
+) -> AsyncIterator[OperatorWorld]:
     """The operator on the scripted model, the Workspace Ready; the test fails if the
     operator or a Harness logged an error."""
-    watch = AgentTurnWatch(k8s_client)
-    try:
-        await watch.open()
-        # A Run waiting for a finalizer's report looks often whether its AgentTurn went,
-        # so a test shows that it waits for the report past its looks.
-        async with scripted_operator(installation, SCRIPT, sweep_look_s=0.2) as scripted:
-            made = World(
-                k8s,
-                k8s_client,
-                scripted.session,
-                kubelet,
-                make_origin(tmp_path / "git"),
-                scripted.model,
-                watch,
-            )
-            await made.create(workspace(made.origin))
-            await eventually(
-                lambda: made.workspace().get("phase") == "Ready",
-                "the Workspace Ready",
-                describe=lambda: json.dumps(made.workspace()),
-            )
-            yield made
-    finally:
-        await watch.close()
+    origin = make_origin(tmp_path / "git")
+    # A Run waiting for a finalizer's report looks often whether its AgentTurn went,
+    # so a test shows that it waits for the report past its looks.
+    async with operator_world(
+        k8s,
+        k8s_client,
+        installation,
+        kubelet=kubelet,
+        script=SCRIPT,
+        workspace=workspace(origin),
+        origin=origin,
+        watch_agentturns=True,
+        sweep_look_s=0.2,
+    ) as made:
+        yield made
     fail_on_logged_errors(caplog, kubelet.started)
 
 
@@ -223,7 +164,7 @@ RETRY_ON_ERROR = {
 the Run with the failure's words as its output."""
 
 
-async def start_held_turn(world: World, name: str) -> None:
+async def start_held_turn(world: OperatorWorld, name: str) -> None:
     """Create the Run ``name`` of ``RETRY_ON_ERROR`` and wait until its first Turn's model
     request is held by the scripted model and its AgentTurn is Running."""
     await world.create(run(name, RETRY_ON_ERROR))
@@ -231,16 +172,16 @@ async def start_held_turn(world: World, name: str) -> None:
     async def held() -> bool:
         return any(r["held"] for r in await model_requests(world.session, world.model, LONG))
 
-    await world.until(name, held, "the first Turn's model request held")
+    await world.until(held, "the first Turn's model request held", run=name)
     await world.until(
-        name,
         lambda: status(world.k8s, AGENTTURNS, f"{name}-t1").get("phase") == "Running",
         "the first AgentTurn Running",
+        run=name,
     )
 
 
 async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_moves_on(
-    world: World,
+    world: OperatorWorld,
 ) -> None:
     name = "cut"
     first_iid = f"{NAMESPACE}.{name}/root/coder"
@@ -249,9 +190,9 @@ async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_mov
 
     await world.delete_pod()
     await world.until(
-        name,
         lambda: world.run(name).get("phase") == "Succeeded" and world.run(name)["turnCount"] == 2,
         "the Run to succeed with both Turns recorded",
+        run=name,
     )
 
     # The new Harness settled the cut Submission from the log on the volume.
@@ -289,8 +230,10 @@ async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_mov
     assert [s["outcome"] for s in again["settlements"]] == ["ended"]
 
     # The cut Turn's AgentTurn recorded its Submission's settlement, then its own.
-    await world.until(name, lambda: f"{name}-t1" in world.watch.deleted(), "t1's AgentTurn gone")
-    kind, last = world.watch.of(f"{name}-t1")[-1]
+    await world.until(
+        lambda: f"{name}-t1" in world.turns.deleted(), "t1's AgentTurn gone", run=name
+    )
+    kind, last = world.turns.of(f"{name}-t1")[-1]
     assert kind == "DELETED"
     assert [(s["id"], s["outcome"]) for s in last["status"]["submissions"]] == [(cut, "failed")]
     said = last["status"]["settlement"]
@@ -305,7 +248,7 @@ async def test_a_turn_cut_by_its_pods_replacement_settles_failed_and_the_run_mov
 
 
 async def test_a_turn_whose_conversation_the_new_harness_lost_is_recorded_failed(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: OperatorWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(harness_client, "LOST_AFTER_S", 1.0)
     name = "lost"
@@ -317,14 +260,16 @@ async def test_a_turn_whose_conversation_the_new_harness_lost_is_recorded_failed
     world.kubelet.held = True
     await world.delete_pod()
     await world.until(
-        name, lambda: (NAMESPACE, POD) not in world.kubelet.sandboxes, "the old Harness gone"
+        lambda: (NAMESPACE, POD) not in world.kubelet.sandboxes,
+        "the old Harness gone",
+        run=name,
     )
     shutil.rmtree(old.data_dir)
     world.kubelet.held = False
     await world.until(
-        name,
         lambda: world.run(name).get("phase") == "Succeeded" and world.run(name)["turnCount"] == 2,
         "the Run to succeed with both Turns recorded",
+        run=name,
     )
 
     lost = f"the Harness lost the conversation {first_iid!r}: for 1 s it answered its stream "
@@ -340,8 +285,10 @@ async def test_a_turn_whose_conversation_the_new_harness_lost_is_recorded_failed
     assert [(s["outcome"], s["message"]) for s in turns[0]["submissions"]] == [
         ("failed", done["output"])
     ]
-    await world.until(name, lambda: f"{name}-t1" in world.watch.deleted(), "t1's AgentTurn gone")
-    _, last = world.watch.of(f"{name}-t1")[-1]
+    await world.until(
+        lambda: f"{name}-t1" in world.turns.deleted(), "t1's AgentTurn gone", run=name
+    )
+    _, last = world.turns.of(f"{name}-t1")[-1]
     said = last["status"]["settlement"]
     assert (said["outcome"], said["message"]) == ("failed", done["output"])
 
@@ -350,7 +297,7 @@ async def test_a_turn_whose_conversation_the_new_harness_lost_is_recorded_failed
 
 
 async def test_a_sweep_its_frozen_harness_never_answers_is_recorded_aborted_at_the_bound(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: OperatorWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(harnesses, "WAIT_S", 3.0)
     monkeypatch.setattr(harness_client, "SWEEP_TIMEOUT_S", 1.0)
@@ -368,26 +315,26 @@ async def test_a_sweep_its_frozen_harness_never_answers_is_recorded_aborted_at_t
     async def held() -> bool:
         return any(r["held"] for r in await model_requests(world.session, world.model, LONG))
 
-    await world.until(name, held, "the Turn's model request held")
+    await world.until(held, "the Turn's model request held", run=name)
     await world.until(
-        name,
         lambda: status(world.k8s, AGENTTURNS, f"{name}-t1").get("phase") == "Running",
         "the AgentTurn Running",
+        run=name,
     )
     sandbox = await world.kubelet.running(POD)
     os.kill(sandbox.process.pid, signal.SIGSTOP)
     try:
         await world.signal(name, "stop")
         await world.until(
-            name,
-            lambda: f"{name}-t1" in world.watch.deleted(),
+            lambda: f"{name}-t1" in world.turns.deleted(),
             "the AgentTurn's finalizer to give up and let it go",
+            run=name,
         )
-        await world.until(name, lambda: world.run(name).get("turnCount") == 1, "the record")
+        await world.until(lambda: world.run(name).get("turnCount") == 1, "the record", run=name)
     finally:
         os.kill(sandbox.process.pid, signal.SIGCONT)
 
-    _, last = world.watch.of(f"{name}-t1")[-1]
+    _, last = world.turns.of(f"{name}-t1")[-1]
     said = last["status"]["settlement"]
     assert said["outcome"] == "aborted"
     assert said["message"].startswith(
@@ -412,7 +359,7 @@ async def test_a_sweep_its_frozen_harness_never_answers_is_recorded_aborted_at_t
 
 
 async def test_an_exec_started_while_the_pod_is_made_again_runs_at_the_new_harness(
-    world: World,
+    world: OperatorWorld,
 ) -> None:
     name = "checker"
     machine = {
@@ -432,19 +379,25 @@ async def test_an_exec_started_while_the_pod_is_made_again_runs_at_the_new_harne
         },
     }
     await world.create(run(name, machine, agents=False))
-    await world.until(name, lambda: world.run(name).get("state") == "waiting", "the Run waiting")
+    await world.until(
+        lambda: world.run(name).get("state") == "waiting", "the Run waiting", run=name
+    )
     old = await world.harness()
 
     world.kubelet.held = True
     await world.delete_pod()
     await world.until(
-        name, lambda: world.workspace().get("phase") == "Pending", "the Workspace Pending"
+        lambda: world.workspace_status().get("phase") == "Pending",
+        "the Workspace Pending",
+        run=name,
     )
     await world.signal(name, "check")
-    await world.until(name, lambda: world.run(name).get("state") == "checking", "the exec to start")
+    await world.until(
+        lambda: world.run(name).get("state") == "checking", "the exec to start", run=name
+    )
     world.kubelet.held = False
 
-    await world.until(name, lambda: world.run(name).get("phase") == "Succeeded", "the Run done")
+    await world.until(lambda: world.run(name).get("phase") == "Succeeded", "the Run done", run=name)
     assert world.run(name)["output"] == "checked"  # the exec result's output, stripped
     new = await world.harness()
     assert [s.url for s in world.kubelet.started] == [old.url, new.url]
@@ -454,7 +407,7 @@ async def test_an_exec_started_while_the_pod_is_made_again_runs_at_the_new_harne
 
 
 async def test_worktrees_the_harness_cannot_make_are_said_and_asked_for_again(
-    world: World,
+    world: OperatorWorld,
 ) -> None:
     name = "blocked"
     sandbox = await world.kubelet.running(POD)
@@ -474,9 +427,12 @@ async def test_worktrees_the_harness_cannot_make_are_said_and_asked_for_again(
     )
 
     failing = await world.until(
-        name,
-        lambda: world.ready(name).get("reason") == "WorktreesFailed" and world.ready(name),
+        lambda: (
+            world.run_condition(name, "Ready").get("reason") == "WorktreesFailed"
+            and world.run_condition(name, "Ready")
+        ),
         "Ready=False, WorktreesFailed",
+        run=name,
     )
     assert failing["status"] == "False"
     message = failing["message"]
@@ -490,11 +446,14 @@ async def test_worktrees_the_harness_cannot_make_are_said_and_asked_for_again(
 
     blocker.unlink()
     await world.until(
-        name,
         lambda: world.run(name).get("phase") == "Succeeded" and world.run(name)["turnCount"] == 1,
         "the Run to succeed, its Turn recorded",
+        run=name,
     )
     done = world.run(name)
     assert [(t["state"], t["outcome"]) for t in done["turns"]] == [("working", "ended")]
-    assert (world.ready(name)["status"], world.ready(name)["reason"]) == ("True", "Finished")
+    assert (
+        world.run_condition(name, "Ready")["status"],
+        world.run_condition(name, "Ready")["reason"],
+    ) == ("True", "Finished")
     assert (sandbox.work_root / "target" / f"kubeturn-{name}" / "README.md").is_file()

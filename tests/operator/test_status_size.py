@@ -34,7 +34,6 @@ import yaml
 from kubeturn.api.status import MESSAGE_LIMIT
 from kubeturn.k8s import runs
 from kubeturn.orchestrator.history import HISTORY_BYTES
-from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
@@ -48,13 +47,13 @@ from tests.operator.operator_support import (
     events,
     eventually,
     fail_on_logged_errors,
-    make_origin,
     names,
     read,
     script,
     settings,
 )
-from tests.operator.test_workspace_lifecycle import WORKSPACE, World, workspace
+from tests.operator.shared import WORKSPACE, shared_workspace
+from tests.operator.world import OperatorWorld
 
 PROMPT = "Try the task."
 REFUSAL = "the provider refused the request: " + "this model is overloaded today. " * 128
@@ -124,33 +123,21 @@ async def world(
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[tuple[World, OperatorThread]]:
+) -> AsyncIterator[OperatorWorld]:
     """The Workspace Ready under a first operator, whose model refuses every request (the
     test may stop it and start another); the test fails if one logged an error."""
-    runner, url = await serve(
-        parse_script(script({PROMPT: [{"error": {"status": 400, "message": REFUSAL}}]}))
-    )
-    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-    operating = settings(installation, providers_yaml=providers)
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-    operator = OperatorThread(operating, installation.kubeconfig)
-    made = World(k8s, k8s_client, session, kubelet, make_origin(tmp_path / "git"))
-    try:
-        await operator.start()
-        await made.create(workspace(made.origin))
-        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
-        yield made, operator
-    finally:
-        await operator.stop()
-        await session.close()
-        await runner.cleanup()
+    refusing = script({PROMPT: [{"error": {"status": 400, "message": REFUSAL}}]})
+    async with shared_workspace(
+        k8s, k8s_client, installation, kubelet, refusing, tmp_path / "git"
+    ) as made:
+        yield made
     fail_on_logged_errors(caplog, kubelet.started)
 
 
 async def test_a_run_of_many_failed_turns_stays_small_across_a_restart(
-    world: tuple[World, OperatorThread], installation: Installation
+    world: OperatorWorld, installation: Installation
 ) -> None:
-    made, first = world
+    made, first = world, world.operator
     await made.create(failing_run("failing"))
 
     def counted() -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import Outcome
 from tests.operator import emulator
 from tests.operator.operator_support import AGENTTURNS, GROUP_VERSION, NAMESPACE, eventually
+from tests.operator.world import OperatorWorld
 
 RUN, WORKSPACE, TURN = "reporting", "ws", "t1"
 NAME = f"{RUN}-{TURN}"
@@ -101,53 +101,52 @@ def kube(kubeconfig: Path) -> Iterator[Kube]:
     client.close()
 
 
+PATH = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/agentturns/{NAME}"
+
+
 @dataclass
-class World:
-    k8s: emulator.KubernetesApi
-    api: aiohttp.ClientSession
+class RunSide:
+    """The Run's side of the finalizer: the operator's hub, the Run's ``ClusterTurns`` and
+    the stand-in Harness of its Workspace."""
+
     hub: Hub
     turns: ClusterTurns
     harness: StandIn
 
-    def agent_turn(self) -> Body | None:
-        return self.k8s.read_object(AGENTTURNS, NAMESPACE, NAME)
 
-    async def create_agent_turn(self) -> None:
-        body = {
-            "apiVersion": GROUP_VERSION,
-            "kind": "AgentTurn",
-            "metadata": {"name": NAME, "namespace": NAMESPACE, "finalizers": [SWEEP_FINALIZER]},
-            "spec": {
-                "runRef": {"name": RUN},
-                "workspaceRef": {"name": WORKSPACE},
-                "turn": TURN,
-                "agent": {"slot": "coder", "instructions": "Work.", "workspace": "write"},
-                "statePath": "working",
-                "instanceId": IID,
-                "prompt": "Work.",
-                "cwd": "/work",
-            },
-        }
-        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/agentturns"
-        async with self.api.post(path, json=body) as answer:
-            assert answer.status == 201, await answer.text()
-        status = {"status": {"phase": "Running", "submissions": [{"id": "s1", "admittedAt": 1}]}}
-        await self.patch(status, "/status")
+def agent_turn(world: OperatorWorld) -> Body | None:
+    return world.read(AGENTTURNS, NAME)
 
-    async def patch(self, patch: Body, sub: str = "") -> None:
-        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/agentturns/{NAME}{sub}"
-        headers = {"Content-Type": "application/merge-patch+json"}
-        async with self.api.patch(path, data=json.dumps(patch), headers=headers) as answer:
-            assert answer.status == 200, await answer.text()
 
-    async def deleted_and_held(self) -> Body:
-        """The AgentTurn once the Run deleted it: still there, its finalizer holding it."""
+async def create_agent_turn(world: OperatorWorld) -> None:
+    body = {
+        "apiVersion": GROUP_VERSION,
+        "kind": "AgentTurn",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "finalizers": [SWEEP_FINALIZER]},
+        "spec": {
+            "runRef": {"name": RUN},
+            "workspaceRef": {"name": WORKSPACE},
+            "turn": TURN,
+            "agent": {"slot": "coder", "instructions": "Work.", "workspace": "write"},
+            "statePath": "working",
+            "instanceId": IID,
+            "prompt": "Work.",
+            "cwd": "/work",
+        },
+    }
+    await world.create(body)
+    status = {"status": {"phase": "Running", "submissions": [{"id": "s1", "admittedAt": 1}]}}
+    await world.patch(f"{PATH}/status", status)
 
-        def held() -> Body | None:
-            found = self.agent_turn()
-            return found if found and found["metadata"].get("deletionTimestamp") else None
 
-        return dict(await eventually(held, "the AgentTurn deleted and held by its finalizer"))
+async def deleted_and_held(world: OperatorWorld) -> Body:
+    """The AgentTurn once the Run deleted it: still there, its finalizer holding it."""
+
+    def held() -> Body | None:
+        found = agent_turn(world)
+        return found if found and found["metadata"].get("deletionTimestamp") else None
+
+    return dict(await eventually(held, "the AgentTurn deleted and held by its finalizer"))
 
 
 def loaded_run() -> LoadedRun:
@@ -172,26 +171,30 @@ def loaded_run() -> LoadedRun:
 
 
 @pytest.fixture
-async def world(
-    k8s: emulator.KubernetesApi, k8s_client: aiohttp.ClientSession, kube: Kube
-) -> AsyncIterator[World]:
+def world(k8s: emulator.KubernetesApi, k8s_client: aiohttp.ClientSession) -> OperatorWorld:
+    """The emulator, which no operator serves here."""
+    return OperatorWorld(k8s, k8s_client)
+
+
+@pytest.fixture
+async def run(kube: Kube) -> AsyncIterator[RunSide]:
     hub = Hub(kube, OperatorSettings(sweep_look_s=LOOK_S))
     run = {"metadata": {"name": RUN, "namespace": NAMESPACE}}
     async with stand_in() as harness:
         hub.harness_ready((NAMESPACE, WORKSPACE), HarnessClient(harness.url, "token"))
         try:
-            yield World(
-                k8s, k8s_client, hub, ClusterTurns(hub, run, loaded_run(), WORKSPACE), harness
-            )
+            yield RunSide(hub, ClusterTurns(hub, run, loaded_run(), WORKSPACE), harness)
         finally:
             await hub.close()
 
 
-async def test_the_run_waits_for_the_finalizers_report_past_its_looks(world: World) -> None:
-    await world.create_agent_turn()
-    sweeping = asyncio.create_task(world.turns.sweep(SWEEP))
+async def test_the_run_waits_for_the_finalizers_report_past_its_looks(
+    world: OperatorWorld, run: RunSide
+) -> None:
+    await create_agent_turn(world)
+    sweeping = asyncio.create_task(run.turns.sweep(SWEEP))
     try:
-        held = await world.deleted_and_held()
+        held = await deleted_and_held(world)
         exit_ = held["status"]["exit"]
         assert (exit_.get("cause"), exit_["submissionId"]) == (None, "s1")
         assert held["status"]["phase"] == "Settling"
@@ -199,35 +202,39 @@ async def test_the_run_waits_for_the_finalizers_report_past_its_looks(world: Wor
         await asyncio.sleep(10 * LOOK_S)
         assert not sweeping.done()
         report = [Settled("s1", Outcome.ABORTED, message="the finalizer's words")]
-        world.hub.swept(KEY, report)
+        run.hub.swept(KEY, report)
         assert await asyncio.wait_for(sweeping, 5) == report
     finally:
         sweeping.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweeping
-    assert world.harness.sweeps == []
+    assert run.harness.sweeps == []
 
 
-async def test_an_agentturn_gone_without_a_report_is_swept_again(world: World) -> None:
-    await world.create_agent_turn()
-    sweeping = asyncio.create_task(world.turns.sweep(SWEEP))
+async def test_an_agentturn_gone_without_a_report_is_swept_again(
+    world: OperatorWorld, run: RunSide
+) -> None:
+    await create_agent_turn(world)
+    sweeping = asyncio.create_task(run.turns.sweep(SWEEP))
     try:
-        await world.deleted_and_held()
-        await world.patch({"metadata": {"finalizers": []}})
+        await deleted_and_held(world)
+        await world.patch(PATH, {"metadata": {"finalizers": []}})
         settled = await asyncio.wait_for(sweeping, 5)
     finally:
         sweeping.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweeping
-    assert world.agent_turn() is None
+    assert agent_turn(world) is None
     assert [(s.submission, s.outcome, s.message) for s in settled] == [
         ("s1", Outcome.ABORTED, HARNESS_SAID)
     ]
-    assert world.harness.sweeps == [{"submissionId": "s1"}]
+    assert run.harness.sweeps == [{"submissionId": "s1"}]
 
 
-async def test_a_report_that_came_before_the_runs_sweep_is_its_answer(world: World) -> None:
+async def test_a_report_that_came_before_the_runs_sweep_is_its_answer(
+    world: OperatorWorld, run: RunSide
+) -> None:
     report = [Settled("s1", Outcome.ENDED)]
-    world.hub.swept(KEY, report)
-    assert await asyncio.wait_for(world.turns.sweep(SWEEP), 5) == report
-    assert world.harness.sweeps == []
+    run.hub.swept(KEY, report)
+    assert await asyncio.wait_for(run.turns.sweep(SWEEP), 5) == report
+    assert run.harness.sweeps == []

@@ -55,16 +55,11 @@ are :mod:`lifecycle`'s, the kubelet's are in :mod:`kubelet`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import subprocess
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -79,76 +74,34 @@ from tests.operator.operator_support import (
     NAMESPACE,
     RUNS,
     WORKSPACES,
-    HarnessReader,
-    Writes,
-    call,
     events,
     eventually,
     fail_on_logged_errors,
     harness_token,
-    make_origin,
     model_requests,
     orchestrator_token,
     read,
-    script,
-    scripted_operator,
     status,
 )
-
-WORKSPACE = "shared"
-POD = f"{WORKSPACE}-kubeturn-sandbox"
-FIRST, SECOND = "first", "second"
-PROMPTS = {FIRST: "Do the first task", SECOND: "Do the second task"}
-LONG = "Do the long task"
-SCRIPT = script(
-    {
-        **{prompt: [{"toolCalls": [call("finish")]}] for prompt in PROMPTS.values()},
-        LONG: [{"text": "Working on it.", "hold": True}],
-    }
+from tests.operator.shared import (
+    FIRST,
+    LONG,
+    POD,
+    SCRIPT,
+    SECOND,
+    WORKSPACE,
+    coder,
+    run,
+    shared_workspace,
+    until_waiting,
+    workspace,
 )
-"""Each Run's coder picks ``finish`` at once; a ``LONG`` Turn's model request is held."""
+from tests.operator.world import OperatorWorld
+
 MARK = "SANDBOX_MARK"
 """A variable of the Workspace's ``spec.env`` that a test changes."""
 
 Body = dict[str, Any]
-
-
-def workspace(origin: str) -> Body:
-    return {
-        "apiVersion": GROUP_VERSION,
-        "kind": "Workspace",
-        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
-        "spec": {"repos": {"target": {"url": origin}}},
-    }
-
-
-def run(name: str) -> Body:
-    """A Run in the shared Workspace: its coder picks ``finish``, then it waits for a
-    signal ``approve``."""
-    return {
-        "apiVersion": GROUP_VERSION,
-        "kind": "Run",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "workspace": {"name": WORKSPACE},
-            "agents": {
-                "coder": {"model": "scripted/any", "instructions": "Work.", "workspace": "write"}
-            },
-            "machine": {
-                "initial": "working",
-                "states": {
-                    "working": {
-                        "invoke": {
-                            "agent": {"slot": "coder", "prompt": PROMPTS[name], "continue": True}
-                        },
-                        "on": {"finish": {"target": "waiting", "description": "Done."}},
-                    },
-                    "waiting": {"on": {"approve": "done"}},
-                    "done": {"type": "final"},
-                },
-            },
-        },
-    }
 
 
 def long_run(name: str) -> Body:
@@ -168,105 +121,6 @@ def long_run(name: str) -> Body:
     return body
 
 
-def coder(name: str) -> str:
-    """The coder's Instance ID in Run ``name`` (a continued conversation's)."""
-    return f"{NAMESPACE}.{name}/root/coder"
-
-
-@dataclass
-class World(Writes):
-    k8s: emulator.KubernetesApi
-    api: aiohttp.ClientSession
-    """The emulator, over HTTP with no idle connection kept (see ``k8s_client``)."""
-    session: aiohttp.ClientSession
-    kubelet: kubelet_.Kubelet
-    origin: str
-    model: str = ""
-    """The scripted model's base URL (its control routes live there), for the scenarios
-    that hold a model request."""
-    versions: list[Body] = field(default_factory=list)
-    """Every version of the Workspace the API served on a watch, in order."""
-    orchestrator: str = ""
-    """The Orchestrator API's base URL."""
-
-    def status(self) -> Body:
-        return status(self.k8s, WORKSPACES, WORKSPACE)
-
-    def ready(self) -> Body:
-        return self.condition("Ready")
-
-    def condition(self, type_: str) -> Body:
-        found = [c for c in self.status().get("conditions", []) if c["type"] == type_]
-        return found[0] if found else {}
-
-    async def patch(self, path: str, patch: Body) -> None:
-        headers = {"Content-Type": "application/merge-patch+json"}
-        async with self.api.patch(path, data=json.dumps(patch), headers=headers) as answer:
-            assert answer.status == 200, await answer.text()
-
-    async def until(self, check: Callable[[], Any], what: str) -> Any:
-        return await eventually(check, what, describe=lambda: json.dumps(self.status()))
-
-    async def waiting(self, name: str) -> None:
-        """Until Run ``name`` waits for ``approve``, its coder's Turn swept and recorded."""
-
-        def said() -> str:
-            current = status(self.k8s, RUNS, name)
-            current.pop("snapshot", None)
-            return f"Run {json.dumps(current)}; Workspace {json.dumps(self.status())}"
-
-        def recorded() -> bool:
-            current = status(self.k8s, RUNS, name)
-            return current.get("state") == "waiting" and current.get("turnCount") == 1
-
-        await eventually(recorded, f"Run {name} to wait, its Turn recorded", describe=said)
-
-    async def surface(self, iid: str, token: str) -> int:
-        """The status the Orchestrator API answers a surface read of ``iid`` with ``token``."""
-        url = f"{self.orchestrator}/agents/{quote(iid, safe='')}/surface"
-        headers = {"Authorization": f"Bearer {token}"}
-        async with self.session.get(url, headers=headers) as answer:
-            return answer.status
-
-    async def readyz(self, harness: str, token: str) -> int:
-        """The status a Harness answers ``/readyz`` with ``token``."""
-        headers = {"Authorization": f"Bearer {token}"}
-        async with self.session.get(f"{harness}/readyz", headers=headers) as answer:
-            return answer.status
-
-    async def harness(self) -> HarnessReader:
-        sandbox = await self.kubelet.running(POD)
-        return HarnessReader(sandbox.url, harness_token(self.k8s, WORKSPACE), self.session)
-
-
-async def _watch(api: aiohttp.ClientSession, into: list[Body], opened: asyncio.Event) -> None:
-    path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/workspaces?watch=true"
-    async with api.get(path, timeout=aiohttp.ClientTimeout()) as response:
-        assert response.status == 200
-        opened.set()
-        async for line in response.content:
-            if line.strip():
-                into.append(json.loads(line)["object"])
-
-
-@asynccontextmanager
-async def shared_workspace(
-    k8s: emulator.KubernetesApi,
-    k8s_client: aiohttp.ClientSession,
-    installation: Installation,
-    kubelet: kubelet_.Kubelet,
-    script: str,
-    git: Path,
-) -> AsyncIterator[World]:
-    """The operator on the scripted model answering ``script``, and the shared Workspace
-    (its repo made under ``git``) Ready."""
-    async with scripted_operator(installation, script) as scripted:
-        made = World(k8s, k8s_client, scripted.session, kubelet, make_origin(git))
-        await made.create(workspace(made.origin))
-        await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
-        yield made
-
-
 @pytest.fixture
 async def world(
     k8s: emulator.KubernetesApi,
@@ -275,32 +129,13 @@ async def world(
     kubelet: kubelet_.Kubelet,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> AsyncIterator[World]:
-    """The operator on the scripted model, the shared Workspace Ready; the test fails if
-    the operator or a Harness logged an error."""
-    versions: list[Body] = []
-    opened = asyncio.Event()
-    watch = asyncio.create_task(_watch(k8s_client, versions, opened))
-    try:
-        await eventually(opened.is_set, "the Workspace watch to open", timeout=5)
-        async with scripted_operator(installation, SCRIPT) as scripted:
-            made = World(
-                k8s,
-                k8s_client,
-                scripted.session,
-                kubelet,
-                make_origin(tmp_path / "git"),
-                scripted.model,
-                versions,
-                f"http://127.0.0.1:{scripted.operator.settings.api_port}",
-            )
-            await made.create(workspace(made.origin))
-            await made.until(lambda: made.status().get("phase") == "Ready", "the Workspace Ready")
-            yield made
-    finally:
-        watch.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watch
+) -> AsyncIterator[OperatorWorld]:
+    """The operator on the scripted model, the shared Workspace Ready, its versions
+    watched; the test fails if the operator or a Harness logged an error."""
+    async with shared_workspace(
+        k8s, k8s_client, installation, kubelet, SCRIPT, tmp_path / "git", watch_workspaces=True
+    ) as made:
+        yield made
     fail_on_logged_errors(caplog, kubelet.started)
 
 
@@ -322,9 +157,9 @@ def looks_often(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workspaces, "READY_PROBE_S", 1.0)
 
 
-def counts(world: World) -> tuple[int, int]:
+def counts(world: OperatorWorld) -> tuple[int, int]:
     """The Workspace's (``runCount``, ``activeRunCount``)."""
-    said = world.status()
+    said = world.workspace_status()
     return said.get("runCount", 0), said.get("activeRunCount", 0)
 
 
@@ -346,19 +181,19 @@ def waiting_run(name: str) -> Body:
     return body
 
 
-def size_but_counts(world: World) -> int:
+def size_but_counts(world: OperatorWorld) -> int:
     """The bytes of the Workspace's status as JSON, but the digits of its two counts."""
-    said = world.status()
+    said = world.workspace_status()
     digits = len(str(said["runCount"])) + len(str(said["activeRunCount"]))
     return len(json.dumps(said, separators=(",", ":"))) - digits
 
 
 async def test_the_workspace_reports_its_clones_and_counts_its_runs(
-    looks_often: None, world: World
+    looks_often: None, world: OperatorWorld
 ) -> None:
     # Paths are the Harness's: the kubelet's directory stands for /work.
     work = (await world.kubelet.running(POD)).work_root
-    ready = world.status()
+    ready = world.workspace_status()
     assert ready["repos"] == {
         "target": {"path": str(work / ".repos" / "target"), "commit": head(world.origin)}
     }
@@ -373,17 +208,17 @@ async def test_the_workspace_reports_its_clones_and_counts_its_runs(
     world.k8s.store_undecoded(
         WORKSPACES, {**stored, "status": {**stored["status"], "worktrees": older}}
     )
-    assert world.status()["worktrees"] == older
-    await world.until(lambda: "worktrees" not in world.status(), "the older key to go")
+    assert world.workspace_status()["worktrees"] == older
+    await world.until(lambda: "worktrees" not in world.workspace_status(), "the older key to go")
 
     for name in (FIRST, SECOND):
         await world.create(run(name))
-        await world.waiting(name)
+        await until_waiting(world, name)
     for name in (FIRST, SECOND):
         assert status(world.k8s, RUNS, name)["worktrees"] == worktree(work, name)
     await world.until(lambda: counts(world) == (2, 2), "both Runs counted")
     assert (work / "target" / f"kubeturn-{FIRST}" / "README.md").is_file()
-    assert "worktrees" not in world.status()
+    assert "worktrees" not in world.workspace_status()
 
     # A Run that finishes is not active; one that is deleted is not counted.
     await world.signal(FIRST, "approve")
@@ -393,7 +228,7 @@ async def test_the_workspace_reports_its_clones_and_counts_its_runs(
     await world.delete(f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{SECOND}")
     await world.until(lambda: counts(world) == (1, 0), f"{SECOND} no longer counted")
     await world.until(lambda: read(world.k8s, RUNS, SECOND) is None, f"{SECOND} to go")
-    assert world.status()["phase"] == "Ready"
+    assert world.workspace_status()["phase"] == "Ready"
 
     # 3 Runs sharing it, then 12 (and FIRST, finished): the same bytes but the counts'.
     sizes: dict[int, int] = {}
@@ -419,24 +254,29 @@ async def test_the_workspace_reports_its_clones_and_counts_its_runs(
 # ----------------------------------------------------------------------------- recreation
 
 
-async def test_a_deleted_sandbox_pod_is_made_again_with_its_conversations(world: World) -> None:
+async def test_a_deleted_sandbox_pod_is_made_again_with_its_conversations(
+    world: OperatorWorld,
+) -> None:
     await world.create(run(FIRST))
-    await world.waiting(FIRST)
+    await until_waiting(world, FIRST)
     before = await world.harness()
     logged = await before.history("coder", coder(FIRST))
     assert [s["outcome"] for s in logged["settlements"]] == ["ended"]
-    old = world.status()["endpoint"]
+    old = world.workspace_status()["endpoint"]
     assert old == before.url
     seen = len(world.versions)
 
     await world.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{POD}")
     await world.until(
-        lambda: world.status().get("phase") == "Ready" and world.status()["endpoint"] != old,
+        lambda: (
+            world.workspace_status().get("phase") == "Ready"
+            and world.workspace_status()["endpoint"] != old
+        ),
         "the Workspace Ready at a new endpoint",
     )
     after = await world.harness()
     assert [s.url for s in world.kubelet.started] == [old, after.url]
-    assert world.status()["endpoint"] == after.url
+    assert world.workspace_status()["endpoint"] == after.url
     # On the way: Pending, not Ready, saying the sandbox is being made again.
     between = [v["status"] for v in world.versions[seen:]]
     pending = [s for s in between if s.get("phase") == "Pending"]
@@ -454,7 +294,7 @@ async def test_a_deleted_sandbox_pod_is_made_again_with_its_conversations(world:
 
     # A Turn admitted now runs on the new Harness.
     await world.create(run(SECOND))
-    await world.waiting(SECOND)
+    await until_waiting(world, SECOND)
     second = await after.history("coder", coder(SECOND))
     assert [s["outcome"] for s in second["settlements"]] == ["ended"]
     for name in (FIRST, SECOND):
@@ -465,8 +305,8 @@ async def test_a_deleted_sandbox_pod_is_made_again_with_its_conversations(world:
     )
 
 
-async def test_an_evicted_sandbox_pod_is_made_again_keeping_why(world: World) -> None:
-    old = world.status()["endpoint"]
+async def test_an_evicted_sandbox_pod_is_made_again_keeping_why(world: OperatorWorld) -> None:
+    old = world.workspace_status()["endpoint"]
     seen = len(world.versions)
     evicted = {
         "status": {
@@ -481,7 +321,10 @@ async def test_an_evicted_sandbox_pod_is_made_again_keeping_why(world: World) ->
         assert answer.status == 200, await answer.text()
 
     await world.until(
-        lambda: world.status().get("phase") == "Ready" and world.status()["endpoint"] != old,
+        lambda: (
+            world.workspace_status().get("phase") == "Ready"
+            and world.workspace_status()["endpoint"] != old
+        ),
         "the Workspace Ready at a new endpoint",
     )
     assert len(world.kubelet.started) == 2
@@ -533,14 +376,14 @@ def pod_env(k8s: emulator.KubernetesApi) -> dict[str, Any]:
     return {variable["name"]: variable.get("value") for variable in harness["env"]}
 
 
-async def test_a_changed_spec_makes_an_idle_sandbox_anew(world: World) -> None:
+async def test_a_changed_spec_makes_an_idle_sandbox_anew(world: OperatorWorld) -> None:
     assert world.condition("SandboxCurrent")["status"] == "True"
     assert world.condition("VolumeCurrent")["status"] == "True"
     await world.create(run(FIRST))
-    await world.waiting(FIRST)
+    await until_waiting(world, FIRST)
     before = await world.harness()
     logged = await before.history("coder", coder(FIRST))
-    old = world.status()["endpoint"]
+    old = world.workspace_status()["endpoint"]
     assert MARK not in harness_env(await world.kubelet.running(POD))
     seen = len(world.versions)
     providers, policy, claim = (stored(world.k8s, *child) for child in CHILDREN)
@@ -560,8 +403,8 @@ async def test_a_changed_spec_makes_an_idle_sandbox_anew(world: World) -> None:
     )
     await world.until(
         lambda: (
-            world.status().get("phase") == "Ready"
-            and world.status()["endpoint"] != old
+            world.workspace_status().get("phase") == "Ready"
+            and world.workspace_status()["endpoint"] != old
             and world.condition("SandboxCurrent").get("status") == "True"
         ),
         "the Workspace Ready at a new endpoint, its sandbox current",
@@ -606,7 +449,7 @@ async def test_a_changed_spec_makes_an_idle_sandbox_anew(world: World) -> None:
     )
 
 
-async def test_a_changed_spec_waits_for_the_running_turn(world: World) -> None:
+async def test_a_changed_spec_waits_for_the_running_turn(world: OperatorWorld) -> None:
     name = "long"
     await world.create(long_run(name))
 
@@ -624,7 +467,7 @@ async def test_a_changed_spec_waits_for_the_running_turn(world: World) -> None:
     await world.patch(WORKSPACE_PATH, {"spec": {"env": [{"name": MARK, "value": "second"}]}})
     waiting = await world.until(
         lambda: (
-            world.status().get("observedGeneration") == 2
+            world.workspace_status().get("observedGeneration") == 2
             and world.condition("SandboxCurrent").get("reason") == "SpecChanged"
             and world.condition("SandboxCurrent")
         ),
@@ -646,8 +489,8 @@ async def test_a_changed_spec_waits_for_the_running_turn(world: World) -> None:
     )
     await world.until(
         lambda: (
-            world.status().get("phase") == "Ready"
-            and world.status()["endpoint"] != old.url
+            world.workspace_status().get("phase") == "Ready"
+            and world.workspace_status()["endpoint"] != old.url
             and world.condition("SandboxCurrent").get("status") == "True"
         ),
         "the sandbox made anew once the Turn was swept",
@@ -678,7 +521,7 @@ def cut_run(name: str) -> Body:
 
 
 @IN_BOTH_SHAPES
-async def test_rotating_the_tokens_revokes_the_old_ones_at_once(world: World) -> None:
+async def test_rotating_the_tokens_revokes_the_old_ones_at_once(world: OperatorWorld) -> None:
     name = "long"
     await world.create(cut_run(name))
 
@@ -707,7 +550,8 @@ async def test_rotating_the_tokens_revokes_the_old_ones_at_once(world: World) ->
     # The sandbox is made anew at once with new tokens, cutting the Turn that ran.
     await world.until(
         lambda: (
-            world.status().get("phase") == "Ready" and world.status()["endpoint"] != old_sandbox.url
+            world.workspace_status().get("phase") == "Ready"
+            and world.workspace_status()["endpoint"] != old_sandbox.url
         ),
         "the Workspace Ready at a new sandbox with the new tokens",
     )
@@ -732,14 +576,14 @@ async def test_rotating_the_tokens_revokes_the_old_ones_at_once(world: World) ->
     sandbox = await world.kubelet.running(POD)
     assert [await world.readyz(sandbox.url, token) for token in (old[1], new[1])] == [401, 200]
     await world.create(run(FIRST))
-    await world.waiting(FIRST)
+    await until_waiting(world, FIRST)
 
 
 async def test_a_token_secret_deleted_by_hand_is_made_anew_at_the_next_look(
-    world: World,
+    world: OperatorWorld,
 ) -> None:
     old = orchestrator_token(world.k8s, WORKSPACE)
-    old_endpoint = world.status()["endpoint"]
+    old_endpoint = world.workspace_status()["endpoint"]
     await world.delete(SECRET_PATH)
 
     async def refused() -> bool:
@@ -748,7 +592,8 @@ async def test_a_token_secret_deleted_by_hand_is_made_anew_at_the_next_look(
     await eventually(refused, "the old Orchestrator token refused", timeout=LOOKED_WITHIN_S)
     await world.until(
         lambda: (
-            world.status().get("phase") == "Ready" and world.status()["endpoint"] != old_endpoint
+            world.workspace_status().get("phase") == "Ready"
+            and world.workspace_status()["endpoint"] != old_endpoint
         ),
         "the Workspace Ready at a new sandbox with the new tokens",
     )
@@ -756,7 +601,7 @@ async def test_a_token_secret_deleted_by_hand_is_made_anew_at_the_next_look(
     assert new != old
     assert await world.surface("any", new) == 404
     await world.create(run(FIRST))
-    await world.waiting(FIRST)
+    await until_waiting(world, FIRST)
 
 
 HOLD = "tests.kubeturn.dev/hold"
@@ -764,11 +609,11 @@ HOLD = "tests.kubeturn.dev/hold"
 
 
 async def test_a_workspace_made_again_under_its_name_takes_none_of_the_old_tokens(
-    world: World,
+    world: OperatorWorld,
 ) -> None:
     old_token = orchestrator_token(world.k8s, WORKSPACE)
     old_uid = stored(world.k8s, WORKSPACES, WORKSPACE)["metadata"]["uid"]
-    old_endpoint = world.status()["endpoint"]
+    old_endpoint = world.workspace_status()["endpoint"]
     # Another controller's finalizer holds the token Secret: it outlives its Workspace.
     await world.patch(SECRET_PATH, {"metadata": {"finalizers": [HOLD]}})
     await world.delete(WORKSPACE_PATH)
@@ -794,13 +639,14 @@ async def test_a_workspace_made_again_under_its_name_takes_none_of_the_old_token
         f"the Secret {WORKSPACE}-kubeturn-tokens of an earlier Workspace of this name is "
         "being deleted; this Workspace's is made once it is gone"
     )
-    assert world.status()["phase"] == "Pending"
+    assert world.workspace_status()["phase"] == "Pending"
     assert read(world.k8s, "v1/pods", POD) is None
     await world.patch(SECRET_PATH, {"metadata": {"finalizers": None}})
 
     await world.until(
         lambda: (
-            world.status().get("phase") == "Ready" and world.status()["endpoint"] != old_endpoint
+            world.workspace_status().get("phase") == "Ready"
+            and world.workspace_status()["endpoint"] != old_endpoint
         ),
         "the Workspace made again Ready at a new sandbox",
     )
@@ -812,7 +658,7 @@ async def test_a_workspace_made_again_under_its_name_takes_none_of_the_old_token
     assert await world.surface("any", old_token) == 401
     assert await world.surface("any", new_token) == 404
     await world.create(run(FIRST))
-    await world.waiting(FIRST)
+    await until_waiting(world, FIRST)
 
 
 def objects_owner(body: Body) -> str:

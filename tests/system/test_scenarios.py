@@ -23,7 +23,6 @@ Each scenario asserts exact outcomes and counts (docs/turn-semantics.md):
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -31,6 +30,7 @@ import pytest
 from kubeturn.orchestrator.core import RunPhase
 from kubeturn_harness.wire import Outcome
 from tests.system.conftest import StartSystem
+from tests.system.scripts import CODER, FIRST_REVIEW, SECOND_REVIEW, TASK_WITH_REVIEW, call, script
 from tests.system.support import (
     EXAMPLES,
     MACHINES,
@@ -39,41 +39,11 @@ from tests.system.support import (
 )
 
 
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": arguments}
-
-
-def script(conversations: dict[str, list[dict[str, Any]]]) -> str:
-    """A scripted model's script: first-user-message match → steps."""
-    return json.dumps(
-        {"conversations": [{"match": m, "steps": s} for m, s in conversations.items()]}
-    )
-
-
 def outcomes(settlements: list[dict[str, Any]]) -> list[str]:
     return [s["outcome"] for s in settlements]
 
 
 # ----------------------------------------------------------------------------- task-with-review
-
-CODER = "Add a --verbose flag"
-FIRST_REVIEW = "The author says: first attempt"
-SECOND_REVIEW = "The author says: added tests"
-TASK_WITH_REVIEW = script(
-    {
-        CODER: [
-            {"text": "Adding the flag.", "toolCalls": [call("write", path="cli.py", content="")]},
-            {"toolCalls": [call("submit", summary="first attempt")]},
-            {"text": "Adding tests.", "toolCalls": [call("write", path="test_cli.py", content="")]},
-            {"toolCalls": [call("submit", summary="added tests")]},
-        ],
-        FIRST_REVIEW: [
-            {"toolCalls": [call("read", path="cli.py")]},
-            {"toolCalls": [call("review_verdict", verdict="reject", notes="add tests")]},
-        ],
-        SECOND_REVIEW: [{"toolCalls": [call("review_verdict", verdict="approve")]}],
-    }
-)
 
 
 async def test_task_with_review_runs_to_succeeded(system: StartSystem) -> None:

@@ -26,7 +26,7 @@ from kubeturn.orchestrator.core import RunCore, RunPhase
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn.orchestrator.picks import Gone
 from kubeturn_harness.wire import Receipt, Refusal
-from tests.unit.test_core_outcomes import (
+from tests.unit.cores import (
     HANDOFF_IID,
     only,
     restored,

@@ -63,7 +63,7 @@ from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.picks import Gone, Invalid
 from kubeturn.orchestrator.turns import TurnPhase
 from kubeturn_harness.wire import Outcome, Receipt, Refusal
-from tests.unit.test_core_outcomes import (
+from tests.unit.cores import (
     HANDOFF_IID,
     kinds,
     new_core,

@@ -2,9 +2,8 @@
 
 Cases:
 - drift: regenerating from the models gives the committed files byte for byte, and
-  ``crds/`` holds no other file; the failure names the command that regenerates them;
-  the command's ``--check`` agrees, and writing into an empty directory gives the same
-  files;
+  ``crds/`` holds no other file; the failure names the command that regenerates them
+  (the command's ``--check``, writing files, is in ``tests/test_static_crds.py``);
 - names: group, version (served, storage), scope, plural, singular, kind, listKind,
   short names (krun, kws, turn), category kubeturn, the status subresource;
 - printer columns: exactly as specified, each path a field of the schema with the
@@ -20,10 +19,9 @@ Cases:
   recursive states, transitions (several shapes), free JSON, ``spec.machine`` (for a
   bare ``on:``, ADR 0011); quantities are int-or-string;
 - examples: every manifest under examples/, read as kubectl reads it (YAML 1.1: a bare
-  ``on:`` key becomes ``"true"``), validates against its CRD's openAPIV3Schema with
-  check-jsonschema (unknown fields refused, as kubectl's strict field validation does),
-  and against its model; a bare ``on:`` under ``spec.machine`` is accepted; a misspelt
-  field and a missing required field are refused;
+  ``on:`` key becomes ``"true"``), validates against its model, and carries a bare
+  ``on:`` as ``"true"`` (against its CRD's schema, with check-jsonschema, in
+  ``tests/test_static_crds.py``);
 - CEL rules (x-kubernetes-validations): each compiles with the ``cel`` package, and each
   means what it says on sample objects (exactly one of workspace name/template; signals
   append-only; cancel not undone; an AgentTurn's spec immutable; an egress peer is an
@@ -35,45 +33,29 @@ Cases:
 
 from __future__ import annotations
 
-import datetime
-import json
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import cel
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from kubeturn.api import crds
 from kubeturn.api.egress import Peer, PolicyPort
 from kubeturn.api.validation import validate_run
 from kubeturn.api.workspace import Workspace
+from tests.crd_schemas import (
+    CRDS,
+    INT_OR_STRING,
+    PRESERVE,
+    Node,
+    committed,
+    example_manifests,
+    example_run,
+    schema_of,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-CRDS = REPO / "crds"
-EXAMPLES = REPO / "examples"
 REGENERATE = f"regenerate them from the repository root with: {crds.COMMAND}"
-
-PRESERVE = "x-kubernetes-preserve-unknown-fields"
-INT_OR_STRING = "x-kubernetes-int-or-string"
-
-Node = dict[str, Any]
-
-
-def committed() -> dict[str, Node]:
-    """The committed CRDs by kind, as the API server would read them."""
-    documents = (yaml.safe_load(path.read_text()) for path in sorted(CRDS.glob("*.yaml")))
-    return {document["spec"]["names"]["kind"]: document for document in documents}
-
-
-def schema_of(kind: str) -> Node:
-    schema: Node = committed()[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return schema
 
 
 def node_at(schema: Node, path: str) -> Node:
@@ -120,14 +102,6 @@ def test_committed_file_matches_the_models(name: str) -> None:
 def test_crds_directory_holds_only_generated_files() -> None:
     stale = sorted({path.name for path in CRDS.iterdir()} - set(crds.crds()))
     assert not stale, f"crds/ holds files no model generates: {stale}; delete them"
-
-
-def test_check_flag_agrees_and_writing_gives_the_same_files(tmp_path: Path) -> None:
-    assert crds.main(["--out", str(CRDS), "--check"]) == 0
-    assert crds.main(["--out", str(tmp_path), "--check"]) == 1
-    assert crds.main(["--out", str(tmp_path)]) == 0
-    for name in crds.crds():
-        assert (tmp_path / name).read_bytes() == (CRDS / name).read_bytes()
 
 
 def test_generated_files_start_with_the_header() -> None:
@@ -441,105 +415,7 @@ def test_quantities_are_int_or_string() -> None:
         assert node_at(schema_of("Workspace"), path) == {INT_OR_STRING: True}
 
 
-# --- examples against their CRDs ---------------------------------------------------
-
-
-def as_kubectl_sends(value: Any) -> Any:
-    """``value`` (read by PyYAML, YAML 1.1 like kubectl) as the JSON kubectl sends: keys
-    are strings (the boolean key of a bare ``on:`` becomes ``"true"``), times are text."""
-    if isinstance(value, dict):
-        return {_key(key): as_kubectl_sends(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [as_kubectl_sends(item) for item in value]
-    if isinstance(value, datetime.date):
-        return value.isoformat()
-    return value
-
-
-def _key(key: Any) -> str:
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    return "null" if key is None else str(key)
-
-
-def as_json_schema(node: Node) -> Node:
-    """The JSON Schema that checks what the API server checks with ``node``: nullable
-    and int-or-string as type lists, and unknown fields refused wherever the schema does
-    not keep them (kubectl's strict field validation, its default)."""
-    result: Node = {}
-    for key, value in node.items():
-        if key == "properties":
-            result[key] = {name: as_json_schema(child) for name, child in value.items()}
-        elif key in {"items", "additionalProperties"} and isinstance(value, dict):
-            result[key] = as_json_schema(value)
-        elif key != "nullable" and not key.startswith("x-kubernetes-"):
-            result[key] = value
-    if node.get(INT_OR_STRING):
-        result["type"] = ["integer", "string"]
-    if node.get("nullable"):
-        result["type"] = [node["type"], "null"]
-    if "properties" in node and not node.get(PRESERVE):
-        result["additionalProperties"] = False
-    return result
-
-
-def example_manifests() -> list[tuple[str, Node]]:
-    manifests = []
-    for path in sorted([*EXAMPLES.rglob("*.yaml"), *EXAMPLES.rglob("*.yml")]):
-        for number, document in enumerate(yaml.safe_load_all(path.read_text())):
-            if isinstance(document, dict) and str(document.get("apiVersion", "")).startswith(
-                "kubeturn.dev/"
-            ):
-                name = path.relative_to(EXAMPLES).as_posix()
-                manifests.append((f"{name}#{number}", as_kubectl_sends(document)))
-    return manifests
-
-
-def check_jsonschema(kind: str, instances: dict[str, Node], tmp_path: Path) -> str:
-    """Run check-jsonschema on ``instances`` with ``kind``'s CRD schema; its output, or
-    the test fails with it."""
-    result = run_check_jsonschema(kind, instances, tmp_path)
-    assert result.returncode == 0, f"{kind} examples refused:\n{result.stdout}{result.stderr}"
-    return result.stdout
-
-
-def run_check_jsonschema(
-    kind: str, instances: dict[str, Node], tmp_path: Path
-) -> subprocess.CompletedProcess[str]:
-    tool = Path(sys.executable).parent / "check-jsonschema"
-    executable = str(tool) if tool.exists() else shutil.which("check-jsonschema")
-    if executable is None:
-        pytest.fail(
-            "check-jsonschema is not installed; install the dev extras: pip install -e '.[dev]'"
-        )
-    schema = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        **as_json_schema(schema_of(kind)),
-    }
-    schema_file = tmp_path / f"{kind}.schema.json"
-    schema_file.write_text(json.dumps(schema))
-    files = []
-    for name, instance in instances.items():
-        file = tmp_path / f"{name.replace('#', '-').replace('/', '-')}.json"
-        file.write_text(json.dumps(instance))
-        files.append(str(file))
-    return subprocess.run(
-        [executable, "--schemafile", str(schema_file), *files],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def test_examples_validate_against_their_crds(tmp_path: Path) -> None:
-    by_kind: dict[str, dict[str, Node]] = {}
-    for name, manifest in example_manifests():
-        assert manifest["apiVersion"] == "kubeturn.dev/v1alpha1", name
-        by_kind.setdefault(manifest["kind"], {})[name] = manifest
-    assert {"Run", "Workspace"} <= set(by_kind), "examples/ should hold a Run and a Workspace"
-    for kind, instances in by_kind.items():
-        check_jsonschema(kind, instances, tmp_path)
+# --- examples ----------------------------------------------------------------------
 
 
 def test_examples_validate_against_their_models() -> None:
@@ -552,41 +428,10 @@ def test_examples_validate_against_their_models() -> None:
             pytest.fail(f"{name}: no model check for kind {manifest['kind']}")
 
 
-def example_run() -> Node:
-    """``examples/task-with-review.yaml``: the commented example, with bare ``on`` keys."""
-    [run] = [
-        manifest for name, manifest in example_manifests() if name == "task-with-review.yaml#0"
-    ]
-    return run
-
-
 def test_the_example_run_carries_bare_on_keys_as_kubectl_sends_them() -> None:
     states = example_run()["spec"]["machine"]["states"]
     assert "true" in states["implementing"]
     assert "on" not in states["implementing"]
-
-
-def test_a_bare_on_under_the_machine_is_accepted(tmp_path: Path) -> None:
-    run = example_run()
-    run["spec"]["machine"]["true"] = {"CANCEL": "failed"}
-    check_jsonschema("Run", {"machine-on": run}, tmp_path)
-    validate_run(run)
-
-
-@pytest.mark.parametrize(
-    ("change", "named"),
-    [
-        (lambda run: run["spec"]["agents"]["coder"].update(instructionz="x"), "instructionz"),
-        (lambda run: run["spec"].pop("machine"), "machine"),
-        (lambda run: run["spec"]["agents"]["coder"].update(workspace="all"), "all"),
-    ],
-)
-def test_the_schema_refuses_what_the_model_refuses(change: Any, named: str, tmp_path: Path) -> None:
-    run = example_run()
-    change(run)
-    result = run_check_jsonschema("Run", {"faulty": run}, tmp_path)
-    assert result.returncode == 1, result.stdout
-    assert named in result.stdout + result.stderr
 
 
 # --- CEL rules ---------------------------------------------------------------------

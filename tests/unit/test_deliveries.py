@@ -14,16 +14,15 @@ Cases:
   (its log's end); a Pod that never ran its container (the Pod's reason);
 - a sandbox Pod a push Pod cannot go beside: none, deleted, unbound, not Running;
 - the program's judgement of git's words: not a fast-forward (either way git says it),
-  another refusal by the remote, credentials refused, unreachable, anything else;
-- the program copies the bundle only through plain directories, and only a regular file:
-  a path that climbs or is absolute, a link on the way or at the end, a FIFO (without
-  hanging) are refused.
+  another refusal by the remote, credentials refused, unreachable, anything else.
+
+How the program copies the bundle, on a real filesystem, is
+``tests/operator/test_push_bundle.py``'s.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -309,36 +308,3 @@ def test_a_remote_refusal_quotes_its_reason() -> None:
         "!\t0123:refs/heads/b\t[remote rejected] (protected branch)\n", "", PROGRAM_SETTINGS
     )
     assert str(said) == "the remote refused the branch: [remote rejected] (protected branch)"
-
-
-def refused(root: Path, relative: str) -> str:
-    with pytest.raises(push_program.Refused) as caught:
-        push_program._copy_beneath(str(root), relative, str(root.parent / "copy"))
-    assert caught.value.cause == "bundle"
-    assert not (root.parent / "copy").exists()
-    return str(caught.value)
-
-
-def test_the_bundle_is_copied_through_plain_directories_only(tmp_path: Path) -> None:
-    root = tmp_path / "work"
-    (root / "d").mkdir(parents=True)
-    (root / "d" / "b.bundle").write_bytes(b"bundle")
-    push_program._copy_beneath(str(root), "d/b.bundle", str(tmp_path / "copied"))
-    assert (tmp_path / "copied").read_bytes() == b"bundle"
-
-    (tmp_path / "secret").write_text("token")
-    (root / "link.bundle").symlink_to(tmp_path / "secret")
-    (root / "linked").symlink_to(root / "d")
-    os.mkfifo(root / "fifo.bundle")
-    link = "is, or is reached through, a symbolic link"
-    assert refused(root, "link.bundle") == f"the delivered bundle 'link.bundle' {link}"
-    assert refused(root, "linked/b.bundle") == f"the delivered bundle 'linked/b.bundle' {link}"
-    assert (
-        refused(root, "fifo.bundle") == "the delivered bundle 'fifo.bundle' is not a regular file"
-    )
-    assert refused(root, "d") == "the delivered bundle 'd' is not a regular file"
-    for climbing in ("../secret", "/etc/passwd", "d//b.bundle", "./d/b.bundle"):
-        assert refused(root, climbing).endswith("is not a plain path beneath the work root")
-    assert refused(root, "none.bundle") == (
-        "the delivered bundle 'none.bundle' cannot be opened: No such file or directory"
-    )

@@ -12,7 +12,8 @@ Cases:
   shown as written;
 - any JSON value (hypothesis): the walk reports a problem exactly when the value nests
   deeper than the bound, never raises;
-- YAML too deep to read names the file and the bounds; ``kubeturn validate`` prints it;
+- (YAML too deep to read names the file and the bounds, and ``kubeturn validate`` prints
+  it: ``tests/cli/test_validate.py``);
 - an expression whose value is not finite or nests too deep fails as an expression;
 - a duration over Go's longest is refused; Go's longest is taken;
 - a Workspace's spec is bounded like anything in a Run's (its env items keep unknown
@@ -23,17 +24,13 @@ Cases:
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubeturn import cli
 from kubeturn.api.depth import (
     MAX_SPEC_DEPTH,
     MAX_STATE_DEPTH,
@@ -46,7 +43,7 @@ from kubeturn.api.validation import validate_workspace
 from kubeturn.errors import DefinitionErrors, ExpressionError
 from kubeturn.k8s import runs
 from kubeturn.machine.expressions import CelExpression
-from kubeturn.machine.load import load_run, load_run_yaml
+from kubeturn.machine.load import load_run
 
 FINAL: dict[str, Any] = {"type": "final"}
 
@@ -207,45 +204,6 @@ def test_a_problem_exactly_when_a_value_is_too_deep(value: Any, wrap: int) -> No
     problems = depth_problems(run(input=value))
     assert bool(problems) == (depth_of(value) > MAX_VALUE_DEPTH)
     assert all(str(p).startswith("spec.input") for p in problems)
-
-
-@pytest.fixture
-def default_recursion_limit() -> Iterator[None]:
-    """Python's default recursion limit, which ``kubeturn validate`` and the local runner
-    run under (only ``kubeturn operator`` raises its own; an operator or emulator started
-    earlier in this test process left it raised)."""
-    before = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)
-    yield
-    sys.setrecursionlimit(before)
-
-
-@pytest.mark.usefixtures("default_recursion_limit")
-def test_yaml_too_deep_to_read_names_the_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    text = (
-        "apiVersion: kubeturn.dev/v1alpha1\nkind: Run\nmetadata: {name: deep}\nspec:\n"
-        "  agents: {}\n  machine: {initial: b, states: {b: {type: final}}}\n"
-        f"  input: {'[' * 1000}{']' * 1000}\n"
-    )
-    with pytest.raises(DefinitionErrors) as raised:
-        load_run_yaml(text, "deep.yaml")
-    assert str(raised.value) == (
-        f"deep.yaml: nested too deep to read: a Run's spec nests at most {MAX_SPEC_DEPTH} "
-        f"levels, its free JSON (input, context) {MAX_VALUE_DEPTH} and its states "
-        f"{MAX_STATE_DEPTH}"
-    )
-    manifest = tmp_path / "deep.yaml"
-    manifest.write_text(text)
-    assert cli.main(["validate", str(manifest)]) == 1
-    assert "deep.yaml: nested too deep to read" in capsys.readouterr().err
-    manifest.write_text(text.replace("[" * 1000, "[" * 65).replace("]" * 1000, "]" * 65))
-    assert cli.main(["validate", str(manifest)]) == 1
-    said = capsys.readouterr().err
-    assert (
-        f"spec.input[0][0][0][0][0][0][0][0]…: nested deeper than {MAX_VALUE_DEPTH} levels" in said
-    )
 
 
 @pytest.mark.parametrize(

@@ -1,19 +1,12 @@
-"""The local runner's pure parts and its files (``kubeturn.local``), without processes.
+"""The local runner's pure parts (``kubeturn.local``); its files are
+``tests/cli/test_local_files.py``'s.
 
 Cases:
-- ``Inbox``: signals appended line by line are read once each, a torn last line waits for
-  its end, a line that is not a signal is reported (once) and skipped, and ``cancel`` is
-  seen once its file exists;
-- ``write_atomic`` replaces the file and leaves no temporary behind;
-- ``Workdir.check_fresh``: an absent or empty workdir is fresh; a used one is refused,
-  pointing at ``--resume`` when it holds the same run;
 - ``view``: durations, the history table in start order with tokens and the message of a
   failed Submission, the AgentTurn phase of each Turn phase, status lines;
 - ``repos``: remote URLs are kept, paths made absolute from the base; ``--repo`` adds or
   replaces slots; a default ``ref`` is not "written";
-- a Harness refusal becomes one line quoting its message and field;
-- with ``--model scripted:``, every provider the Run names is routed to the scripted
-  model; with ``--providers``, a missing provider is refused naming the manifest path.
+- a Harness refusal becomes one line quoting its message and field.
 """
 
 from __future__ import annotations
@@ -25,59 +18,11 @@ from typing import Any
 import pytest
 
 from kubeturn.api.workspace import Repo
-from kubeturn.errors import CommandError
-from kubeturn.local import repos, runner, view
+from kubeturn.local import repos, view
 from kubeturn.local.turns import _one_line
-from kubeturn.local.workdir import Inbox, Workdir, write_atomic
-from kubeturn.machine.load import load_run_yaml
 from kubeturn.orchestrator.turns import Turn, TurnPhase
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def test_the_inbox_reads_each_signal_once(tmp_path: Path) -> None:
-    files = Workdir.at(tmp_path).run("r")
-    files.directory.mkdir(parents=True)
-    inbox = Inbox(files)
-    assert inbox.signals() == []
-    files.append_signal({"id": "a", "event": "approve", "data": {}})
-    with open(files.signals, "a") as handle:
-        handle.write('not json\n{"id": "b", "event": "rej')
-    assert inbox.signals() == [{"id": "a", "event": "approve", "data": {}}]
-    assert inbox.problems == [
-        f"{files.signals}: ignored a line that is not a signal {{id, event, data}}: not json"
-    ]
-    with open(files.signals, "a") as handle:
-        handle.write('ect", "data": {"notes": "x"}}\n')
-    assert inbox.signals() == [{"id": "b", "event": "reject", "data": {"notes": "x"}}]
-    assert inbox.signals() == []
-    assert len(inbox.problems) == 1
-    assert not inbox.cancelled()
-    files.request_cancel()
-    assert inbox.cancelled()
-
-
-def test_write_atomic_replaces_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    target = tmp_path / "snapshot.json"
-    write_atomic(target, "one\n")
-    write_atomic(target, "two\n")
-    assert target.read_text() == "two\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["snapshot.json"]
-
-
-def test_a_used_workdir_is_not_fresh(tmp_path: Path) -> None:
-    workdir = Workdir.at(tmp_path / "w")
-    workdir.check_fresh("r")
-    workdir.root.mkdir()
-    workdir.check_fresh("r")
-    (workdir.root / "x").write_text("")
-    with pytest.raises(CommandError, match="is not empty; a new run needs an empty one"):
-        workdir.check_fresh("r")
-    files = workdir.run("r")
-    files.directory.mkdir(parents=True)
-    files.snapshot.write_text("{}")
-    with pytest.raises(CommandError, match=r"continue it with `kubeturn run --resume r`"):
-        workdir.check_fresh("r")
 
 
 @pytest.mark.parametrize(
@@ -144,16 +89,17 @@ def test_status_lines() -> None:
     ]
 
 
-def test_repo_slots_resolve_paths_and_keep_urls(tmp_path: Path) -> None:
+def test_repo_slots_resolve_paths_and_keep_urls() -> None:
+    base = Path("/nonexistent/kubeturn/project")  # a path only: nothing is made there
     manifest = {
         "target": Repo(url="."),
         "docs": Repo(url="git@example.com:team/docs.git", ref="v2"),
     }
-    found = repos.slots(manifest, {"extra": "../other"}, tmp_path)
-    assert found["target"] == repos.Slot("target", str(tmp_path), "main", False)
+    found = repos.slots(manifest, {"extra": "../other"}, base)
+    assert found["target"] == repos.Slot("target", str(base), "main", False)
     assert found["docs"] == repos.Slot("docs", "git@example.com:team/docs.git", "v2", True)
-    assert found["extra"].url == str(tmp_path.parent / "other")
-    assert repos.slots(manifest, {"target": "https://x/y.git"}, tmp_path)["target"].url == (
+    assert found["extra"].url == str(base.parent / "other")
+    assert repos.slots(manifest, {"target": "https://x/y.git"}, base)["target"].url == (
         "https://x/y.git"
     )
 
@@ -165,20 +111,3 @@ def test_a_harness_refusal_is_one_line() -> None:
         "the Harness refused the admission (HTTP 400): unknown provider 'x' (field model)"
     )
     assert _one_line("could not\n be reached") == "could not be reached"
-
-
-def test_providers_for_the_scripted_model_and_a_missing_provider(tmp_path: Path) -> None:
-    loaded = load_run_yaml((EXAMPLES / "task-with-review.yaml").read_text())
-    routed = runner._scripted_providers(loaded, "http://127.0.0.1:1/v1")
-    assert routed == "scripted:\n  baseUrl: http://127.0.0.1:1/v1\n  type: openai\n"
-    hello = load_run_yaml((EXAMPLES / "hello.yaml").read_text())
-    assert "openai:" in runner._scripted_providers(hello, "u")
-    providers = tmp_path / "providers.yaml"
-    providers.write_text("local: {baseUrl: 'http://127.0.0.1:1/v1'}\n")
-    with pytest.raises(CommandError) as refused:
-        runner._check_models(hello, providers, None)
-    assert str(refused.value).startswith(
-        "spec.agents.greeter.model: unknown model provider 'openai' in 'openai/gpt-4.1'"
-    )
-    with pytest.raises(CommandError, match="no model, and no default model"):
-        runner._check_models(loaded, providers, None)

@@ -26,7 +26,7 @@ from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.api import Registry
 from kubeturn.orchestrator.core import RunCore
 from kubeturn_harness.wire import Outcome
-from tests.unit.test_core_outcomes import HANDOFF_IID, loaded, new_core, restored
+from tests.unit.cores import HANDOFF_IID, loaded, new_core, restored
 
 KEYS = ("default/a", "default/b", "default/c")
 FIXTURES = ("continued", "handoff")

@@ -17,8 +17,8 @@ Cases:
 - the CRDs carry the rule on both paths, with the model's message, and it agrees with
   the model on every URL here; the URL's length and the number of slots are bounded, so
   the API server can price the rule;
-- ``kubeturn validate`` names the path in a Workspace manifest; ``kubeturn run --repo``
-  refuses such a URL without printing it.
+- ``kubeturn run --repo`` refuses such a URL without printing it (``kubeturn validate``
+  naming the path in a Workspace manifest is ``tests/cli/test_validate.py``'s).
 """
 
 from __future__ import annotations
@@ -35,48 +35,9 @@ from kubeturn import cli
 from kubeturn.api import workspace
 from kubeturn.api.validation import validate_run, validate_workspace
 from kubeturn.errors import CommandError, DefinitionErrors
+from tests.repo_urls import ACCEPTED, REFUSED, SECRET, workspace_document
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "ghp-s3cr3t"
-
-REFUSED = [
-    f"https://bot:{SECRET}@git.example.invalid/team/a.git",
-    f"https://{SECRET}@git.example.invalid/team/a.git",
-    f"https://:{SECRET}@git.example.invalid/team/a.git",
-    f"HTTP://bot:{SECRET}@git.example.invalid:8080/team/a.git",
-    f"http://{SECRET}@127.0.0.1:8080/a.git",
-    f"ssh://git:{SECRET}@git.example.invalid/team/a.git",
-    f"ssh://:{SECRET}@git.example.invalid/team/a.git",
-    f"git+ssh://git:{SECRET}@git.example.invalid/team/a.git",
-    f"ssh://git@x:{SECRET}@git.example.invalid/team/a.git",
-    f"git://anon:{SECRET}@git.example.invalid/team/a.git",
-    f"ftp://{SECRET}@git.example.invalid/team/a.git",
-]
-ACCEPTED = [
-    "https://git.example.invalid/team/a.git",
-    "http://127.0.0.1:8080/a.git",
-    "https://git.example.invalid/team/a@b.git",
-    "https://git.example.invalid/a.git?ref=x@y",
-    "ssh://git@git.example.invalid/team/a.git",
-    "SSH://git@git.example.invalid:2222/team/a.git",
-    "ssh://git@git.example.invalid",
-    "git+ssh://git@git.example.invalid/team/a.git",
-    "ssh://git.example.invalid/team/a.git",
-    "git@github.com:org/repo.git",
-    "github.com:org/repo.git",
-    "file:///srv/a.git",
-    "/srv/a.git",
-    ".",
-]
-
-
-def workspace_document(url: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubeturn.dev/v1alpha1",
-        "kind": "Workspace",
-        "metadata": {"name": "shared"},
-        "spec": {"repos": {"target": {"url": url, "secretRef": {"name": "creds"}}}},
-    }
 
 
 def refusal(document: dict[str, Any]) -> DefinitionErrors:
@@ -172,20 +133,6 @@ def test_the_crds_refuse_them_too_with_the_models_message(file: str) -> None:
 
 
 # ----------------------------------------------------------------------------- the CLI
-
-
-def test_kubeturn_validate_names_the_path_in_a_workspace(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
-    good.write_text(yaml.safe_dump(workspace_document(ACCEPTED[0])))
-    bad.write_text(yaml.safe_dump(workspace_document(REFUSED[0])))
-
-    assert cli.validate([good, bad]) == 1
-
-    said = capsys.readouterr()
-    assert said.out == f"{good}: valid\n"
-    assert said.err == f"{bad}: spec.repos.target.url: {workspace.URL_CREDENTIALS}\n"
 
 
 @pytest.mark.parametrize("item", [f"target={REFUSED[0]}", REFUSED[1]])

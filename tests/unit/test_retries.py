@@ -261,6 +261,7 @@ class TestClassification:
         assert retries.retry_after_s(headers, when.timestamp() - 42) == 42.0
 
 
+@pytest.mark.looptime
 class TestIdleChunks:
     async def test_a_silent_stream_fails_the_attempt(self) -> None:
         async def stalls() -> AsyncIterator[int]:

@@ -20,6 +20,7 @@ import asyncio
 from typing import Any, cast
 
 import kopf
+import pytest
 from kopf._cogs.aiokits.aioenums import FlagSetter
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -29,8 +30,8 @@ from kubeturn.k8s.kube import Kind
 from kubeturn.k8s.metrics import PhaseCounts
 from kubeturn.k8s.runs import StatusStore
 from kubeturn.orchestrator.actor import RunActor, Signal
-from tests.unit.test_actor_close import Never
-from tests.unit.test_core_outcomes import new_core
+from tests.unit.cores import new_core
+from tests.unit.ports import Never
 
 
 def _stopper() -> tuple[FlagSetter[kopf.DaemonStoppingReason], kopf.DaemonStopped]:
@@ -47,6 +48,7 @@ async def _woken(generation: Generation, stopped: kopf.DaemonStopped) -> bool:
     return woken
 
 
+@pytest.mark.looptime
 async def test_only_a_generation_not_read_wakes_the_daemon() -> None:
     _, stopped = _stopper()
     generation = Generation()
@@ -59,6 +61,7 @@ async def test_only_a_generation_not_read_wakes_the_daemon() -> None:
     assert not generation.newer.is_set()
 
 
+@pytest.mark.looptime
 async def test_the_wait_ends_when_the_daemon_is_to_stop() -> None:
     setter, stopped = _stopper()
     generation = Generation()

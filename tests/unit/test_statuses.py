@@ -55,7 +55,7 @@ from kubeturn.orchestrator.history import HISTORY_BYTES, HISTORY_LIMIT
 from kubeturn.orchestrator.snapshots import HISTORY_KEY
 from kubeturn_harness.wire import Outcome, Usage
 from tests.statuses import unfit, without_nulls
-from tests.unit.test_core_outcomes import (
+from tests.unit.cores import (
     MACHINES,
     loaded,
     new_core,

@@ -178,6 +178,7 @@ class TestTornTail:
         assert final.events[2].type is EventType.RUN_ENDED
 
 
+@pytest.mark.looptime
 class TestWaitBeyond:
     async def test_an_existing_event_answers_at_once(self, tmp_path: Path) -> None:
         log = open_log(tmp_path)

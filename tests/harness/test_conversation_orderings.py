@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -915,6 +916,7 @@ async def test_a_sweep_while_nothing_runs_answers_false_and_writes_nothing(
         await world.conversation.close()
 
 
+@pytest.mark.looptime
 async def test_a_turn_over_with_no_sweep_settles_aborted_after_the_wait(tmp_path: Path) -> None:
     world = make_world(tmp_path, sweep_wait_s=0.2)
     sid = SubmissionId("s-1")

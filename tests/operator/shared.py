@@ -1,0 +1,124 @@
+"""The shared Workspace of the Workspace and Run scenarios: one named Workspace whose Runs
+each ask a coder that picks ``finish`` at once and then wait for ``approve``, or (``LONG``)
+hold their model request; the operator on the scripted model playing that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.operator import emulator
+from tests.operator import kubelet as kubelet_
+from tests.operator.installation import Installation
+from tests.operator.operator_support import (
+    GROUP_VERSION,
+    NAMESPACE,
+    RUNS,
+    call,
+    eventually,
+    make_origin,
+    script,
+    status,
+)
+from tests.operator.world import OperatorWorld, operator_world
+
+Body = dict[str, Any]
+
+WORKSPACE = "shared"
+POD = f"{WORKSPACE}-kubeturn-sandbox"
+FIRST, SECOND = "first", "second"
+PROMPTS = {FIRST: "Do the first task", SECOND: "Do the second task"}
+LONG = "Do the long task"
+SCRIPT = script(
+    {
+        **{prompt: [{"toolCalls": [call("finish")]}] for prompt in PROMPTS.values()},
+        LONG: [{"text": "Working on it.", "hold": True}],
+    }
+)
+"""Each Run's coder picks ``finish`` at once; a ``LONG`` Turn's model request is held."""
+
+
+def workspace(origin: str) -> Body:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Workspace",
+        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
+        "spec": {"repos": {"target": {"url": origin}}},
+    }
+
+
+def run(name: str) -> Body:
+    """A Run in the shared Workspace: its coder picks ``finish``, then it waits for a
+    signal ``approve``."""
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "workspace": {"name": WORKSPACE},
+            "agents": {
+                "coder": {"model": "scripted/any", "instructions": "Work.", "workspace": "write"}
+            },
+            "machine": {
+                "initial": "working",
+                "states": {
+                    "working": {
+                        "invoke": {
+                            "agent": {"slot": "coder", "prompt": PROMPTS[name], "continue": True}
+                        },
+                        "on": {"finish": {"target": "waiting", "description": "Done."}},
+                    },
+                    "waiting": {"on": {"approve": "done"}},
+                    "done": {"type": "final"},
+                },
+            },
+        },
+    }
+
+
+def coder(name: str) -> str:
+    """The coder's Instance ID in Run ``name`` (a continued conversation's)."""
+    return f"{NAMESPACE}.{name}/root/coder"
+
+
+@asynccontextmanager
+async def shared_workspace(
+    k8s: emulator.KubernetesApi,
+    api: aiohttp.ClientSession,
+    installation: Installation,
+    kubelet: kubelet_.Kubelet,
+    script: str,
+    git: Path,
+    **options: Any,
+) -> AsyncIterator[OperatorWorld]:
+    """The operator on the scripted model answering ``script``, and the shared Workspace
+    (its repo made under ``git``) Ready; ``options`` as ``operator_world``'s."""
+    origin = make_origin(git)
+    async with operator_world(
+        k8s,
+        api,
+        installation,
+        kubelet=kubelet,
+        script=script,
+        workspace=workspace(origin),
+        origin=origin,
+        **options,
+    ) as made:
+        yield made
+
+
+async def until_waiting(world: OperatorWorld, name: str) -> None:
+    """Until Run ``name`` waits for ``approve``, its coder's Turn swept and recorded."""
+
+    def recorded() -> bool:
+        current = status(world.k8s, RUNS, name)
+        return current.get("state") == "waiting" and current.get("turnCount") == 1
+
+    await eventually(
+        recorded, f"Run {name} to wait, its Turn recorded", describe=lambda: world.said(name)
+    )
