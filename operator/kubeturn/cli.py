@@ -39,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from kubeturn.api import cluster_checks, models
 from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.status import FINISHED
 from kubeturn.api.validation import definition_errors, validate_workspace
 from kubeturn.api.workspace import SandboxResources, carries_credentials, redacted
 from kubeturn.errors import CommandError, DefinitionErrors
@@ -57,7 +58,6 @@ EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 OUTPUTS = ("table", "wide", "json", "yaml")
 """``-o`` of every command that prints objects, as kubectl's."""
-TERMINAL = ("Succeeded", "Failed", "Cancelled")
 
 
 def version() -> str:
@@ -481,7 +481,7 @@ def _accepts(name: str, status: dict[str, Any], event: str, data: dict[str, Any]
     """Refuse, before it is sent, a signal the Run would ignore (ADR 0067). A Run that has
     not started, or whose status predates ``acceptedEvents``, is judged when it arrives;
     an ended one is refused by the send itself."""
-    if status.get("phase") in TERMINAL or "acceptedEvents" not in status:
+    if status.get("phase") in FINISHED or "acceptedEvents" not in status:
         return
     found = list(status.get("acceptedEvents") or [])
     if len(found) >= signals.MAX_ACCEPTED and all(item.get("event") != event for item in found):

@@ -21,8 +21,9 @@ Cases:
 
 from __future__ import annotations
 
+from kubeturn.api.status import RunPhase
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import Gone, RunCore, RunPhase
+from kubeturn.orchestrator.core import Gone, RunCore
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn_harness.wire import Receipt, Refusal
 from tests.unit.test_core_outcomes import (

@@ -36,7 +36,7 @@ from typing import Any
 import kopf
 
 from kubeturn.api.agentturn import AgentTurnStatus, Settlement, TurnPhase
-from kubeturn.api.status import SubmissionRecord
+from kubeturn.api.status import FINISHED, SubmissionRecord
 from kubeturn.k8s import conditions, events, harnesses, metrics, patches
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import RUNS
@@ -211,7 +211,7 @@ async def _deleted_by_user(
         if (
             found is None
             or found["metadata"].get("deletionTimestamp")  # its Turns go with it
-            or status.get("phase") in ("Succeeded", "Failed", "Cancelled")
+            or status.get("phase") in FINISHED
             or (ready and ready[0].get("reason") in conditions.UNDRIVEN)
         ):
             return

@@ -44,7 +44,7 @@ from typing import Any
 
 import kopf
 
-from kubeturn.api.status import Condition, RunStatus, WorktreeStatus
+from kubeturn.api.status import Condition, RunPhase, RunStatus, WorktreeStatus
 from kubeturn.errors import DefinitionErrors, SnapshotUnreadable
 from kubeturn.k8s import (
     conditions,
@@ -134,8 +134,8 @@ class StatusStore:
 
     async def save(self, snapshot: dict[str, Any]) -> None:
         core = self._core
-        phase = core.shown_phase.value
-        finished = phase not in ("Pending", "Running")
+        phase = core.shown_phase
+        finished = phase.finished
         status = statuses.run_status(core, snapshot)
         said = core.message or f"the Run is {phase}"
         if not finished and status.acceptedEvents:
@@ -145,7 +145,7 @@ class StatusStore:
         ready = conditions.put(
             [c for c in self._conditions if _type(c) == conditions.READY],
             conditions.READY,
-            not finished or phase == "Succeeded",
+            not finished or phase is RunPhase.SUCCEEDED,
             conditions.FINISHED if finished else conditions.RUNNING,
             said,
             self._generation(),

@@ -44,6 +44,7 @@ from kubeturn.orchestrator import harness_client, ids
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient, HarnessUnreachable
+from kubeturn_harness.wire import Outcome
 
 POLL_S = 0.2
 """How often an admission re-checks the Workspace and a continued conversation's earlier Turns:
@@ -197,7 +198,7 @@ class ClusterTurns:
                 else entry
                 for entry in status.submissions
             ]
-            idle = settled.outcome.value == "completed"
+            idle = settled.outcome is Outcome.COMPLETED
             phase = TurnPhase.IDLE if idle else TurnPhase.SETTLING
             return AgentTurnStatus(phase=_phase(status, phase), submissions=entries)
 

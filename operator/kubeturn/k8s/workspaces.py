@@ -62,7 +62,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from kubeturn.api import models, validation
-from kubeturn.api.status import RepoStatus, RunPhase, WorkspacePhase, WorkspaceStatus
+from kubeturn.api.status import FINISHED, RepoStatus, WorkspacePhase, WorkspaceStatus
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.errors import DefinitionError, DefinitionErrors
 from kubeturn.k8s import (
@@ -102,8 +102,6 @@ RESYNC_S = 300.0
 when its generation changes, the operator starts and a Pod is made: a providers
 ConfigMap or NetworkPolicy changed or deleted by hand is put right within 5 minutes, at
 four reads per Workspace."""
-FINISHED = frozenset(p.value for p in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED))
-"""Phases of a Run that works no more: ``activeRunCount`` leaves it out."""
 LEGACY_KEYS = ("worktrees",)
 """Status keys an older operator wrote and this one does not (ADR 0087): removed at the
 next write, so an upgraded cluster's Workspaces shrink to the bounded status."""

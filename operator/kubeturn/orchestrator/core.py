@@ -27,12 +27,11 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import jsonschema
 
-from kubeturn.api.status import DeliveryRecord, bounded
+from kubeturn.api.status import DeliveryRecord, RunPhase, bounded
 from kubeturn.errors import ExpressionError, SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import (
@@ -97,14 +96,6 @@ DELIVERED_KEY = "delivered"
 ``deliveries``."""
 MAX_TIMERS_AT_ONCE = 1000
 """Timers fired in one call; a zero-delay timer that re-arms itself cannot spin forever."""
-
-
-class RunPhase(StrEnum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    CANCELLED = "Cancelled"
 
 
 PHASE_OF = {

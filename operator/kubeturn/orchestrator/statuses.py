@@ -32,7 +32,7 @@ def run_status(core: RunCore, snapshot: Mapping[str, Any]) -> RunStatus:
     records = list(snapshot[HISTORY_KEY])
     accepted = signals.accepted_events(core.accepted())
     return RunStatus(
-        phase=core.shown_phase.value,
+        phase=core.shown_phase,
         state=core.state,
         turnCount=core.recorded,
         turns=records,
