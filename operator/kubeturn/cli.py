@@ -38,6 +38,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kubeturn.api import cluster_checks, models
+from kubeturn.api.common import GROUP
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.status import FINISHED
 from kubeturn.api.validation import definition_errors, validate_workspace
@@ -372,7 +373,7 @@ def validate(
             source = str(path) if len(documents) == 1 else f"{path} (document {number})"
             kind = document.get("kind") if isinstance(document, dict) else None
             group = str(document.get("apiVersion") or "") if isinstance(document, dict) else ""
-            if kind and group and not group.startswith("kubeturn.dev/"):
+            if kind and group and not group.startswith(f"{GROUP}/"):
                 # A bundle for kubectl apply holds other objects too (a Secret, a Namespace).
                 print(f"{source}: a {kind}, not a kubeturn resource: not checked")
                 continue

@@ -36,6 +36,7 @@ from typing import Any
 import kopf
 
 from kubeturn.api.agentturn import AgentTurnStatus, Settlement, TurnPhase
+from kubeturn.api.common import GROUP, VERSION
 from kubeturn.api.status import FINISHED, SubmissionRecord
 from kubeturn.k8s import conditions, events, harnesses, metrics, patches
 from kubeturn.k8s.hub import Hub
@@ -45,8 +46,6 @@ from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn.orchestrator.harness_client import HarnessRefused, HarnessUnreachable
 from kubeturn_harness.wire import Outcome
-
-GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:

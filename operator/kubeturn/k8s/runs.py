@@ -44,6 +44,7 @@ from typing import Any
 
 import kopf
 
+from kubeturn.api.common import GROUP, GROUP_VERSION, VERSION
 from kubeturn.api.status import Condition, RunPhase, RunStatus, WorktreeStatus
 from kubeturn.errors import DefinitionErrors, SnapshotUnreadable
 from kubeturn.k8s import (
@@ -75,7 +76,6 @@ from kubeturn.orchestrator.harness_client import (
 )
 from kubeturn.orchestrator.turns import TurnRecord
 
-GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 DRIVE_BACKOFF_S = 10.0
 """How soon kopf runs a Run's daemon again after it failed unexpectedly (the API server
 refused a write, a bug): kopf's default is 60 s. The daemon resumes from ``Run.status``,
@@ -454,7 +454,7 @@ async def _workspace(
         assert ref.template is not None
         name = objects.owned_workspace_name(meta["name"])
         owned = {
-            "apiVersion": objects.GROUP_VERSION,
+            "apiVersion": GROUP_VERSION,
             "kind": "Workspace",
             "metadata": {
                 "name": name,

@@ -62,6 +62,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from kubeturn.api import models, validation
+from kubeturn.api.common import GROUP, VERSION
 from kubeturn.api.status import FINISHED, RepoStatus, WorkspacePhase, WorkspaceStatus
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.errors import DefinitionError, DefinitionErrors
@@ -88,7 +89,6 @@ from kubeturn.k8s.kube import (
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import ReposResponse
 
-GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 PROBE_S = 2.0
 """How often a Workspace that is not Ready is looked at: pods start in seconds."""
 READY_PROBE_S = 20.0
