@@ -32,7 +32,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -49,9 +49,12 @@ from kubeturn.local import view
 from kubeturn.local.workdir import DEFAULT_ROOT
 from kubeturn.machine.load import load_run, parse_yaml_documents
 from kubeturn.orchestrator import signals
-
-if TYPE_CHECKING:
-    from kubeturn.k8s.hub import OperatorSettings
+from kubeturn.settings import (
+    LEASE_DURATION_S,
+    RENEW_DEADLINE_S,
+    RETRY_PERIOD_S,
+    OperatorSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,7 @@ def version() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     env = os.environ.get
+    defaults = OperatorSettings()
     parser = argparse.ArgumentParser(prog="kubeturn", description="Run coding-agent workflows.")
     parser.add_argument(
         "--version",
@@ -94,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     operator.add_argument(
         "--harness-image",
-        default=env("KUBETURN_HARNESS_IMAGE", "ghcr.io/kubeturn/harness:latest"),
+        default=env("KUBETURN_HARNESS_IMAGE", defaults.harness_image),
         help="the image of every sandbox's Harness (env KUBETURN_HARNESS_IMAGE)",
     )
     operator.add_argument(
@@ -106,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     operator.add_argument(
         "--orchestrator-url",
-        default=env("KUBETURN_ORCHESTRATOR_URL", "http://kubeturn-orchestrator:8081"),
+        default=env("KUBETURN_ORCHESTRATOR_URL", defaults.orchestrator_url),
         help="where the Harnesses reach this operator's Orchestrator API "
         "(env KUBETURN_ORCHESTRATOR_URL)",
     )
@@ -121,8 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     operator.add_argument(
         "--api-port",
         type=int,
-        default=env("KUBETURN_API_PORT", "8081"),
-        help="the port of the Orchestrator API (env KUBETURN_API_PORT; default 8081)",
+        default=env("KUBETURN_API_PORT", str(defaults.api_port)),
+        help="the port of the Orchestrator API "
+        f"(env KUBETURN_API_PORT; default {defaults.api_port})",
     )
     operator.add_argument(
         "--default-model",
@@ -146,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_LEASE_DURATION"),
         metavar="SECONDS",
         help="a standby takes the Lease this long after it last saw it renewed "
-        "(env KUBETURN_LEASE_DURATION; default 15)",
+        f"(env KUBETURN_LEASE_DURATION; default {LEASE_DURATION_S})",
     )
     operator.add_argument(
         "--renew-deadline",
@@ -154,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_RENEW_DEADLINE"),
         metavar="SECONDS",
         help="the leader stops when it could not renew the Lease for this long "
-        "(env KUBETURN_RENEW_DEADLINE; default 10)",
+        f"(env KUBETURN_RENEW_DEADLINE; default {RENEW_DEADLINE_S:g})",
     )
     operator.add_argument(
         "--retry-period",
@@ -162,13 +167,12 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_RETRY_PERIOD"),
         metavar="SECONDS",
         help="how often a standby tries to take the Lease and the leader renews it "
-        "(env KUBETURN_RETRY_PERIOD; default 2)",
+        f"(env KUBETURN_RETRY_PERIOD; default {RETRY_PERIOD_S:g})",
     )
     operator.add_argument(
         "--operator-labels",
         default=env(
-            "KUBETURN_OPERATOR_LABELS",
-            "app.kubernetes.io/name=kubeturn,app.kubernetes.io/component=operator",
+            "KUBETURN_OPERATOR_LABELS", ",".join(f"{k}={v}" for k, v in defaults.operator_labels)
         ),
         help="k=v,k=v: the operator pods' labels, which sandbox NetworkPolicies admit",
     )
@@ -568,9 +572,7 @@ async def _on_cluster(args: argparse.Namespace, act: Any) -> Any:
 def operator_settings(args: argparse.Namespace) -> OperatorSettings:
     """The operator's settings from its flags (and their environment twins, which the
     chart's Deployment sets); a CommandError saying which one is refused and why."""
-    from kubeturn.k8s.hub import OperatorSettings
-
-    providers = "{}\n"
+    providers = OperatorSettings().providers_yaml
     if args.providers is not None:
         try:
             providers = args.providers.read_text(encoding="utf-8")

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from kubeturn.k8s import objects, workspaces
-from kubeturn.k8s.hub import Hub, OperatorSettings
+from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import Kind
+from kubeturn.settings import OperatorSettings
 
 Body = dict[str, Any]
 NAMESPACE = "team-a"

@@ -27,9 +27,10 @@ from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.api.status import FINISHED
 from kubeturn.k8s import agentturns, diffbase, leader, runs, workspaces
 from kubeturn.k8s.deliveries import KubePusher
-from kubeturn.k8s.hub import Hub, OperatorSettings
+from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import RUNS, Kube, pool_size
 from kubeturn.orchestrator import api
+from kubeturn.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 
