@@ -269,7 +269,7 @@ def summary(name: str, status: Mapping[str, Any], elapsed: float | None) -> list
     state = status.get("state") or "-"
     where = f" in state {state}" if state != "-" else ""
     after = f" after {duration(elapsed)}" if elapsed is not None else ""
-    lines.append(f"run {name}: {status.get('phase') or 'Pending'}{where}{after}")
+    lines.append(f"run {name}: {status.get('phase') or RunPhase.PENDING}{where}{after}")
     if status.get("message"):
         lines.append(f"message: {status['message']}")
     if status.get("output") is not None:
