@@ -32,13 +32,15 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from kubeturn.api import cluster_checks, models
+from kubeturn.api.common import GROUP
 from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.status import FINISHED
 from kubeturn.api.validation import definition_errors, validate_workspace
 from kubeturn.api.workspace import SandboxResources, carries_credentials, redacted
 from kubeturn.errors import CommandError, DefinitionErrors, LeadershipLost
@@ -47,9 +49,12 @@ from kubeturn.local import view
 from kubeturn.local.workdir import DEFAULT_ROOT
 from kubeturn.machine.load import load_run, parse_yaml_documents
 from kubeturn.orchestrator import signals
-
-if TYPE_CHECKING:
-    from kubeturn.k8s.hub import OperatorSettings
+from kubeturn.settings import (
+    LEASE_DURATION_S,
+    RENEW_DEADLINE_S,
+    RETRY_PERIOD_S,
+    OperatorSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +62,6 @@ EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 OUTPUTS = ("table", "wide", "json", "yaml")
 """``-o`` of every command that prints objects, as kubectl's."""
-TERMINAL = ("Succeeded", "Failed", "Cancelled")
 
 
 def version() -> str:
@@ -70,6 +74,7 @@ def version() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     env = os.environ.get
+    defaults = OperatorSettings()
     parser = argparse.ArgumentParser(prog="kubeturn", description="Run coding-agent workflows.")
     parser.add_argument(
         "--version",
@@ -93,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     operator.add_argument(
         "--harness-image",
-        default=env("KUBETURN_HARNESS_IMAGE", "ghcr.io/kubeturn/harness:latest"),
+        default=env("KUBETURN_HARNESS_IMAGE", defaults.harness_image),
         help="the image of every sandbox's Harness (env KUBETURN_HARNESS_IMAGE)",
     )
     operator.add_argument(
@@ -105,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     operator.add_argument(
         "--orchestrator-url",
-        default=env("KUBETURN_ORCHESTRATOR_URL", "http://kubeturn-orchestrator:8081"),
+        default=env("KUBETURN_ORCHESTRATOR_URL", defaults.orchestrator_url),
         help="where the Harnesses reach this operator's Orchestrator API "
         "(env KUBETURN_ORCHESTRATOR_URL)",
     )
@@ -120,8 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     operator.add_argument(
         "--api-port",
         type=int,
-        default=env("KUBETURN_API_PORT", "8081"),
-        help="the port of the Orchestrator API (env KUBETURN_API_PORT; default 8081)",
+        default=env("KUBETURN_API_PORT", str(defaults.api_port)),
+        help="the port of the Orchestrator API "
+        f"(env KUBETURN_API_PORT; default {defaults.api_port})",
     )
     operator.add_argument(
         "--default-model",
@@ -145,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_LEASE_DURATION"),
         metavar="SECONDS",
         help="a standby takes the Lease this long after it last saw it renewed "
-        "(env KUBETURN_LEASE_DURATION; default 15)",
+        f"(env KUBETURN_LEASE_DURATION; default {LEASE_DURATION_S})",
     )
     operator.add_argument(
         "--renew-deadline",
@@ -153,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_RENEW_DEADLINE"),
         metavar="SECONDS",
         help="the leader stops when it could not renew the Lease for this long "
-        "(env KUBETURN_RENEW_DEADLINE; default 10)",
+        f"(env KUBETURN_RENEW_DEADLINE; default {RENEW_DEADLINE_S:g})",
     )
     operator.add_argument(
         "--retry-period",
@@ -161,13 +167,12 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_RETRY_PERIOD"),
         metavar="SECONDS",
         help="how often a standby tries to take the Lease and the leader renews it "
-        "(env KUBETURN_RETRY_PERIOD; default 2)",
+        f"(env KUBETURN_RETRY_PERIOD; default {RETRY_PERIOD_S:g})",
     )
     operator.add_argument(
         "--operator-labels",
         default=env(
-            "KUBETURN_OPERATOR_LABELS",
-            "app.kubernetes.io/name=kubeturn,app.kubernetes.io/component=operator",
+            "KUBETURN_OPERATOR_LABELS", ",".join(f"{k}={v}" for k, v in defaults.operator_labels)
         ),
         help="k=v,k=v: the operator pods' labels, which sandbox NetworkPolicies admit",
     )
@@ -372,7 +377,7 @@ def validate(
             source = str(path) if len(documents) == 1 else f"{path} (document {number})"
             kind = document.get("kind") if isinstance(document, dict) else None
             group = str(document.get("apiVersion") or "") if isinstance(document, dict) else ""
-            if kind and group and not group.startswith("kubeturn.dev/"):
+            if kind and group and not group.startswith(f"{GROUP}/"):
                 # A bundle for kubectl apply holds other objects too (a Secret, a Namespace).
                 print(f"{source}: a {kind}, not a kubeturn resource: not checked")
                 continue
@@ -481,7 +486,7 @@ def _accepts(name: str, status: dict[str, Any], event: str, data: dict[str, Any]
     """Refuse, before it is sent, a signal the Run would ignore (ADR 0067). A Run that has
     not started, or whose status predates ``acceptedEvents``, is judged when it arrives;
     an ended one is refused by the send itself."""
-    if status.get("phase") in TERMINAL or "acceptedEvents" not in status:
+    if status.get("phase") in FINISHED or "acceptedEvents" not in status:
         return
     found = list(status.get("acceptedEvents") or [])
     if len(found) >= signals.MAX_ACCEPTED and all(item.get("event") != event for item in found):
@@ -567,9 +572,7 @@ async def _on_cluster(args: argparse.Namespace, act: Any) -> Any:
 def operator_settings(args: argparse.Namespace) -> OperatorSettings:
     """The operator's settings from its flags (and their environment twins, which the
     chart's Deployment sets); a CommandError saying which one is refused and why."""
-    from kubeturn.k8s.hub import OperatorSettings
-
-    providers = "{}\n"
+    providers = OperatorSettings().providers_yaml
     if args.providers is not None:
         try:
             providers = args.providers.read_text(encoding="utf-8")

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kubeturn.api import common
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.k8s import clones, objects
 from tests.docker.images import DEBOOTSTRAP_AND_BUILD_SECONDS
@@ -85,7 +86,7 @@ def sandbox_pod(url: str, ref: str) -> dict[str, Any]:
         {"repos": {SLOT: {"url": url, "ref": ref, "secretRef": {"name": "repo-key"}}}}
     )
     workspace = {
-        "apiVersion": objects.GROUP_VERSION,
+        "apiVersion": common.GROUP_VERSION,
         "kind": "Workspace",
         "metadata": {"name": "planted", "namespace": "team", "uid": "ws-uid"},
     }

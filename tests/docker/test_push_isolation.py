@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kubeturn.api import common
 from kubeturn.k8s import clones, deliveries, objects
 from kubeturn.orchestrator.delivery import PushRequest
 from tests.docker.images import DEBOOTSTRAP_AND_BUILD_SECONDS
@@ -115,7 +116,7 @@ def push_pod(image: str, url: str, commit: str) -> Body:
         secret="repo-key",
     )
     run = {
-        "apiVersion": objects.GROUP_VERSION,
+        "apiVersion": common.GROUP_VERSION,
         "kind": "Run",
         "metadata": {"name": RUN, "namespace": "team", "uid": "run-uid"},
     }

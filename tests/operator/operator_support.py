@@ -33,7 +33,7 @@ import aiohttp
 import pytest
 
 from kubeturn.k8s import operator
-from kubeturn.k8s.hub import OperatorSettings
+from kubeturn.settings import OperatorSettings
 from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator
@@ -161,7 +161,7 @@ import asyncio, json, logging, sys
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s import operator
-from kubeturn.k8s.hub import OperatorSettings
+from kubeturn.settings import OperatorSettings
 logging.basicConfig(level=logging.WARNING)
 fields = json.loads(sys.argv[1])
 fields["namespaces"] = tuple(fields["namespaces"])

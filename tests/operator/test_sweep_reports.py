@@ -28,13 +28,14 @@ from aiohttp import web
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.k8s import operator
-from kubeturn.k8s.hub import Hub, OperatorSettings
+from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import Kube
 from kubeturn.k8s.turns import ClusterTurns
 from kubeturn.machine.load import LoadedRun, load_run
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn.settings import OperatorSettings
 from kubeturn_harness.wire import Outcome
 from tests.operator import emulator
 from tests.operator.operator_support import AGENTTURNS, GROUP_VERSION, NAMESPACE, eventually

@@ -458,7 +458,7 @@ async def test_a_failed_admission_is_an_admit_failed_with_the_call_s_failure_cha
     closed = HarnessClient(f"http://127.0.0.1:{free_port()}", TOKEN)
     await closed.close()
     with pytest.raises(AdmitFailed) as unreached:
-        await closed.admit(ADMISSION, "t1.1")
+        await closed.admit(ADMISSION)
     assert isinstance(unreached.value.__cause__, HarnessUnreachable)
     assert str(unreached.value) == str(unreached.value.__cause__)
     assert str(unreached.value).startswith("the Harness could not be reached for the admission")
@@ -467,7 +467,7 @@ async def test_a_failed_admission_is_an_admit_failed_with_the_call_s_failure_cha
         client = HarnessClient(url, TOKEN)
         try:
             with pytest.raises(AdmitFailed) as refused:
-                await client.admit(ADMISSION, "t1.1")
+                await client.admit(ADMISSION)
         finally:
             await client.close()
     assert isinstance(refused.value.__cause__, HarnessRefused)

@@ -20,7 +20,7 @@ import json
 
 import pytest
 
-from kubeturn.orchestrator.core import RunPhase
+from kubeturn.api.status import RunPhase
 from kubeturn.orchestrator.turns import TurnPhase
 from kubeturn_harness.wire import Outcome
 from tests.system.conftest import StartSystem

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from kubeturn.orchestrator.core import RunPhase
+from kubeturn.api.status import RunPhase
 from kubeturn_harness.wire import Outcome
 from tests.system.conftest import StartSystem
 from tests.system.scripts import CODER, FIRST_REVIEW, SECOND_REVIEW, TASK_WITH_REVIEW, call, script

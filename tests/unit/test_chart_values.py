@@ -1,10 +1,13 @@
 """The operator's chart-rendered JSON settings (``--sandbox-egress``, ``--sandbox-resources``).
 
 Cases: a valid value is read as its model; a refused one names the flag and every problem
-at its path under the chart's value, never a stack trace.
+at its path under the chart's value, never a stack trace; with no flag and no environment,
+``kubeturn operator``'s settings are ``OperatorSettings()``'s defaults (one source).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -12,6 +15,7 @@ from kubeturn import cli
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.workspace import SandboxResources
 from kubeturn.errors import CommandError
+from kubeturn.settings import OperatorSettings
 
 
 def test_a_valid_value_is_read_as_its_model() -> None:
@@ -32,3 +36,10 @@ def test_a_refused_value_names_the_flag_and_the_path() -> None:
     with pytest.raises(CommandError) as refused:
         cli._chart_json("[]", SandboxEgress, "sandbox.egress", "--sandbox-egress")
     assert str(refused.value).startswith("--sandbox-egress is refused: sandbox.egress: ")
+
+
+def test_the_commands_defaults_are_the_operators(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in [v for v in os.environ if v.startswith("KUBETURN_") or v == "KUBECONFIG"]:
+        monkeypatch.delenv(variable)
+    args = cli._parser().parse_args(["operator"])
+    assert cli.operator_settings(args) == OperatorSettings()

@@ -7,11 +7,11 @@ from __future__ import annotations
 import itertools
 import json
 
-from kubeturn.api.status import RunStatus
+from kubeturn.api.status import RunPhase, RunStatus
 from kubeturn.k8s import patches
 from kubeturn.machine.load import load_run_yaml
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import StartDeliver, StopExec
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.invokes import DeliverResult

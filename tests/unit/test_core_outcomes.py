@@ -40,7 +40,7 @@ Cases, by row:
 
 from __future__ import annotations
 
-from kubeturn.orchestrator.core import RunPhase
+from kubeturn.api.status import RunPhase
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,

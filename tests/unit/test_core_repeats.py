@@ -21,8 +21,9 @@ Cases:
 
 from __future__ import annotations
 
+from kubeturn.api.status import RunPhase
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn.orchestrator.picks import Gone
 from kubeturn_harness.wire import Receipt, Refusal

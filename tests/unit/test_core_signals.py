@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import itertools
 
-from kubeturn.api.status import RunStatus
+from kubeturn.api.status import RunPhase, RunStatus
 from kubeturn.orchestrator import statuses
-from kubeturn.orchestrator.core import RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore
 from tests.snapshots import loaded
 
 

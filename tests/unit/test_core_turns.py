@@ -47,9 +47,10 @@ from typing import Any
 
 import pytest
 
+from kubeturn.api.status import RunPhase
 from kubeturn.machine.load import load_run_yaml
 from kubeturn.orchestrator import snapshots
-from kubeturn.orchestrator.core import RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import (
     Admit,
     Answer,

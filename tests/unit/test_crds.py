@@ -5,7 +5,9 @@ Cases:
   ``crds/`` holds no other file; the failure names the command that regenerates them
   (the command's ``--check``, writing files, is in ``tests/test_static_crds.py``);
 - names: group, version (served, storage), scope, plural, singular, kind, listKind,
-  short names (krun, kws, turn), category kubeturn, the status subresource;
+  short names (krun, kws, turn), category kubeturn, the status subresource; every
+  model's ``apiVersion`` type spells ``GROUP_VERSION``, the group and version the CRDs
+  are generated with;
 - printer columns: exactly as specified, each path a field of the schema with the
   column's type (date only for the creation time);
 - descriptions: every property of every schema has one (``kubectl explain`` teaches);
@@ -34,14 +36,16 @@ Cases:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 import cel
 import pytest
 from pydantic import ValidationError
 
-from kubeturn.api import crds
+from kubeturn.api import common, crds
+from kubeturn.api.agentturn import AgentTurn
 from kubeturn.api.egress import Peer, PolicyPort
+from kubeturn.api.run import Run
 from kubeturn.api.validation import validate_run
 from kubeturn.api.workspace import Workspace
 from tests.crd_schemas import (
@@ -141,6 +145,13 @@ def test_names(kind: str, plural: str, singular: str, short: str) -> None:
     [version] = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
     assert version["subresources"] == {"status": {}}
+
+
+def test_every_models_api_version_is_the_group_version() -> None:
+    assert common.GROUP_VERSION == f"{common.GROUP}/{common.VERSION}" == "kubeturn.dev/v1alpha1"
+    assert get_args(common.GroupVersion) == (common.GROUP_VERSION,)
+    for model in (Run, Workspace, AgentTurn):
+        assert model.model_fields["apiVersion"].annotation == common.GroupVersion
 
 
 AGE = ("Age", ".metadata.creationTimestamp", "date")

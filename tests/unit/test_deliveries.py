@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from kubeturn.api import common
 from kubeturn.k8s import clones, deliveries, names, objects, push_program
 from kubeturn.orchestrator.delivery import PushRequest, shown_url
 
@@ -35,7 +36,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 Body = dict[str, Any]
 
 RUN: Body = {
-    "apiVersion": objects.GROUP_VERSION,
+    "apiVersion": common.GROUP_VERSION,
     "kind": "Run",
     "metadata": {"name": "r1", "namespace": "team", "uid": "run-uid"},
 }

@@ -24,7 +24,8 @@ import kopf
 import pytest
 
 from kubeturn.k8s import diffbase, operator
-from kubeturn.k8s.hub import Hub, OperatorSettings
+from kubeturn.k8s.hub import Hub
+from kubeturn.settings import OperatorSettings
 
 KEY = "kopf.zalando.org/last-handled-configuration"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

@@ -22,8 +22,9 @@ import pytest
 
 from kubeturn.errors import Going
 from kubeturn.k8s import objects, workspaces
-from kubeturn.k8s.hub import Hub, OperatorSettings
+from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import Kind
+from kubeturn.settings import OperatorSettings
 
 Body = dict[str, Any]
 NAMESPACE = "team-a"

@@ -8,8 +8,9 @@ Cases:
 
 from __future__ import annotations
 
-from kubeturn.k8s.hub import REPORT_KEEP_S, Hub, OperatorSettings
+from kubeturn.k8s.hub import REPORT_KEEP_S, Hub
 from kubeturn.orchestrator.actor import Settled
+from kubeturn.settings import OperatorSettings
 from kubeturn_harness.wire import Outcome
 
 SETTLED = [Settled("s1", Outcome.ENDED)]

@@ -23,10 +23,11 @@ from typing import cast
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from kubeturn.k8s.hub import Hub, OperatorSettings
+from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.metrics import PhaseCounts
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn.settings import OperatorSettings
 
 KEY = ("team", "shared")
 

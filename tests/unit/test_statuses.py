@@ -22,7 +22,10 @@ Cases:
 - status patches: the fields a model sets and nothing else, a map's removed keys written
   null, a version precondition; a condition keeps its transition time while its status
   stays and has its message cut;
-- a spec over ``MAX_SPEC_BYTES`` is refused with its size; one at the bound is taken.
+- a spec over ``MAX_SPEC_BYTES`` is refused with its size; one at the bound is taken;
+- a Run's phases: Succeeded, Failed and Cancelled are finished (``RunPhase.finished``,
+  ``FINISHED``), Pending and Running are not; a phase read from a status as text is found
+  in ``FINISHED`` as its enum is.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from hypothesis import strategies as st
 
 from kubeturn.api.agentturn import Settlement
 from kubeturn.api.status import (
+    FINISHED,
     MESSAGE_LIMIT,
     Condition,
+    RunPhase,
     RunStatus,
     SubmissionRecord,
     TurnHistoryRecord,
@@ -69,6 +74,21 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 OBJECT_LIMIT = 512 * 1024
 ANNOTATIONS_LIMIT = 256 * 1024
 """The API server's bound on all annotations of an object together."""
+
+
+def test_a_run_is_finished_in_succeeded_failed_and_cancelled_alone() -> None:
+    assert [phase for phase in RunPhase if phase.finished] == [
+        RunPhase.SUCCEEDED,
+        RunPhase.FAILED,
+        RunPhase.CANCELLED,
+    ]
+    assert {phase for phase in RunPhase if phase.finished} == FINISHED
+    assert [text in FINISHED for text in ("Pending", "Running", "Succeeded", None)] == [
+        False,
+        False,
+        True,
+        False,
+    ]
 
 
 def size(value: Any) -> int:

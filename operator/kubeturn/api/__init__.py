@@ -4,7 +4,7 @@ Only shapes live here (types, unknown fields, one-of rules); what needs a whole 
 check (targets, Menus, expressions) is ``kubeturn.machine.load``'s. Nothing here does IO.
 """
 
-from kubeturn.api.common import API_GROUP, API_VERSION, ObjectMeta
+from kubeturn.api.common import GROUP, GROUP_VERSION, VERSION, ObjectMeta
 from kubeturn.api.durations import parse_duration
 from kubeturn.api.machine import (
     DEFAULT_AUTHOR_EMAIL,
@@ -24,10 +24,11 @@ from kubeturn.api.run import AgentSlot, Run, RunSpec, Signal, WorkspaceRef
 from kubeturn.api.workspace import Repo, Resources, SecretRef, Storage, WorkspaceSpec
 
 __all__ = [
-    "API_GROUP",
-    "API_VERSION",
     "DEFAULT_AUTHOR_EMAIL",
     "DEFAULT_AUTHOR_NAME",
+    "GROUP",
+    "GROUP_VERSION",
+    "VERSION",
     "AgentInvoke",
     "AgentSlot",
     "Author",

@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kubeturn.api.common import API_VERSION, ObjectMeta, Spec
+from kubeturn.api.common import GROUP, GROUP_VERSION, GroupVersion, ObjectMeta, Spec
 from kubeturn.api.status import Condition, Message, Status, SubmissionRecord
 from kubeturn_harness.wire import Outcome, ThinkingLevel, WorkspaceAccess
 
-SWEEP_FINALIZER = "kubeturn.dev/sweep"
+SWEEP_FINALIZER = f"{GROUP}/sweep"
 
 
 class ObjectRef(Spec):
@@ -108,7 +108,7 @@ class AgentTurnStatus(Status):
 class AgentTurn(Spec):
     """One Agent's Turn: created when a state asks for it, deleted when the state exits."""
 
-    apiVersion: Literal["kubeturn.dev/v1alpha1"] = Field(description=f"Always {API_VERSION}.")
+    apiVersion: GroupVersion = Field(description=f"Always {GROUP_VERSION}.")
     kind: Literal["AgentTurn"] = Field(description="Always AgentTurn.")
     metadata: ObjectMeta = Field(description="Its name (<run>-<turn>), namespace, owner.")
     spec: AgentTurnSpec = Field(description="The Turn's input.")

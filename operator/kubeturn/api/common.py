@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-API_GROUP = "kubeturn.dev"
-API_VERSION = "kubeturn.dev/v1alpha1"
+GROUP = "kubeturn.dev"
+"""The API group of kubeturn's resources, and the prefix of the labels, annotations and
+finalizer it writes (``kubeturn.dev/run``)."""
+VERSION = "v1alpha1"
+"""The one version of the group the CRDs serve."""
+GROUP_VERSION = f"{GROUP}/{VERSION}"
+"""A kubeturn resource's ``apiVersion``."""
+GroupVersion = Literal["kubeturn.dev/v1alpha1"]
+"""``GROUP_VERSION`` as the type of a model's ``apiVersion`` (a ``Literal`` takes no
+name; ``tests/unit/test_crds.py`` checks the two agree)."""
 
 SLOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 """Agent and repo slot names: one safe path segment (never ``.`` or ``..``), as instance

@@ -11,7 +11,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from kubeturn.api.common import (
-    API_VERSION,
+    GROUP_VERSION,
+    GroupVersion,
     ObjectMeta,
     Spec,
     check_model_name,
@@ -160,7 +161,7 @@ class RunSpec(Spec):
 class Run(Spec):
     """One execution of a state machine whose states ask coding Agents for Turns."""
 
-    apiVersion: Literal["kubeturn.dev/v1alpha1"] = Field(description=f"Always {API_VERSION}.")
+    apiVersion: GroupVersion = Field(description=f"Always {GROUP_VERSION}.")
     kind: Literal["Run"] = Field(description="Always Run.")
     metadata: ObjectMeta = Field(description="The Run's name, namespace, labels.")
     spec: RunSpec = Field(description="What the Run does.")

@@ -82,11 +82,24 @@ class Condition(Status):
 
 
 class RunPhase(StrEnum):
+    """Where a Run is in its life (``Run.status.phase``); Succeeded, Failed and Cancelled
+    say it has ended (``finished``)."""
+
     PENDING = "Pending"
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
+
+    @property
+    def finished(self) -> bool:
+        """The Run has ended: its phase is one of ``FINISHED``."""
+        return self in FINISHED
+
+
+FINISHED = frozenset({RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED})
+"""The phases a Run ends in. A phase read from a status as text is found here too (a
+``RunPhase`` is a ``str``): ``status.get("phase") in FINISHED``."""
 
 
 class SubmissionRecord(Status):

@@ -13,7 +13,8 @@ from typing import Any, Literal, Self, TypeAlias
 from pydantic import Field, field_validator, model_validator
 
 from kubeturn.api.common import (
-    API_VERSION,
+    GROUP_VERSION,
+    GroupVersion,
     ObjectMeta,
     Spec,
     check_model_name,
@@ -385,7 +386,7 @@ class WorkspaceSpec(Spec):
 class Workspace(Spec):
     """A sandbox: one pod running the Harness, with a volume holding the repos' clones."""
 
-    apiVersion: Literal["kubeturn.dev/v1alpha1"] = Field(description=f"Always {API_VERSION}.")
+    apiVersion: GroupVersion = Field(description=f"Always {GROUP_VERSION}.")
     kind: Literal["Workspace"] = Field(description="Always Workspace.")
     metadata: ObjectMeta = Field(description="Its name, namespace, labels.")
     spec: WorkspaceSpec = Field(description="What the sandbox holds and runs.")

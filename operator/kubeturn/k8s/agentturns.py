@@ -36,7 +36,8 @@ from typing import Any
 import kopf
 
 from kubeturn.api.agentturn import AgentTurnStatus, Settlement, TurnPhase
-from kubeturn.api.status import SubmissionRecord
+from kubeturn.api.common import GROUP, VERSION
+from kubeturn.api.status import FINISHED, SubmissionRecord
 from kubeturn.errors import HarnessRefused, HarnessUnreachable
 from kubeturn.k8s import conditions, events, harnesses, metrics, patches
 from kubeturn.k8s.hub import Hub
@@ -46,8 +47,6 @@ from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn_harness.wire import Outcome, SubmissionId
-
-GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
@@ -214,7 +213,7 @@ async def _deleted_by_user(hub: Hub, namespace: str, spec: kopf.Spec) -> None:
         if (
             found is None
             or found["metadata"].get("deletionTimestamp")  # its Turns go with it
-            or status.get("phase") in ("Succeeded", "Failed", "Cancelled")
+            or status.get("phase") in FINISHED
             or (ready and ready[0].get("reason") in conditions.UNDRIVEN)
         ):
             return

@@ -20,11 +20,11 @@ import kubernetes.config
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
+from kubeturn.api.status import FINISHED
 from kubeturn.errors import CommandError, NotFound
 from kubeturn.k8s.kube import RUNS, Kube
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-TERMINAL = ("Succeeded", "Failed", "Cancelled")
 PATCH_ATTEMPTS = 3
 """Appends raced by another writer that first made ``spec.signals``: retried, re-read."""
 
@@ -66,7 +66,7 @@ class Cluster:
         for _ in range(PATCH_ATTEMPTS):
             run = await self.run()
             phase = (run.get("status") or {}).get("phase")
-            if phase in TERMINAL:
+            if phase in FINISHED:
                 raise CommandError(f"the {self.where} is {phase}: it takes no more signals")
             signals = (run.get("spec") or {}).get("signals")
             if signals is not None and any(s.get("id") == signal_id for s in signals):
@@ -106,7 +106,7 @@ class Cluster:
     async def cancel(self) -> None:
         run = await self.run()
         phase = (run.get("status") or {}).get("phase")
-        if phase in TERMINAL:
+        if phase in FINISHED:
             raise CommandError(f"the {self.where} is {phase}: there is nothing to cancel")
         await _translated(
             self,

@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from kubeturn.api.egress import SandboxEgress
-from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s.apiserver import ApiServerAddresses
 from kubeturn.k8s.kube import Kube
 from kubeturn.k8s.metrics import PhaseCounts
@@ -33,6 +31,7 @@ from kubeturn.orchestrator.actor import RunActor, Settled
 from kubeturn.orchestrator.api import Registry
 from kubeturn.orchestrator.delivery import Pusher
 from kubeturn.orchestrator.harness_client import HarnessClient
+from kubeturn.settings import OperatorSettings
 
 REPORT_KEEP_S = 600.0
 """How long a finalizer's report waits for its Run to take it: a Run's actor takes it
@@ -41,59 +40,6 @@ still there after 10 minutes belongs to a Run that is gone."""
 
 Key = tuple[str, str]
 """(namespace, name) of a Workspace or an AgentTurn."""
-
-
-@dataclass(frozen=True)
-class OperatorSettings:
-    namespaces: tuple[str, ...] = ()
-    """Namespaces to watch; empty watches the whole cluster."""
-    harness_image: str = "ghcr.io/kubeturn/harness:latest"
-    """The sandbox image, unless a Workspace names its own."""
-    orchestrator_url: str = "http://kubeturn-orchestrator:8081"
-    """How sandbox pods reach the Orchestrator API (a Service in the operator's namespace)."""
-    providers_yaml: str = "{}\n"
-    """The model providers file every sandbox gets (names, URLs, key variables; no keys)."""
-    default_model: str | None = None
-    """'provider/model' every sandbox's Harness runs an Agent on when neither the Agent
-    nor the Turn names a model and its Workspace names no ``spec.defaultModel`` (the
-    chart's ``defaultModel``); None: such a Turn is refused by the Harness. Its provider
-    is one of ``providers_yaml``'s (the command refuses to start otherwise)."""
-    operator_labels: tuple[tuple[str, str], ...] = (
-        ("app.kubernetes.io/name", "kubeturn"),
-        ("app.kubernetes.io/component", "operator"),
-    )
-    """Labels of the operator's pods: the only ones sandbox NetworkPolicies admit."""
-    operator_namespace: str | None = None
-    """The operator's namespace; sandbox NetworkPolicies admit its pods from there only,
-    and let sandboxes reach them there only."""
-    require_confinement: bool = False
-    """Refuse to run an Agent's tools where the node's kernel cannot confine them
-    (Landlock): on such a node the tools hold no secret, but the Runs of one Workspace
-    are not isolated from each other (ADR 0035). Off by default, so that a cluster of
-    older kernels works on its first day; a Turn's tool calls fail, saying why, when on."""
-    sandbox_resources: SandboxResources = field(default_factory=SandboxResources)
-    """Requests and limits of every sandbox container (the chart's ``sandbox.resources``);
-    a Workspace's ``spec.resources`` overrides the tools container's (ADR 0053)."""
-    sandbox_egress: SandboxEgress = field(default_factory=SandboxEgress)
-    """What every sandbox may reach (the chart's ``sandbox.egress``); a Workspace's
-    ``spec.egress`` adds to it (ADR 0034). Default: DNS, and the public internet on 443
-    and 22."""
-    api_server_look_s: float = 30.0
-    """How often the API server's addresses are read again (one GET, shared by every
-    Workspace): a new address is kept out of sandboxes within this plus a Workspace's
-    look (20 s). Control planes change addresses rarely (an upgrade, a failover)."""
-    health_port: int = 8080
-    """``/healthz`` (the event loop answers) and ``/readyz`` (the handlers run)."""
-    metrics_port: int = 9090
-    """Prometheus ``/metrics``."""
-    api_port: int = 8081
-    """Where the Orchestrator API listens."""
-    api_host: str = "0.0.0.0"
-    sweep_look_s: float = 10.0
-    """While a Run waits for an AgentTurn's finalizer to report its sweep (as long as the
-    AgentTurn is there, ADR 0028), how often it looks whether the AgentTurn went without
-    a report here: one read each, and rare (its finalizer was removed by hand, or ran in
-    another operator), so such a Turn is recorded within seconds at little cost."""
 
 
 @dataclass

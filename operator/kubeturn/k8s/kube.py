@@ -20,6 +20,7 @@ from typing import Any, cast
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
+from kubeturn.api.common import GROUP, GROUP_VERSION, VERSION
 from kubeturn.errors import Conflict, NotFound
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -44,9 +45,9 @@ class Kind:
         return base
 
 
-RUNS = Kind("kubeturn.dev", "v1alpha1", "runs")
-WORKSPACES = Kind("kubeturn.dev", "v1alpha1", "workspaces")
-AGENTTURNS = Kind("kubeturn.dev", "v1alpha1", "agentturns")
+RUNS = Kind(GROUP, VERSION, "runs")
+WORKSPACES = Kind(GROUP, VERSION, "workspaces")
+AGENTTURNS = Kind(GROUP, VERSION, "agentturns")
 PODS = Kind("", "v1", "pods")
 SECRETS = Kind("", "v1", "secrets")
 CONFIGMAPS = Kind("", "v1", "configmaps")
@@ -57,9 +58,9 @@ LEASES = Kind("coordination.k8s.io", "v1", "leases")
 ENDPOINT_SLICES = Kind("discovery.k8s.io", "v1", "endpointslices")
 
 KINDS = {
-    ("kubeturn.dev/v1alpha1", "Run"): RUNS,
-    ("kubeturn.dev/v1alpha1", "Workspace"): WORKSPACES,
-    ("kubeturn.dev/v1alpha1", "AgentTurn"): AGENTTURNS,
+    (GROUP_VERSION, "Run"): RUNS,
+    (GROUP_VERSION, "Workspace"): WORKSPACES,
+    (GROUP_VERSION, "AgentTurn"): AGENTTURNS,
     ("v1", "Pod"): PODS,
     ("v1", "Secret"): SECRETS,
     ("v1", "ConfigMap"): CONFIGMAPS,

@@ -32,20 +32,10 @@ from typing import Any, Protocol
 
 from kubeturn.errors import Conflict, LeadershipLost, NotFound
 from kubeturn.k8s.kube import LEASES, Kube
+from kubeturn.settings import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S
 
 log = logging.getLogger(__name__)
 
-LEASE_DURATION_S = 15
-"""How long a standby waits, after it last saw the Lease renewed, before it takes it:
-client-go's default. It bounds the time without a leader after a leader dies without
-releasing (a crash, a lost node); a stopping leader releases, and is replaced at once."""
-RENEW_DEADLINE_S = 10.0
-"""How long the leader keeps failing to renew before it gives up leading: client-go's
-default. Shorter than the lease duration, so the leader stops its handlers (kopf takes a
-few seconds) before any standby may take the Lease."""
-RETRY_PERIOD_S = 2.0
-"""How often a standby tries to take the Lease, and the leader renews it: client-go's
-default; a renewal every 2 s is a small write for the API server."""
 JITTER = 1.2
 """A standby waits a retry period plus up to this many more between tries (client-go's
 ``JitterFactor``), so that standbys started together do not try in step. The renew
@@ -69,7 +59,8 @@ def identity(pod_name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Election:
-    """Which Lease decides, who this replica is, and the timings (client-go's names)."""
+    """Which Lease decides, who this replica is, and the timings (client-go's names;
+    their defaults are ``kubeturn.settings``')."""
 
     namespace: str
     """The Lease's namespace: the operator's own."""

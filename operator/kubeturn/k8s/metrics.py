@@ -9,6 +9,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from kubeturn.api.status import RunPhase
+
 SWEEP_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0
 )  # fmt: skip
@@ -39,9 +41,6 @@ RECONCILE_ERRORS = Counter(
 )
 
 
-PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
-
-
 class PhaseCounts:
     """The runs-by-phase gauge, kept as counts: a Run that changes phase moves from one
     count to another, and a deleted one leaves its count; nothing walks every Run.
@@ -52,7 +51,7 @@ class PhaseCounts:
     def __init__(self, gauge: Gauge = RUNS) -> None:
         self._gauge = gauge
         self._phases: dict[str, str] = {}
-        self._counts: dict[str, int] = dict.fromkeys(PHASES, 0)
+        self._counts: dict[str, int] = {phase.value: 0 for phase in RunPhase}
         self._shown = False
 
     def put(self, run: str, phase: str) -> None:

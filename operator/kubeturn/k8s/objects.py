@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
+from kubeturn.api.common import GROUP, GROUP_VERSION
 from kubeturn.api.workspace import Resources, SandboxResources, WorkspaceSpec, quantity
 from kubeturn.k8s import clones as clone_containers
 from kubeturn.k8s import egress, names, sandboxes
@@ -23,7 +24,6 @@ from kubeturn.orchestrator import ids
 from kubeturn.orchestrator.effects import Admit
 from kubeturn.orchestrator.ids import InstanceId, TurnId
 
-GROUP_VERSION = "kubeturn.dev/v1alpha1"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kubeturn"}
 SANDBOX = "sandbox"
 HARNESS_PORT = 8080
@@ -103,11 +103,11 @@ def _metadata(name: str, namespace: str, owner: Mapping[str, Any], **labels: str
 # ----------------------------------------------------------------------------- workspaces
 
 
-WORKSPACE_LABEL = "kubeturn.dev/workspace"
+WORKSPACE_LABEL = f"{GROUP}/workspace"
 """The Workspace a sandbox Pod serves, as a label value (``names.label_value``)."""
-RUN_LABEL = "kubeturn.dev/run"
+RUN_LABEL = f"{GROUP}/run"
 """The Run an AgentTurn or an owned Workspace belongs to, as a label value."""
-AGENT_LABEL = "kubeturn.dev/agent"
+AGENT_LABEL = f"{GROUP}/agent"
 """The Agent slot of an AgentTurn, as a label value."""
 
 
@@ -149,7 +149,7 @@ def workspace_of(run: Mapping[str, Any]) -> str | None:
 
 
 TOKENS_SUFFIX = "-kubeturn-tokens"
-ROTATE_TOKENS = "kubeturn.dev/rotate-tokens"
+ROTATE_TOKENS = f"{GROUP}/rotate-tokens"
 """An annotation of a Workspace: each new value has its tokens made anew at once, the old
 ones refused; its token Secret carries the value it was made for (ADR 0040)."""
 
@@ -454,9 +454,9 @@ def turn_name(run: str, turn: TurnId) -> str:
     return names.object_name(run, f"-{turn}")
 
 
-INSTANCE_LABEL = "kubeturn.dev/instance"
+INSTANCE_LABEL = f"{GROUP}/instance"
 """The conversation an AgentTurn's Submissions land on (``instance_label``)."""
-TURN_SEQ_LABEL = "kubeturn.dev/turn-seq"
+TURN_SEQ_LABEL = f"{GROUP}/turn-seq"
 """The Turn's number in its Run (``t<n>``): orders the Turns of one conversation, which
 ``creationTimestamp`` (whole seconds) cannot (ADR 0021)."""
 

@@ -24,12 +24,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
+from kubeturn.api.status import FINISHED
 from kubeturn.errors import LeadershipLost
 from kubeturn.k8s import agentturns, diffbase, leader, runs, workspaces
 from kubeturn.k8s.deliveries import KubePusher
-from kubeturn.k8s.hub import Hub, OperatorSettings
+from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import RUNS, Kube, pool_size
 from kubeturn.orchestrator import api, ids
+from kubeturn.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +152,6 @@ hold it back for ever."""
 RESUME_WAIT_S = 20.0
 """How long one Harness request that names an unknown Turn or token is parked while the
 Runs resume, before it is answered 503 (a surface read retries; a pick is lost)."""
-FINISHED = ("Succeeded", "Failed", "Cancelled")
 
 
 async def unfinished_runs(hub: Hub, namespaces: tuple[str, ...]) -> set[str]:

@@ -44,7 +44,8 @@ from typing import Any
 
 import kopf
 
-from kubeturn.api.status import Condition, RunStatus, WorktreeStatus
+from kubeturn.api.common import GROUP, GROUP_VERSION, VERSION
+from kubeturn.api.status import Condition, RunPhase, RunStatus, WorktreeStatus
 from kubeturn.errors import (
     DefinitionErrors,
     DeliveryFailed,
@@ -79,7 +80,6 @@ from kubeturn.orchestrator.harness_client import HarnessCommitter
 from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
 
-GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 DRIVE_BACKOFF_S = 10.0
 """How soon kopf runs a Run's daemon again after it failed unexpectedly (the API server
 refused a write, a bug): kopf's default is 60 s. The daemon resumes from ``Run.status``,
@@ -138,8 +138,8 @@ class StatusStore:
 
     async def save(self, snapshot: dict[str, Any]) -> None:
         view = self._core.view()
-        phase = view.phase.value
-        finished = phase not in ("Pending", "Running")
+        phase = view.phase
+        finished = phase.finished
         status = statuses.run_status(view, snapshot)
         said = view.message or f"the Run is {phase}"
         if not finished and status.acceptedEvents:
@@ -149,7 +149,7 @@ class StatusStore:
         ready = conditions.put(
             [c for c in self._conditions if _type(c) == conditions.READY],
             conditions.READY,
-            not finished or phase == "Succeeded",
+            not finished or phase is RunPhase.SUCCEEDED,
             conditions.FINISHED if finished else conditions.RUNNING,
             said,
             self._generation(),
@@ -456,7 +456,7 @@ async def _workspace(
         assert ref.template is not None
         name = objects.owned_workspace_name(meta["name"])
         owned = {
-            "apiVersion": objects.GROUP_VERSION,
+            "apiVersion": GROUP_VERSION,
             "kind": "Workspace",
             "metadata": {
                 "name": name,

@@ -35,6 +35,7 @@ from typing import Any
 
 from kubernetes.utils import quantity
 
+from kubeturn.api.common import GROUP
 from kubeturn.api.status import WorkspacePhase
 from kubeturn.api.workspace import Storage
 from kubeturn.k8s import conditions
@@ -52,10 +53,10 @@ again (10 minutes, as the kubelet resets a container's back-off)."""
 
 DELETED = "the sandbox Pod was deleted"
 
-HASH_ANNOTATION = "kubeturn.dev/sandbox-hash"
+HASH_ANNOTATION = f"{GROUP}/sandbox-hash"
 """The sha256 of what a sandbox Pod was made from: its spec, the providers file and the
 SHA-256 of the token its Harness accepts."""
-PARTS_ANNOTATION = "kubeturn.dev/sandbox-parts"
+PARTS_ANNOTATION = f"{GROUP}/sandbox-parts"
 """A short digest of each part of that (JSON), so that what changed can be named."""
 PART_DIGEST_CHARS = 12
 """48 bits of a part's sha256: enough to tell one part's versions apart; whether a Pod is

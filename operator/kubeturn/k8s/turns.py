@@ -46,7 +46,7 @@ from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.ids import TurnId
-from kubeturn_harness.wire import SubmissionId
+from kubeturn_harness.wire import Outcome, SubmissionId
 
 POLL_S = 0.2
 """How often an admission re-checks the Workspace and a continued conversation's earlier Turns:
@@ -202,7 +202,7 @@ class ClusterTurns:
                 else entry
                 for entry in status.submissions
             ]
-            idle = settled.outcome.value == "completed"
+            idle = settled.outcome is Outcome.COMPLETED
             phase = TurnPhase.IDLE if idle else TurnPhase.SETTLING
             return AgentTurnStatus(phase=_phase(status, phase), submissions=entries)
 

@@ -63,7 +63,8 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from kubeturn.api import models, validation
-from kubeturn.api.status import RepoStatus, RunPhase, WorkspacePhase, WorkspaceStatus
+from kubeturn.api.common import GROUP, VERSION
+from kubeturn.api.status import FINISHED, RepoStatus, WorkspacePhase, WorkspaceStatus
 from kubeturn.api.workspace import WorkspaceSpec
 from kubeturn.errors import Conflict, DefinitionError, DefinitionErrors, Going, NotFound
 from kubeturn.k8s import (
@@ -87,7 +88,6 @@ from kubeturn.k8s.kube import (
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import ReposResponse
 
-GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 PROBE_S = 2.0
 """How often a Workspace that is not Ready is looked at: pods start in seconds."""
 READY_PROBE_S = 20.0
@@ -101,8 +101,6 @@ RESYNC_S = 300.0
 when its generation changes, the operator starts and a Pod is made: a providers
 ConfigMap or NetworkPolicy changed or deleted by hand is put right within 5 minutes, at
 four reads per Workspace."""
-FINISHED = frozenset(p.value for p in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED))
-"""Phases of a Run that works no more: ``activeRunCount`` leaves it out."""
 LEGACY_KEYS = ("worktrees",)
 """Status keys an older operator wrote and this one does not (ADR 0087): removed at the
 next write, so an upgraded cluster's Workspaces shrink to the bounded status."""

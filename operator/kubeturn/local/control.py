@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubeturn.api.status import FINISHED, RunPhase
 from kubeturn.errors import CommandError
 from kubeturn.local.workdir import RunFiles, Workdir, default_workdir
-
-TERMINAL = ("Succeeded", "Failed", "Cancelled")
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ def files_of(name: str, workdir: Path | None) -> RunFiles:
 
 def status(name: str, workdir: Path | None) -> dict[str, Any]:
     files = files_of(name, workdir)
-    return files.read_status() or {"phase": "Pending"}
+    return files.read_status() or {"phase": RunPhase.PENDING.value}
 
 
 def driven(name: str, workdir: Path | None) -> bool:
@@ -64,5 +63,5 @@ def cancel(name: str, workdir: Path | None) -> bool:
 
 def _check_open(name: str, files: RunFiles) -> None:
     phase = (files.read_status() or {}).get("phase")
-    if phase in TERMINAL:
+    if phase in FINISHED:
         raise CommandError(f"the run {name!r} is {phase}: it takes no more signals")

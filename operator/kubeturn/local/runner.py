@@ -38,6 +38,7 @@ from typing import Any, TextIO
 import yaml
 from aiohttp import web
 
+from kubeturn.api.status import FINISHED, RunPhase
 from kubeturn.errors import CommandError, HarnessCallFailed, SnapshotUnreadable
 from kubeturn.local import children, repos
 from kubeturn.local.delivery import LocalPusher, work_lines
@@ -55,7 +56,7 @@ from kubeturn.local.workdir import (
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api, statuses
 from kubeturn.orchestrator.actor import RunActor
-from kubeturn.orchestrator.core import RunCore, RunPhase
+from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.delivery import Deliverer, Remote
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.harness_client import HarnessClient, HarnessCommitter
@@ -80,7 +81,6 @@ SETTLE_S = 20.0
 """How long kubeturn waits, once the Run ended or was cancelled, for the sweeps of its
 last Turns to come back: the Harness settles a sweep at once (ADR 0002), so this only
 bounds a Harness that stopped answering."""
-FINISHED = (RunPhase.SUCCEEDED.value, RunPhase.FAILED.value, RunPhase.CANCELLED.value)
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 HARNESS_LISTENING = re.compile(r"harness listening on (http://\S+)")
@@ -177,7 +177,7 @@ class LocalRun:
             self.out.write(f"kubeturn: the run {loaded.name} has ended\n")
             for line in summary(loaded.name, ended, None):
                 self.out.write(line + "\n")
-            return 0 if ended["phase"] == RunPhase.SUCCEEDED.value else 1
+            return 0 if ended["phase"] == RunPhase.SUCCEEDED else 1
         existed = workdir.root.exists()
         with files.locked():
             started = _Started(workdir, files, loaded, fresh)

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from kubeturn.api import agentturn
+from kubeturn.api.status import FINISHED, RunPhase, SignalResult
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.turns import Turn, TurnPhase
 
@@ -33,7 +35,7 @@ class Row:
     turn: str
     agent: str
     state: str
-    phase: str
+    phase: agentturn.TurnPhase
     outcome: str
     started: float
     ended: float | None
@@ -68,7 +70,7 @@ def rows(core: RunCore, tool_calls: Mapping[str, int]) -> list[Row]:
             r.name,
             r.agent,
             r.state,
-            "Settled",
+            agentturn.TurnPhase.SETTLED,
             r.outcome.value,
             r.startedAt,
             r.settledAt,
@@ -92,17 +94,17 @@ def rows(core: RunCore, tool_calls: Mapping[str, int]) -> list[Row]:
     return sorted(found, key=lambda row: (row.started, _number(row.turn)))
 
 
-def phase_of(turn: Turn) -> str:
+def phase_of(turn: Turn) -> agentturn.TurnPhase:
     """The AgentTurn phase a Turn would show on a cluster."""
     if turn.phase is TurnPhase.SWEEPING:
-        return "Settling"
+        return agentturn.TurnPhase.SETTLING
     if turn.phase is TurnPhase.SETTLED:
-        return "Settled"
+        return agentturn.TurnPhase.SETTLED
     if turn.running is not None:
-        return "Running"
+        return agentturn.TurnPhase.RUNNING
     if turn.phase is TurnPhase.LIVE and not turn.admitting:
-        return "Idle"
-    return "Pending"
+        return agentturn.TurnPhase.IDLE
+    return agentturn.TurnPhase.PENDING
 
 
 def align(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
@@ -184,16 +186,13 @@ def dropped_line(dropped: int) -> str:
     return f"({dropped} earlier settled {turns} not listed: a Run keeps its most recent ones)"
 
 
-FINISHED = ("Succeeded", "Failed", "Cancelled")
-
-
 def status_lines(name: str, status: Mapping[str, Any], *, wide: bool = False) -> list[str]:
     """``kubeturn status``: what a Run is doing and what it waits for, as ``key: value``
     lines; ``wide`` adds each accepted event's schema and every processed signal.
 
     A local Run that no ``kubeturn run`` drives (``driven`` false) is not running,
     whatever it was saved as: it says so, and how to continue it."""
-    phase = status.get("phase") or "Pending"
+    phase = status.get("phase") or RunPhase.PENDING
     shown_phase = phase
     if status.get("driven") is False and phase not in FINISHED:
         shown_phase = (
@@ -218,7 +217,7 @@ def status_lines(name: str, status: Mapping[str, Any], *, wide: bool = False) ->
             if wide and item.get("schema") is not None:
                 lines.append(f"    schema: {_compact(item['schema'])}")
     for signal in status.get("processedSignals") or []:
-        if isinstance(signal, Mapping) and signal.get("result") == "ignored":
+        if isinstance(signal, Mapping) and signal.get("result") == SignalResult.IGNORED:
             lines.append(f"ignored signal {signal.get('id')}: {signal.get('message') or '-'}")
         elif wide:
             shown_id = signal.get("id") if isinstance(signal, Mapping) else signal
@@ -270,7 +269,7 @@ def summary(name: str, status: Mapping[str, Any], elapsed: float | None) -> list
     state = status.get("state") or "-"
     where = f" in state {state}" if state != "-" else ""
     after = f" after {duration(elapsed)}" if elapsed is not None else ""
-    lines.append(f"run {name}: {status.get('phase') or 'Pending'}{where}{after}")
+    lines.append(f"run {name}: {status.get('phase') or RunPhase.PENDING}{where}{after}")
     if status.get("message"):
         lines.append(f"message: {status['message']}")
     if status.get("output") is not None:

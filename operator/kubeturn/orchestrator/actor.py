@@ -157,7 +157,7 @@ class RunActor:
                 running = turn.running
                 if running is not None:
                     self._follow(self.core.admission(turn), running.id)
-        if self.core.phase.value not in ("Pending", "Running"):
+        if self.core.phase.finished:
             self.finished.set()
 
     async def signal(

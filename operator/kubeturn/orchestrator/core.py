@@ -29,10 +29,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-from kubeturn.api.status import DeliveryRecord, bounded
+from kubeturn.api.status import DeliveryRecord, RunPhase, bounded
 from kubeturn.errors import SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import (
@@ -97,14 +96,6 @@ NUDGE_BUDGET = 2
 picking, after being told what the workflow waits for, will not pick on a third."""
 MAX_TIMERS_AT_ONCE = 1000
 """Timers fired in one call; a zero-delay timer that re-arms itself cannot spin forever."""
-
-
-class RunPhase(StrEnum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    CANCELLED = "Cancelled"
 
 
 PHASE_OF = {

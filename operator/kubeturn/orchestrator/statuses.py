@@ -32,7 +32,7 @@ def run_status(view: RunView, snapshot: Mapping[str, Any]) -> RunStatus:
     records = list(snapshot[HISTORY_KEY])
     accepted = signals.accepted_events(list(view.accepted))
     return RunStatus(
-        phase=view.phase.value,
+        phase=view.phase,
         state=view.state,
         turnCount=view.recorded,
         turns=records,
