@@ -75,34 +75,20 @@ def put(
     message cut to its bound by the model (``kubeturn.api.status.bounded``)."""
     value: Literal["True", "False"] = "True" if status else "False"
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result: list[Condition] = []
-    found = False
-    for each in current:
-        condition = each if isinstance(each, Condition) else Condition.model_validate(each)
-        if condition.type != type_:
-            result.append(condition)
-            continue
-        found = True
-        moved = condition.status != value
-        result.append(
-            Condition(
-                type=type_,
-                status=value,
-                reason=reason,
-                message=message,
-                observedGeneration=generation,
-                lastTransitionTime=now if moved else condition.lastTransitionTime,
-            )
-        )
-    if not found:
-        result.append(
-            Condition(
-                type=type_,
-                status=value,
-                reason=reason,
-                message=message,
-                observedGeneration=generation,
-                lastTransitionTime=now,
-            )
-        )
+    result = [
+        each if isinstance(each, Condition) else Condition.model_validate(each) for each in current
+    ]
+    at = next((i for i, condition in enumerate(result) if condition.type == type_), len(result))
+    before = result[at] if at < len(result) else None
+    updated = Condition(
+        type=type_,
+        status=value,
+        reason=reason,
+        message=message,
+        observedGeneration=generation,
+        lastTransitionTime=(
+            before.lastTransitionTime if before is not None and before.status == value else now
+        ),
+    )
+    result[at : at + 1] = [updated]
     return result

@@ -222,11 +222,7 @@ def status_lines(name: str, status: Mapping[str, Any], *, wide: bool = False) ->
         elif wide:
             shown_id = signal.get("id") if isinstance(signal, Mapping) else signal
             lines.append(f"signal {shown_id}: handled")
-    if status.get("message"):
-        lines.append(f"message: {status['message']}")
-    if status.get("output") is not None:
-        lines.append(f"output: {_compact(status['output'])}")
-    return lines
+    return lines + _said(status)
 
 
 TIME_KEYS = ("At", "Time", "Timestamp")
@@ -270,6 +266,12 @@ def summary(name: str, status: Mapping[str, Any], elapsed: float | None) -> list
     where = f" in state {state}" if state != "-" else ""
     after = f" after {duration(elapsed)}" if elapsed is not None else ""
     lines.append(f"run {name}: {status.get('phase') or RunPhase.PENDING}{where}{after}")
+    return lines + _said(status)
+
+
+def _said(status: Mapping[str, Any]) -> list[str]:
+    """The lines that end a Run's view: its message and its output, where it has them."""
+    lines = []
     if status.get("message"):
         lines.append(f"message: {status['message']}")
     if status.get("output") is not None:

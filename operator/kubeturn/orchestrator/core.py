@@ -564,8 +564,9 @@ class RunCore:
     def _start_invoke(self, entry: InvokeEntry, event: Event | None) -> list[Effect]:
         """Start an exec or a delivery, or queue the event that refuses it."""
         assert self.config is not None
-        make = invokes.start_deliver if entry.kind is InvokeKind.DELIVER else invokes.start_exec
-        start = make(self.run.chart, self.config, self._scope, self.workspace, entry, event)
+        start = invokes.start(
+            self.run.chart, self.config, self._scope, self.workspace, entry, event
+        )
         match start:
             case Event():
                 self._queue.append(start)

@@ -9,14 +9,15 @@ Pure: no IO, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kubeturn.api.status import DeliveryRecord, bounded
 from kubeturn.errors import ExpressionError, FrameRefused
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import DONE_INVOKE, ERROR_INVOKE, Event, InvokeEntry, Scope
-from kubeturn.machine.model import Chart
+from kubeturn.machine.model import Chart, DeliverCall
 from kubeturn.orchestrator import frames
 from kubeturn.orchestrator.effects import StartDeliver, StartExec
 
@@ -54,43 +55,35 @@ def path(state: str) -> str:
     return "spec.machine.states." + ".states.".join(state.split(".")) + ".invoke"
 
 
-def start_exec(
+def start(
     chart: Chart,
     config: interpreter.Config,
     scope: Scope,
     workspace: frames.WorkspaceView | None,
     entry: InvokeEntry,
     event: Event | None,
-) -> StartExec | Event:
-    """The command to start for ``entry``, or the event that refuses it."""
-    state = chart.states[entry.state]
-    assert state.invoke is not None
-    assert state.invoke.exec is not None
+) -> StartExec | StartDeliver | Event:
+    """The command or the delivery to start for ``entry``, or the event that refuses it."""
+    invoke = chart.states[entry.state].invoke
+    assert invoke is not None
     activation = interpreter.activation(config, event, scope)
+    if invoke.deliver is not None:
+        return _deliver(invoke.deliver, activation, workspace, entry)
+    assert invoke.exec is not None
     try:
-        frame = frames.exec_frame(
-            state.invoke.exec, activation, workspace, path(entry.state) + ".exec"
-        )
+        frame = frames.exec_frame(invoke.exec, activation, workspace, path(entry.state) + ".exec")
     except FrameRefused as refused:
         return _refused(entry, str(refused))
-    return StartExec(entry.id, frame.prompt, frame.cwd, state.invoke.exec.timeout_s)
+    return StartExec(entry.id, frame.prompt, frame.cwd, invoke.exec.timeout_s)
 
 
-def start_deliver(
-    chart: Chart,
-    config: interpreter.Config,
-    scope: Scope,
+def _deliver(
+    call: DeliverCall,
+    activation: Mapping[str, Any],
     workspace: frames.WorkspaceView | None,
     entry: InvokeEntry,
-    event: Event | None,
 ) -> StartDeliver | Event:
-    """The delivery to start for ``entry``, or the event that refuses it."""
-    state = chart.states[entry.state]
-    assert state.invoke is not None
-    call = state.invoke.deliver
-    assert call is not None
     where = path(entry.state) + ".deliver"
-    activation = interpreter.activation(config, event, scope)
     refused: str | None = None
     message = ""
     try:
