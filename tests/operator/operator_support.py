@@ -56,10 +56,20 @@ Body = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
 
 
+_GIVEN: set[int] = set()
+"""Ports ``free_port`` handed out in this process: a port probed free is free only until
+something binds it, so one is never given twice (two replicas' settings are made before
+either listens)."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    while True:
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port = int(probe.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 # ----------------------------------------------------------------------------- waits
