@@ -28,7 +28,9 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import socket
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +49,7 @@ from kubeturn.errors import CommandError, DefinitionErrors, LeadershipLost
 from kubeturn.local import control as local
 from kubeturn.local import view
 from kubeturn.local.workdir import DEFAULT_ROOT
-from kubeturn.machine.load import load_run, parse_yaml_documents
+from kubeturn.machine.load import load_run, parse_yaml, parse_yaml_documents
 from kubeturn.orchestrator import signals
 from kubeturn.settings import (
     LEASE_DURATION_S,
@@ -321,7 +323,89 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("name", help="the Run's name")
     _output(status)
     _target(status)
+
+    graph = commands.add_parser(
+        "graph",
+        help="draw a Run manifest's machine (mermaid, Graphviz dot or SVG)",
+        description="Print a Run's state machine as a mermaid stateDiagram-v2 (paste it in "
+        "Markdown), a Graphviz dot graph, or SVG (drawn by Graphviz's dot, which must be "
+        "installed).",
+    )
+    graph.add_argument("file", type=Path, help="the Run manifest")
+    graph.add_argument(
+        "-o",
+        "--output",
+        choices=GRAPH_OUTPUTS,
+        default="mermaid",
+        help="mermaid (the default), dot or svg",
+    )
+
+    ui = commands.add_parser(
+        "ui",
+        help="serve the web console of local Runs on 127.0.0.1",
+        description="Serve a read-only web console of the local Runs under a directory: "
+        "Runs, each Run's machine and Turns, each Turn's live transcript. It listens on "
+        "127.0.0.1 only and prints its URL; stop it with Ctrl-C.",
+    )
+    ui.add_argument(
+        "--workdir",
+        type=Path,
+        default=DEFAULT_ROOT,
+        help=f"the directory holding the Runs' workdirs, or one workdir (default: {DEFAULT_ROOT})",
+    )
+    ui.add_argument(
+        "--port", type=int, default=UI_PORT, help=f"the port (default {UI_PORT}; 0: a free one)"
+    )
     return parser
+
+
+GRAPH_OUTPUTS = ("mermaid", "dot", "svg")
+UI_PORT = 8765
+
+
+def graph(args: argparse.Namespace) -> int:
+    from kubeturn.machine import graph as drawing
+
+    try:
+        text = args.file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CommandError(f"cannot read {args.file}: {error.strerror}") from error
+    try:
+        chart = load_run(parse_yaml(text, str(args.file))).chart
+    except DefinitionErrors as errors:
+        for line in problems(errors, str(args.file)):
+            print(line, file=sys.stderr)
+        return EXIT_FAILED
+    if args.output == "mermaid":
+        sys.stdout.write(drawing.mermaid(chart))
+    elif args.output == "dot":
+        sys.stdout.write(drawing.dot(chart))
+    else:
+        sys.stdout.write(_svg(drawing.dot(chart)))
+    return 0
+
+
+def _svg(dot: str) -> str:
+    """``dot`` drawn by Graphviz; a ``CommandError`` saying what to do when it is missing."""
+    program = shutil.which("dot")
+    if program is None:
+        raise CommandError(
+            "-o svg needs Graphviz's dot on PATH: install Graphviz (e.g. apt-get install "
+            "graphviz), or print -o mermaid or -o dot and draw it elsewhere"
+        )
+    drawn = subprocess.run(
+        [program, "-Tsvg"], input=dot, capture_output=True, text=True, check=False
+    )
+    if drawn.returncode != 0:
+        raise CommandError(f"Graphviz's dot failed: {drawn.stderr.strip()}")
+    return drawn.stdout
+
+
+def ui(args: argparse.Namespace) -> int:
+    from kubeturn.local.ui import serve
+
+    asyncio.run(serve(args.workdir, args.port, sys.stdout))
+    return 0
 
 
 def _output(command: argparse.ArgumentParser) -> None:
@@ -703,6 +787,8 @@ COMMANDS = {
     "turns": turns,
     "status": status,
     "version": shown_version,
+    "graph": graph,
+    "ui": ui,
 }
 
 

@@ -156,6 +156,17 @@ class DeliveryRecord(Status):
     time: float = Field(description="When it ended (Unix seconds).")
 
 
+class TrailEntry(Status):
+    """A transition a Run's Machine took that moved it (ADR 0109)."""
+
+    from_: str = Field(alias="from", description="The state the transition is written on.")
+    event: str | None = Field(
+        default=None, description="The event it handled; absent for an always transition."
+    )
+    to: str = Field(description="Its target state (dotted path).")
+    at: float = Field(description="When it was taken (Unix seconds).")
+
+
 class RunSnapshot(Status):
     """What the operator resumes a Run from, as the Run's core wrote it
     (``kubeturn.orchestrator.core.RunCore.snapshot``; its format is
@@ -187,6 +198,7 @@ class RunSnapshot(Status):
     delivering: Any = Field(default=None, description="Deliveries started and not yet ended.")
     cancelled: Any = Field(default=None, description="CANCEL was sent.")
     turnSeq: Any = Field(default=None, description="Turns started over the Run's life.")
+    moves: Any = Field(default=None, description="Transitions taken over the Run's life.")
     deliverySeq: Any = Field(default=None, description="Picks delivered over the Run's life.")
 
 
@@ -258,6 +270,16 @@ class RunStatus(Status):
     message: Message | None = Field(
         default=None,
         description="Why the Run failed, when it did (at most 2 KiB; a longer one is cut).",
+    )
+    trail: list[TrailEntry] = Field(
+        default_factory=list,
+        description=(
+            "The most recent transitions that moved the machine, oldest first: at most 100. "
+            "The states it visited and the transitions it took are read from them."
+        ),
+    )
+    droppedTrail: int = Field(
+        default=0, description="Transitions dropped from trail, the oldest first."
     )
     deliveries: list[DeliveryRecord] = Field(
         default_factory=list,

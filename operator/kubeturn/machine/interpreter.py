@@ -157,6 +157,16 @@ class Stopped:
 
 
 @dataclass(frozen=True)
+class Move:
+    """A transition taken that moved the Machine: from its source to its target, on its
+    event (None for ``always``). A Run's trail of them shows where it has been (ADR 0109)."""
+
+    source: StatePath
+    event: str | None
+    target: StatePath
+
+
+@dataclass(frozen=True)
 class Step:
     """What one event did."""
 
@@ -171,6 +181,8 @@ class Step:
     armed: tuple[TimerEntry, ...] = ()
     cancelled: tuple[TimerEntry, ...] = ()
     fault: str | None = None
+    moves: tuple[Move, ...] = ()
+    """The transitions taken that moved the Machine, in the order they were."""
 
 
 @dataclass
@@ -198,6 +210,7 @@ class _Macro:
     cancelled: list[TimerEntry] = field(default_factory=list)
     internal: list[Event] = field(default_factory=list)
     fault: str | None = None
+    moves: list[Move] = field(default_factory=list)
 
     def config(self) -> Config:
         return Config(
@@ -224,6 +237,7 @@ class _Macro:
             armed=tuple(self.armed),
             cancelled=tuple(self.cancelled),
             fault=self.fault,
+            moves=tuple(self.moves),
         )
 
 
@@ -500,6 +514,7 @@ def _take(macro: _Macro, transition: Transition, event: Event) -> None:
     domain = source if chart.is_within(target, source) else _common_ancestor(chart, source, target)
     _exit_below(macro, domain)
     _assign(macro, updates)
+    macro.moves.append(Move(source, transition.event, target))
     _enter_from(macro, domain, target)
 
 

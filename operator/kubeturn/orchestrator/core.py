@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubeturn.api.status import DeliveryRecord, RunPhase, bounded
+from kubeturn.api.status import DeliveryRecord, RunPhase, TrailEntry, bounded
 from kubeturn.errors import SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import (
@@ -56,6 +56,7 @@ from kubeturn.orchestrator import (
     prompts,
     signals,
     snapshots,
+    trail,
     turns,
 )
 from kubeturn.orchestrator.effects import (
@@ -128,6 +129,10 @@ class RunView:
     cancelled: bool
     accepted: tuple[interpreter.Accepted, ...]
     """The events the active states accept now."""
+    trail: tuple[TrailEntry, ...] = ()
+    """The most recent transitions that moved the Machine (``trail.TRAIL_LIMIT``)."""
+    moves: int = 0
+    """Transitions that moved it over the Run's life; ``trail`` keeps the last ones."""
 
 
 class RunCore:
@@ -184,6 +189,10 @@ class RunCore:
         self.ignored: dict[str, str] = {}
         """Of those, the ones the Machine did not take, and why (ADR 0067)."""
         self.cancelled = False
+        self.trail: list[TrailEntry] = []
+        """The most recent transitions that moved the Machine, oldest first."""
+        self.moves = 0
+        """Transitions that moved it over the Run's life."""
         self.turn_seq = 0
         """Turns started over the Run's life: the n-th is ``t<n>`` (``ids.turn``)."""
         self.delivery_seq = 0
@@ -455,6 +464,8 @@ class RunCore:
             ignored=dict(self.ignored),
             cancelled=self.cancelled,
             accepted=tuple(self.accepted()),
+            trail=tuple(self.trail),
+            moves=self.moves,
         )
 
     @property
@@ -528,6 +539,9 @@ class RunCore:
 
     def _apply(self, step: Step, now: float) -> list[Effect]:
         self.config = step.config
+        if step.moves:
+            self.trail = trail.extend(self.trail, step.moves, now)
+            self.moves += len(step.moves)
         picks.note_reply(self.run.chart, step, self.live_turns(), self.turns, self.deliveries)
         effects: list[Effect] = []
         # An invoke whose state was entered and left within this macrostep (an `always`
@@ -776,6 +790,8 @@ class RunCore:
                 delivering=list(self.delivering.values()),
                 delivered=self.delivered,
                 cancelled=self.cancelled,
+                trail=self.trail,
+                moves=self.moves,
                 turn_seq=self.turn_seq,
                 delivery_seq=self.delivery_seq,
             )
@@ -806,6 +822,8 @@ class RunCore:
         self.delivering = {d.invocation: d for d in saved.delivering}
         self.delivered = list(saved.delivered)
         self.cancelled = saved.cancelled
+        self.trail = list(saved.trail)
+        self.moves = saved.moves
         self.turn_seq = saved.turn_seq
         self.delivery_seq = saved.delivery_seq
 

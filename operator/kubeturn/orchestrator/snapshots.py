@@ -20,6 +20,9 @@ Versions:
   none under way.
 - Any version may hold ``ignoredSignals`` (id → why): the signals no state took (ADR
   0067); one without it (every snapshot written before) had none.
+- Any version may hold ``moves`` (transitions that moved the Machine) and, as the core
+  keeps it, ``trail`` (the last of them; a status holds it as ``trail``, ADR 0109); one
+  without them (every snapshot written before) shows no trail.
 
 A new version gets a step here, a golden snapshot in ``tests/unit/snapshots/`` and a
 line above; a golden is never changed once written. ``write`` and ``read`` are the
@@ -32,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubeturn.api.status import DeliveryRecord
+from kubeturn.api.status import DeliveryRecord, TrailEntry
 from kubeturn.errors import SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.orchestrator.effects import StartDeliver, StartExec
@@ -44,6 +47,8 @@ VERSION = 2
 VERSION_KEY = "version"
 HISTORY_KEY = "history"
 """The core's snapshot's key of the history; a Run's status holds it as ``turns``."""
+TRAIL_KEY = "trail"
+"""The core's snapshot's key of the trail; a Run's status holds it as ``trail``."""
 DELIVERED_KEY = "delivered"
 """The core's snapshot's key of the delivery records; a Run's status holds them as
 ``deliveries``."""
@@ -73,6 +78,8 @@ class Saved:
     delivering: Sequence[StartDeliver]
     delivered: Sequence[DeliveryRecord]
     cancelled: bool
+    trail: Sequence[TrailEntry]
+    moves: int
     turn_seq: int
     delivery_seq: int
 
@@ -114,6 +121,8 @@ def write(saved: Saved) -> dict[str, Any]:
         ],
         DELIVERED_KEY: [r.model_dump(mode="json", exclude_none=True) for r in saved.delivered],
         "cancelled": saved.cancelled,
+        TRAIL_KEY: [e.model_dump(mode="json", by_alias=True) for e in saved.trail],
+        "moves": saved.moves,
         "turnSeq": saved.turn_seq,
         "deliverySeq": saved.delivery_seq,
     }
@@ -157,6 +166,9 @@ def read(data: Mapping[str, Any]) -> Saved:
         ],
         delivered=[DeliveryRecord.model_validate(r) for r in data[DELIVERED_KEY]],
         cancelled=bool(data["cancelled"]),
+        # Absent from a snapshot written before the trail was kept: none shows.
+        trail=[TrailEntry.model_validate(e) for e in data.get(TRAIL_KEY) or []],
+        moves=int(data.get("moves") or 0),
         turn_seq=int(data["turnSeq"]),
         delivery_seq=int(data["deliverySeq"]),
     )

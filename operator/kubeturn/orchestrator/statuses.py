@@ -22,7 +22,7 @@ from kubeturn.api.status import ProcessedSignal, RunStatus, SignalResult
 from kubeturn.errors import SnapshotUnreadable
 from kubeturn.orchestrator import signals, snapshots
 from kubeturn.orchestrator.core import RunView
-from kubeturn.orchestrator.snapshots import DELIVERED_KEY, HISTORY_KEY
+from kubeturn.orchestrator.snapshots import DELIVERED_KEY, HISTORY_KEY, TRAIL_KEY
 
 
 def run_status(view: RunView, snapshot: Mapping[str, Any]) -> RunStatus:
@@ -39,9 +39,13 @@ def run_status(view: RunView, snapshot: Mapping[str, Any]) -> RunStatus:
         droppedTurns=view.recorded - len(records),
         output=view.output,
         message=view.message,
+        trail=list(view.trail),
+        droppedTrail=view.moves - len(view.trail),
         deliveries=[record.model_dump(mode="json", exclude_none=True) for record in view.delivered],
         snapshot={
-            key: value for key, value in snapshot.items() if key not in (HISTORY_KEY, DELIVERED_KEY)
+            key: value
+            for key, value in snapshot.items()
+            if key not in (HISTORY_KEY, DELIVERED_KEY, TRAIL_KEY)
         },
         processedSignals=[
             ProcessedSignal(id=signal_id, result=SignalResult.IGNORED, message=why)
@@ -76,4 +80,9 @@ def resume_point(status: Mapping[str, Any]) -> dict[str, Any] | None:
         deliveries = []
     if not isinstance(deliveries, list):
         raise SnapshotUnreadable(f"its deliveries are a {type(deliveries).__name__}, not a list")
-    return {**current, DELIVERED_KEY: deliveries}
+    trail = status.get(TRAIL_KEY)
+    if trail is None:
+        trail = current.get(TRAIL_KEY) or []
+    if not isinstance(trail, list):
+        raise SnapshotUnreadable(f"its trail is a {type(trail).__name__}, not a list")
+    return {**current, DELIVERED_KEY: deliveries, TRAIL_KEY: trail}

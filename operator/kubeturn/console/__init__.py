@@ -1,0 +1,1 @@
+"""The read-only web console of Runs (ADR 0108)."""

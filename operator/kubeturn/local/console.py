@@ -1,0 +1,132 @@
+"""The console's source of local Runs: the workdirs under one directory.
+
+``kubeturn ui`` shows every Run whose files are in a workdir under its root (by default
+``.kubeturn-work/<run>``; the root may be one workdir itself): each Run as an object
+shaped like the API's, its manifest's metadata and spec and its saved status
+(``snapshot.json``). Its namespace is the manifest's, or ``default``. Files are read
+afresh on each call: a ``kubeturn run`` in another process writes them as it goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kubeturn.errors import CommandError
+from kubeturn.local.workdir import STATE, RunFiles, Workdir
+from kubeturn.machine.load import DEFAULT_NAMESPACE
+from kubeturn.transcripts import Entry, Query, TranscriptSource
+
+TranscriptsOf = Callable[[Workdir, str], TranscriptSource]
+"""The transcript source of the Run named so in a workdir."""
+
+
+@dataclass(frozen=True)
+class Found:
+    workdir: Workdir
+    files: RunFiles
+    manifest: dict[str, Any]
+
+
+class NoTranscripts:
+    """A source with no entries: for a console built without a reader of transcripts."""
+
+    async def entries(self, query: Query) -> AsyncIterator[Entry]:
+        nothing: tuple[Entry, ...] = ()
+        for entry in nothing:
+            yield entry
+
+
+def no_transcripts(workdir: Workdir, run: str) -> TranscriptSource:
+    return NoTranscripts()
+
+
+class LocalConsole:
+    def __init__(self, root: Path, transcripts: TranscriptsOf = no_transcripts) -> None:
+        self._root = root.expanduser().resolve()
+        self._transcripts = transcripts
+
+    async def runs(self, namespace: str | None) -> list[dict[str, Any]]:
+        found = await asyncio.to_thread(self._scan)
+        objects = [await asyncio.to_thread(_object, item) for item in found]
+        return [o for o in objects if namespace is None or o["metadata"]["namespace"] == namespace]
+
+    async def run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        item = await asyncio.to_thread(self._find, namespace, name)
+        return None if item is None else await asyncio.to_thread(_object, item)
+
+    def transcripts(self, namespace: str, name: str) -> TranscriptSource:
+        item = self._find(namespace, name)
+        if item is None:
+            return NoTranscripts()
+        return self._transcripts(item.workdir, name)
+
+    def _find(self, namespace: str, name: str) -> Found | None:
+        return next(
+            (
+                item
+                for item in self._scan()
+                if item.files.name == name and _namespace(item.manifest) == namespace
+            ),
+            None,
+        )
+
+    def _scan(self) -> list[Found]:
+        """Every Run under the root, by workdir then name; one whose manifest cannot be
+        read is passed by (it is being written, or it is not a Run's)."""
+        if not self._root.is_dir():
+            return []
+        candidates = [self._root, *sorted(p for p in self._root.iterdir() if p.is_dir())]
+        found = []
+        for directory in candidates:
+            runs = directory / STATE / "runs"
+            if not runs.is_dir():
+                continue
+            workdir = Workdir.at(directory)
+            for run_dir in sorted(runs.iterdir()):
+                files = workdir.run(run_dir.name)
+                manifest = _manifest(files)
+                if manifest is not None:
+                    found.append(Found(workdir, files, manifest))
+        return found
+
+
+def _manifest(files: RunFiles) -> dict[str, Any] | None:
+    try:
+        document = yaml.safe_load(files.manifest.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _namespace(manifest: dict[str, Any]) -> str:
+    metadata = manifest.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return str(namespace or DEFAULT_NAMESPACE)
+
+
+def _object(item: Found) -> dict[str, Any]:
+    """The Run as the API would hold it: its manifest, its status, when it was made."""
+    manifest = item.manifest
+    try:
+        status = item.files.read_status() or {}
+        created = item.files.manifest.stat().st_mtime
+    except (CommandError, OSError):
+        status, created = {}, 0.0
+    return {
+        "apiVersion": manifest.get("apiVersion"),
+        "kind": "Run",
+        "metadata": {
+            "name": item.files.name,
+            "namespace": _namespace(manifest),
+            "creationTimestamp": datetime.fromtimestamp(created, UTC).isoformat(),
+        },
+        "spec": manifest.get("spec") or {},
+        "status": status,
+    }
