@@ -236,6 +236,7 @@ async def _asset(request: web.Request) -> web.StreamResponse:
     return web.Response(
         body=body,
         content_type=content_type,
+        charset="utf-8",
         headers={"Cache-Control": "public, max-age=86400"},
     )
 

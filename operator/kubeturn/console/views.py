@@ -151,7 +151,7 @@ def chart_of(run: Mapping[str, Any]) -> Chart:
         "metadata": {"name": metadata.get("name", "run"), "namespace": metadata.get("namespace")},
         "spec": run.get("spec") or {},
     }
-    key = json.dumps(document["spec"], sort_keys=True, default=str)
+    key = json.dumps(document["spec"], default=str)
     chart = _charts.get(key)
     if chart is None:
         chart = load_run(document).chart
@@ -161,12 +161,26 @@ def chart_of(run: Mapping[str, Any]) -> Chart:
     return chart
 
 
-def accepted(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [e for e in status_of(run).get("acceptedEvents") or [] if isinstance(e, Mapping)]
+def accepted(run: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The events the Run accepts now: event, state and description of each."""
+    return [
+        {key: str(item.get(key) or "") for key in ("event", "state", "description")}
+        for item in status_of(run).get("acceptedEvents") or []
+        if isinstance(item, Mapping)
+    ]
 
 
-def processed(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [e for e in status_of(run).get("processedSignals") or [] if isinstance(e, Mapping)]
+def processed(run: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The signals the Run received: id, result (handled or ignored) and why."""
+    return [
+        {
+            "id": str(item.get("id") or ""),
+            "result": str(item.get("result") or "handled"),
+            "message": str(item.get("message") or ""),
+        }
+        for item in status_of(run).get("processedSignals") or []
+        if isinstance(item, Mapping)
+    ]
 
 
 def output_text(run: Mapping[str, Any]) -> str | None:
