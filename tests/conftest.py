@@ -31,6 +31,7 @@ TIERS = {
     "chart",
     "cli",
     "provider",
+    "browser",
 }
 
 

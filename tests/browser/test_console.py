@@ -1,0 +1,165 @@
+"""The web console in a real headless Chromium, over real local Runs.
+
+Cases:
+- the Runs list shows both Runs with their phase, state and Turns, linked to their pages;
+- the Run page draws the machine: humanReview (where the Run waits) is the active state,
+  the states it passed through are visited, the others neither, the transitions it took
+  end ``✓``; it lists the four Turns with their outcomes and what the Run accepts now
+  (approve, reject); the live Run's page shows its Turn live;
+- a Turn's page lists its transcript and grows, without a reload, as entries are written;
+- the Runs list follows a Run without a reload: approve sent, its row says Succeeded.
+
+``KUBETURN_CONSOLE_SCREENSHOTS=docs/console`` saves each page's screenshot there.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from kubeturn.transcripts import Entry, EntryKind
+from tests.browser.conftest import screenshot
+from tests.cli.support import environment
+
+WAIT_MS = 20_000
+"""Bound of any wait for the page (a live part is asked for every 2 s)."""
+RUN = "namespaces/default/runs/task-with-review"
+
+
+def rows(page: Any) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in row.split("\t")]
+        for row in page.eval_on_selector_all(
+            "table.runs tbody tr",
+            "rows => rows.map(r => Array.from(r.cells).map(c => c.innerText).join('\\t'))",
+        )
+    ]
+
+
+def test_the_runs_list_shows_each_run(page: Any, ui: str) -> None:
+    page.goto(f"{ui}/runs")
+    assert [row[:5] for row in rows(page)] == [
+        ["live", "default", "Running", "writing", "1"],
+        ["task-with-review", "default", "Running", "humanReview", "4"],
+    ]
+    screenshot(page, "runs")
+    page.click("text=task-with-review")
+    page.wait_for_selector(".diagram[data-drawn]", timeout=WAIT_MS)
+    assert page.url == f"{ui}/{RUN}"
+
+
+def test_the_run_page_marks_the_active_and_visited_states(page: Any, ui: str) -> None:
+    page.goto(f"{ui}/{RUN}")
+    page.wait_for_selector(".diagram[data-drawn] svg", timeout=WAIT_MS)
+    nodes = page.eval_on_selector_all(
+        ".diagram g.node.statediagram-state",
+        "nodes => nodes.map(n => [n.textContent.trim(), n.getAttribute('class')])",
+    )
+    marks = {
+        name: {"active", "visited"} & set(classes.split()) for name, classes in nodes
+    }
+    assert marks == {
+        "implementing": {"visited"},
+        "reviewing": {"visited"},
+        "fixing": {"visited"},
+        "humanReview": {"active"},
+        "done": set(),
+        "failed": set(),
+    }
+    fill = page.eval_on_selector(
+        ".diagram g.node.active rect, .diagram g.node.active path",
+        "shape => getComputedStyle(shape).fill",
+    )
+    assert fill == "rgb(253, 230, 138)"
+    labels = page.eval_on_selector_all(
+        ".diagram .edgeLabel", "labels => labels.map(l => l.textContent.trim())"
+    )
+    assert sorted({label for label in labels if label.endswith("✓")}) == [
+        "review_verdict ✓",
+        "submit ✓",
+    ]
+    turns = page.eval_on_selector_all(
+        "table.turns tbody tr",
+        "rows => rows.map(r => Array.from(r.cells).slice(0, 5).map(c => c.innerText.trim()))",
+    )
+    assert turns == [
+        ["t1", "coder", "implementing", "ended", "pick"],
+        ["t2", "reviewer", "reviewing", "ended", "pick"],
+        ["t3", "coder", "fixing", "ended", "pick"],
+        ["t4", "reviewer", "reviewing", "ended", "pick"],
+    ]
+    accepted = page.eval_on_selector_all(
+        "table.accepted tbody td code", "codes => codes.map(c => c.textContent)"
+    )
+    assert accepted == ["approve", "reject"]
+    screenshot(page, "run")
+
+
+def test_a_live_turns_transcript_grows(page: Any, console: str, transcripts: Path) -> None:
+    page.goto(f"{console}/namespaces/default/runs/live")
+    page.wait_for_selector(".diagram[data-drawn] svg", timeout=WAIT_MS)
+    live = page.eval_on_selector_all(
+        "table.turns tbody tr.live", "rows => rows.map(r => r.dataset.turn)"
+    )
+    assert live == ["t1"]
+    written = transcripts / "live.ndjson"
+    write(written, entry(EntryKind.TURN, "t1 · writer · writing"))
+    write(written, entry(EntryKind.PROMPT, "Write the release notes to NOTES.md, then call done."))
+    page.click("text=t1")
+    page.wait_for_selector('ol.transcript[data-entries="2"]', timeout=WAIT_MS)
+    write(written, entry(EntryKind.TEXT, "Writing the notes."))
+    write(
+        written,
+        entry(
+            EntryKind.TOOL_CALL,
+            name="write",
+            arguments={"path": "NOTES.md", "content": "# Notes\n"},
+        ),
+    )
+    write(written, entry(EntryKind.TOOL_RESULT, "wrote 8 bytes to NOTES.md", name="write"))
+    page.wait_for_selector('ol.transcript[data-entries="5"]', timeout=WAIT_MS)
+    kinds = page.eval_on_selector_all(
+        "ol.transcript li .kind", "kinds => kinds.map(k => k.textContent)"
+    )
+    assert kinds == ["turn", "prompt", "text", "tool-call", "tool-result"]
+    assert page.inner_text("#outcome") == "live"
+    screenshot(page, "turn")
+
+
+def test_the_runs_list_follows_a_run_to_its_end(page: Any, ui: str, project: Path) -> None:
+    page.goto(f"{ui}/runs")
+    sent = subprocess.run(
+        [sys.executable, "-m", "kubeturn", "send", "task-with-review", "approve"],
+        cwd=project,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert sent.returncode == 0, sent.stderr
+    page.wait_for_selector(
+        'tr[data-run="default/task-with-review"] .phase-succeeded', timeout=WAIT_MS
+    )
+    assert rows(page)[1][:4] == ["task-with-review", "default", "Succeeded", "done"]
+
+
+def entry(kind: EntryKind, text: str = "", *, name: str | None = None, **data: Any) -> Entry:
+    return Entry(
+        turn="t1",
+        number=1,
+        state="writing",
+        agent="writer",
+        kind=kind,
+        at="2026-12-02T10:00:00Z",
+        text=text,
+        name=name,
+        data=data,
+    )
+
+
+def write(path: Path, written: Entry) -> None:
+    with path.open("a") as file:
+        file.write(written.model_dump_json() + "\n")
