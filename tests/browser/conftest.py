@@ -173,7 +173,8 @@ class InProcess:
             await self._task
 
     def stop(self) -> None:
-        assert self._loop is not None and self._task is not None
+        assert self._loop is not None
+        assert self._task is not None
         self._loop.call_soon_threadsafe(self._task.cancel)
         self._thread.join(20)
 

@@ -57,9 +57,7 @@ def test_the_run_page_marks_the_active_and_visited_states(page: Any, ui: str) ->
         ".diagram g.node.statediagram-state",
         "nodes => nodes.map(n => [n.textContent.trim(), n.getAttribute('class')])",
     )
-    marks = {
-        name: {"active", "visited"} & set(classes.split()) for name, classes in nodes
-    }
+    marks = {name: {"active", "visited"} & set(classes.split()) for name, classes in nodes}
     assert marks == {
         "implementing": {"visited"},
         "reviewing": {"visited"},

@@ -206,11 +206,20 @@ def _dot_states(
 def _dot_clip(
     chart: Chart, ids: Mapping[StatePath, str], source: StatePath | None, target: StatePath | None
 ) -> str:
-    """``ltail``/``lhead`` for an edge from or to a compound state: drawn to its border."""
+    """``ltail``/``lhead`` for an edge from or to a compound state: drawn to its border,
+    unless the edge's other end is inside it (it could not be drawn there)."""
     clips = []
-    if source is not None and chart.states[source].kind is Kind.COMPOUND:
+    if (
+        source is not None
+        and chart.states[source].kind is Kind.COMPOUND
+        and (target is None or not chart.is_within(target, source))
+    ):
         clips.append(f"ltail=cluster_{ids[source]}")
-    if target is not None and chart.states[target].kind is Kind.COMPOUND:
+    if (
+        target is not None
+        and chart.states[target].kind is Kind.COMPOUND
+        and (source is None or not chart.is_within(source, target))
+    ):
         clips.append(f"lhead=cluster_{ids[target]}")
     return f" [{', '.join(clips)}]" if clips else ""
 
