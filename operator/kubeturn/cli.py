@@ -371,17 +371,17 @@ def graph(args: argparse.Namespace) -> int:
     except OSError as error:
         raise CommandError(f"cannot read {args.file}: {error.strerror}") from error
     try:
-        chart = load_run(parse_yaml(text, str(args.file))).chart
+        loaded = load_run(parse_yaml(text, str(args.file)))
     except DefinitionErrors as errors:
         for line in problems(errors, str(args.file)):
             print(line, file=sys.stderr)
         return EXIT_FAILED
     if args.output == "mermaid":
-        sys.stdout.write(drawing.mermaid(chart))
+        sys.stdout.write(drawing.mermaid(loaded.chart))
     elif args.output == "dot":
-        sys.stdout.write(drawing.dot(chart))
+        sys.stdout.write(drawing.dot(loaded.chart, name=loaded.name))
     else:
-        sys.stdout.write(_svg(drawing.dot(chart)))
+        sys.stdout.write(_svg(drawing.dot(loaded.chart, name=loaded.name)))
     return 0
 
 

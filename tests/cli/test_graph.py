@@ -33,7 +33,8 @@ def test_mermaid_and_dot_are_the_machine_drawn() -> None:
     drawn = kubeturn("graph", EXAMPLE.name, cwd=EXAMPLES)
     assert (drawn.returncode, drawn.stdout, drawn.stderr) == (0, graph.mermaid(chart), "")
     as_dot = kubeturn("graph", EXAMPLE.name, "-o", "dot", cwd=EXAMPLES)
-    assert (as_dot.returncode, as_dot.stdout, as_dot.stderr) == (0, graph.dot(chart), "")
+    expected = graph.dot(chart, name="task-with-review")
+    assert (as_dot.returncode, as_dot.stdout, as_dot.stderr) == (0, expected, "")
 
 
 @pytest.mark.skipif(
