@@ -1,0 +1,107 @@
+"""What the console shows of a Run object, read from its status as any operator wrote it.
+
+Cases:
+- a Run not started (no status) is Pending, with no state, no Turns and no marks;
+- the Turns are the settled records, then the live Turns of the snapshot, with their
+  numbers, tokens summed over their Submissions and durations up to now;
+- durations and ages read as kubectl's (42s, 3m5s, 2h4m, 3d5h); a time that is not one
+  shows nothing;
+- a spec that does not load shows why instead of a diagram; the trail's marks are drawn;
+- accepted events and received signals read with their defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubeturn.console import views
+
+SPEC = {
+    "agents": {},
+    "machine": {
+        "initial": "waiting",
+        "states": {"waiting": {"on": {"go": "done"}}, "done": {"type": "final"}},
+    },
+}
+
+
+def run(status: dict[str, Any] | None) -> dict[str, Any]:
+    made = {"metadata": {"name": "r", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": SPEC}
+    return made if status is None else {**made, "status": status}
+
+
+def test_a_run_not_started_is_pending_with_nothing_to_show() -> None:
+    row = views.run_row(run(None), now=1767225600.0 + 42)
+    assert row == views.RunRow("r", "default", "Pending", "", 0, "42s")
+    assert views.turn_rows(run(None), 0.0) == []
+    drawn = views.diagram(run(None)).mermaid
+    assert drawn is not None
+    assert [line for line in drawn.splitlines() if line.startswith("    class ")] == []
+
+
+def test_turns_are_the_settled_then_the_live() -> None:
+    status = {
+        "turnCount": 1,
+        "turns": [
+            {
+                "name": "t1",
+                "agent": "a",
+                "state": "waiting",
+                "outcome": "ended",
+                "cause": "pick",
+                "startedAt": 0.0,
+                "settledAt": 185.0,
+            }
+        ],
+        "snapshot": {
+            "turns": [
+                {
+                    "id": "t2",
+                    "agent": "a",
+                    "state": "waiting",
+                    "phase": "live",
+                    "startedAt": 200.0,
+                    "submissions": [
+                        {"usage": {"promptTokens": 10, "completionTokens": 2}},
+                        {"usage": {"promptTokens": 5, "completionTokens": 1}},
+                    ],
+                }
+            ]
+        },
+    }
+    assert views.turn_rows(run(status), now=7640.0) == [
+        views.TurnRow("t1", 1, "a", "waiting", "ended", "pick", "", "3m5s", False),
+        views.TurnRow("t2", 2, "a", "waiting", "live", "", "15 in / 3 out", "2h4m", True),
+    ]
+    assert views.run_row(run(status), 0.0).turns == 2
+
+
+def test_spans_and_ages_read_as_kubectls() -> None:
+    assert [views.span(s) for s in (42, 185, 7440, 277200)] == ["42s", "3m5s", "2h4m", "3d5h"]
+    assert views.age("not a time", 0.0) == ""
+    assert views.age(None, 0.0) == ""
+    assert views.duration(None, 3.0) == ""
+
+
+def test_a_spec_that_does_not_load_says_why_and_a_trail_is_marked() -> None:
+    broken = {**run(None), "spec": {"agents": {}, "machine": {"initial": "nowhere"}}}
+    drawn = views.diagram(broken)
+    assert drawn.mermaid is None
+    assert drawn.problem == "spec.machine.states: is required; add it"
+    trail = [{"from": "waiting", "event": "go", "to": "done", "at": 1.0}]
+    marked = views.diagram(run({"phase": "Succeeded", "state": "done", "trail": trail}))
+    assert marked.mermaid is not None
+    assert marked.mermaid.endswith("    class s0 visited\n    class s1 active\n")
+    assert "s0 --> s1 : go ✓" in marked.mermaid
+
+
+def test_accepted_and_received_signals_read_with_their_defaults() -> None:
+    status = {
+        "acceptedEvents": [{"event": "go", "state": "waiting"}, "not an object"],
+        "processedSignals": [{"id": "s1"}, {"id": "s2", "result": "ignored", "message": "no"}],
+    }
+    assert views.accepted(run(status)) == [{"event": "go", "state": "waiting", "description": ""}]
+    assert views.processed(run(status)) == [
+        {"id": "s1", "result": "handled", "message": ""},
+        {"id": "s2", "result": "ignored", "message": "no"},
+    ]
