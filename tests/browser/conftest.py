@@ -61,9 +61,15 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
+    """A fresh page; the test fails on any error the page reported (a script's, a
+    resource refused by the console's content security policy)."""
     opened = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    opened.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    opened.on("pageerror", lambda e: errors.append(str(e)))
     yield opened
     opened.close()
+    assert errors == [], errors
 
 
 def screenshot(page: Any, name: str) -> None:

@@ -11,7 +11,8 @@ Cases:
   the new part; a finished Run's part polls no more;
 - a Run or a Turn that does not exist is ``404`` naming it; ``sinceTurn`` that is not a
   number is ``400`` naming it; an asset not in the package is ``404``;
-- text from a Run is escaped (a message with markup shows as text).
+- text from a Run is escaped (a message with markup shows as text); every page carries a
+  content security policy allowing only the console's own scripts.
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ async def test_every_page_answers_at_the_root_and_under_a_prefix_with_relative_l
             status, page, headers = await get(root + path)
             assert status == 200, (root + path, page)
             assert headers["Content-Type"].startswith("text/html")
+            assert headers["Content-Security-Policy"].startswith("default-src 'self'; ")
             found = urls_in(page)
             assert found, path
             assert [u for u in found if u.startswith("/") or "://" in u] == [], path

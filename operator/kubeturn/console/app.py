@@ -36,6 +36,17 @@ ASSETS = {
 }
 """The package's static files the console serves, and their content types."""
 
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+"""Every page's and part's headers: scripts only from the console's own assets (mermaid
+styles its SVG inline), never framed, never cached (a Run's page shows what it is now)."""
+
 SOURCE_KEY: web.AppKey[ConsoleSource] = web.AppKey("source")
 TITLE_KEY: web.AppKey[str] = web.AppKey("title")
 TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey("templates")
@@ -237,7 +248,7 @@ async def _asset(request: web.Request) -> web.StreamResponse:
         body=body,
         content_type=content_type,
         charset="utf-8",
-        headers={"Cache-Control": "public, max-age=86400"},
+        headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"},
     )
 
 
@@ -256,7 +267,7 @@ def _page(request: web.Request, template: str, part: str, **context: Any) -> web
     text = templates.get_template(template).render(
         title=request.app[TITLE_KEY], live_part=markupsafe.Markup(live), **context
     )
-    return web.Response(text=text, content_type="text/html")
+    return web.Response(text=text, content_type="text/html", headers=HEADERS)
 
 
 def _fragment(request: web.Request, part: str, **context: Any) -> web.Response:
@@ -264,8 +275,8 @@ def _fragment(request: web.Request, part: str, **context: Any) -> web.Response:
     version the page holds (``v``)."""
     live, version = _live(request.app[TEMPLATES_KEY], part, context)
     if request.query.get("v") == version:
-        return web.Response(status=204)
-    return web.Response(text=live, content_type="text/html")
+        return web.Response(status=204, headers=HEADERS)
+    return web.Response(text=live, content_type="text/html", headers=HEADERS)
 
 
 def _live(templates: jinja2.Environment, part: str, context: Mapping[str, Any]) -> tuple[str, str]:
