@@ -63,7 +63,7 @@ def unchanged(page: str) -> str:
     _, text = get(page)
     version = re.search(r'data-version="([0-9a-f]+)"', text)
     assert version is not None, page
-    return f"{page}/fragment?v={version.group(1)}"
+    return f"{page}?part=1&v={version.group(1)}"
 
 
 def live_runs(project: Path, count: int) -> Path:

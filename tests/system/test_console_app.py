@@ -7,7 +7,8 @@ Cases:
 - every link, script and fragment URL a page holds is relative (none starts with ``/``),
   so the same pages work mounted under a prefix: the whole app served under
   ``/apis/console.kubeturn.dev/v1alpha1`` answers there with the same pages;
-- a live part asked again with the version the page holds is ``204``; a changed one is
+- a page's live part is its own URL with ``?part=1`` (what authorises the page
+  authorises it); asked with the version the page holds it is ``204``; a changed one is
   the new part; a finished Run's part polls no more;
 - a Run or a Turn that does not exist is ``404`` naming it; ``sinceTurn`` that is not a
   number is ``400`` naming it; an asset not in the package is ``404``;
@@ -218,10 +219,11 @@ async def test_a_live_part_unchanged_is_204_and_a_finished_run_polls_no_more(
     _, page, _ = await get(root + "/namespaces/team-a/runs/review")
     version = re.search(r'data-version="([0-9a-f]+)"', page)
     assert version is not None
-    fragment = root + "/namespaces/team-a/runs/review/fragment"
-    assert (await get(fragment, v=version.group(1)))[0] == 204
+    assert 'hx-get="../../../namespaces/team-a/runs/review?part=1"' in page
+    part = root + "/namespaces/team-a/runs/review"
+    assert (await get(part, part="1", v=version.group(1)))[0] == 204
     memory.objects[0]["status"] = {**WAITING, "phase": "Succeeded", "state": "done"}
-    status, changed, _ = await get(fragment, v=version.group(1))
+    status, changed, _ = await get(part, part="1", v=version.group(1))
     assert status == 200
     assert "hx-trigger" not in changed
     assert "class s4 active" in changed

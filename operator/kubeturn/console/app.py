@@ -4,8 +4,8 @@
 whose pages link relatively, so it serves the same at ``http://127.0.0.1:PORT/`` (``kubeturn
 ui``) and mounted under a prefix (the operator, behind the API server). It holds no auth:
 whoever mounts it decides who reaches it. Pages are rendered on the server (Jinja2) and
-kept live by htmx polling fragments; a fragment that has not changed since the page
-holds it is answered ``204`` and left alone (ADR 0108).
+kept live by htmx polling each page's live part (its URL with ``?part=1``); a part that
+has not changed since the page holds it is answered ``204`` and left alone (ADR 0108).
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from aiohttp import web
 from kubeturn.console import views
 from kubeturn.transcripts import Entry, Query, TranscriptSource
 
+PART = "part"
+"""The query parameter asking for a page's live part alone: the part is the page's URL, so
+whoever authorises the page (the API server, by its path) authorises its part."""
 POLL = "every 2s"
-"""How often a live page asks for its fragments."""
+"""How often a live page asks for its live part."""
 NDJSON = "application/x-ndjson"
 ASSETS = {
     "htmx.min.js": "text/javascript",
@@ -74,14 +77,10 @@ def console_app(source: ConsoleSource, *, title: str = "kubeturn") -> web.Applic
     run_path = "/namespaces/{ns}/runs/{run}"
     app.router.add_get("/", _root)
     app.router.add_get("/runs", _runs)
-    app.router.add_get("/runs/fragment", _runs_fragment)
     app.router.add_get("/namespaces/{ns}/runs", _runs)
-    app.router.add_get("/namespaces/{ns}/runs/fragment", _runs_fragment)
     app.router.add_get(run_path, _run)
-    app.router.add_get(run_path + "/fragment", _run_fragment)
     app.router.add_get(run_path + "/transcript", _transcript)
     app.router.add_get(run_path + "/turns/{turn}", _turn)
-    app.router.add_get(run_path + "/turns/{turn}/fragment", _turn_fragment)
     app.router.add_get("/assets/{file}", _asset)
     return app
 
@@ -97,14 +96,7 @@ async def _runs(request: web.Request) -> web.StreamResponse:
     namespace = request.match_info.get("ns")
     root = "../../" if namespace else "./"
     context = await _runs_context(request, namespace, root)
-    return _page(request, "runs.html", "_runs.html", root=root, **context)
-
-
-async def _runs_fragment(request: web.Request) -> web.StreamResponse:
-    namespace = request.match_info.get("ns")
-    root = "../../" if namespace else "./"
-    context = await _runs_context(request, namespace, root)
-    return _fragment(request, "_runs.html", root=root, **context)
+    return _answer(request, "runs.html", "_runs.html", root=root, **context)
 
 
 async def _runs_context(request: web.Request, namespace: str | None, root: str) -> dict[str, Any]:
@@ -117,7 +109,7 @@ async def _runs_context(request: web.Request, namespace: str | None, root: str) 
     return {
         "namespace": namespace,
         "rows": rows,
-        "fragment": f"{root}{here}/fragment",
+        "fragment": f"{root}{here}?{PART}=1",
         "live": True,
     }
 
@@ -129,13 +121,7 @@ async def _run(request: web.Request) -> web.StreamResponse:
     run, namespace, name = await _found(request)
     root = "../../../"
     context = _run_context(run, namespace, name, root)
-    return _page(request, "run.html", "_run.html", root=root, **context)
-
-
-async def _run_fragment(request: web.Request) -> web.StreamResponse:
-    run, namespace, name = await _found(request)
-    root = "../../../"
-    return _fragment(request, "_run.html", root=root, **_run_context(run, namespace, name, root))
+    return _answer(request, "run.html", "_run.html", root=root, **context)
 
 
 def _run_context(run: Mapping[str, Any], namespace: str, name: str, root: str) -> dict[str, Any]:
@@ -154,7 +140,7 @@ def _run_context(run: Mapping[str, Any], namespace: str, name: str, root: str) -
         "accepted": views.accepted(run),
         "processed": views.processed(run),
         "here": here,
-        "fragment": f"{here}/fragment",
+        "fragment": f"{here}?{PART}=1",
         "live": not views.finished(run),
     }
 
@@ -164,12 +150,7 @@ def _run_context(run: Mapping[str, Any], namespace: str, name: str, root: str) -
 
 async def _turn(request: web.Request) -> web.StreamResponse:
     context = await _turn_context(request)
-    return _page(request, "turn.html", "_turn.html", **context)
-
-
-async def _turn_fragment(request: web.Request) -> web.StreamResponse:
-    context = await _turn_context(request)
-    return _fragment(request, "_turn.html", **context)
+    return _answer(request, "turn.html", "_turn.html", **context)
 
 
 async def _turn_context(request: web.Request) -> dict[str, Any]:
@@ -190,7 +171,7 @@ async def _turn_context(request: web.Request) -> dict[str, Any]:
         "turn": turn,
         "entries": [_shown(entry) for entry in entries],
         "run_link": here,
-        "fragment": f"{here}/turns/{quote(turn_name, safe='')}/fragment",
+        "fragment": f"{here}/turns/{quote(turn_name, safe='')}?{PART}=1",
         "live": turn is None or turn.live,
     }
 
@@ -258,6 +239,13 @@ async def _found(request: web.Request) -> tuple[dict[str, Any], str, str]:
     if run is None:
         raise web.HTTPNotFound(text=f"no Run {namespace}/{name}")
     return run, namespace, name
+
+
+def _answer(request: web.Request, template: str, part: str, **context: Any) -> web.Response:
+    """The page, or with ``?part=1`` its live part alone."""
+    if request.query.get(PART):
+        return _fragment(request, part, **context)
+    return _page(request, template, part, **context)
 
 
 def _page(request: web.Request, template: str, part: str, **context: Any) -> web.Response:
