@@ -21,8 +21,9 @@ Cases:
   the Machine gets ``agent.fault`` (reason ``deleted``), unhandled, so the Run fails
   naming the Turn;
 - the operator stopped mid-Turn and a new one started against the same API and
-  Harness: the Run resumes and succeeds, with one admission per Turn at the Harness and
-  one record per Turn in ``Run.status.turns``;
+  Harness: the Run resumes and succeeds, with one admission per Turn at the Harness,
+  one record per Turn in ``Run.status.turns`` and each transition taken once in
+  ``Run.status.trail``;
 - an invalid Run (a transition's target names no state) gets ``Ready=False``,
   ``Invalid``, with the manifest path; a fixed spec (a new generation) runs;
 - a Run whose saved state a newer kubeturn wrote (``status.snapshot.version`` 99) gets,
@@ -519,6 +520,14 @@ async def test_an_operator_restarted_mid_turn_resumes_the_run(cluster: StartClus
         ("reviewer", "reviewing", "ended", "pick"),
     ]
     assert len({t["name"] for t in turns}) == done["turnCount"] == 4
+    assert [(m["from"], m.get("event"), m["to"]) for m in done["trail"]] == [
+        ("implementing", "submit", "reviewing"),
+        ("reviewing", "review_verdict", "fixing"),
+        ("fixing", "submit", "reviewing"),
+        ("reviewing", "review_verdict", "humanReview"),
+        ("humanReview", "approve", "done"),
+    ]
+    assert done["droppedTrail"] == 0
 
     # One admission per Turn at the Harness: the resumed operator admitted nothing again.
     harness = await world.harness(WORKSPACE)
