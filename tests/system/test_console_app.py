@@ -10,6 +10,8 @@ Cases:
 - a page's live part is its own URL with ``?part=1`` (what authorises the page
   authorises it); asked with the version the page holds it is ``204``; a changed one is
   the new part; a finished Run's part polls no more;
+- the transcript is written as it is read: a followed entry reaches the reader before
+  the next is made, and a reader that leaves mid-stream closes the source's iterator;
 - a Run or a Turn that does not exist is ``404`` naming it; ``sinceTurn`` that is not a
   number is ``400`` naming it; an asset not in the package is ``404``;
 - text from a Run is escaped (a message with markup shows as text); every page carries a
@@ -18,6 +20,7 @@ Cases:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -263,3 +266,43 @@ async def test_what_is_not_there_is_named(base: str) -> None:
     status, script, headers = await get(root + "/assets/htmx.min.js")
     assert (status, headers["Content-Type"]) == (200, "text/javascript; charset=utf-8")
     assert "htmx" in script
+
+
+@dataclass
+class Following:
+    """A followed transcript: one entry, then the next only once ``more`` is set."""
+
+    more: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def entries(self, query: Query) -> AsyncIterator[Entry]:
+        try:
+            yield entry(EntryKind.PROMPT, "first")
+            await self.more.wait()
+            yield entry(EntryKind.TEXT, "second")
+        finally:
+            self.closed.set()
+
+
+async def test_a_followed_transcript_is_written_as_it_is_read(memory: Memory) -> None:
+    following = Following()
+    memory.transcripts = lambda namespace, name: following  # type: ignore[method-assign]
+    runner = web.AppRunner(console_app(memory))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/namespaces/team-a/runs/review/transcript"
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url, params={"follow": "1"}) as response:
+                first = await response.content.readline()
+                assert json.loads(first)["text"] == "first"
+                following.more.set()
+                rest = await response.content.read()
+            assert [json.loads(line)["text"] for line in rest.splitlines()] == ["second"]
+            following.more.clear()
+            following.closed.clear()
+            async with session.get(url, params={"follow": "1"}) as response:
+                await response.content.readline()
+            await asyncio.wait_for(following.closed.wait(), 10)
+    finally:
+        await runner.cleanup()

@@ -10,6 +10,7 @@ has not changed since the page holds it is answered ``204`` and left alone (ADR 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -31,6 +32,8 @@ whoever authorises the page (the API server, by its path) authorises its part.""
 POLL = "every 2s"
 """How often a live page asks for its live part."""
 NDJSON = "application/x-ndjson"
+LEFT_CHECK_S = 1.0
+"""How often a transcript being streamed checks that its reader is still there."""
 ASSETS = {
     "htmx.min.js": "text/javascript",
     "mermaid.min.js": "text/javascript",
@@ -198,8 +201,33 @@ async def _transcript(request: web.Request) -> web.StreamResponse:
     source = request.app[SOURCE_KEY].transcripts(namespace, name)
     response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})
     await response.prepare(request)
-    async for entry in source.entries(query):
-        await response.write(entry.model_dump_json().encode() + b"\n")
+    entries = source.entries(query)
+
+    async def pump() -> None:
+        try:
+            async for entry in entries:
+                await response.write(entry.model_dump_json().encode() + b"\n")
+        finally:
+            close = getattr(entries, "aclose", None)
+            if close is not None:
+                await close()
+
+    pumping = asyncio.ensure_future(pump())
+    try:
+        while not pumping.done():
+            # A followed transcript may wait long for its next entry: a reader that left
+            # meanwhile is noticed here, not at the next write.
+            await asyncio.wait({pumping}, timeout=LEFT_CHECK_S)
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                break
+    finally:
+        if not pumping.done():
+            pumping.cancel()
+            await asyncio.wait({pumping})
+    if pumping.cancelled() or isinstance(pumping.exception(), ConnectionResetError):
+        return response  # the reader left: no one to write to
+    pumping.result()
     await response.write_eof()
     return response
 
