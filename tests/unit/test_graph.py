@@ -3,7 +3,9 @@
 Cases:
 - the mermaid of a machine with a compound state: states nested, each initial and final
   drawn, every moving transition an edge labelled with its event (``always``, ``after
-  5m``), a targetless one not drawn, a name's quotes written as entities; exactly;
+  5m``), a targetless one not drawn; exactly;
+- what mermaid cannot take as written in a label: a ``;`` in an event is drawn as its
+  fullwidth form (so no ``#word;`` is read as an entity either), a tab as a space;
 - marks from a trail: the active leaf and its ancestors, the states entered (a compound
   target's initial chain too, and the start's), the transitions taken; mermaid classes
   them and ends a taken edge's label with ✓; entries naming unknown states are passed by;
@@ -49,7 +51,7 @@ def test_mermaid_nests_compound_states_and_labels_each_transition_with_its_event
         "    s0 --> s4 : done.state\n"
         "    s1 --> s2 : written\n"
         "    s2 --> s3 : always\n"
-        "    s4 --> s5 : approve #quot;now#quot;\n"
+        '    s4 --> s5 : approve "now"\n'
         "    s4 --> s0 : reject\n"
         "    s4 --> s6 : after 5m\n"
         "    classDef active fill:#fde68a,stroke:#b45309,stroke-width:3px\n"
@@ -77,7 +79,7 @@ def test_mermaid_classes_the_marks_and_ticks_the_transitions_taken() -> None:
         "    s0 --> s4 : done.state ✓",
         "    s1 --> s2 : written ✓",
         "    s2 --> s3 : always ✓",
-        "    s4 --> s5 : approve #quot;now#quot;",
+        '    s4 --> s5 : approve "now"',
         "    s4 --> s0 : reject ✓",
         "    s4 --> s6 : after 5m",
         "    classDef active fill:#fde68a,stroke:#b45309,stroke-width:3px",
@@ -122,6 +124,11 @@ def test_dot_draws_a_compound_state_as_a_cluster_with_the_marks() -> None:
         '  s4 -> s6 [label="after 5m"];\n'
         "}\n"
     )
+
+
+def test_what_mermaid_cannot_take_is_drawn_alike() -> None:
+    assert graph._mermaid_label("go;stop #x;") == "go\uff1bstop #x\uff1b"
+    assert graph._mermaid_label("a\tb") == "a b"
 
 
 def test_an_edge_says_its_event_always_or_its_timer() -> None:

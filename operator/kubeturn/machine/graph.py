@@ -11,6 +11,7 @@ them (``marks``; ADR 0109); both drawings style them with classes. Pure: no IO.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,7 +88,7 @@ def mermaid(chart: Chart, shown: Marks = Marks()) -> str:
     lines += _mermaid_states(chart, ROOT, ids, depth=1)
     for source, event, target in edges(chart):
         taken = " ✓" if (source, event, target) in shown.taken else ""
-        lines.append(f"    {ids[source]} --> {ids[target]} : {_mermaid_text(label(event))}{taken}")
+        lines.append(f"    {ids[source]} --> {ids[target]} : {_mermaid_label(label(event))}{taken}")
     for mark, (style, _, _) in STYLES.items():
         lines.append(f"    classDef {mark} {style}")
     for mark, states in (("visited", shown.visited - shown.active), ("active", shown.active)):
@@ -125,8 +126,8 @@ def dot(chart: Chart, shown: Marks = Marks(), *, name: str = "machine") -> str:
 
 
 def _ids(chart: Chart) -> dict[StatePath, str]:
-    """Each state's id in a drawing: ``s<n>`` in document order (a state's name may hold
-    any character but ``<``, ``>`` and a newline, which neither syntax takes bare)."""
+    """Each state's id in a drawing: ``s<n>`` in document order. A name (letters, digits,
+    ``_`` and ``-``, as the loader checks) is unique only among its siblings."""
     return {path: f"s{n}" for n, path in enumerate(p for p in chart.states if p != ROOT)}
 
 
@@ -157,7 +158,7 @@ def _mermaid_states(
     indent = "    " * depth
     lines = []
     for state in _children(chart, parent):
-        lines.append(f'{indent}state "{_mermaid_text(state.name)}" as {ids[state.path]}')
+        lines.append(f'{indent}state "{state.name}" as {ids[state.path]}')
         if state.kind is Kind.COMPOUND:
             lines.append(f"{indent}state {ids[state.path]} {{")
             lines += _mermaid_states(chart, state.path, ids, depth=depth + 1)
@@ -230,12 +231,10 @@ def _mark(path: StatePath, shown: Marks) -> str | None:
     return "visited" if path in shown.visited else None
 
 
-def _mermaid_text(text: str) -> str:
-    """Text mermaid shows as written: its quote, colon, semicolon and hash as entities."""
-    return "".join(_MERMAID_ENTITIES.get(c, c) for c in text)
-
-
-_MERMAID_ENTITIES = {'"': "#quot;", "#": "#35;", ";": "#59;", ":": "#58;"}
+def _mermaid_label(text: str) -> str:
+    """A transition's label, which mermaid ends at a ``;``: drawn as its fullwidth form
+    (；), so no ``#word;`` is left either; any space character as a space."""
+    return re.sub(r"\s", " ", text).replace(";", "\uff1b")
 
 
 def _dot_text(text: str) -> str:
