@@ -34,7 +34,7 @@ def test_a_run_not_started_is_pending_with_nothing_to_show() -> None:
     row = views.run_row(run(None), now=1767225600.0 + 42)
     assert row == views.RunRow("r", "default", "Pending", "", 0, "42s")
     assert views.turn_rows(run(None), 0.0) == []
-    drawn = views.diagram(run(None)).mermaid
+    drawn = views.diagram(run(None), views.Charts()).mermaid
     assert drawn is not None
     assert [line for line in drawn.splitlines() if line.startswith("    class ")] == []
 
@@ -85,11 +85,12 @@ def test_spans_and_ages_read_as_kubectls() -> None:
 
 def test_a_spec_that_does_not_load_says_why_and_a_trail_is_marked() -> None:
     broken = {**run(None), "spec": {"agents": {}, "machine": {"initial": "nowhere"}}}
-    drawn = views.diagram(broken)
+    drawn = views.diagram(broken, views.Charts())
     assert drawn.mermaid is None
     assert drawn.problem == "spec.machine.states: is required; add it"
     trail = [{"from": "waiting", "event": "go", "to": "done", "at": 1.0}]
-    marked = views.diagram(run({"phase": "Succeeded", "state": "done", "trail": trail}))
+    ended = run({"phase": "Succeeded", "state": "done", "trail": trail, "droppedTrail": 3})
+    marked = views.diagram(ended, views.Charts())
     assert marked.mermaid is not None
     assert marked.mermaid.endswith("    class s0 visited\n    class s1 active\n")
     assert "s0 --> s1 : go ✓" in marked.mermaid

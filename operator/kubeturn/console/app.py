@@ -56,6 +56,7 @@ styles its SVG inline), never framed, never cached (a Run's page shows what it i
 SOURCE_KEY: web.AppKey[ConsoleSource] = web.AppKey("source")
 TITLE_KEY: web.AppKey[str] = web.AppKey("title")
 TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey("templates")
+CHARTS_KEY: web.AppKey[views.Charts] = web.AppKey("charts")
 
 
 class ConsoleSource(Protocol):
@@ -77,6 +78,7 @@ def console_app(source: ConsoleSource, *, title: str = "kubeturn") -> web.Applic
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
+    app[CHARTS_KEY] = views.Charts()
     run_path = "/namespaces/{ns}/runs/{run}"
     app.router.add_get("/", _root)
     app.router.add_get("/runs", _runs)
@@ -123,11 +125,13 @@ async def _runs_context(request: web.Request, namespace: str | None, root: str) 
 async def _run(request: web.Request) -> web.StreamResponse:
     run, namespace, name = await _found(request)
     root = "../../../"
-    context = _run_context(run, namespace, name, root)
+    context = _run_context(run, namespace, name, root, request.app[CHARTS_KEY])
     return _answer(request, "run.html", "_run.html", root=root, **context)
 
 
-def _run_context(run: Mapping[str, Any], namespace: str, name: str, root: str) -> dict[str, Any]:
+def _run_context(
+    run: Mapping[str, Any], namespace: str, name: str, root: str, charts: views.Charts
+) -> dict[str, Any]:
     status = views.status_of(run)
     here = f"{root}namespaces/{quote(namespace, safe='')}/runs/{quote(name, safe='')}"
     return {
@@ -137,7 +141,8 @@ def _run_context(run: Mapping[str, Any], namespace: str, name: str, root: str) -
         "state": status.get("state") or "",
         "message": status.get("message"),
         "output": views.output_text(run),
-        "diagram": views.diagram(run),
+        "diagram": views.diagram(run, charts),
+        "dropped_moves": int(status.get("droppedTrail") or 0),
         "turns": views.turn_rows(run, time.time()),
         "dropped": int(status.get("droppedTurns") or 0),
         "accepted": views.accepted(run),

@@ -123,10 +123,10 @@ def turn_of(run: Mapping[str, Any], name: str, now: float) -> TurnRow | None:
     return next((row for row in turn_rows(run, now) if row.name == name), None)
 
 
-def diagram(run: Mapping[str, Any]) -> Diagram:
+def diagram(run: Mapping[str, Any], charts: Charts) -> Diagram:
     """The Run's machine as mermaid text, marked as its status says."""
     try:
-        chart = chart_of(run)
+        chart = charts.of(run)
     except DefinitionErrors as errors:
         return Diagram(None, "; ".join(str(e) for e in errors.errors[:3]))
     status = status_of(run)
@@ -136,29 +136,34 @@ def diagram(run: Mapping[str, Any]) -> Diagram:
     return Diagram(graph.mermaid(chart, shown), None)
 
 
-_charts: dict[str, Chart] = {}
-CHARTS_KEPT = 64
-"""Compiled machines kept, by their spec: a page polled every two seconds compiles its
-Run's machine once, not each time."""
+class Charts:
+    """Compiled machines by their spec, the last ``kept``: a page polled every two seconds
+    compiles its Run's machine once, not each time."""
 
+    def __init__(self, kept: int = 64) -> None:
+        self._kept = kept
+        self._charts: dict[str, Chart] = {}
 
-def chart_of(run: Mapping[str, Any]) -> Chart:
-    """The Run's compiled machine; ``DefinitionErrors`` when its spec does not load."""
-    metadata = run.get("metadata") or {}
-    document = {
-        "apiVersion": run.get("apiVersion", "kubeturn.dev/v1alpha1"),
-        "kind": "Run",
-        "metadata": {"name": metadata.get("name", "run"), "namespace": metadata.get("namespace")},
-        "spec": run.get("spec") or {},
-    }
-    key = json.dumps(document["spec"], default=str)
-    chart = _charts.get(key)
-    if chart is None:
-        chart = load_run(document).chart
-        if len(_charts) >= CHARTS_KEPT:
-            _charts.pop(next(iter(_charts)))
-        _charts[key] = chart
-    return chart
+    def of(self, run: Mapping[str, Any]) -> Chart:
+        """The Run's compiled machine; ``DefinitionErrors`` when its spec does not load."""
+        metadata = run.get("metadata") or {}
+        document = {
+            "apiVersion": run.get("apiVersion", "kubeturn.dev/v1alpha1"),
+            "kind": "Run",
+            "metadata": {
+                "name": metadata.get("name", "run"),
+                "namespace": metadata.get("namespace"),
+            },
+            "spec": run.get("spec") or {},
+        }
+        key = json.dumps(document["spec"], default=str)
+        chart = self._charts.get(key)
+        if chart is None:
+            chart = load_run(document).chart
+            if len(self._charts) >= self._kept:
+                self._charts.pop(next(iter(self._charts)))
+            self._charts[key] = chart
+        return chart
 
 
 def accepted(run: Mapping[str, Any]) -> list[dict[str, str]]:
