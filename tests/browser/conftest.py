@@ -10,40 +10,20 @@ four Turns, and ``live`` whose one Turn stays live (the scripted model holds its
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import io
-import os
-import queue
 import re
 import shutil
 import signal
-import threading
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kubeturn.local.ui import serve
-from kubeturn.local.workdir import Workdir
-from kubeturn.transcripts import Entry, Query, TranscriptSource
+from tests.browser.support import InProcess, chromium
 from tests.cli.support import EXAMPLES, Background, git_repo, wait_status
 
 MACHINES = Path(__file__).parent / "machines"
-SCREENSHOTS = os.environ.get("KUBETURN_CONSOLE_SCREENSHOTS")
-"""A directory to save each page's screenshot in (``docs/console`` regenerates the
-README's); none saves nothing."""
-
-
-def chromium() -> str:
-    found = os.environ.get("KUBETURN_CHROMIUM") or next(
-        (p for name in ("chromium", "chromium-browser") if (p := shutil.which(name))), None
-    )
-    if found is None:
-        pytest.skip("no Chromium: install Debian's chromium, or set KUBETURN_CHROMIUM")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +50,6 @@ def page(browser: Any) -> Iterator[Any]:
     yield opened
     opened.close()
     assert errors == [], errors
-
-
-def screenshot(page: Any, name: str) -> None:
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
 
 
 @pytest.fixture(scope="module")
@@ -136,53 +110,6 @@ def ui(project: Path, runs: Path) -> Iterator[str]:
         with contextlib.suppress(AssertionError):
             served.wait()
         served.stop()
-
-
-@dataclass(frozen=True)
-class FileTranscript:
-    """A transcript read from a file of NDJSON entries the test writes as it goes."""
-
-    path: Path
-
-    async def entries(self, query: Query) -> AsyncIterator[Entry]:
-        lines = self.path.read_text().splitlines() if self.path.exists() else []
-        for line in lines:
-            entry = Entry.model_validate_json(line)
-            if query.turn in (None, entry.turn):
-                yield entry
-
-
-class InProcess:
-    """The console of ``kubeturn ui`` served in a thread of the test's, its transcripts
-    read from ``<transcripts>/<run>.ndjson``."""
-
-    def __init__(self, root: Path, transcripts: Path) -> None:
-        self._root, self._transcripts = root, transcripts
-        self._urls: queue.Queue[str] = queue.Queue()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
-        self._thread.start()
-        self.url = self._urls.get(timeout=20).removesuffix("/runs")
-
-    def _source(self, workdir: Workdir, run: str) -> TranscriptSource:
-        return FileTranscript(self._transcripts / f"{run}.ndjson")
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        ready: asyncio.Future[str] = self._loop.create_future()
-        self._task = asyncio.ensure_future(
-            serve(self._root, 0, io.StringIO(), transcripts=self._source, ready=ready)
-        )
-        self._urls.put(await ready)
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    def stop(self) -> None:
-        assert self._loop is not None
-        assert self._task is not None
-        self._loop.call_soon_threadsafe(self._task.cancel)
-        self._thread.join(20)
 
 
 @pytest.fixture(scope="module")

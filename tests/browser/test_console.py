@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeturn.transcripts import Entry, EntryKind
-from tests.browser.conftest import screenshot
+from tests.browser.support import screenshot
 from tests.cli.support import environment
 
 WAIT_MS = 20_000
