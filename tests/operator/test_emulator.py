@@ -706,6 +706,7 @@ async def test_defaults_come_from_the_schema(k8s: emulator.KubernetesApi) -> Non
         "phase": "Pending",
         "turnCount": 0,
         "droppedTurns": 0,
+        "droppedTrail": 0,
         "cancelProcessed": False,
     }
 
