@@ -9,6 +9,10 @@ Turns are shown one after another in number order: while following, a Turn that 
 live holds back the Turns after it (their entries come once it settled), so one Turn's
 lines are never interleaved with another's.
 
+A log that cannot be read now (its Harness is not reachable) leaves a settled Turn to be
+read again while following, until the Run is finished: then what its status says is
+all there is to show (a finished Run's Workspace may be gone with its Harness).
+
 Why the status is read before the logs: a Turn's record reaches the status only after
 its Harness wrote every settlement it records (the sweep is answered once they are
 written), so a log read after a status that holds the record holds the Turn's last
@@ -39,10 +43,11 @@ class Reader(Protocol):
 
     async def read(
         self, agent: str, instance_id: str, offset: int
-    ) -> tuple[list[StreamEvent], int]:
+    ) -> tuple[list[StreamEvent], int] | None:
         """Events of the conversation from ``offset`` that are there now (none when the
         log has no more, or does not exist yet), and the offset to read on from; never
-        waits for more."""
+        waits for more. None when the log cannot be read now (its Harness is not
+        reachable)."""
         ...
 
     async def wait(self, conversation: Conversation | None, offset: int) -> None:
@@ -65,12 +70,12 @@ async def entries(reader: Reader, query: Query) -> AsyncIterator[Entry]:
                 continue
             key = (turn.agent, turn.instance_id)
             events = logs.setdefault(key, [])
-            await _read_on(reader, key, events)
+            read = await _read_on(reader, key, events)
             made = project.project(turn, events)
             for entry in made[shown.get(turn.name, 0) :]:
                 yield entry
             shown[turn.name] = len(made)
-            if turn.settled is not None:
+            if turn.settled is not None and (read or finished):
                 done.add(turn.name)
             elif query.follow:
                 following = turn
@@ -84,12 +89,15 @@ async def entries(reader: Reader, query: Query) -> AsyncIterator[Entry]:
             await reader.wait(key, len(logs[key]))
 
 
-async def _read_on(reader: Reader, key: Conversation, events: list[StreamEvent]) -> None:
+async def _read_on(reader: Reader, key: Conversation, events: list[StreamEvent]) -> bool:
     """Read the conversation on from what ``events`` holds, to what its log has now (a
-    page at a time; an event already held is passed by)."""
+    page at a time; an event already held is passed by); False when it could not be
+    read."""
     while True:
-        more, _ = await reader.read(key[0], key[1], len(events))
+        page = await reader.read(key[0], key[1], len(events))
+        if page is None:
+            return False
         held = len(events)
-        events.extend(event for event in more if event.offset >= held)
+        events.extend(event for event in page[0] if event.offset >= held)
         if len(events) == held:
-            return
+            return True
