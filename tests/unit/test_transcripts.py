@@ -158,7 +158,7 @@ def test_a_scripted_conversation_projects_to_exact_entries() -> None:
     assert {(e.turn, e.number, e.state, e.agent) for e in entries} == {("t2", 2, "fixing", "coder")}
     cut = 3000 - project.TRIM_CHARS
     assert [_shape(e) for e in entries] == [
-        ("turn", None, "", {"instanceId": IID, "submissions": 2}),
+        ("turn", None, "", {"instanceId": IID}),
         ("prompt", None, "Fix the bug.\n", {"briefing": BRIEFING, "submissionId": "s2"}),
         ("notice", "pick-answer", "Your pick `submit` was answered: ok", {}),
         ("text", None, "Looking.", {}),

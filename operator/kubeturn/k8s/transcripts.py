@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from kubeturn.errors import HarnessCallFailed, HarnessRefused, NotFound
 from kubeturn.k8s import objects
@@ -30,6 +30,13 @@ from kubeturn_harness.wire import StreamEvent
 RunReader = Callable[[], Awaitable[Mapping[str, Any] | None]]
 """Reads the Run object as the API stores it; None when there is none."""
 
+
+class Harnesses(Protocol):
+    """Where a Workspace's Harness client is found (the operator's ``Hub``)."""
+
+    def harness_of(self, namespace: str, workspace: str) -> HarnessClient | None: ...
+
+
 FOLLOW_S = 2.0
 """The longest a follower waits on its Turn's conversation before it reads the Run again:
 a new Turn, or a Turn's record, shows within 2 s, while the conversation's own events show
@@ -43,8 +50,8 @@ again is reached within seconds)."""
 class ClusterReader:
     """A ``stream.Reader`` for one Run, over the hub's Harness clients."""
 
-    def __init__(self, hub: Hub, namespace: str, read_run: RunReader) -> None:
-        self._hub = hub
+    def __init__(self, harnesses: Harnesses, namespace: str, read_run: RunReader) -> None:
+        self._harnesses = harnesses
         self._namespace = namespace
         self._read_run = read_run
         self._workspace: str | None = None
@@ -59,7 +66,7 @@ class ClusterReader:
     def _harness(self) -> HarnessClient | None:
         if self._workspace is None:
             return None
-        return self._hub.harness_of(self._namespace, self._workspace)
+        return self._harnesses.harness_of(self._namespace, self._workspace)
 
     async def read(
         self, agent: str, instance_id: str, offset: int
@@ -94,11 +101,13 @@ class ClusterReader:
 class ClusterTranscripts:
     """The ``TranscriptSource`` of one Run on the cluster, in the operator's process."""
 
-    def __init__(self, hub: Hub, namespace: str, name: str, read_run: RunReader) -> None:
+    def __init__(
+        self, harnesses: Harnesses, namespace: str, name: str, read_run: RunReader
+    ) -> None:
         self.namespace = namespace
         self.name = name
         self._read_run = read_run
-        self._reader = ClusterReader(hub, namespace, read_run)
+        self._reader = ClusterReader(harnesses, namespace, read_run)
 
     @classmethod
     def of(cls, hub: Hub, namespace: str, name: str) -> ClusterTranscripts:

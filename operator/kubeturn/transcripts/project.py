@@ -207,12 +207,8 @@ class _Projection:
 
     def run(self, events: Sequence[StreamEvent]) -> list[Entry]:
         turn = self.turn
-        self.add(
-            EntryKind.TURN,
-            timestamp(turn.started_at),
-            instanceId=turn.instance_id,
-            submissions=len(turn.submissions),
-        )
+        # Only what never changes while the Turn goes on: a follower shows it first.
+        self.add(EntryKind.TURN, timestamp(turn.started_at), instanceId=turn.instance_id)
         mine = set(turn.submissions)
         for event in events:
             if _submission(event) in mine:
