@@ -575,7 +575,13 @@ def logs(args: argparse.Namespace) -> int:
 
     source = LocalTranscripts(args.name, args.workdir)
     query = source.query(args.target, since_turn=args.since_turn, follow=args.follow)
-    return asyncio.run(print_transcript(source, query, args.output))
+    try:
+        return asyncio.run(print_transcript(source, query, args.output))
+    except BrokenPipeError:
+        # Whatever read the output stopped (``| head``): stop quietly, as a Unix tool
+        # does, and let nothing try to flush into the closed pipe at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 async def print_transcript(source: TranscriptSource, query: Query, output: str) -> int:
