@@ -17,16 +17,21 @@ Cases:
 - ``kubeturn logs RUN TARGET``: a Turn's name first, then an Agent slot; anything else
   is refused naming both;
 - the follow loop: yields each entry once, Turn by Turn, as the status and the log grow,
-  and ends once the Run is finished and every Turn is shown.
+  and ends once the Run is finished and every Turn is shown;
+- a recorded Run (its status and Harness logs as kubeturn wrote them) prints as
+  ``kubeturn logs`` printed it then, as text and as JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kubeturn import cli
 from kubeturn.errors import UnknownTarget
 from kubeturn.transcripts import project, stream, text
 from kubeturn.transcripts.model import Entry, EntryKind
@@ -348,3 +353,55 @@ async def test_without_follow_one_read_shows_what_there_is() -> None:
     assert entries == project.project(LIVE_TURN, LOG[:5])
     assert reader.waits == []
     assert await _all(reader, Query(agent="reviewer")) == []
+
+
+GOLDEN = Path(__file__).parent / "transcripts"
+"""Recorded Runs: a status and the conversation logs of its Harness, as kubeturn wrote
+them (``*.json``, never changed once written: the logs of earlier versions must keep
+reading), and the text ``kubeturn logs`` prints of them (``*.txt``)."""
+
+
+class _Recorded:
+    """A ``stream.Reader`` over a recorded Run, read a page of three events at a time."""
+
+    def __init__(self, recorded: Mapping[str, Any]) -> None:
+        self.recorded = recorded
+        self.logs = {
+            (log["agent"], log["instanceId"]): [
+                StreamEvent.model_validate(e) for e in log["events"]
+            ]
+            for log in recorded["logs"]
+        }
+
+    async def status(self) -> Mapping[str, Any]:
+        return dict(self.recorded["status"])
+
+    async def read(
+        self, agent: str, instance_id: str, offset: int
+    ) -> tuple[list[StreamEvent], int]:
+        page = self.logs.get((agent, instance_id), [])[offset : offset + 3]
+        return page, offset + len(page)
+
+    async def wait(self, conversation: stream.Conversation | None, offset: int) -> None:
+        raise AssertionError("a finished Run is never waited for")
+
+
+class _Source:
+    def __init__(self, reader: stream.Reader) -> None:
+        self.reader = reader
+
+    def entries(self, query: Query) -> AsyncIterator[Entry]:
+        return stream.entries(self.reader, query)
+
+
+@pytest.mark.parametrize("name", ["task-with-review"])
+async def test_a_recorded_run_prints_as_recorded(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded = json.loads((GOLDEN / f"{name}.json").read_text())
+    source = _Source(_Recorded(recorded))
+    assert await cli.print_transcript(source, Query(follow=True), "text") == 0
+    assert capsys.readouterr().out == (GOLDEN / f"{name}.txt").read_text()
+    assert await cli.print_transcript(source, Query(), "json") == 0
+    printed = [Entry.model_validate_json(line) for line in capsys.readouterr().out.splitlines()]
+    assert printed == await _all(_Recorded(recorded), Query())
