@@ -17,7 +17,8 @@ Cases:
 - ``kubeturn logs RUN TARGET``: a Turn's name first, then an Agent slot; anything else
   is refused naming both;
 - the follow loop: yields each entry once, Turn by Turn, as the status and the log grow,
-  and ends once the Run is finished and every Turn is shown;
+  and ends once the Run is finished and every Turn is shown (one Turn followed by name:
+  once it is);
 - a recorded Run (its status and Harness logs as kubeturn wrote them) prints as
   ``kubeturn logs`` printed it then, as text and as JSON.
 """
@@ -405,3 +406,10 @@ async def test_a_recorded_run_prints_as_recorded(
     assert await cli.print_transcript(source, Query(), "json") == 0
     printed = [Entry.model_validate_json(line) for line in capsys.readouterr().out.splitlines()]
     assert printed == await _all(_Recorded(recorded), Query())
+
+
+async def test_following_one_turn_ends_once_it_is_done() -> None:
+    reader = _Growing()
+    entries = await _all(reader, Query(turn="t2", follow=True))
+    assert entries == project.project(SETTLED, LOG)
+    assert len(reader.waits) == len(LOG)

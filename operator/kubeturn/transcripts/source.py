@@ -25,7 +25,7 @@ class Query:
     since_turn: int | None = None
     follow: bool = False
     """Keep yielding as Turns go on and new ones start, until the Run is finished and
-    every Turn's log is read to its end."""
+    every Turn's log is read to its end (one Turn named by ``turn``: until it is)."""
 
 
 class TranscriptSource(Protocol):

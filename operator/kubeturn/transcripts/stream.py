@@ -1,7 +1,7 @@
 """The one loop every transcript source runs: read the Run's status, read each chosen
 Turn's conversation log on from where it was read to, project, and yield what is new;
 with ``follow``, again after each wait until the Run is finished and every Turn's log is
-read to its end.
+read to its end (or, for one Turn asked for by name, until that Turn is).
 
 A source supplies only its ``Reader`` (where the status and the logs are, how to wait
 for more), so a local Run and a Run on a cluster show the same entries in the same order.
@@ -80,8 +80,8 @@ async def entries(reader: Reader, query: Query) -> AsyncIterator[Entry]:
             elif query.follow:
                 following = turn
                 break
-        if not query.follow or (finished and following is None):
-            return
+        if not query.follow or (finished and following is None) or query.turn in done:
+            return  # (one Turn followed has nothing more once it is done)
         if following is None:
             await reader.wait(None, 0)
         else:
