@@ -11,7 +11,9 @@ case), on the scripted model beside it:
 - ``TURN`` narrows to one Turn, ``AGENT`` to one slot's Turns, ``--since-turn``
   leaves out the earlier ones;
 - an unknown Turn or Agent, and an unknown Run, are refused in one line naming what
-  there is.
+  there is;
+- a recorded Run laid out as a workdir, its logs holding a line of an unknown kind and
+  a torn last line, prints as recorded.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.cli.support import EXAMPLES, Background, kubeturn, one_line_error
+from kubeturn_harness import store
+from tests.cli.support import EXAMPLES, REPO, Background, kubeturn, one_line_error
 
 RUN = "task-with-review"
+GOLDEN = REPO / "tests" / "unit" / "transcripts"
 PICKED = ["tool-call", "pick", "receipt", "settlement"]
 KINDS = [
     ("t1", ["turn", "prompt", "text", "tool-call", "tool-result", *PICKED]),
@@ -99,3 +103,33 @@ def test_logs_follow_a_run_and_show_its_turns(
     assert one_line_error(kubeturn("logs", "nosuchrun", cwd=project)).startswith(
         "kubeturn: there is no local run 'nosuchrun' in "
     )
+
+
+def test_logs_read_a_workdir_as_the_harness_left_it(tmp_path: Path) -> None:
+    """A recorded Run laid out as a workdir: a conversation log holding a line of a kind
+    this kubeturn does not know (passed by) and a torn last line (a crash mid-write: left
+    unread) prints as recorded."""
+    recorded = json.loads((GOLDEN / "task-with-review.json").read_text())
+    workdir = tmp_path / "work"
+    run = workdir / ".kubeturn" / "runs" / RUN
+    run.mkdir(parents=True)
+    (run / "run.yaml").write_text((EXAMPLES / f"{RUN}.yaml").read_text())
+    (run / "snapshot.json").write_text(json.dumps(recorded["status"]))
+    for log in recorded["logs"]:
+        directory = (
+            workdir
+            / ".kubeturn"
+            / "harness"
+            / "conversations"
+            / store.conversation_id(log["agent"], log["instanceId"])
+        )
+        directory.mkdir(parents=True)
+        lines = [json.dumps(event) for event in log["events"]]
+        lines.insert(
+            1, json.dumps({"offset": 1, "type": "from-a-later-kubeturn", "at": "", "data": {}})
+        )
+        text = "\n".join(lines) + "\n" + '{"offset": 99, "type": "message-app'
+        (directory / store.EVENTS_FILE).write_text(text)
+    shown = kubeturn("logs", RUN, "--workdir", workdir, cwd=tmp_path)
+    assert (shown.returncode, shown.stderr) == (0, "")
+    assert shown.stdout == (GOLDEN / "task-with-review.txt").read_text()

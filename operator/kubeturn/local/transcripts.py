@@ -81,13 +81,13 @@ class LocalReader:
         found: list[StreamEvent] = []
         for line in data.splitlines(keepends=True):
             if not line.endswith(b"\n"):
-                break
+                break  # being written, or torn by a crash (the Harness cuts it on start)
+            log.position += len(line)
+            log.events += 1
             try:
                 event = StreamEvent.model_validate_json(line)
             except ValidationError:
-                break  # a torn record: the Harness cuts it when it starts again
-            log.position += len(line)
-            log.events += 1
+                continue  # a whole line of no kind this kubeturn knows: passed by
             if event.offset >= offset:
                 found.append(event)
         return found, log.events

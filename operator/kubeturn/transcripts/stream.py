@@ -22,6 +22,7 @@ event, and the Turn is finished there. No IO of its own.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubeturn.api.status import FINISHED
@@ -56,9 +57,18 @@ class Reader(Protocol):
         ...
 
 
+@dataclass
+class _Held:
+    """A conversation's events read so far, and the offset to read on from (past any
+    event the reader passed by)."""
+
+    events: list[StreamEvent] = field(default_factory=list)
+    offset: int = 0
+
+
 async def entries(reader: Reader, query: Query) -> AsyncIterator[Entry]:
     """The chosen Turns' entries, Turn by Turn in number order (ADR 0105)."""
-    logs: dict[Conversation, list[StreamEvent]] = {}
+    logs: dict[Conversation, _Held] = {}
     shown: dict[str, int] = {}
     done: set[str] = set()
     while True:
@@ -69,9 +79,9 @@ async def entries(reader: Reader, query: Query) -> AsyncIterator[Entry]:
             if turn.name in done:
                 continue
             key = (turn.agent, turn.instance_id)
-            events = logs.setdefault(key, [])
-            read = await _read_on(reader, key, events)
-            made = project.project(turn, events)
+            held = logs.setdefault(key, _Held())
+            read = await _read_on(reader, key, held)
+            made = project.project(turn, held.events)
             for entry in made[shown.get(turn.name, 0) :]:
                 yield entry
             shown[turn.name] = len(made)
@@ -86,18 +96,18 @@ async def entries(reader: Reader, query: Query) -> AsyncIterator[Entry]:
             await reader.wait(None, 0)
         else:
             key = (following.agent, following.instance_id)
-            await reader.wait(key, len(logs[key]))
+            await reader.wait(key, logs[key].offset)
 
 
-async def _read_on(reader: Reader, key: Conversation, events: list[StreamEvent]) -> bool:
-    """Read the conversation on from what ``events`` holds, to what its log has now (a
-    page at a time; an event already held is passed by); False when it could not be
-    read."""
+async def _read_on(reader: Reader, key: Conversation, held: _Held) -> bool:
+    """Read the conversation on from ``held.offset`` to what its log has now (a page at a
+    time); False when it could not be read."""
     while True:
-        page = await reader.read(key[0], key[1], len(events))
+        page = await reader.read(key[0], key[1], held.offset)
         if page is None:
             return False
-        held = len(events)
-        events.extend(event for event in page[0] if event.offset >= held)
-        if len(events) == held:
+        events, after = page
+        held.events.extend(event for event in events if event.offset >= held.offset)
+        if after <= held.offset:
             return True
+        held.offset = after
