@@ -48,11 +48,11 @@ RETRY_S = 10.0
 again."""
 
 
-def retention(run_spec: Mapping[str, Any], default_s: float) -> str | None:
-    """What a new AgentTurn of a Run with this spec carries as its ``spec.retention``: the
-    Run's ``turnRetention``, else the operator's default; None when it is zero (the
-    AgentTurn goes at once, and carries no retain finalizer)."""
-    named = run_spec.get("turnRetention")
+def retention(named: str | None, default_s: float) -> str | None:
+    """What a new AgentTurn carries as its ``spec.retention``: the Run's
+    ``spec.turnRetention`` (``named``, checked when the Run was loaded), else the
+    operator's default; None when it is zero (the AgentTurn goes at once, and carries no
+    retain finalizer)."""
     if named is not None:
         return named if parse_duration(named) > 0 else None
     return f"{default_s:g}s" if default_s > 0 else None

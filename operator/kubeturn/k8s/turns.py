@@ -93,7 +93,9 @@ class ClusterTurns:
             {"name": m.name, "description": m.description, "schema": dict(m.schema)}
             for m in self._loaded.menu(StatePath(effect.state))
         ]
-        kept = retention.retention(self._run.get("spec") or {}, self._hub.settings.turn_retention_s)
+        kept = retention.retention(
+            self._loaded.spec.turnRetention, self._hub.settings.turn_retention_s
+        )
         body = objects.agent_turn(
             self._run, effect, workspace=self._workspace, menu=menu, retention=kept
         )
