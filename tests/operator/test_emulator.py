@@ -2047,12 +2047,26 @@ async def test_kubectl_shows_printer_columns(
         {
             "status": {
                 "phase": "Settled",
-                "settlement": {"outcome": "ended", "settledAt": "2026-01-01T00:00:00Z"},
+                "settlement": {
+                    "outcome": "ended",
+                    "cause": "pick",
+                    "settledAt": "2026-01-01T00:00:00Z",
+                },
             }
         },
     )
     done = await kubectl("get", "turn")
     header, row = done.stdout.splitlines()
-    assert header.split() == ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE"]
-    assert row.split()[:6] == ["t1", "r1", "coder", "build.code", "Settled", "ended"]
-    assert row.split()[6].endswith("s")
+    assert header.split() == [
+        "NAME",
+        "RUN",
+        "AGENT",
+        "STATE",
+        "PHASE",
+        "OUTCOME",
+        "CAUSE",
+        "SETTLED",
+        "AGE",
+    ]
+    assert row.split()[:7] == ["t1", "r1", "coder", "build.code", "Settled", "ended", "pick"]
+    assert row.split()[8].endswith("s")
