@@ -28,10 +28,32 @@ from kubeturn.k8s import objects, retention
 from kubeturn.k8s.kube import Kube
 from kubeturn.k8s.turns import earlier
 from kubeturn.machine.load import load_run
-from tests.unit.test_turn_order import RUN, admit
+from kubeturn.orchestrator.effects import Admit
 
+RUN = {
+    "apiVersion": "kubeturn.dev/v1alpha1",
+    "kind": "Run",
+    "metadata": {"name": "r1", "namespace": "dev", "uid": "u-1"},
+}
 SETTLED_AT = "2026-01-01T10:00:00Z"
 AT = datetime(2026, 1, 1, 10, 0, 0, tzinfo=UTC).timestamp()
+
+
+def admit(turn: str) -> Admit:
+    return Admit(
+        turn=turn,
+        agent="coder",
+        state="implementing",
+        instance_id="dev.r1/root/coder",
+        prompt="Do it.",
+        cwd="/work",
+        continue_=True,
+        model=None,
+        thinking_level=None,
+        instructions="Code.",
+        workspace="write",
+        key=f"{turn}.1",
+    )
 
 
 def kept(turn: str = "t1", *, keep: str | None = "1h") -> dict[str, Any]:
