@@ -6,7 +6,8 @@ Cases:
 - a Run's two Turns of one conversation, the operator's retention an hour: once the first
   Turn ended, the second is admitted (the kept one is not waited for), and when both
   ended kubectl lists both ``Settled``, ``ended``, cause ``pick``, each held by the retain
-  finalizer alone; deleting the Run lets them go at once, and the Run goes;
+  finalizer alone; the shared Workspace's changed spec makes its sandbox anew (the kept
+  Turns run nowhere); deleting the Run lets them go at once, and the Run goes;
 - a Run's own ``spec.turnRetention`` (1s): its Turn is seen kept, settled, then goes
   while the Run waits on, its record in ``Run.status.turns`` unchanged; a Turn kept
   (3s) while the operator stops goes after the operator started again, its deadline read
@@ -166,6 +167,19 @@ async def test_kubectl_shows_finished_turns_until_their_run_is_deleted(
         ("t1", "ended", "pick"),
         ("t2", "ended", "pick"),
     ]
+
+    # A changed Workspace makes its sandbox anew: the kept Turns do not run on it.
+    old = world.workspace_status()["endpoint"]
+    path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/workspaces/{WORKSPACE}"
+    await world.patch(path, {"spec": {"env": [{"name": "KUBETURN_TEST_MARK", "value": "2"}]}})
+    await world.until(
+        lambda: (
+            world.workspace_status().get("endpoint") not in (None, old)
+            and world.condition("SandboxCurrent").get("status") == "True"
+        ),
+        "the sandbox made anew, current",
+    )
+    assert all(held(world, n) for n in turns)
 
     await world.delete(f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/two")
     await world.until(
