@@ -500,7 +500,7 @@ def test_the_served_custom_resources_are_the_crd_files() -> None:
     served = sorted(f"{r.plural}.{r.group}.yaml" for r in emulator.CUSTOM_RESOURCES)
     assert served == on_disk
     columns = emulator.KUBETURN_PRINTER_COLUMNS["Run"]
-    assert columns[0] == ("State", ".status.state")
+    assert columns[0] == ("State", ".status.state", "string")
 
 
 async def test_an_invalid_custom_resource_is_422_with_the_api_servers_body(
@@ -2069,4 +2069,5 @@ async def test_kubectl_shows_printer_columns(
         "AGE",
     ]
     assert row.split()[:7] == ["t1", "r1", "coder", "build.code", "Settled", "ended", "pick"]
+    assert row.split()[7].endswith("d")  # settled months ago: an age, as a date column
     assert row.split()[8].endswith("s")

@@ -100,7 +100,7 @@ def printer_columns() -> Mapping[str, Sequence[emulator.Column]]:
         crd = yaml.safe_load(path.read_text())
         (version,) = crd["spec"]["versions"]
         columns[crd["spec"]["names"]["kind"]] = tuple(
-            (column["name"], column["jsonPath"])
+            (column["name"], column["jsonPath"], column["type"])
             for column in version.get("additionalPrinterColumns", [])
         )
     return columns
