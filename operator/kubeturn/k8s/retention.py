@@ -141,9 +141,12 @@ class Releases:
             self._wake.set()
 
     def gone(self, key: Key) -> None:
+        """The AgentTurn went (its DELETED event): its heap entry is dropped when it
+        comes up."""
         self._due.pop(key, None)
 
     def __len__(self) -> int:
+        """How many held AgentTurns wait for their deadline."""
         return len(self._due)
 
     async def run(self) -> None:
