@@ -41,6 +41,7 @@ from pydantic import BaseModel, ValidationError
 
 from kubeturn.api import cluster_checks, models
 from kubeturn.api.common import GROUP
+from kubeturn.api.durations import parse_duration
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.status import FINISHED
 from kubeturn.api.validation import definition_errors, validate_workspace
@@ -110,6 +111,14 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_REQUIRE_CONFINEMENT", "") == "true",
         help="refuse to run tools where a node's kernel has no Landlock "
         "(env KUBETURN_REQUIRE_CONFINEMENT=true)",
+    )
+    operator.add_argument(
+        "--turn-retention",
+        default=env("KUBETURN_TURN_RETENTION") or None,
+        metavar="DURATION",
+        help="how long a settled AgentTurn stays visible to kubectl when its Run names no "
+        "spec.turnRetention, e.g. 30m, 24h; 0s: it goes at once (env KUBETURN_TURN_RETENTION; "
+        f"default {defaults.turn_retention_s:g}s)",
     )
     operator.add_argument(
         "--orchestrator-url",
@@ -655,6 +664,14 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
     sandbox_resources = _chart_json(
         args.sandbox_resources, SandboxResources, "sandbox.resources", "--sandbox-resources"
     )
+    retention = OperatorSettings().turn_retention_s
+    if args.turn_retention is not None:
+        try:
+            retention = parse_duration(args.turn_retention)
+        except ValueError as error:
+            raise CommandError(
+                f"--turn-retention (the chart's turnRetention) is refused: {error}"
+            ) from error
     if args.default_model is not None:
         why = models.unknown_provider(args.default_model, models.provider_names(providers))
         if why is not None:
@@ -671,6 +688,7 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
         sandbox_egress=sandbox_egress,
         sandbox_resources=sandbox_resources,
         require_confinement=args.require_confinement,
+        turn_retention_s=retention,
     )
 
 

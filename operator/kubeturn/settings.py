@@ -80,6 +80,11 @@ class OperatorSettings:
     api_port: int = API_PORT
     """Where the Orchestrator API listens."""
     api_host: str = "0.0.0.0"
+    turn_retention_s: float = 3600.0
+    """How long a settled AgentTurn stays, for ``kubectl get agentturns``, when its Run
+    names no ``spec.turnRetention`` (the chart's ``turnRetention``); 0 lets it go at once
+    (ADR 0106). It costs one write per Turn, when it is let go, and one object per Turn
+    settled within the period."""
     sweep_look_s: float = 10.0
     """While a Run waits for an AgentTurn's finalizer to report its sweep (as long as the
     AgentTurn is there, ADR 0028), how often it looks whether the AgentTurn went without

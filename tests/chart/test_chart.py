@@ -31,7 +31,7 @@ Cases:
   POD_NAME) including the Orchestrator URL, which names the Orchestrator Service, and
   the Lease; replicas, resources and scheduling from values; ``defaultModel`` as
   KUBETURN_DEFAULT_MODEL (one naming no provider refused by the schema), and the NOTES
-  saying it.
+  saying it; ``turnRetention`` as KUBETURN_TURN_RETENTION (a duration the schema checks).
 - The NetworkPolicy admits only sandbox pods (the labels the operator gives them) to the
   Orchestrator port, from the watched namespaces when they are listed (any namespace
   when none is); metrics only from the release's namespace, plus ``metricsFrom``.
@@ -496,6 +496,7 @@ def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
         "KUBETURN_SANDBOX_EGRESS": env["KUBETURN_SANDBOX_EGRESS"],  # its own test
         "KUBETURN_SANDBOX_RESOURCES": env["KUBETURN_SANDBOX_RESOURCES"],  # its own test
         "KUBETURN_REQUIRE_CONFINEMENT": "false",
+        "KUBETURN_TURN_RETENTION": "1h",
     }
     assert orchestrator["spec"]["ports"] == [
         {"name": "orchestrator", "port": 8081, "targetPort": "orchestrator", "protocol": "TCP"}
@@ -1075,6 +1076,12 @@ def test_require_confinement_reaches_the_operator(helm: str) -> None:
     assert _env(objects)["KUBETURN_REQUIRE_CONFINEMENT"] == "true"
 
 
+def test_turn_retention_reaches_the_operator(helm: str) -> None:
+    text = _helm(helm, *_template_args(None), "--set", "turnRetention=24h").stdout
+    objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    assert _env(objects)["KUBETURN_TURN_RETENTION"] == "24h"
+
+
 def test_recreate_renders_without_rolling_update(helm: str) -> None:
     text = _helm(helm, *_template_args(None), "--set", "strategy.type=Recreate").stdout
     objects = [doc for doc in yaml.safe_load_all(text) if doc]
@@ -1123,6 +1130,7 @@ def test_every_values_key_has_a_comment() -> None:
         ),
         ("metrics.prometheusRule.failedTurns.ratio=2", "ratio"),
         ("metrics.prometheusRule.sweepLatency.window=ten", "window"),
+        ("turnRetention=1d", "/turnRetention"),
         ("sandbox.egress.public.ports=[]", "/sandbox/egress/public/ports"),
         ('sandbox.egress.rules=[{"ports":[{"port":80}]}]', "missing property 'to'"),
         (
@@ -1148,6 +1156,7 @@ def test_every_values_key_has_a_comment() -> None:
         "retry-period-too-long",
         "failed-ratio-above-one",
         "alert-window-not-a-duration",
+        "turn-retention-in-days",
         "no-public-ports",
         "rule-without-destinations",
         "ip-block-and-selector",

@@ -281,7 +281,9 @@ def helm() -> Path:
 
 def settings(installation: Installation, *, providers_yaml: str) -> OperatorSettings:
     """The operator's settings for one test: loopback and free ports; the namespaces it
-    serves and its own as the chart installed gives them."""
+    serves and its own as the chart installed gives them. A settled AgentTurn goes at
+    once, as the scenarios that wait for a Run's AgentTurns to go expect; those of
+    finished Turns kept for kubectl set ``turn_retention_s`` (test_turn_retention)."""
     api_port = free_port()
     return OperatorSettings(
         namespaces=installation.namespaces,
@@ -293,6 +295,7 @@ def settings(installation: Installation, *, providers_yaml: str) -> OperatorSett
         api_port=api_port,
         health_port=free_port(),
         metrics_port=free_port(),
+        turn_retention_s=0.0,
     )
 
 

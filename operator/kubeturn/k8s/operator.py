@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.api.status import FINISHED
 from kubeturn.errors import LeadershipLost
-from kubeturn.k8s import agentturns, diffbase, leader, runs, workspaces
+from kubeturn.k8s import agentturns, diffbase, leader, retention, runs, workspaces
 from kubeturn.k8s.deliveries import KubePusher
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import RUNS, Kube, pool_size
@@ -99,6 +99,7 @@ def build(hub: Hub, client: kubernetes.client.ApiClient) -> kopf.OperatorRegistr
     registry = kopf.OperatorRegistry()
     runs.register(hub, registry, also=workspaces.register(hub, registry))
     agentturns.register(hub, registry)
+    retention.register(hub, registry)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:

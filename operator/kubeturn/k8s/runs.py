@@ -63,6 +63,7 @@ from kubeturn.k8s import (
     objects,
     patches,
     pauses,
+    retention,
 )
 from kubeturn.k8s.generations import Generation
 from kubeturn.k8s.hub import Hub
@@ -286,13 +287,17 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
     async def sweep_all(
         body: kopf.Body, namespace: str | None, name: str, logger: kopf.Logger, **_: Any
     ) -> None:
-        """Before a Run goes, every Turn it holds is swept (its AgentTurn's finalizer),
-        and then the shared Workspace it worked in forgets it (ADR 0030)."""
+        """Before a Run goes, every Turn it holds is swept (its AgentTurn's finalizer)
+        and let go, settled ones kept for kubectl included (ADR 0106), and then the
+        shared Workspace it worked in forgets it (ADR 0030)."""
         assert namespace is not None, "Runs are namespaced"
         label = objects.run_labels(name)
-        for turn in await hub.kube.list(AGENTTURNS, namespace, labels=label):
-            await hub.kube.delete(AGENTTURNS, namespace, turn["metadata"]["name"])
-        while await hub.kube.list(AGENTTURNS, namespace, labels=label):
+        while listed := await hub.kube.list(AGENTTURNS, namespace, labels=label):
+            for turn in listed:
+                if not turn["metadata"].get("deletionTimestamp"):
+                    await hub.kube.delete(AGENTTURNS, namespace, turn["metadata"]["name"])
+                elif retention.held(turn):
+                    await retention.release(hub.kube, turn)
             await asyncio.sleep(0.2)
         await _forget(hub, namespace, name, dict(body.get("spec") or {}), logger)
 
