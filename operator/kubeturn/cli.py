@@ -416,6 +416,7 @@ def problems(errors: DefinitionErrors, source: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from kubeturn.local.runner import LocalRun, Options
+    from kubeturn.tracing import Tracing
 
     overrides: dict[str, str] = {}
     for item in args.repo:
@@ -441,7 +442,8 @@ def run(args: argparse.Namespace) -> int:
         api_port=args.api_port,
         harness_port=args.harness_port,
     )
-    runner = LocalRun(options, sys.stdout, tty=sys.stdout.isatty())
+    tracing = Tracing.of(os.environ)
+    runner = LocalRun(options, sys.stdout, tty=sys.stdout.isatty(), tracing=tracing)
     try:
         return asyncio.run(runner.run())
     except DefinitionErrors as errors:
@@ -449,6 +451,9 @@ def run(args: argparse.Namespace) -> int:
         for line in problems(errors, source):
             print(line, file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 def send(args: argparse.Namespace) -> int:
