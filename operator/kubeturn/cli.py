@@ -41,6 +41,7 @@ from kubeturn.api import cluster_checks, models
 from kubeturn.api.common import GROUP
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.status import FINISHED
+from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.validation import definition_errors, validate_workspace
 from kubeturn.api.workspace import SandboxResources, carries_credentials, redacted
 from kubeturn.errors import CommandError, DefinitionErrors, LeadershipLost
@@ -187,6 +188,13 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_SANDBOX_EGRESS", "{}"),
         help="JSON: what every sandbox may reach (the chart's sandbox.egress; env "
         "KUBETURN_SANDBOX_EGRESS); default: DNS, and the public internet on 443 and 22",
+    )
+    operator.add_argument(
+        "--sandbox-tracing",
+        default=env("KUBETURN_SANDBOX_TRACING", "{}"),
+        help="JSON: where every sandbox's Harness exports its spans, {endpoint, sampler, "
+        "samplerArg, headersSecret: {name, key}} (the chart's tracing; env "
+        "KUBETURN_SANDBOX_TRACING); default: no endpoint, no tracing",
     )
     operator.add_argument(
         "--sandbox-resources",
@@ -593,6 +601,9 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
     sandbox_resources = _chart_json(
         args.sandbox_resources, SandboxResources, "sandbox.resources", "--sandbox-resources"
     )
+    sandbox_tracing = _chart_json(
+        args.sandbox_tracing, SandboxTracing, "tracing", "--sandbox-tracing"
+    )
     if args.default_model is not None:
         why = models.unknown_provider(args.default_model, models.provider_names(providers))
         if why is not None:
@@ -608,6 +619,7 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
         operator_namespace=args.operator_namespace,
         sandbox_egress=sandbox_egress,
         sandbox_resources=sandbox_resources,
+        sandbox_tracing=sandbox_tracing,
         require_confinement=args.require_confinement,
     )
 
@@ -615,6 +627,7 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
 def operator(args: argparse.Namespace) -> int:
     from kubeturn.k8s import leader
     from kubeturn.k8s import operator as running
+    from kubeturn.tracing import Tracing
 
     try:
         settings = operator_settings(args)
@@ -652,7 +665,14 @@ def operator(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     try:
-        asyncio.run(running.run(settings, kubeconfig=args.kubeconfig, election=election))
+        asyncio.run(
+            running.run(
+                settings,
+                kubeconfig=args.kubeconfig,
+                election=election,
+                tracing=Tracing.of(os.environ),
+            )
+        )
     except LeadershipLost:
         return EXIT_FAILED  # logged by the operator; the pod restarts as a standby
     return 0

@@ -99,7 +99,8 @@ def turn_span(run_uid: str, run: str, record: TurnRecord, exit_: Exit | None) ->
         attributes["kubeturn.tokens.input"] = record.tokens.promptTokens
         attributes["kubeturn.tokens.output"] = record.tokens.completionTokens
     events: tuple[SpanEvent, ...] = ()
-    if exit_ is not None:
+    if exit_ is not None and (record.submissions or exit_.admitting):
+        # A Turn refused before its admission exited with nothing to sweep.
         swept: dict[str, AttributeValue] = {}
         if exit_.cause is not None:
             swept["kubeturn.cause"] = exit_.cause
