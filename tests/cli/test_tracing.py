@@ -2,8 +2,10 @@
 receiver on 127.0.0.1 that decodes the exporters' protobuf.
 
 Cases:
-- ``task-with-review`` on the scripted model, with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set:
-  the exact span tree of its one trace (the trace id is the Run's uid): the Run span; one
+- ``task-with-review`` on the scripted model, with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set,
+  stopped (SIGTERM) while it waits at ``humanReview`` and resumed, then approved: the
+  exact span tree of its one trace (the trace id is the Run's uid), its Turns' spans
+  written by the first process and the Run's by the second: the Run span; one
   ``invoke_agent`` span per Turn, with its state, agent, outcome and cause, and the sweep
   as its event; below each, written by the Harness process, one ``chat`` span per model
   request and one ``execute_tool`` span per tool call, in the GenAI conventions' words;
@@ -16,6 +18,7 @@ Cases:
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -95,12 +98,25 @@ def test_task_with_review_is_one_trace_of_its_turns_model_requests_and_tool_call
         model = f"scripted:{EXAMPLES / 'task-with-review.script.yaml'}"
         running = background("run", manifest, "--model", model, cwd=project)
         running.wait_line(r"^run task-with-review: state humanReview, phase Running$")
+
+        def turns_written(spans: list[Span]) -> bool:
+            return len([s for s in spans if s.name.startswith("invoke_agent ")]) == 4
+
+        # The first process writes the four Turns' spans as they are recorded; stopped
+        # (SIGTERM) mid-Run, waiting for a person, it is resumed, and the resumed process
+        # writes the Run's span.
+        receiver.wait_for(turns_written, "span of each of the four Turns")
+        running.signal(signal.SIGTERM)
+        code, output, errors = running.wait()
+        assert (code, errors) == (143, ""), output
+        assert not [s for s in receiver.received() if s.name == "run"]
+        resumed = background("run", "--resume", "task-with-review", cwd=project)
+        resumed.wait_line(r"^run task-with-review: state humanReview, phase Running$")
         sent = kubeturn("send", "task-with-review", "approve", cwd=project)
         assert sent.returncode == 0, sent.stderr
-        code, output, errors = running.wait()
+        code, output, errors = resumed.wait()
         assert (code, errors) == (0, ""), output
         assert len(summary_rows(output)) == 4
-        # The runner and the Harness flush their spans before they exit.
         spans = receiver.received()
 
     uid = json.loads(
@@ -156,6 +172,8 @@ def test_task_with_review_is_one_trace_of_its_turns_model_requests_and_tool_call
     (sweep,) = first.events
     submission = sweep[1]["kubeturn.submission"]
     assert {s.attributes["kubeturn.submission"] for s in chats + calls} == {submission}
+    (run,) = (span for span in spans if span.name == "run")
+    assert run.start_ns < first.start_ns  # the Run's start, kept across the restart
     # The Turn span is written when it settles, with its real start: before its children.
     assert first.start_ns <= min(s.start_ns for s in chats + calls)
     assert first.end_ns >= max(s.end_ns for s in chats + calls)
