@@ -5,8 +5,9 @@ the Turn span that the operator names in the Submission's ``traceparent``.
 Off unless an OTLP endpoint is set (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_ENDPOINT``): then no SDK module is even imported, no provider is made
 and no exporter thread starts; the tool loop's tracer is the API's no-op one. On, the SDK
-reads the rest of its standard ``OTEL_*`` variables itself (service name, resource
-attributes, headers, sampler, batch delays). A Submission admitted without a
+reads the rest of its standard ``OTEL_*`` variables from the process's environment itself
+(service name, resource attributes, headers, sampler, batch delays); the endpoint is
+read from the mapping the caller passes. A Submission admitted without a
 ``traceparent`` (its operator traces nothing) makes no span.
 
 The operator's shell (``kubeturn.tracing``) builds its provider here too, so both read the
@@ -60,8 +61,17 @@ def provider(
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service}))
     made = TracerProvider(resource=resource, id_generator=ids)
-    made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url(environ))))
     return made
+
+
+def traces_url(environ: Mapping[str, str]) -> str:
+    """Where spans are sent, as the OTLP exporter reads the two variables: the traces
+    one as it is, the general one with ``/v1/traces`` added."""
+    traces = environ.get(ENDPOINTS[0], "").strip()
+    if traces:
+        return traces
+    return environ.get(ENDPOINTS[1], "").strip().rstrip("/") + "/v1/traces"
 
 
 class Tracing:

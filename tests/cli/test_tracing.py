@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.otlp import OtlpReceiver, Span
+from tests.otlp import OtlpReceiver, Span
 from tests.cli.support import EXAMPLES, environment, kubeturn, summary_rows
 
 pytestmark = pytest.mark.usefixtures("no_otel_environment")

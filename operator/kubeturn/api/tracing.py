@@ -30,6 +30,7 @@ class SandboxTracing(Spec):
 
     endpoint: str = Field(
         default="",
+        pattern=r"^(|https?://\S+)$",
         description="The collector's OTLP/HTTP base URL (``/v1/traces`` is added); empty: off.",
     )
     sampler: str | None = Field(default=None, description="``OTEL_TRACES_SAMPLER``.")

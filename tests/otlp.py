@@ -1,7 +1,7 @@
 """A real OTLP/HTTP traces receiver on 127.0.0.1, for the tests of kubeturn's traces.
 
-``OtlpReceiver`` serves ``POST /v1/traces`` with aiohttp, in a thread of its own (the cli
-tier's tests block on subprocesses), decodes each ``ExportTraceServiceRequest`` protobuf
+``OtlpReceiver`` serves ``POST /v1/traces`` with aiohttp, in a thread of its own (a test
+may block on subprocesses, or run an operator in a thread), decodes each ``ExportTraceServiceRequest`` protobuf
 with ``opentelemetry-proto`` and keeps every span it carried, with the service of its
 resource. Every wait is bounded and says what it waited for.
 """
