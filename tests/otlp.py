@@ -1,9 +1,9 @@
 """A real OTLP/HTTP traces receiver on 127.0.0.1, for the tests of kubeturn's traces.
 
 ``OtlpReceiver`` serves ``POST /v1/traces`` with aiohttp, in a thread of its own (a test
-may block on subprocesses, or run an operator in a thread), decodes each ``ExportTraceServiceRequest`` protobuf
-with ``opentelemetry-proto`` and keeps every span it carried, with the service of its
-resource. Every wait is bounded and says what it waited for.
+may block on subprocesses, or run an operator in a thread), decodes each
+``ExportTraceServiceRequest`` protobuf with ``opentelemetry-proto`` and keeps every span it
+carried, with its resource's attributes. Every wait is bounded and says what it waited for.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from tests.otlp import OtlpReceiver, Span
 from tests.cli.support import EXAMPLES, environment, kubeturn, summary_rows
+from tests.otlp import OtlpReceiver, Span
 
 pytestmark = pytest.mark.usefixtures("no_otel_environment")
 
