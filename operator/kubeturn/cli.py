@@ -6,6 +6,8 @@ with its path;
 ``kubeturn run FILE`` runs a Run on this machine (``kubeturn.local``); ``send``,
 ``cancel``, ``turns`` and ``status`` work on a local Run, or with ``--kube`` on a Run in a
 cluster (``kubeturn.k8s.control``, imported only then: a local run needs no cluster).
+``kubeturn logs`` prints a Run's transcripts (``kubeturn.transcripts``) from any
+``TranscriptSource``; a local Run's is read from its workdir.
 ``kubeturn version`` (or ``--version``) says which kubeturn this is.
 
 Every command that prints objects takes one ``-o`` option, as kubectl's: ``table`` (the
@@ -56,6 +58,7 @@ from kubeturn.settings import (
     RETRY_PERIOD_S,
     OperatorSettings,
 )
+from kubeturn.transcripts import EntryKind, Query, TranscriptSource, text
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +332,38 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("name", help="the Run's name")
     _output(status)
     _target(status)
+
+    logs = commands.add_parser(
+        "logs",
+        help="print what a Run's Agents did: each Turn's conversation",
+        description="Print each Turn's conversation as a person reads it: its prompt (the "
+        "Briefing folded), the model's words, each tool call and its trimmed result, each "
+        "pick and its receipt, nudges, notices, and how the Turn ended. TURN (a Turn's "
+        "name, e.g. t2) or AGENT (an Agent slot) narrows it; a Turn's name is tried first.",
+    )
+    logs.add_argument("name", help="the Run's name")
+    logs.add_argument("target", nargs="?", metavar="TURN|AGENT", help="one Turn, or one Agent")
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow live Turns; stop when the Run has ended and every Turn is shown",
+    )
+    logs.add_argument(
+        "--since-turn", type=int, metavar="N", help="leave out the Turns numbered below N"
+    )
+    logs.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text (the default) or json: one entry per line, nothing folded",
+    )
+    logs.add_argument(
+        "--workdir",
+        type=Path,
+        help=f"the local run's workdir (default: {DEFAULT_ROOT}/<name>)",
+    )
     return parser
 
 
@@ -548,6 +583,38 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def logs(args: argparse.Namespace) -> int:
+    from kubeturn.local.transcripts import LocalTranscripts
+
+    source = LocalTranscripts(args.name, args.workdir)
+    query = source.query(args.target, since_turn=args.since_turn, follow=args.follow)
+    try:
+        return asyncio.run(print_transcript(source, query, args.output))
+    except BrokenPipeError:
+        # Whatever read the output stopped (``| head``): stop quietly, as a Unix tool
+        # does, and let nothing try to flush into the closed pipe at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+async def print_transcript(source: TranscriptSource, query: Query, output: str) -> int:
+    """Print what ``source`` yields for ``query``: as text, Turn after Turn with a blank
+    line between, or (``json``) one entry per line; each line is flushed as it comes, so a
+    follower sees it at once."""
+    first = True
+    async for entry in source.entries(query):
+        if output == "json":
+            print(entry.model_dump_json(), flush=True)
+            continue
+        if entry.kind is EntryKind.TURN and not first:
+            print()
+        first = False
+        print("\n".join(text.lines(entry)), flush=True)
+    if first and output == "text":
+        print("no Turns yet")
+    return 0
+
+
 def shown_version(args: argparse.Namespace) -> int:
     if not _printed({"version": version()}, args.output):
         print(f"kubeturn {version()}")
@@ -727,6 +794,7 @@ COMMANDS = {
     "cancel": cancel,
     "turns": turns,
     "status": status,
+    "logs": logs,
     "version": shown_version,
 }
 

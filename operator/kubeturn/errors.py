@@ -9,6 +9,8 @@ ADR 0099). Each line says who catches it and what they do.
     ├── DefinitionErrors    every problem of one manifest at once: the Run cannot start
     ├── ExpressionError     a CEL expression failed at run time: its source and the cause
     ├── CommandError        a ``kubeturn`` command cannot do what it was asked: one line
+    │   └── UnknownTarget   ``kubeturn logs``' TURN or AGENT names no Turn and no Agent
+    │                       slot of the Run: the message names those there are
     ├── WireError           a request body the Orchestrator API refuses: a 4xx naming the
     │                       field, or the body (also a ``ValueError``)
     ├── SnapshotUnreadable  a Run's saved state cannot be restored (an unknown version, a
@@ -150,6 +152,11 @@ class CommandError(KubeturnError):
     Its message is one line that says what is wrong, where, and what to do; the CLI prints
     it after ``kubeturn:`` and exits 1.
     """
+
+
+class UnknownTarget(CommandError):
+    """A transcript was asked for a Turn or an Agent slot the Run does not have; the
+    message names the Turns and the slots it has."""
 
 
 class WireError(KubeturnError, ValueError):
