@@ -10,7 +10,10 @@ Cases:
   its Turn's ``invoke_agent`` span carries the sweep; below it the Harness's ``chat`` and
   ``execute_tool`` spans (service ``kubeturn-harness``, the Workspace's namespace and
   name as resource attributes); the admission that reached the Harness named the Turn's
-  span as its ``traceparent``.
+  span as its ``traceparent``;
+- an operator restarted while the Turn's model request is held: the next operator writes
+  the Turn's span (with the start the first one recorded) and the Run's, under the ids
+  the Harness's spans (from the sandbox that kept running) already name: one tree.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
     RUNS,
+    OperatorThread,
     call,
     eventually,
     fail_on_logged_errors,
@@ -45,10 +49,16 @@ from tests.otlp import OtlpReceiver, Span
 
 Body = dict[str, Any]
 PROMPT = "Say hello and finish"
-SCRIPT = script({PROMPT: [{"text": "Hello.", "toolCalls": [call("finish")]}]})
+HELD = "Take your time, then finish"
+SCRIPT = script(
+    {
+        PROMPT: [{"text": "Hello.", "toolCalls": [call("finish")]}],
+        HELD: [{"hold": True, "toolCalls": [call("finish")]}],
+    }
+)
 
 
-def hello(name: str, workspace: str) -> Body:
+def hello(name: str, workspace: str, prompt: str = PROMPT) -> Body:
     return {
         "apiVersion": GROUP_VERSION,
         "kind": "Run",
@@ -66,7 +76,7 @@ def hello(name: str, workspace: str) -> Body:
                 "initial": "greeting",
                 "states": {
                     "greeting": {
-                        "invoke": {"agent": {"slot": "greeter", "prompt": PROMPT}},
+                        "invoke": {"agent": {"slot": "greeter", "prompt": prompt}},
                         "on": {"finish": {"target": "done", "description": "Said hello."}},
                     },
                     "done": {"type": "final"},
@@ -108,18 +118,20 @@ def below(spans: list[Span], parent: str) -> list[str]:
     return [s.name for s in children]
 
 
+def workspace(origin: str) -> Body:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Workspace",
+        "metadata": {"name": "plain", "namespace": NAMESPACE},
+        "spec": {"repos": {"target": {"url": origin}}},
+    }
+
+
 async def test_a_runs_trace_joins_the_operators_and_the_harnesss_spans(
     traced: tuple[OperatorWorld, OtlpReceiver],
 ) -> None:
     world, receiver = traced
-    await world.create(
-        {
-            "apiVersion": GROUP_VERSION,
-            "kind": "Workspace",
-            "metadata": {"name": "plain", "namespace": NAMESPACE},
-            "spec": {"repos": {"target": {"url": world.origin}}},
-        }
-    )
+    await world.create(workspace(world.origin))
     await world.create(hello("hello", "plain"))
     await eventually(
         lambda: status(world.k8s, RUNS, "hello").get("phase") == "Succeeded",
@@ -158,3 +170,41 @@ async def test_a_runs_trace_joins_the_operators_and_the_harnesss_spans(
     assert pod is not None
     (container,) = (c for c in pod["spec"]["containers"] if c["name"] == "harness")
     assert {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": receiver.endpoint} in container["env"]
+
+
+async def test_an_operator_restarted_mid_turn_writes_into_the_same_tree(
+    traced: tuple[OperatorWorld, OtlpReceiver], installation: Installation
+) -> None:
+    world, receiver = traced
+    await world.create(workspace(world.origin))
+    await world.create(hello("held", "plain", HELD))
+
+    async def held() -> bool:
+        return any(r["held"] for r in await world.model_requests(HELD))
+
+    await eventually(held, "the Turn's model request to be held")
+    await world.operator.stop()
+    assert receiver.received() == []  # nothing had ended yet
+    tracing = Tracing.of({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    after = OperatorThread(world.operator.settings, installation.kubeconfig, tracing=tracing)
+    try:
+        await after.start()
+        async with world.session.post(f"{world.model}/_release", json={"match": HELD}) as answer:
+            assert answer.status == 200
+        await eventually(
+            lambda: status(world.k8s, RUNS, "held").get("phase") == "Succeeded",
+            "Run held to succeed",
+            timeout=60,
+        )
+        spans = await eventually(
+            lambda: (found := receiver.received()) and len(found) == 4 and found,
+            "the Run's four spans",
+        )
+    finally:
+        await after.stop()
+    (root,) = (s for s in spans if s.parent_id == "")
+    assert below(spans, root.span_id) == ["invoke_agent greeter"]
+    (turn,) = (s for s in spans if s.parent_id == root.span_id)
+    assert below(spans, turn.span_id) == ["chat tiny", "execute_tool finish"]
+    (record,) = status(world.k8s, RUNS, "held")["turns"]
+    assert turn.start_ns == int(record["startedAt"] * 1_000_000_000)  # as the first one saw it
