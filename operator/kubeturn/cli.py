@@ -44,6 +44,7 @@ from kubeturn.api.common import GROUP
 from kubeturn.api.durations import parse_duration
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.status import FINISHED
+from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.validation import definition_errors, validate_workspace
 from kubeturn.api.workspace import SandboxResources, carries_credentials, redacted
 from kubeturn.errors import CommandError, DefinitionErrors, LeadershipLost
@@ -199,6 +200,13 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_SANDBOX_EGRESS", "{}"),
         help="JSON: what every sandbox may reach (the chart's sandbox.egress; env "
         "KUBETURN_SANDBOX_EGRESS); default: DNS, and the public internet on 443 and 22",
+    )
+    operator.add_argument(
+        "--sandbox-tracing",
+        default=env("KUBETURN_SANDBOX_TRACING", "{}"),
+        help="JSON: where every sandbox's Harness exports its spans, {endpoint, sampler, "
+        "samplerArg, headersSecret: {name, key}} (the chart's tracing; env "
+        "KUBETURN_SANDBOX_TRACING); default: no endpoint, no tracing",
     )
     operator.add_argument(
         "--sandbox-resources",
@@ -460,6 +468,7 @@ def problems(errors: DefinitionErrors, source: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from kubeturn.local.runner import LocalRun, Options
+    from kubeturn.tracing import Tracing
 
     overrides: dict[str, str] = {}
     for item in args.repo:
@@ -485,7 +494,8 @@ def run(args: argparse.Namespace) -> int:
         api_port=args.api_port,
         harness_port=args.harness_port,
     )
-    runner = LocalRun(options, sys.stdout, tty=sys.stdout.isatty())
+    tracing = Tracing.of(os.environ)
+    runner = LocalRun(options, sys.stdout, tty=sys.stdout.isatty(), tracing=tracing)
     try:
         return asyncio.run(runner.run())
     except DefinitionErrors as errors:
@@ -493,6 +503,9 @@ def run(args: argparse.Namespace) -> int:
         for line in problems(errors, source):
             print(line, file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 def send(args: argparse.Namespace) -> int:
@@ -672,6 +685,9 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
             raise CommandError(
                 f"--turn-retention (the chart's turnRetention) is refused: {error}"
             ) from error
+    sandbox_tracing = _chart_json(
+        args.sandbox_tracing, SandboxTracing, "tracing", "--sandbox-tracing"
+    )
     if args.default_model is not None:
         why = models.unknown_provider(args.default_model, models.provider_names(providers))
         if why is not None:
@@ -687,6 +703,7 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
         operator_namespace=args.operator_namespace,
         sandbox_egress=sandbox_egress,
         sandbox_resources=sandbox_resources,
+        sandbox_tracing=sandbox_tracing,
         require_confinement=args.require_confinement,
         turn_retention_s=retention,
     )
@@ -695,6 +712,7 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
 def operator(args: argparse.Namespace) -> int:
     from kubeturn.k8s import leader
     from kubeturn.k8s import operator as running
+    from kubeturn.tracing import Tracing
 
     try:
         settings = operator_settings(args)
@@ -732,7 +750,14 @@ def operator(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     try:
-        asyncio.run(running.run(settings, kubeconfig=args.kubeconfig, election=election))
+        asyncio.run(
+            running.run(
+                settings,
+                kubeconfig=args.kubeconfig,
+                election=election,
+                tracing=Tracing.of(os.environ),
+            )
+        )
     except LeadershipLost:
         return EXIT_FAILED  # logged by the operator; the pod restarts as a standby
     return 0

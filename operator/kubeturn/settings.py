@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.workspace import SandboxResources
 
 API_PORT = 8081
@@ -69,6 +70,9 @@ class OperatorSettings:
     """What every sandbox may reach (the chart's ``sandbox.egress``); a Workspace's
     ``spec.egress`` adds to it (ADR 0034). Default: DNS, and the public internet on 443
     and 22."""
+    sandbox_tracing: SandboxTracing = field(default_factory=SandboxTracing)
+    """Where every sandbox's Harness exports its spans (the chart's ``tracing``, ADR 0107);
+    default: nowhere, and the Harness loads no tracing SDK."""
     api_server_look_s: float = 30.0
     """How often the API server's addresses are read again (one GET, shared by every
     Workspace): a new address is kept out of sandboxes within this plus a Workspace's

@@ -663,6 +663,54 @@ def test_default_model_reaches_the_operator_and_a_bad_one_is_refused(helm: str) 
     assert "defaultModel" in refused.stderr
 
 
+TRACING = [
+    "--set", "tracing.otlpEndpoint=http://otel-collector.observability:4318",
+    "--set", "tracing.sampler=parentbased_traceidratio",
+    "--set-string", "tracing.samplerArg=0.5",
+    "--set", "tracing.headersSecret.name=otel-headers",
+    "--set", "tracing.sandbox.headersSecretName=otel-workspace-headers",
+    "--set-json", "tracing.sandbox.egress=[{\"to\": [{\"namespaceSelector\": {\"matchLabels\": "
+    "{\"kubernetes.io/metadata.name\": \"observability\"}}}], \"ports\": [{\"port\": 4318}]}]",
+]  # fmt: skip
+
+
+def test_tracing_reaches_the_operator_and_its_sandboxes(
+    default_objects: list[Object], helm: str
+) -> None:
+    """``tracing`` is off by default (no OTEL_* variable, no sandbox tracing); set, the
+    operator's container gets the standard OTEL_* variables (its headers from the
+    Secret), KUBETURN_SANDBOX_TRACING is what the operator's model reads for the Harnesses,
+    and the collector's egress rule joins every sandbox's (ADR 0107)."""
+    from kubeturn.api.tracing import HeadersSecret, SandboxTracing
+
+    assert not [name for name in _env(default_objects) if "TRACING" in name or "OTEL" in name]
+    objects = [
+        d for d in yaml.safe_load_all(_helm(helm, *_template_args(None), *TRACING).stdout) if d
+    ]
+    env = _env(objects)
+    assert {name: value for name, value in env.items() if name.startswith("OTEL_")} == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4318",
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.5",
+        "OTEL_EXPORTER_OTLP_HEADERS": {"secretKeyRef": {"name": "otel-headers", "key": "headers"}},
+    }
+    assert SandboxTracing.model_validate_json(env["KUBETURN_SANDBOX_TRACING"]) == SandboxTracing(
+        endpoint="http://otel-collector.observability:4318",
+        sampler="parentbased_traceidratio",
+        samplerArg="0.5",
+        headersSecret=HeadersSecret(name="otel-workspace-headers"),
+    )
+    rules = _sandbox_egress(objects).model_dump(mode="json", exclude_defaults=True)["rules"]
+    observability = {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}
+    assert rules == [{"to": [{"namespaceSelector": observability}], "ports": [{"port": 4318}]}]
+    harness_off = _helm(
+        helm, *_template_args(None), *TRACING, "--set", "tracing.sandbox.enabled=false"
+    ).stdout
+    env = _env([d for d in yaml.safe_load_all(harness_off) if d])
+    assert "KUBETURN_SANDBOX_TRACING" not in env
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in env
+
+
 @pytest.mark.parametrize("rendering", ["default_objects", "custom_objects"])
 def test_sandbox_network_policies_from_the_values_are_valid(
     rendering: str, request: pytest.FixtureRequest

@@ -34,6 +34,7 @@ import pytest
 
 from kubeturn.k8s import operator
 from kubeturn.settings import OperatorSettings
+from kubeturn.tracing import Tracing
 from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator
@@ -104,8 +105,11 @@ async def eventually(
 class OperatorThread:
     """``operator.run`` in a thread with its own event loop, as in its own process."""
 
-    def __init__(self, settings: OperatorSettings, kubeconfig: Path) -> None:
+    def __init__(
+        self, settings: OperatorSettings, kubeconfig: Path, *, tracing: Tracing | None = None
+    ) -> None:
         self.settings = settings
+        self._tracing = tracing
         self._kubeconfig = kubeconfig
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -118,7 +122,12 @@ class OperatorThread:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
             self._started.set()
-            await operator.run(self.settings, kubeconfig=str(self._kubeconfig), stop=self._stop)
+            await operator.run(
+                self.settings,
+                kubeconfig=str(self._kubeconfig),
+                stop=self._stop,
+                tracing=self._tracing,
+            )
 
         try:
             asyncio.run(main())
@@ -455,6 +464,7 @@ async def scripted_operator(
     script_text: str,
     *,
     providers: str = "scripted:\n  type: openai\n  baseUrl: {url}\n",
+    tracing: Tracing | None = None,
     **changes: Any,
 ) -> AsyncIterator[Scripted]:
     """The scripted model serving ``script_text`` and the operator (its settings from
@@ -465,7 +475,7 @@ async def scripted_operator(
     providers = providers.format(url=url)
     operating = dataclasses.replace(settings(installation, providers_yaml=providers), **changes)
     made = Scripted(
-        OperatorThread(operating, installation.kubeconfig),
+        OperatorThread(operating, installation.kubeconfig, tracing=tracing),
         url.removesuffix("/v1"),
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)),
     )

@@ -43,3 +43,23 @@ def test_the_commands_defaults_are_the_operators(monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv(variable)
     args = cli._parser().parse_args(["operator"])
     assert cli.operator_settings(args) == OperatorSettings()
+
+
+def test_sandbox_tracing_is_refused_naming_its_value() -> None:
+    from kubeturn.api.tracing import SandboxTracing
+
+    with pytest.raises(CommandError) as refused:
+        cli._chart_json(
+            '{"endpoint": "collector:4318"}', SandboxTracing, "tracing", "--sandbox-tracing"
+        )
+    assert str(refused.value).startswith("--sandbox-tracing is refused: tracing.endpoint: ")
+    read = cli._chart_json(
+        '{"endpoint": "http://c:4318", "headersSecret": {"name": "h"}}',
+        SandboxTracing,
+        "tracing",
+        "--sandbox-tracing",
+    )
+    assert (read.endpoint, read.headersSecret and read.headersSecret.key) == (
+        "http://c:4318",
+        "headers",
+    )

@@ -16,6 +16,7 @@ from typing import Any
 
 from kubeturn.api.agentturn import RETAIN_FINALIZER, SWEEP_FINALIZER
 from kubeturn.api.common import GROUP, GROUP_VERSION
+from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.workspace import Resources, SandboxResources, WorkspaceSpec, quantity
 from kubeturn.k8s import clones as clone_containers
 from kubeturn.k8s import egress, names, sandboxes
@@ -268,6 +269,7 @@ def sandbox_pod(
     require_confinement: bool = False,
     resources: SandboxResources | None = None,
     default_model: str | None = None,
+    tracing: SandboxTracing | None = None,
 ) -> Object:
     """The sandbox: an init container clones each repo slot; the ``harness`` container
     serves Turns; the ``tools`` container runs every Agent's tool (ADR 0035).
@@ -348,6 +350,7 @@ def sandbox_pod(
             },
             {"name": "KUBETURN_ORCHESTRATOR_URL", "value": orchestrator_url},
             {"name": "KUBETURN_PROVIDERS", "value": PROVIDERS_PATH},
+            *(tracing.env(namespace=meta["namespace"], workspace=name) if tracing else []),
             *spec.env,
         ],
         "envFrom": list(spec.envFrom),

@@ -32,6 +32,7 @@ from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import RUNS, Kube, pool_size
 from kubeturn.orchestrator import api, ids
 from kubeturn.settings import OperatorSettings
+from kubeturn.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -280,6 +281,7 @@ async def run(
     kubeconfig: str | None = None,
     election: leader.Election | None = None,
     stop: asyncio.Event | None = None,
+    tracing: Tracing | None = None,
 ) -> None:
     """Run the operator until ``stop`` is set (or the process is signalled).
 
@@ -298,7 +300,12 @@ async def run(
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     client = kube_client(kubeconfig)
     kube = Kube(client)
-    hub = Hub(kube, settings, pusher=KubePusher(kube, resources=settings.sandbox_resources))
+    hub = Hub(
+        kube,
+        settings,
+        pusher=KubePusher(kube, resources=settings.sandbox_resources),
+        tracing=tracing,
+    )
     registry = build(hub, client)
     servers = Servers()
     stop = stop if stop is not None else stop_on_signals()
@@ -354,5 +361,7 @@ async def run(
         await hub.close()
         kube.close()
         client.close()
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)
     if lost:
         raise lost[0]

@@ -197,6 +197,7 @@ class HarnessClient:
             "definition": {"instructions": effect.instructions, "workspace": effect.workspace},
             "notices": [n.model_dump() for n in effect.notices],
             "key": effect.key,
+            "traceparent": effect.traceparent,
         }
         body = {k: v for k, v in body.items() if v is not None}
         what = "the admission"
