@@ -130,6 +130,26 @@ def _parser() -> argparse.ArgumentParser:
         f"(env KUBETURN_API_PORT; default {defaults.api_port})",
     )
     operator.add_argument(
+        "--console-port",
+        type=int,
+        default=env("KUBETURN_CONSOLE_PORT", str(defaults.console_port)),
+        help="the port of the console that the API server proxies console.kubeturn.dev to, "
+        f"over TLS (env KUBETURN_CONSOLE_PORT; default {defaults.console_port})",
+    )
+    operator.add_argument(
+        "--console-certificate",
+        default=env("KUBETURN_CONSOLE_CERTIFICATE") or None,
+        metavar="FILE",
+        help="the console's serving certificate, PEM (env KUBETURN_CONSOLE_CERTIFICATE); "
+        "none: the console is not served",
+    )
+    operator.add_argument(
+        "--console-key",
+        default=env("KUBETURN_CONSOLE_KEY") or None,
+        metavar="FILE",
+        help="the console certificate's private key, PEM (env KUBETURN_CONSOLE_KEY)",
+    )
+    operator.add_argument(
         "--default-model",
         default=env("KUBETURN_DEFAULT_MODEL") or None,
         metavar="PROVIDER/MODEL",
@@ -588,6 +608,11 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
     sandbox_resources = _chart_json(
         args.sandbox_resources, SandboxResources, "sandbox.resources", "--sandbox-resources"
     )
+    if (args.console_certificate is None) != (args.console_key is None):
+        raise CommandError(
+            "--console-certificate and --console-key go together: the console serves "
+            "with both or is not served"
+        )
     if args.default_model is not None:
         why = models.unknown_provider(args.default_model, models.provider_names(providers))
         if why is not None:
@@ -599,6 +624,9 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
         providers_yaml=providers,
         default_model=args.default_model,
         api_port=args.api_port,
+        console_port=args.console_port,
+        console_certificate=args.console_certificate,
+        console_key=args.console_key,
         operator_labels=tuple(_labels(args.operator_labels)),
         operator_namespace=args.operator_namespace,
         sandbox_egress=sandbox_egress,
