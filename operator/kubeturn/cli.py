@@ -341,6 +341,23 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("name", help="the Run's name")
     _output(status)
     _target(status)
+
+    logs = commands.add_parser(
+        "logs",
+        help="print a Run's transcript: what its Agents were told, said and did",
+        description="Print a Run's transcript, one JSON object per entry. With --kube it is "
+        "read through the cluster's API server with your kubeconfig's credentials: you "
+        "need get on the Run (the view role, where the chart's console is on).",
+    )
+    logs.add_argument("name", help="the Run's name")
+    logs.add_argument(
+        "which", nargs="?", help="one Turn (t1, t2...) or one Agent slot; default: every Turn"
+    )
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="follow live Turns until the Run ends"
+    )
+    logs.add_argument("--since-turn", type=int, metavar="N", help="only Turns from the Nth on")
+    _target(logs)
     return parser
 
 
@@ -555,6 +572,32 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def logs(args: argparse.Namespace) -> int:
+    if not args.kube:
+        raise CommandError("logs reads a Run on a cluster: pass --kube")
+    from kubeturn.k8s.transcript_client import ClusterTranscripts
+
+    which = {"turn": args.which} if ids_turn(args.which) else {"agent": args.which}
+
+    async def printed() -> None:
+        source = ClusterTranscripts(args.name, args.namespace, args.kubeconfig)
+        try:
+            async for entry in source.entries(
+                since_turn=args.since_turn, follow=args.follow, **which
+            ):
+                print(json.dumps(entry, ensure_ascii=False), flush=True)
+        finally:
+            source.close()
+
+    asyncio.run(printed())
+    return 0
+
+
+def ids_turn(which: str | None) -> bool:
+    """Whether ``logs``' TURN | AGENT argument names a Turn (``t<number>``)."""
+    return which is not None and which[:1] == "t" and which[1:].isdigit()
+
+
 def shown_version(args: argparse.Namespace) -> int:
     if not _printed({"version": version()}, args.output):
         print(f"kubeturn {version()}")
@@ -730,6 +773,7 @@ COMMANDS = {
     "cancel": cancel,
     "turns": turns,
     "status": status,
+    "logs": logs,
     "version": shown_version,
 }
 

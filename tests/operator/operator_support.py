@@ -104,9 +104,15 @@ async def eventually(
 class OperatorThread:
     """``operator.run`` in a thread with its own event loop, as in its own process."""
 
-    def __init__(self, settings: OperatorSettings, kubeconfig: Path) -> None:
+    def __init__(
+        self,
+        settings: OperatorSettings,
+        kubeconfig: Path,
+        console: operator.ConsoleApp | None = None,
+    ) -> None:
         self.settings = settings
         self._kubeconfig = kubeconfig
+        self._console = console
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -118,7 +124,12 @@ class OperatorThread:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
             self._started.set()
-            await operator.run(self.settings, kubeconfig=str(self._kubeconfig), stop=self._stop)
+            await operator.run(
+                self.settings,
+                kubeconfig=str(self._kubeconfig),
+                stop=self._stop,
+                console=self._console,
+            )
 
         try:
             asyncio.run(main())
