@@ -575,12 +575,12 @@ def status(args: argparse.Namespace) -> int:
 def logs(args: argparse.Namespace) -> int:
     if not args.kube:
         raise CommandError("logs reads a Run on a cluster: pass --kube")
-    from kubeturn.k8s.transcript_client import ClusterTranscripts
+    from kubeturn.k8s.transcript_client import RemoteTranscripts
 
     which = {"turn": args.which} if ids_turn(args.which) else {"agent": args.which}
 
     async def printed() -> None:
-        source = ClusterTranscripts(args.name, args.namespace, args.kubeconfig)
+        source = RemoteTranscripts(args.name, args.namespace, args.kubeconfig)
         try:
             async for entry in source.entries(
                 since_turn=args.since_turn, follow=args.follow, **which

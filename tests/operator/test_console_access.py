@@ -129,7 +129,7 @@ async def served(
                 "machine": {
                     "initial": "waiting",
                     "states": {"waiting": {"on": {"approve": "done"}}, "done": {"type": "final"}},
-                }
+                },
             },
         },
     )

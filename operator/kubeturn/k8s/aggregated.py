@@ -150,14 +150,15 @@ class Review:
 
 def review_of(path: str) -> Review | None:
     """The access a console path (below :data:`PREFIX`, e.g. ``/namespaces/x/runs/y``)
-    needs: ``list`` runs for a list (everywhere for ``/runs``), ``get`` the Run for its
-    pages, Turns and transcript. None for a path that shows no Run (the console's assets,
-    which kube-apiserver's RBAC on ``assets`` already let through)."""
+    needs: ``list`` runs for a list (everywhere for ``/runs``) and its live fragment,
+    ``get`` the Run for its pages, Turns and transcript. None for a path that shows no
+    Run (the console's assets, which kube-apiserver's RBAC on ``assets`` already let
+    through)."""
     parts = [urllib.parse.unquote(part) for part in path.strip("/").split("/")]
     match parts:
-        case ["runs"]:
+        case ["runs"] | ["runs", "fragment"]:
             return Review("list")
-        case ["namespaces", namespace, "runs"]:
+        case ["namespaces", namespace, "runs"] | ["namespaces", namespace, "runs", "fragment"]:
             return Review("list", namespace)
         case ["namespaces", namespace, "runs", name, *_]:
             return Review("get", namespace, name)

@@ -27,7 +27,7 @@ READ_BYTES = 64 * 1024
 """The most read from the stream at once: a read returns what has arrived, up to this."""
 
 
-class ClusterTranscripts:
+class RemoteTranscripts:
     """The transcript of one Run on a cluster, reached with the caller's credentials."""
 
     def __init__(self, name: str, namespace: str | None, kubeconfig: str | None) -> None:
