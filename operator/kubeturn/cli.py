@@ -6,6 +6,8 @@ with its path;
 ``kubeturn run FILE`` runs a Run on this machine (``kubeturn.local``); ``send``,
 ``cancel``, ``turns`` and ``status`` work on a local Run, or with ``--kube`` on a Run in a
 cluster (``kubeturn.k8s.control``, imported only then: a local run needs no cluster).
+``kubeturn logs RUN --kube`` reads a Run's transcript through the cluster's API server
+with the user's credentials (``kubeturn.k8s.transcript_client``, imported only then).
 ``kubeturn version`` (or ``--version``) says which kubeturn this is.
 
 Every command that prints objects takes one ``-o`` option, as kubectl's: ``table`` (the
@@ -577,7 +579,7 @@ def logs(args: argparse.Namespace) -> int:
         raise CommandError("logs reads a Run on a cluster: pass --kube")
     from kubeturn.k8s.transcript_client import RemoteTranscripts
 
-    which = {"turn": args.which} if ids_turn(args.which) else {"agent": args.which}
+    which = {"turn": args.which} if names_a_turn(args.which) else {"agent": args.which}
 
     async def printed() -> None:
         source = RemoteTranscripts(args.name, args.namespace, args.kubeconfig)
@@ -593,7 +595,7 @@ def logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def ids_turn(which: str | None) -> bool:
+def names_a_turn(which: str | None) -> bool:
     """Whether ``logs``' TURN | AGENT argument names a Turn (``t<number>``)."""
     return which is not None and which[:1] == "t" and which[1:].isdigit()
 
