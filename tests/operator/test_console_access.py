@@ -43,7 +43,15 @@ from kubeturn.k8s.hub import Hub
 from tests.cli.support import environment
 from tests.operator import emulator
 from tests.operator import installation as installation_
-from tests.operator.operator_support import NAMESPACE, RUNS, OperatorThread, free_port, settings
+from tests.operator.operator_support import (
+    NAMESPACE,
+    RUNS,
+    OperatorThread,
+    eventually,
+    free_port,
+    settings,
+    status,
+)
 from tests.operator.world import NO_PROVIDERS
 
 Body = dict[str, Any]
@@ -142,6 +150,8 @@ async def served(
     operator = OperatorThread(operating, installation.kubeconfig, console=console)
     await operator.start()
     try:
+        # The Run's daemon settled (a daemon stopped while it starts takes kopf 5 s).
+        await eventually(lambda: status(k8s, RUNS, RUN).get("state") == "waiting", "the Run")
         yield Console(k8s, port, base64.b64decode(apiservice["spec"]["caBundle"]))
     finally:
         await operator.stop()
@@ -271,8 +281,10 @@ async def test_the_console_port_believes_no_header_without_the_front_proxy_certi
 ) -> None:
     context = ssl.create_default_context(cadata=served.ca.decode())
     forged = {"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"}
+    # No idle connection left: kopf, stopping, would wait for its server task.
+    connector = aiohttp.TCPConnector(force_close=True)
     async with (
-        aiohttp.ClientSession() as session,
+        aiohttp.ClientSession(connector=connector) as session,
         session.get(
             f"https://127.0.0.1:{served.port}{TRANSCRIPT}",
             headers=forged,
