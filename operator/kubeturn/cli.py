@@ -7,7 +7,9 @@ with its path;
 ``cancel``, ``turns`` and ``status`` work on a local Run, or with ``--kube`` on a Run in a
 cluster (``kubeturn.k8s.control``, imported only then: a local run needs no cluster).
 ``kubeturn logs`` prints a Run's transcripts (``kubeturn.transcripts``) from any
-``TranscriptSource``; a local Run's is read from its workdir.
+``TranscriptSource``: a local Run's is read from its workdir; with ``--kube``, through the
+cluster's API server with the user's credentials (``kubeturn.k8s.transcript_client``,
+imported only then).
 ``kubeturn version`` (or ``--version``) says which kubeturn this is.
 
 Every command that prints objects takes one ``-o`` option, as kubectl's: ``table`` (the
@@ -141,6 +143,26 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_API_PORT", str(defaults.api_port)),
         help="the port of the Orchestrator API "
         f"(env KUBETURN_API_PORT; default {defaults.api_port})",
+    )
+    operator.add_argument(
+        "--console-port",
+        type=int,
+        default=env("KUBETURN_CONSOLE_PORT", str(defaults.console_port)),
+        help="the port of the console that the API server proxies console.kubeturn.dev to, "
+        f"over TLS (env KUBETURN_CONSOLE_PORT; default {defaults.console_port})",
+    )
+    operator.add_argument(
+        "--console-certificate",
+        default=env("KUBETURN_CONSOLE_CERTIFICATE") or None,
+        metavar="FILE",
+        help="the console's serving certificate, PEM (env KUBETURN_CONSOLE_CERTIFICATE); "
+        "none: the console is not served",
+    )
+    operator.add_argument(
+        "--console-key",
+        default=env("KUBETURN_CONSOLE_KEY") or None,
+        metavar="FILE",
+        help="the console certificate's private key, PEM (env KUBETURN_CONSOLE_KEY)",
     )
     operator.add_argument(
         "--default-model",
@@ -348,7 +370,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Print each Turn's conversation as a person reads it: its prompt (the "
         "Briefing folded), the model's words, each tool call and its trimmed result, each "
         "pick and its receipt, nudges, notices, and how the Turn ended. TURN (a Turn's "
-        "name, e.g. t2) or AGENT (an Agent slot) narrows it; a Turn's name is tried first.",
+        "name, e.g. t2) or AGENT (an Agent slot) narrows it; a Turn's name is tried first. "
+        "With --kube it is read through the cluster's API server with your kubeconfig's "
+        "credentials: you need get on the Run (the view role, where the chart's console is on).",
     )
     logs.add_argument("name", help="the Run's name")
     logs.add_argument("target", nargs="?", metavar="TURN|AGENT", help="one Turn, or one Agent")
@@ -368,11 +392,7 @@ def _parser() -> argparse.ArgumentParser:
         default="text",
         help="text (the default) or json: one entry per line, nothing folded",
     )
-    logs.add_argument(
-        "--workdir",
-        type=Path,
-        help=f"the local run's workdir (default: {DEFAULT_ROOT}/<name>)",
-    )
+    _target(logs)
     return parser
 
 
@@ -593,17 +613,31 @@ def status(args: argparse.Namespace) -> int:
 
 
 def logs(args: argparse.Namespace) -> int:
-    from kubeturn.local.transcripts import LocalTranscripts
-
-    source = LocalTranscripts(args.name, args.workdir)
-    query = source.query(args.target, since_turn=args.since_turn, follow=args.follow)
     try:
-        return asyncio.run(print_transcript(source, query, args.output))
+        return asyncio.run(_logs(args))
     except BrokenPipeError:
         # Whatever read the output stopped (``| head``): stop quietly, as a Unix tool
         # does, and let nothing try to flush into the closed pipe at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+async def _logs(args: argparse.Namespace) -> int:
+    """Print the transcript of a local Run, or (``--kube``) of one on a cluster."""
+    if args.kube:
+        from kubeturn.k8s.transcript_client import RemoteTranscripts
+
+        remote = RemoteTranscripts(args.name, args.namespace, args.kubeconfig)
+        try:
+            query = await remote.query(args.target, since_turn=args.since_turn, follow=args.follow)
+            return await print_transcript(remote, query, args.output)
+        finally:
+            remote.close()
+    from kubeturn.local.transcripts import LocalTranscripts
+
+    source = LocalTranscripts(args.name, args.workdir)
+    query = source.query(args.target, since_turn=args.since_turn, follow=args.follow)
+    return await print_transcript(source, query, args.output)
 
 
 async def print_transcript(source: TranscriptSource, query: Query, output: str) -> int:
@@ -688,6 +722,11 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
     sandbox_tracing = _chart_json(
         args.sandbox_tracing, SandboxTracing, "tracing", "--sandbox-tracing"
     )
+    if (args.console_certificate is None) != (args.console_key is None):
+        raise CommandError(
+            "--console-certificate and --console-key go together: the console serves "
+            "with both or is not served"
+        )
     if args.default_model is not None:
         why = models.unknown_provider(args.default_model, models.provider_names(providers))
         if why is not None:
@@ -699,6 +738,9 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
         providers_yaml=providers,
         default_model=args.default_model,
         api_port=args.api_port,
+        console_port=args.console_port,
+        console_certificate=args.console_certificate,
+        console_key=args.console_key,
         operator_labels=tuple(_labels(args.operator_labels)),
         operator_namespace=args.operator_namespace,
         sandbox_egress=sandbox_egress,

@@ -42,7 +42,10 @@ ADR 0099). Each line says who catches it and what they do.
     │                       to the one that wrote first
     ├── Going               an object a Workspace makes is an earlier Workspace's, or is
     │                       being deleted: the Workspace waits, saying which
-    └── LeadershipLost      (``k8s.leader``) the operator lost its Lease: it exits
+    ├── LeadershipLost      (``k8s.leader``) the operator lost its Lease: it exits
+    └── ConsoleUnavailable  (``k8s.console_server``) the aggregated console cannot serve
+                            (no request-header CA published, a certificate unreadable):
+                            the operator logs why and runs without it
 
 A definition error is the user's to fix; the operator shows it as a status condition
 and never retries the manifest as it stands. An expression error happens while a Run
@@ -245,3 +248,7 @@ class LeadershipLost(KubeturnError):
     """This replica no longer holds the Lease it led by: another took it, or renewals
     failed past the renew deadline. The operator stops, and the process exits to restart
     as a standby, so that two replicas never act at once."""
+
+
+class ConsoleUnavailable(KubeturnError):
+    """The aggregated console cannot serve; the operator runs without it."""

@@ -17,6 +17,9 @@ from kubeturn.api.workspace import SandboxResources
 
 API_PORT = 8081
 """Where the Orchestrator API listens, and the port of the chart's Service before it."""
+CONSOLE_PORT = 8443
+"""Where the aggregated console listens (HTTPS), and the target port of the chart's
+Service the APIService names."""
 ORCHESTRATOR_SERVICE = "kubeturn-orchestrator"
 """The chart's Service before the Orchestrator API, in the operator's namespace."""
 
@@ -89,6 +92,14 @@ class OperatorSettings:
     names no ``spec.turnRetention`` (the chart's ``turnRetention``); 0 lets it go at once
     (ADR 0106). It costs one write per Turn, when it is let go, and one object per Turn
     settled within the period."""
+    console_port: int = CONSOLE_PORT
+    """Where the aggregated console (``console.kubeturn.dev``, ADR 0110) listens, over TLS,
+    for kube-apiserver's proxied requests."""
+    console_certificate: str | None = None
+    """The console's serving certificate file (PEM, the chart's Secret); None, or no
+    ``console_key``: the console is not served."""
+    console_key: str | None = None
+    """The serving certificate's private key file (PEM)."""
     sweep_look_s: float = 10.0
     """While a Run waits for an AgentTurn's finalizer to report its sweep (as long as the
     AgentTurn is there, ADR 0028), how often it looks whether the AgentTurn went without

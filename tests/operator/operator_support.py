@@ -106,11 +106,17 @@ class OperatorThread:
     """``operator.run`` in a thread with its own event loop, as in its own process."""
 
     def __init__(
-        self, settings: OperatorSettings, kubeconfig: Path, *, tracing: Tracing | None = None
+        self,
+        settings: OperatorSettings,
+        kubeconfig: Path,
+        console: operator.ConsoleApp | None = None,
+        *,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
         self._tracing = tracing
         self._kubeconfig = kubeconfig
+        self._console = console
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -127,6 +133,7 @@ class OperatorThread:
                 kubeconfig=str(self._kubeconfig),
                 stop=self._stop,
                 tracing=self._tracing,
+                console=self._console,
             )
 
         try:

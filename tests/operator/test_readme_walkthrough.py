@@ -18,7 +18,8 @@ The "Building your own images" alternative is not run: it needs a Docker registr
 
 The operator is started as the chart's Deployment, as ``helm install`` stored it in the
 emulator, runs it: its environment (``kubeturn operator`` reads nothing else) with the
-providers ConfigMap's file where the Deployment mounts it, as the chart's ServiceAccount
+providers ConfigMap's file and the console's certificate Secret where the Deployment
+mounts them, as the chart's ServiceAccount
 (a token issued for it; its RBAC, as helm stored it, enforced), with loopback ports; no
 Lease election (one replica).
 
@@ -192,6 +193,14 @@ async def operator_as_deployed(
             target.mkdir(parents=True)
             for file, content in stored["data"].items():
                 (target / file).write_text(content)
+        secret = volumes[name].get("secret")
+        if secret is not None:
+            stored = k8s.read_object("v1/secrets", namespace, secret["secretName"])
+            assert stored is not None
+            target = files / path.lstrip("/")
+            target.mkdir(parents=True)
+            for file, content in stored["data"].items():
+                (target / file).write_bytes(base64.b64decode(content))
     fields = {"metadata.namespace": namespace, "metadata.name": "kubeturn-0"}
     for variable in container["env"]:
         if "value" in variable:
@@ -211,6 +220,7 @@ async def operator_as_deployed(
         api_port=api_port,
         health_port=free_port(),
         metrics_port=free_port(),
+        console_port=free_port(),
     )
     token = k8s.issue_token(namespace, pod["serviceAccountName"])
     kubeconfig = emulator.write_kubeconfig(tmp_path / "operator", str(k8s.url), token=token)
