@@ -7,7 +7,9 @@ scripted model, the operator in its own process), N Runs are created at once and
 until every one is ``Succeeded`` and every AgentTurn is gone. Then, unless ``--no-floor``,
 the same with the floor operator (bench/floor_operator.py: kopf and kubeturn's client
 facade; a child AgentTurn, two status patches, the child's deletion) instead of kubeturn.
-Each Run asks its Agent for ``--turns`` Turns (default 1), one after another.
+Each Run asks its Agent for ``--turns`` Turns (default 1), one after another. Settled
+AgentTurns go at once, unless ``--turn-retention SECONDS`` keeps each that long (ADR 0106:
+one write more per Turn, when it goes; the world waits for them to go).
 
 Prints, per N and operator (per Run: the total over the N Runs, divided by N):
 1. the 1-minute load average when the size began (the machine is shared: trust a row that
@@ -32,8 +34,8 @@ then the flatness of kubeturn's CPU per Run (at the largest N over the smallest)
 ratio to the floor's at each N.
 
 Run: ``python bench/operator.py [--runs 50 200 500 1000] [--turns K] [--no-floor]
-[--json]`` (default ``--runs 50``); ``--profile DIR`` records each operator with py-spy
-(when installed) into DIR. Figures, not assertions.
+[--turn-retention SECONDS] [--json]`` (default ``--runs 50``); ``--profile DIR`` records
+each operator with py-spy (when installed) into DIR. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -186,6 +188,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[50])
     parser.add_argument("--turns", type=int, default=1, help="Turns each Run asks for")
+    parser.add_argument(
+        "--turn-retention",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep each settled AgentTurn this long (the chart's turnRetention; 0: none)",
+    )
     parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", type=Path, help="record the operators with py-spy into DIR")
@@ -199,7 +208,14 @@ def main() -> None:
         for floor in (False, True) if args.floor else (False,):
             with tempfile.TemporaryDirectory(prefix="kubeturn-bench-") as scratch:
                 figures = asyncio.run(
-                    one_size(n, args.turns, Path(scratch), floor=floor, profile=args.profile)
+                    one_size(
+                        n,
+                        args.turns,
+                        Path(scratch),
+                        floor=floor,
+                        profile=args.profile,
+                        retention_s=args.turn_retention,
+                    )
                 )
             figures["per_run"] = per_run(figures)
             sizes.append(figures)

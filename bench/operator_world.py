@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -337,10 +338,17 @@ def profiler(
 
 
 async def one_size(
-    n: int, turns: int, root: Path, *, floor: bool, profile: Path | None
+    n: int,
+    turns: int,
+    root: Path,
+    *,
+    floor: bool,
+    profile: Path | None,
+    retention_s: float = 0.0,
 ) -> dict[str, Any]:
-    """N Runs to Succeeded in a fresh world, driven by kubeturn or by the floor; the
-    figures (totals: bench/operator.py divides them per Run)."""
+    """N Runs to Succeeded in a fresh world, driven by kubeturn or by the floor, each
+    settled AgentTurn kept ``retention_s`` (ADR 0106); the figures (totals:
+    bench/operator.py divides them per Run)."""
     load = os.getloadavg()[0]
     begun = time.monotonic()
     async with contextlib.AsyncExitStack() as stack:
@@ -357,7 +365,9 @@ async def one_size(
         await watch.open()
         stack.push_async_callback(watch.close)
         providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
-        made = settings(installed, providers_yaml=providers)
+        made = dataclasses.replace(
+            settings(installed, providers_yaml=providers), turn_retention_s=retention_s
+        )
         kind = FloorProcess if floor else OperatorProcess
         operator = kind(made, installed.kubeconfig, root / "op.log")
         await operator.start()

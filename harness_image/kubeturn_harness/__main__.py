@@ -34,6 +34,10 @@ from kubeturn_harness.sandbox.protocol import Limits
 from kubeturn_harness.service import Harness
 from kubeturn_harness.settings import NOBODY, Settings, ToolSettings
 from kubeturn_harness.tools import tool_identity
+from kubeturn_harness.tracing import Tracing
+
+SERVICE = "kubeturn-harness"
+"""The service its spans are of, unless ``OTEL_SERVICE_NAME`` names another."""
 
 log = logging.getLogger("kubeturn_harness")
 
@@ -207,6 +211,7 @@ async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> N
         else None
     )
     clock = SystemClock()
+    tracing = Tracing.of(os.environ, service=SERVICE)
     models = ProviderModels(
         {
             ProviderType.OPENAI: OpenAIModels(),
@@ -223,6 +228,7 @@ async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> N
         providers=providers,
         metrics=HarnessMetrics(),
         toolbox=toolbox,
+        tracer=tracing.tracer,
     )
     runner = make_runner(harness)
     await runner.setup()
@@ -246,6 +252,7 @@ async def serve(settings: Settings, toolbox: Toolbox, host: str, port: int) -> N
         await models.close()
         if orchestrator is not None:
             await orchestrator.close()
+        await asyncio.to_thread(tracing.shutdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

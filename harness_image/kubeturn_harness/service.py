@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from opentelemetry import trace
+
 from kubeturn_harness import eviction
 from kubeturn_harness.clock import Clock
 from kubeturn_harness.conversations import Conversation
@@ -76,6 +78,7 @@ class Harness:
         providers: Providers,
         metrics: HarnessMetrics,
         toolbox: Toolbox,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self.settings = settings
         self.toolbox = toolbox
@@ -97,6 +100,7 @@ class Harness:
                 pick_retry_s=settings.pick_retry_s,
             ),
             default_model=settings.default_model,
+            tracer=tracer or trace.NoOpTracer(),
         )
         self._conversations: dict[Key, Conversation] = {}
         self._evictor: asyncio.Task[None] | None = None

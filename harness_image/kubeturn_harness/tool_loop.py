@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+from opentelemetry import trace
+from opentelemetry.context import Context
 
-from kubeturn_harness import briefing, receipts
+from kubeturn_harness import briefing, receipts, tracing
 from kubeturn_harness.clock import Clock
 from kubeturn_harness.errors import MenuUnreadable, RunFailed, ToolboxUnavailable
 from kubeturn_harness.history import SubmissionRecord
@@ -129,6 +131,8 @@ class RunEnv:
     toolbox: Toolbox
     limits: Limits
     default_model: str | None
+    tracer: trace.Tracer = field(default_factory=trace.NoOpTracer)
+    """Where the run's ``chat`` and ``execute_tool`` spans go (ADR 0107)."""
 
 
 CutMark = Callable[[], tuple[MessageStatus, Projection]]
@@ -144,6 +148,8 @@ class _Run:
     tally: Tally
     prompt: list[OpenAIMessage] = field(default_factory=list)
     sequence: int = 0
+    trace: Context | None = None
+    """The Turn's trace context its spans are children of; None: none is made."""
 
     def record(self, message: Message) -> None:
         self.log.append(EventType.MESSAGE_APPENDED, {"message": message.model_dump(mode="json")})
@@ -190,7 +196,7 @@ async def run_submission(
     menu_by_name = _menu(menu, {spec.name for spec in tools})
     model_name = env.providers.resolve(request.model or env.default_model or "")
 
-    run = _Run(submission, log, env, cut_mark, tally)
+    run = _Run(submission, log, env, cut_mark, tally, trace=tracing.parent(request.traceparent))
     run.prompt.append({"role": "system", "content": request.definition.instructions})
     if request.continue_:
         projected, decisions = project(earlier)
@@ -283,20 +289,45 @@ async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
     )
     run.env.metrics.model_requests.inc()
     partial = Partial()
-    try:
-        answer = await run.env.model.complete(request, partial)
-    except asyncio.CancelledError:
-        _record_partial(run, partial, *run.cut_mark())
-        raise
-    except Exception:
-        if partial.text or partial.tool_calls or partial.usage is not None:
-            _record_partial(run, partial, MessageStatus.FAILED, Projection.ASSISTANT_MARKED)
-        raise
+    provider = request.model.provider.spec.type.value
+    with tracing.span(
+        run.env.tracer,
+        f"chat {request.model.model}",
+        run.trace,
+        kind=trace.SpanKind.CLIENT,
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.system": provider,
+            "gen_ai.request.model": request.model.model,
+            "kubeturn.submission": run.submission.id,
+        },
+        cuts=(asyncio.CancelledError,),
+    ) as span:
+        try:
+            answer = await run.env.model.complete(request, partial)
+        except asyncio.CancelledError:
+            _record_partial(run, partial, *run.cut_mark())
+            _usage(span, partial.usage)
+            raise
+        except Exception:
+            if partial.text or partial.tool_calls or partial.usage is not None:
+                _record_partial(run, partial, MessageStatus.FAILED, Projection.ASSISTANT_MARKED)
+            _usage(span, partial.usage)
+            raise
+        _usage(span, answer.usage)
+        span.set_attribute("gen_ai.response.finish_reasons", [answer.finish.value])
     run.tally.add(answer.usage)
     run.record(
         run.message(Role.ASSISTANT, answer.text, toolCalls=answer.tool_calls, usage=answer.usage)
     )
     return answer
+
+
+def _usage(span: trace.Span, usage: Usage | None) -> None:
+    if usage is not None:
+        span.set_attribute("gen_ai.usage.input_tokens", usage.promptTokens)
+        span.set_attribute("gen_ai.usage.output_tokens", usage.completionTokens)
 
 
 def _record_partial(
@@ -355,16 +386,33 @@ async def _calls(
             _answer(run, [call, *rest], f"This call did not run: {reason}.")
             raise RunFailed(f"runaway: {reason}", error_type=ErrorType.RUNAWAY)
         try:
-            if isinstance(verdict, str):
-                text = verdict
-            elif isinstance(verdict, _Stale):
-                run.env.metrics.picks.labels(result="stale").inc()
-                text = receipts.stale_pick(verdict.first_pick)
-            elif isinstance(verdict, _Payload):
-                text, over = await _pick(run, menu[call.name], verdict.payload)
-                first_pick, turn_over = call.name, over
-            else:
-                text = await _work(call, tools[call.name], working, run.env.metrics)
+            with tracing.span(
+                run.env.tracer,
+                f"execute_tool {call.name}",
+                run.trace,
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": call.name,
+                    "gen_ai.tool.call.id": call.id,
+                    "gen_ai.tool.type": "function",
+                    "kubeturn.pick": call.name in menu,
+                    "kubeturn.submission": run.submission.id,
+                },
+                cuts=(asyncio.CancelledError, _Cut),
+            ) as span:
+                if isinstance(verdict, str):
+                    text = verdict
+                    span.set_attribute("kubeturn.refused", True)
+                elif isinstance(verdict, _Stale):
+                    run.env.metrics.picks.labels(result="stale").inc()
+                    text = receipts.stale_pick(verdict.first_pick)
+                    span.set_attribute("kubeturn.refused", True)
+                elif isinstance(verdict, _Payload):
+                    text, over = await _pick(run, menu[call.name], verdict.payload)
+                    first_pick, turn_over = call.name, over
+                    span.set_attribute("kubeturn.turn_complete", over)
+                else:
+                    text = await _work(call, tools[call.name], working, run.env.metrics)
         except _Cut as cut:
             _answer(run, [call], cut.text)
             _answer(run, rest, receipts.AFTER_TURN_END if cut.turn_over else NOT_RUN_STOPPED)

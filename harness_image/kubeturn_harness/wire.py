@@ -150,6 +150,10 @@ def bearer_token(header: str | None) -> str | None:
     return found.group(1) if found else None
 
 
+TRACEPARENT = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+"""A W3C ``traceparent`` of version 00: trace id, parent span id, flags."""
+
+
 class _Body(BaseModel):
     """A wire body: camelCase on the wire, unknown fields refused. A request's booleans
     and numbers are ``strict``: their JSON type, as the schema says (pydantic's lax mode
@@ -214,6 +218,12 @@ class AdmitRequest(_Body):
         max_length=200,
         description="Idempotency key: admitting the same key again on this conversation "
         "answers the Submission it admitted first, and admits nothing.",
+    )
+    traceparent: str | None = Field(
+        default=None,
+        pattern=TRACEPARENT,
+        description="W3C trace context of the Turn: the Submission's model requests and tool "
+        "calls are traced as its children. Kept with the Submission, so it outlives a restart.",
     )
 
     @field_validator("cwd")

@@ -6,6 +6,10 @@ with its path;
 ``kubeturn run FILE`` runs a Run on this machine (``kubeturn.local``); ``send``,
 ``cancel``, ``turns`` and ``status`` work on a local Run, or with ``--kube`` on a Run in a
 cluster (``kubeturn.k8s.control``, imported only then: a local run needs no cluster).
+``kubeturn logs`` prints a Run's transcripts (``kubeturn.transcripts``) from any
+``TranscriptSource``: a local Run's is read from its workdir; with ``--kube``, through the
+cluster's API server with the user's credentials (``kubeturn.k8s.transcript_client``,
+imported only then).
 ``kubeturn version`` (or ``--version``) says which kubeturn this is.
 
 Every command that prints objects takes one ``-o`` option, as kubectl's: ``table`` (the
@@ -41,8 +45,10 @@ from pydantic import BaseModel, ValidationError
 
 from kubeturn.api import cluster_checks, models
 from kubeturn.api.common import GROUP
+from kubeturn.api.durations import parse_duration
 from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.status import FINISHED
+from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.validation import definition_errors, validate_workspace
 from kubeturn.api.workspace import SandboxResources, carries_credentials, redacted
 from kubeturn.errors import CommandError, DefinitionErrors, LeadershipLost
@@ -57,6 +63,7 @@ from kubeturn.settings import (
     RETRY_PERIOD_S,
     OperatorSettings,
 )
+from kubeturn.transcripts import EntryKind, Query, TranscriptSource, text
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +118,14 @@ def _parser() -> argparse.ArgumentParser:
         "(env KUBETURN_REQUIRE_CONFINEMENT=true)",
     )
     operator.add_argument(
+        "--turn-retention",
+        default=env("KUBETURN_TURN_RETENTION") or None,
+        metavar="DURATION",
+        help="how long a settled AgentTurn stays visible to kubectl when its Run names no "
+        "spec.turnRetention, e.g. 30m, 24h; 0s: it goes at once (env KUBETURN_TURN_RETENTION; "
+        f"default {defaults.turn_retention_s:g}s)",
+    )
+    operator.add_argument(
         "--orchestrator-url",
         default=env("KUBETURN_ORCHESTRATOR_URL", defaults.orchestrator_url),
         help="where the Harnesses reach this operator's Orchestrator API "
@@ -130,6 +145,26 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_API_PORT", str(defaults.api_port)),
         help="the port of the Orchestrator API "
         f"(env KUBETURN_API_PORT; default {defaults.api_port})",
+    )
+    operator.add_argument(
+        "--console-port",
+        type=int,
+        default=env("KUBETURN_CONSOLE_PORT", str(defaults.console_port)),
+        help="the port of the console that the API server proxies console.kubeturn.dev to, "
+        f"over TLS (env KUBETURN_CONSOLE_PORT; default {defaults.console_port})",
+    )
+    operator.add_argument(
+        "--console-certificate",
+        default=env("KUBETURN_CONSOLE_CERTIFICATE") or None,
+        metavar="FILE",
+        help="the console's serving certificate, PEM (env KUBETURN_CONSOLE_CERTIFICATE); "
+        "none: the console is not served",
+    )
+    operator.add_argument(
+        "--console-key",
+        default=env("KUBETURN_CONSOLE_KEY") or None,
+        metavar="FILE",
+        help="the console certificate's private key, PEM (env KUBETURN_CONSOLE_KEY)",
     )
     operator.add_argument(
         "--default-model",
@@ -189,6 +224,13 @@ def _parser() -> argparse.ArgumentParser:
         default=env("KUBETURN_SANDBOX_EGRESS", "{}"),
         help="JSON: what every sandbox may reach (the chart's sandbox.egress; env "
         "KUBETURN_SANDBOX_EGRESS); default: DNS, and the public internet on 443 and 22",
+    )
+    operator.add_argument(
+        "--sandbox-tracing",
+        default=env("KUBETURN_SANDBOX_TRACING", "{}"),
+        help="JSON: where every sandbox's Harness exports its spans, {endpoint, sampler, "
+        "samplerArg, headersSecret: {name, key}} (the chart's tracing; env "
+        "KUBETURN_SANDBOX_TRACING); default: no endpoint, no tracing",
     )
     operator.add_argument(
         "--sandbox-resources",
@@ -323,6 +365,36 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("name", help="the Run's name")
     _output(status)
     _target(status)
+
+    logs = commands.add_parser(
+        "logs",
+        help="print what a Run's Agents did: each Turn's conversation",
+        description="Print each Turn's conversation as a person reads it: its prompt (the "
+        "Briefing folded), the model's words, each tool call and its trimmed result, each "
+        "pick and its receipt, nudges, notices, and how the Turn ended. TURN (a Turn's "
+        "name, e.g. t2) or AGENT (an Agent slot) narrows it; a Turn's name is tried first. "
+        "With --kube it is read through the cluster's API server with your kubeconfig's "
+        "credentials: you need get on the Run (the view role, where the chart's console is on).",
+    )
+    logs.add_argument("name", help="the Run's name")
+    logs.add_argument("target", nargs="?", metavar="TURN|AGENT", help="one Turn, or one Agent")
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow live Turns; stop when the Run has ended and every Turn is shown",
+    )
+    logs.add_argument(
+        "--since-turn", type=int, metavar="N", help="leave out the Turns numbered below N"
+    )
+    logs.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text (the default) or json: one entry per line, nothing folded",
+    )
+    _target(logs)
 
     graph = commands.add_parser(
         "graph",
@@ -500,6 +572,7 @@ def problems(errors: DefinitionErrors, source: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from kubeturn.local.runner import LocalRun, Options
+    from kubeturn.tracing import Tracing
 
     overrides: dict[str, str] = {}
     for item in args.repo:
@@ -525,7 +598,8 @@ def run(args: argparse.Namespace) -> int:
         api_port=args.api_port,
         harness_port=args.harness_port,
     )
-    runner = LocalRun(options, sys.stdout, tty=sys.stdout.isatty())
+    tracing = Tracing.of(os.environ)
+    runner = LocalRun(options, sys.stdout, tty=sys.stdout.isatty(), tracing=tracing)
     try:
         return asyncio.run(runner.run())
     except DefinitionErrors as errors:
@@ -533,6 +607,9 @@ def run(args: argparse.Namespace) -> int:
         for line in problems(errors, source):
             print(line, file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 def send(args: argparse.Namespace) -> int:
@@ -619,6 +696,52 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def logs(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_logs(args))
+    except BrokenPipeError:
+        # Whatever read the output stopped (``| head``): stop quietly, as a Unix tool
+        # does, and let nothing try to flush into the closed pipe at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+async def _logs(args: argparse.Namespace) -> int:
+    """Print the transcript of a local Run, or (``--kube``) of one on a cluster."""
+    if args.kube:
+        from kubeturn.k8s.transcript_client import RemoteTranscripts
+
+        remote = RemoteTranscripts(args.name, args.namespace, args.kubeconfig)
+        try:
+            query = await remote.query(args.target, since_turn=args.since_turn, follow=args.follow)
+            return await print_transcript(remote, query, args.output)
+        finally:
+            remote.close()
+    from kubeturn.local.transcripts import LocalTranscripts
+
+    source = LocalTranscripts(args.name, args.workdir)
+    query = source.query(args.target, since_turn=args.since_turn, follow=args.follow)
+    return await print_transcript(source, query, args.output)
+
+
+async def print_transcript(source: TranscriptSource, query: Query, output: str) -> int:
+    """Print what ``source`` yields for ``query``: as text, Turn after Turn with a blank
+    line between, or (``json``) one entry per line; each line is flushed as it comes, so a
+    follower sees it at once."""
+    first = True
+    async for entry in source.entries(query):
+        if output == "json":
+            print(entry.model_dump_json(), flush=True)
+            continue
+        if entry.kind is EntryKind.TURN and not first:
+            print()
+        first = False
+        print("\n".join(text.lines(entry)), flush=True)
+    if first and output == "text":
+        print("no Turns yet")
+    return 0
+
+
 def shown_version(args: argparse.Namespace) -> int:
     if not _printed({"version": version()}, args.output):
         print(f"kubeturn {version()}")
@@ -672,6 +795,22 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
     sandbox_resources = _chart_json(
         args.sandbox_resources, SandboxResources, "sandbox.resources", "--sandbox-resources"
     )
+    retention = OperatorSettings().turn_retention_s
+    if args.turn_retention is not None:
+        try:
+            retention = parse_duration(args.turn_retention)
+        except ValueError as error:
+            raise CommandError(
+                f"--turn-retention (the chart's turnRetention) is refused: {error}"
+            ) from error
+    sandbox_tracing = _chart_json(
+        args.sandbox_tracing, SandboxTracing, "tracing", "--sandbox-tracing"
+    )
+    if (args.console_certificate is None) != (args.console_key is None):
+        raise CommandError(
+            "--console-certificate and --console-key go together: the console serves "
+            "with both or is not served"
+        )
     if args.default_model is not None:
         why = models.unknown_provider(args.default_model, models.provider_names(providers))
         if why is not None:
@@ -683,17 +822,24 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
         providers_yaml=providers,
         default_model=args.default_model,
         api_port=args.api_port,
+        console_port=args.console_port,
+        console_certificate=args.console_certificate,
+        console_key=args.console_key,
         operator_labels=tuple(_labels(args.operator_labels)),
         operator_namespace=args.operator_namespace,
         sandbox_egress=sandbox_egress,
         sandbox_resources=sandbox_resources,
+        sandbox_tracing=sandbox_tracing,
         require_confinement=args.require_confinement,
+        turn_retention_s=retention,
     )
 
 
 def operator(args: argparse.Namespace) -> int:
     from kubeturn.k8s import leader
     from kubeturn.k8s import operator as running
+    from kubeturn.k8s.console_source import cluster_console
+    from kubeturn.tracing import Tracing
 
     try:
         settings = operator_settings(args)
@@ -731,7 +877,15 @@ def operator(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     try:
-        asyncio.run(running.run(settings, kubeconfig=args.kubeconfig, election=election))
+        asyncio.run(
+            running.run(
+                settings,
+                kubeconfig=args.kubeconfig,
+                election=election,
+                tracing=Tracing.of(os.environ),
+                console=cluster_console,
+            )
+        )
     except LeadershipLost:
         return EXIT_FAILED  # logged by the operator; the pod restarts as a standby
     return 0
@@ -786,6 +940,7 @@ COMMANDS = {
     "cancel": cancel,
     "turns": turns,
     "status": status,
+    "logs": logs,
     "version": shown_version,
     "graph": graph,
     "ui": ui,

@@ -9,6 +9,8 @@ ADR 0099). Each line says who catches it and what they do.
     ├── DefinitionErrors    every problem of one manifest at once: the Run cannot start
     ├── ExpressionError     a CEL expression failed at run time: its source and the cause
     ├── CommandError        a ``kubeturn`` command cannot do what it was asked: one line
+    │   └── UnknownTarget   ``kubeturn logs``' TURN or AGENT names no Turn and no Agent
+    │                       slot of the Run: the message names those there are
     ├── WireError           a request body the Orchestrator API refuses: a 4xx naming the
     │                       field, or the body (also a ``ValueError``)
     ├── SnapshotUnreadable  a Run's saved state cannot be restored (an unknown version, a
@@ -40,7 +42,10 @@ ADR 0099). Each line says who catches it and what they do.
     │                       to the one that wrote first
     ├── Going               an object a Workspace makes is an earlier Workspace's, or is
     │                       being deleted: the Workspace waits, saying which
-    └── LeadershipLost      (``k8s.leader``) the operator lost its Lease: it exits
+    ├── LeadershipLost      (``k8s.leader``) the operator lost its Lease: it exits
+    └── ConsoleUnavailable  (``k8s.console_server``) the aggregated console cannot serve
+                            (no request-header CA published, a certificate unreadable):
+                            the operator logs why and runs without it
 
 A definition error is the user's to fix; the operator shows it as a status condition
 and never retries the manifest as it stands. An expression error happens while a Run
@@ -152,6 +157,11 @@ class CommandError(KubeturnError):
     """
 
 
+class UnknownTarget(CommandError):
+    """A transcript was asked for a Turn or an Agent slot the Run does not have; the
+    message names the Turns and the slots it has."""
+
+
 class WireError(KubeturnError, ValueError):
     """A body the Orchestrator API refuses: not JSON, nested too deep, a number JSON does
     not have, too large. The API answers ``status`` with a JSON error body carrying the
@@ -238,3 +248,7 @@ class LeadershipLost(KubeturnError):
     """This replica no longer holds the Lease it led by: another took it, or renewals
     failed past the renew deadline. The operator stops, and the process exits to restart
     as a standby, so that two replicas never act at once."""
+
+
+class ConsoleUnavailable(KubeturnError):
+    """The aggregated console cannot serve; the operator runs without it."""

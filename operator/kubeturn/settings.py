@@ -12,10 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.workspace import SandboxResources
 
 API_PORT = 8081
 """Where the Orchestrator API listens, and the port of the chart's Service before it."""
+CONSOLE_PORT = 8443
+"""Where the aggregated console listens (HTTPS), and the target port of the chart's
+Service the APIService names."""
 ORCHESTRATOR_SERVICE = "kubeturn-orchestrator"
 """The chart's Service before the Orchestrator API, in the operator's namespace."""
 
@@ -69,6 +73,9 @@ class OperatorSettings:
     """What every sandbox may reach (the chart's ``sandbox.egress``); a Workspace's
     ``spec.egress`` adds to it (ADR 0034). Default: DNS, and the public internet on 443
     and 22."""
+    sandbox_tracing: SandboxTracing = field(default_factory=SandboxTracing)
+    """Where every sandbox's Harness exports its spans (the chart's ``tracing``, ADR 0107);
+    default: nowhere, and the Harness loads no tracing SDK."""
     api_server_look_s: float = 30.0
     """How often the API server's addresses are read again (one GET, shared by every
     Workspace): a new address is kept out of sandboxes within this plus a Workspace's
@@ -80,6 +87,19 @@ class OperatorSettings:
     api_port: int = API_PORT
     """Where the Orchestrator API listens."""
     api_host: str = "0.0.0.0"
+    turn_retention_s: float = 3600.0
+    """How long a settled AgentTurn stays, for ``kubectl get agentturns``, when its Run
+    names no ``spec.turnRetention`` (the chart's ``turnRetention``); 0 lets it go at once
+    (ADR 0106). It costs one write per Turn, when it is let go, and one object per Turn
+    settled within the period."""
+    console_port: int = CONSOLE_PORT
+    """Where the aggregated console (``console.kubeturn.dev``, ADR 0110) listens, over TLS,
+    for kube-apiserver's proxied requests."""
+    console_certificate: str | None = None
+    """The console's serving certificate file (PEM, the chart's Secret); None, or no
+    ``console_key``: the console is not served."""
+    console_key: str | None = None
+    """The serving certificate's private key file (PEM)."""
     sweep_look_s: float = 10.0
     """While a Run waits for an AgentTurn's finalizer to report its sweep (as long as the
     AgentTurn is there, ADR 0028), how often it looks whether the AgentTurn went without

@@ -6,7 +6,11 @@ Cases:
   the states it passed through are visited, the others neither, the transitions it took
   end ``✓``; it lists the four Turns with their outcomes and what the Run accepts now
   (approve, reject); the live Run's page shows its Turn live;
-- a Turn's page lists its transcript and grows, without a reload, as entries are written;
+- a settled Turn's page shows its transcript as the Run's files hold it (``kubeturn logs``'s
+  entries): its prompt, the model's words, each tool call and result, the pick, its
+  receipt and the settlement;
+- a live Turn's page grows, without a reload, as entries are written (a transcript the
+  test writes, so that it controls when each entry comes);
 - the Runs list follows a Run without a reload: approve sent, its row says Succeeded.
 
 ``KUBETURN_CONSOLE_SCREENSHOTS=docs/console`` saves each page's screenshot there.
@@ -95,6 +99,30 @@ def test_the_run_page_marks_the_active_and_visited_states(page: Any, ui: str) ->
     screenshot(page, "run")
 
 
+def test_a_turns_page_shows_its_transcript(page: Any, ui: str) -> None:
+    page.goto(f"{ui}/{RUN}")
+    page.click('tr[data-turn="t1"] a')
+    page.wait_for_selector("ol.transcript")
+    assert page.url == f"{ui}/{RUN}/turns/t1"
+    kinds = page.eval_on_selector_all(
+        "ol.transcript li .kind", "kinds => kinds.map(k => k.textContent)"
+    )
+    assert kinds == [
+        "turn",
+        "prompt",
+        "text",
+        "tool-call",
+        "tool-result",
+        "tool-call",
+        "pick",
+        "receipt",
+        "settlement",
+    ]
+    assert page.inner_text("#outcome") == "ended"
+    assert "Adding the flag." in page.inner_text("ol.transcript")
+    screenshot(page, "turn")
+
+
 def test_a_live_turns_transcript_grows(page: Any, console: str, transcripts: Path) -> None:
     page.goto(f"{console}/namespaces/default/runs/live")
     page.wait_for_selector(".diagram[data-drawn] svg", timeout=WAIT_MS)
@@ -123,7 +151,7 @@ def test_a_live_turns_transcript_grows(page: Any, console: str, transcripts: Pat
     )
     assert kinds == ["turn", "prompt", "text", "tool-call", "tool-result"]
     assert page.inner_text("#outcome") == "live"
-    screenshot(page, "turn")
+    screenshot(page, "turn-live")
 
 
 def test_the_runs_list_follows_a_run_to_its_end(page: Any, ui: str, project: Path) -> None:

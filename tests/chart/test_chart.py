@@ -5,7 +5,7 @@ operator's deployment needs. Offline: helm and kubectl come from a PyPI wheel
 Two renderings are checked throughout: the defaults (every namespace watched) and
 tests/chart/values-custom.yaml (two watched namespaces, providers with an API key Secret,
 two replicas and a Lease of their own, a ServiceMonitor, a PrometheusRule with thresholds of
-its own, a tighter NetworkPolicy, sandbox egress of its own).
+its own, a tighter NetworkPolicy, sandbox egress of its own, the console off).
 
 Cases:
 - ``helm lint --strict`` passes for both value sets.
@@ -24,6 +24,17 @@ Cases:
   pods/exec, pods/log or services, no list or watch of Secrets, no cluster-scoped kind.
   Whether the operator uses each of these rules, and needs no other, the operator tier
   proves (tests/operator/test_chart_rbac.py).
+- The console (ADR 0110, 0111): the APIService ``v1alpha1.console.kubeturn.dev`` names the
+  console Service (443 → the pod's 8443) with a ``caBundle`` that verifies the Secret's
+  serving certificate, which names the Service's DNS names; the Deployment mounts that
+  Secret and points KUBETURN_CONSOLE_* at it; the operator may create
+  SubjectAccessReviews (``system:auth-delegator``) and read the request-header ConfigMap
+  (``extension-apiserver-authentication-reader`` in kube-system); a ClusterRole joins
+  view, edit and admin with ``get``/``list`` of the console's ``runs`` and its two
+  subresources, and the assets go to every authenticated user; the NetworkPolicy admits
+  8443. With ``certificates: cert-manager`` a Certificate (from the chart's self-signed
+  Issuer, or ``issuerRef``) and the CA injector's annotation replace the Secret and the
+  bundle; ``enabled: false`` renders none of it.
 - The Deployment: non-root 10001, read-only root filesystem, no capabilities, seccomp
   RuntimeDefault, no privilege escalation; probes on /healthz and /readyz; the three
   ports; one replica replaced by a RollingUpdate that stops every old pod at once (a new
@@ -31,7 +42,7 @@ Cases:
   POD_NAME) including the Orchestrator URL, which names the Orchestrator Service, and
   the Lease; replicas, resources and scheduling from values; ``defaultModel`` as
   KUBETURN_DEFAULT_MODEL (one naming no provider refused by the schema), and the NOTES
-  saying it.
+  saying it; ``turnRetention`` as KUBETURN_TURN_RETENTION (a duration the schema checks).
 - The NetworkPolicy admits only sandbox pods (the labels the operator gives them) to the
   Orchestrator port, from the watched namespaces when they are listed (any namespace
   when none is); metrics only from the release's namespace, plus ``metricsFrom``.
@@ -99,8 +110,12 @@ NO_SCHEMA = {
 
 LEADER_ROLE = f"{FULLNAME}-leader-election"
 """The Role (and RoleBinding) for the operator's Lease, in the release's namespace."""
-API_SERVER_ROLE = f"{FULLNAME}-{NAMESPACE}-api-server"
+CLUSTER_NAME = f"{FULLNAME}-{NAMESPACE}"
+"""The operator's ClusterRole and ClusterRoleBinding, every namespace watched."""
+API_SERVER_ROLE = f"{CLUSTER_NAME}-api-server"
 """The Role (and RoleBinding) in ``default`` for the API server's EndpointSlice."""
+AUTHENTICATION_READER = f"{CLUSTER_NAME}-authentication-reader"
+"""The console's RoleBinding in kube-system to read the request-header ConfigMap."""
 
 HELM_SECONDS = 60.0
 """helm lint or template takes ~0.1 s; a minute means something hangs."""
@@ -318,9 +333,9 @@ def _bound_to_operator(binding: Object, custom: bool) -> None:
 
 
 def _namespace_roles(objects: list[Object], kind: str) -> list[Object]:
-    """The Roles (or RoleBindings) for watched namespaces: all but the Lease's and the API
-    server's."""
-    others = {LEADER_ROLE, API_SERVER_ROLE}
+    """The Roles (or RoleBindings) for watched namespaces: all but the Lease's, the API
+    server's and the console's."""
+    others = {LEADER_ROLE, API_SERVER_ROLE, AUTHENTICATION_READER}
     return [o for o in _of_kind(objects, kind) if o["metadata"]["name"] not in others]
 
 
@@ -329,10 +344,10 @@ def test_rbac_is_one_cluster_role_when_every_namespace_is_watched(
 ) -> None:
     assert not _namespace_roles(default_objects, "Role")
     assert not _namespace_roles(default_objects, "RoleBinding")
-    role = _one(default_objects, "ClusterRole")
+    role = _one(default_objects, "ClusterRole", CLUSTER_NAME)
     _assert_least_privilege(role)
     _namespaced_rules_hold(role)
-    binding = _one(default_objects, "ClusterRoleBinding")
+    binding = _one(default_objects, "ClusterRoleBinding", CLUSTER_NAME)
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     _bound_to_operator(binding, custom=False)
     account = _one(default_objects, "ServiceAccount")
@@ -419,6 +434,115 @@ def test_rbac_lets_the_operator_read_the_api_servers_endpoint_slice_only(
     assert (apiserver.NAMESPACE, apiserver.NAME) == ("default", "kubernetes")
 
 
+# --------------------------------------------------------------------------- console
+
+CONSOLE = f"{FULLNAME}-console"
+APISERVICE = "v1alpha1.console.kubeturn.dev"
+
+
+def test_console_apiservice_trusts_the_serving_certificate_of_its_service(
+    default_objects: list[Object],
+) -> None:
+    import base64
+
+    from cryptography import x509
+
+    apiservice = _one(default_objects, "APIService", APISERVICE)["spec"]
+    assert apiservice["group"] == "console.kubeturn.dev"
+    assert apiservice["version"] == "v1alpha1"
+    assert apiservice["service"] == {"name": CONSOLE, "namespace": NAMESPACE, "port": 443}
+    # Below the custom resources' 1000: ``kubectl get runs`` stays kubeturn.dev's.
+    assert apiservice["groupPriorityMinimum"] < 1000
+    service = _one(default_objects, "Service", CONSOLE)["spec"]
+    assert service["ports"] == [
+        {"name": "console", "port": 443, "targetPort": "console", "protocol": "TCP"}
+    ]
+    assert (
+        service["selector"]
+        == _one(default_objects, "Deployment", FULLNAME)["spec"]["selector"]["matchLabels"]
+    )
+    secret = _one(default_objects, "Secret", f"{CONSOLE}-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret["data"]["ca.crt"] == apiservice["caBundle"]
+    ca = x509.load_pem_x509_certificate(base64.b64decode(apiservice["caBundle"]))
+    served = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    served.verify_directly_issued_by(ca)
+    names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{CONSOLE}.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
+    pod = _one(default_objects, "Deployment", FULLNAME)["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v.get("secret")]
+    assert volume["secret"] == {"secretName": f"{CONSOLE}-tls"}
+    (mount,) = [
+        m for m in _container(default_objects)["volumeMounts"] if m["name"] == volume["name"]
+    ]
+    env = _env(default_objects)
+    assert env["KUBETURN_CONSOLE_CERTIFICATE"] == f"{mount['mountPath']}/tls.crt"
+    assert env["KUBETURN_CONSOLE_KEY"] == f"{mount['mountPath']}/tls.key"
+
+
+def test_console_rbac(default_objects: list[Object]) -> None:
+    delegator = _one(default_objects, "ClusterRoleBinding", f"{CLUSTER_NAME}-auth-delegator")
+    assert delegator["roleRef"]["name"] == "system:auth-delegator"
+    _bound_to_operator(delegator, custom=False)
+    reader = _one(default_objects, "RoleBinding", AUTHENTICATION_READER)
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert reader["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "extension-apiserver-authentication-reader",
+    }
+    _bound_to_operator(reader, custom=False)
+    view = _one(default_objects, "ClusterRole", f"{CLUSTER_NAME}-console-view")
+    labels = view["metadata"]["labels"]
+    for role in ("view", "edit", "admin"):
+        assert labels[f"rbac.authorization.k8s.io/aggregate-to-{role}"] == "true"
+    assert {(g, r): v for g, r, v in _rules(view)} == {
+        ("console.kubeturn.dev", resource): {"get", "list"}
+        for resource in ("runs", "runs/turns", "runs/transcript")
+    }
+    assets = _one(default_objects, "ClusterRole", f"{CLUSTER_NAME}-console-assets")
+    assert _rules(assets) == [("console.kubeturn.dev", "assets", frozenset({"get"}))]
+    binding = _one(default_objects, "ClusterRoleBinding", f"{CLUSTER_NAME}-console-assets")
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+    ]
+
+
+def test_console_with_cert_manager(helm: str) -> None:
+    def rendered(*settings: str) -> list[Object]:
+        args = [*_template_args(None), "--set", "console.certificates=cert-manager", *settings]
+        return [doc for doc in yaml.safe_load_all(_helm(helm, *args).stdout) if doc]
+
+    objects = rendered()
+    apiservice = _one(objects, "APIService", APISERVICE)
+    assert "caBundle" not in apiservice["spec"]
+    assert apiservice["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{CONSOLE}"
+    }
+    assert not _of_kind(objects, "Secret")
+    certificate = _one(objects, "Certificate", CONSOLE)["spec"]
+    assert certificate["secretName"] == f"{CONSOLE}-tls"
+    assert f"{CONSOLE}.{NAMESPACE}.svc" in certificate["dnsNames"]
+    assert certificate["issuerRef"] == {"name": CONSOLE, "kind": "Issuer"}
+    assert _one(objects, "Issuer", CONSOLE)["spec"] == {"selfSigned": {}}
+    given = rendered(
+        "--set", "console.issuerRef.name=ca", "--set", "console.issuerRef.kind=ClusterIssuer"
+    )
+    assert _one(given, "Certificate", CONSOLE)["spec"]["issuerRef"] == {
+        "name": "ca",
+        "kind": "ClusterIssuer",
+    }
+    assert not _of_kind(given, "Issuer")
+
+
+def test_console_off_renders_none_of_it(custom_objects: list[Object]) -> None:
+    assert not _of_kind(custom_objects, "APIService")
+    assert not [o for o in custom_objects if o["metadata"]["name"].startswith(CONSOLE)]
+    assert not [k for k in _env(custom_objects) if k.startswith("KUBETURN_CONSOLE")]
+    ports = {p["name"] for p in _container(custom_objects)["ports"]}
+    assert "console" not in ports
+
+
 # --------------------------------------------------------------------------- Deployment
 
 
@@ -457,7 +581,7 @@ def test_deployment_probes_ports_and_strategy(default_objects: list[Object]) -> 
     assert container["image"] == f"ghcr.io/kubeturn/operator:{APP_VERSION}"
     assert container["args"] == ["operator"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"orchestrator": 8081, "metrics": 9090, "health": 8080}
+    assert ports == {"orchestrator": 8081, "metrics": 9090, "health": 8080, "console": 8443}
     probes = {
         kind: (container[kind]["httpGet"]["path"], container[kind]["httpGet"]["port"])
         for kind in ["startupProbe", "livenessProbe", "readinessProbe"]
@@ -496,6 +620,10 @@ def test_deployment_environment_defaults(default_objects: list[Object]) -> None:
         "KUBETURN_SANDBOX_EGRESS": env["KUBETURN_SANDBOX_EGRESS"],  # its own test
         "KUBETURN_SANDBOX_RESOURCES": env["KUBETURN_SANDBOX_RESOURCES"],  # its own test
         "KUBETURN_REQUIRE_CONFINEMENT": "false",
+        "KUBETURN_TURN_RETENTION": "1h",
+        "KUBETURN_CONSOLE_PORT": "8443",
+        "KUBETURN_CONSOLE_CERTIFICATE": "/etc/kubeturn/console/tls.crt",
+        "KUBETURN_CONSOLE_KEY": "/etc/kubeturn/console/tls.key",
     }
     assert orchestrator["spec"]["ports"] == [
         {"name": "orchestrator", "port": 8081, "targetPort": "orchestrator", "protocol": "TCP"}
@@ -561,7 +689,7 @@ def test_network_policy_admits_only_sandbox_pods_to_the_orchestrator(
         deployment = _one(objects, "Deployment", FULLNAME)
         assert policy["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
         assert policy["policyTypes"] == ["Ingress"]
-        orchestrator, metrics = policy["ingress"]
+        orchestrator, metrics, *console = policy["ingress"]
         assert orchestrator["ports"] == [{"port": 8081, "protocol": "TCP"}]
         (peer,) = orchestrator["from"]
         assert peer["podSelector"] == {"matchLabels": _sandbox_labels()}
@@ -574,6 +702,10 @@ def test_network_policy_admits_only_sandbox_pods_to_the_orchestrator(
                 ]
             }
         assert metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
+        # The console: from anywhere (the API server is no pod), on with the defaults only.
+        assert console == (
+            [{"ports": [{"port": 8443, "protocol": "TCP"}]}] if namespaces is None else []
+        )
     # Metrics: from the release's namespace by default, the monitoring namespace too when told.
     default_metrics = _one(default_objects, "NetworkPolicy")["spec"]["ingress"][1]
     assert default_metrics["from"] == [{"podSelector": {}}]
@@ -660,6 +792,54 @@ def test_default_model_reaches_the_operator_and_a_bad_one_is_refused(helm: str) 
     refused = _helm(helm, *_template_args(None), "--set", "defaultModel=gpt-4.1", check=False)
     assert refused.returncode != 0
     assert "defaultModel" in refused.stderr
+
+
+TRACING = [
+    "--set", "tracing.otlpEndpoint=http://otel-collector.observability:4318",
+    "--set", "tracing.sampler=parentbased_traceidratio",
+    "--set-string", "tracing.samplerArg=0.5",
+    "--set", "tracing.headersSecret.name=otel-headers",
+    "--set", "tracing.sandbox.headersSecretName=otel-workspace-headers",
+    "--set-json", "tracing.sandbox.egress=[{\"to\": [{\"namespaceSelector\": {\"matchLabels\": "
+    "{\"kubernetes.io/metadata.name\": \"observability\"}}}], \"ports\": [{\"port\": 4318}]}]",
+]  # fmt: skip
+
+
+def test_tracing_reaches_the_operator_and_its_sandboxes(
+    default_objects: list[Object], helm: str
+) -> None:
+    """``tracing`` is off by default (no OTEL_* variable, no sandbox tracing); set, the
+    operator's container gets the standard OTEL_* variables (its headers from the
+    Secret), KUBETURN_SANDBOX_TRACING is what the operator's model reads for the Harnesses,
+    and the collector's egress rule joins every sandbox's (ADR 0107)."""
+    from kubeturn.api.tracing import HeadersSecret, SandboxTracing
+
+    assert not [name for name in _env(default_objects) if "TRACING" in name or "OTEL" in name]
+    objects = [
+        d for d in yaml.safe_load_all(_helm(helm, *_template_args(None), *TRACING).stdout) if d
+    ]
+    env = _env(objects)
+    assert {name: value for name, value in env.items() if name.startswith("OTEL_")} == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4318",
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.5",
+        "OTEL_EXPORTER_OTLP_HEADERS": {"secretKeyRef": {"name": "otel-headers", "key": "headers"}},
+    }
+    assert SandboxTracing.model_validate_json(env["KUBETURN_SANDBOX_TRACING"]) == SandboxTracing(
+        endpoint="http://otel-collector.observability:4318",
+        sampler="parentbased_traceidratio",
+        samplerArg="0.5",
+        headersSecret=HeadersSecret(name="otel-workspace-headers"),
+    )
+    rules = _sandbox_egress(objects).model_dump(mode="json", exclude_defaults=True)["rules"]
+    observability = {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}
+    assert rules == [{"to": [{"namespaceSelector": observability}], "ports": [{"port": 4318}]}]
+    harness_off = _helm(
+        helm, *_template_args(None), *TRACING, "--set", "tracing.sandbox.enabled=false"
+    ).stdout
+    env = _env([d for d in yaml.safe_load_all(harness_off) if d])
+    assert "KUBETURN_SANDBOX_TRACING" not in env
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in env
 
 
 @pytest.mark.parametrize("rendering", ["default_objects", "custom_objects"])
@@ -1075,6 +1255,12 @@ def test_require_confinement_reaches_the_operator(helm: str) -> None:
     assert _env(objects)["KUBETURN_REQUIRE_CONFINEMENT"] == "true"
 
 
+def test_turn_retention_reaches_the_operator(helm: str) -> None:
+    text = _helm(helm, *_template_args(None), "--set", "turnRetention=24h").stdout
+    objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    assert _env(objects)["KUBETURN_TURN_RETENTION"] == "24h"
+
+
 def test_recreate_renders_without_rolling_update(helm: str) -> None:
     text = _helm(helm, *_template_args(None), "--set", "strategy.type=Recreate").stdout
     objects = [doc for doc in yaml.safe_load_all(text) if doc]
@@ -1123,6 +1309,7 @@ def test_every_values_key_has_a_comment() -> None:
         ),
         ("metrics.prometheusRule.failedTurns.ratio=2", "ratio"),
         ("metrics.prometheusRule.sweepLatency.window=ten", "window"),
+        ("turnRetention=1d", "/turnRetention"),
         ("sandbox.egress.public.ports=[]", "/sandbox/egress/public/ports"),
         ('sandbox.egress.rules=[{"ports":[{"port":80}]}]', "missing property 'to'"),
         (
@@ -1148,6 +1335,7 @@ def test_every_values_key_has_a_comment() -> None:
         "retry-period-too-long",
         "failed-ratio-above-one",
         "alert-window-not-a-duration",
+        "turn-retention-in-days",
         "no-public-ports",
         "rule-without-destinations",
         "ip-block-and-selector",

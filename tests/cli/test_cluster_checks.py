@@ -15,7 +15,8 @@ Cases:
 - ``kubeturn operator`` with a ``--default-model`` whose provider ``--providers`` does not
   define (the chart's ``defaultModel``) stops at once with one line naming it (exit 2),
   before it reaches any cluster; so does one with a providers file the Harness would
-  refuse (a retry policy out of bounds), naming the key.
+  refuse (a retry policy out of bounds), naming the key; ``--turn-retention`` (the
+  chart's ``turnRetention``, 1h when not given) that is no duration is refused, naming it.
 """
 
 from __future__ import annotations
@@ -180,4 +181,21 @@ def test_the_operator_refuses_a_providers_file_the_harness_would(
     assert str(refused.value) == (
         "--providers (the chart's providers) is refused: providers file: "
         "local.retry.attempts: Input should be greater than or equal to 1"
+    )
+
+
+def test_the_operator_takes_a_turn_retention_and_refuses_one_that_is_no_duration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KUBETURN_DEFAULT_MODEL", raising=False)
+    monkeypatch.delenv("KUBETURN_TURN_RETENTION", raising=False)
+    assert cli.operator_settings(cli._parser().parse_args(["operator"])).turn_retention_s == 3600
+    monkeypatch.setenv("KUBETURN_TURN_RETENTION", "30m")
+    assert cli.operator_settings(cli._parser().parse_args(["operator"])).turn_retention_s == 1800
+    args = cli._parser().parse_args(["operator", "--turn-retention", "1d"])
+    with pytest.raises(CommandError) as refused:
+        cli.operator_settings(args)
+    assert str(refused.value) == (
+        "--turn-retention (the chart's turnRetention) is refused: unknown unit 'd' in "
+        "duration '1d': the units are ns, us, ms, s, m and h (for days write 24h)"
     )

@@ -4,8 +4,9 @@ Cases:
 - ``kubeturn --version`` and ``kubeturn version`` print the installed version
   (``version -o json`` as an object);
 - every argument and flag of every subcommand has help, and every command that prints
-  objects takes the same ``-o`` (``table|wide|json|yaml``, default ``table``), and
-  ``graph`` its drawing's format (``mermaid|dot|svg``, default ``mermaid``);
+  objects takes the same ``-o`` (``table|wide|json|yaml``, default ``table``); ``logs``,
+  which prints a stream of entries rather than objects, takes ``text|json`` (ADR 0105),
+  and ``graph`` its drawing's format (``mermaid|dot|svg``, default ``mermaid``);
 - ``validate`` reads every document of a file (a Workspace and Runs, split by ``---``),
   says which are valid, passes over another API's object (a Secret) saying so, and
   prints every problem of each at once: an Agent's field of the wrong type does not
@@ -66,6 +67,12 @@ def test_every_argument_has_help_and_every_o_is_the_same() -> None:
             if "--output" in action.option_strings and name == "graph":
                 # A drawing, not objects: its own formats.
                 assert (action.choices, action.default) == (cli.GRAPH_OUTPUTS, "mermaid")
+            elif "--output" in action.option_strings and name == "logs":
+                assert (action.option_strings, action.choices, action.default) == (
+                    ["-o", "--output"],
+                    ("text", "json"),
+                    "text",
+                )
             elif "--output" in action.option_strings:
                 with_output.append(name)
                 assert (action.option_strings, action.choices, action.default) == (

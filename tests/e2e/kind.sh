@@ -341,14 +341,17 @@ wait_turns() {
   done
 }
 
-# Wait until no AgentTurn is left in the namespace: the last one goes when its sweep
-# finalizer is removed, just after its settlement is recorded in the Run.
-wait_no_agentturns() {
+# Wait until every AgentTurn in the namespace is settled and held by the retain finalizer
+# alone: its sweep finalizer ran, just after its settlement was recorded in the Run, and
+# it stays listed for the chart's turnRetention (ADR 0106).
+wait_agentturns_settled() {
   local deadline=$((SECONDS + $1)) left
+  local shown='{range .items[*]}{.metadata.name}:{.status.phase}:{.metadata.finalizers}{"\n"}{end}'
   while :; do
-    left=$(kc -n "$NAMESPACE" get agentturns -o name 2>/dev/null || echo "(kubectl failed)")
+    left=$(kc -n "$NAMESPACE" get agentturns -o "jsonpath=$shown" 2>/dev/null |
+      grep -v ':Settled:\["kubeturn.dev/retain"\]$' || true)
     [[ -z $left ]] && return 0
-    ((SECONDS < deadline)) || fail "AgentTurns still there after $1 s: $left"
+    ((SECONDS < deadline)) || fail "AgentTurns not settled after $1 s: $left"
     sleep 2
   done
 }
@@ -496,7 +499,7 @@ main() {
     -p '[{"op": "add", "path": "/spec/signals/-", "value": {"id": "approve-1", "event": "approve"}}]'
   kc -n "$NAMESPACE" wait --for=jsonpath='{.status.phase}'=Succeeded "run/$RUN" --timeout=180s
   wait_turns 4 120
-  wait_no_agentturns 60
+  wait_agentturns_settled 60
 
   say "checking the settlements"
   kc get agentturns,runs,workspaces -A
@@ -513,9 +516,16 @@ main() {
   expect "Turn causes" "$causes" "pick pick pick pick"
   expect "Turn states" "$states" "implementing reviewing fixing reviewing"
   expect "processed signals" "$signals" "approve-1:handled"
-  # And wait_no_agentturns saw every AgentTurn's sweep finalizer run, so the API server
-  # could remove it: no Turn is left running on a Harness.
-  echo "    ok: no AgentTurn left"
+  # And wait_agentturns_settled saw every AgentTurn's sweep finalizer run: no Turn is
+  # left running on a Harness; each stays listed, Settled, with its outcome and cause.
+  local listed left
+  listed=$(kc -n "$NAMESPACE" get agentturns --no-headers | awk '{print $5, $6, $7}' | sort | uniq -c |
+    awk '{print $1, $2, $3, $4}')
+  expect "AgentTurns listed" "$listed" "4 Settled ended pick"
+  say "deleting run/$RUN: its kept AgentTurns go with it"
+  kc -n "$NAMESPACE" delete run "$RUN" --timeout=120s
+  left=$(kc -n "$NAMESPACE" get agentturns -o name)
+  expect "AgentTurns left" "$left" ""
 }
 
 if [[ ${1:-} == render ]]; then

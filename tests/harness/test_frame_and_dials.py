@@ -10,7 +10,9 @@ Cases:
 - a bad definition (``workspace: admin``) is refused 400 naming ``definition.workspace``;
 - the Dials hold for one Submission and are never sticky: a later Submission without
   ``model`` and ``thinkingLevel`` uses the Harness's default model and no reasoning effort;
-- an unknown provider, and no model with no default, are refused 400 naming ``model``.
+- an unknown provider, and no model with no default, are refused 400 naming ``model``;
+- a ``traceparent`` that is not a W3C one is refused 400 naming it; one that is is kept
+  with the Submission in its log (ADR 0107).
 """
 
 from __future__ import annotations
@@ -156,3 +158,23 @@ class TestRule9Dials:
         assert answer["field"] == "model"
         assert answer["message"].startswith("no model")
         await nothing_admitted(w)
+
+
+TRACEPARENT = "00-7bbcbf821bd0496881d2a1a4913b6f0a-f9c84d11700122ff-01"
+
+
+class TestTraceContext:
+    async def test_a_bad_traceparent_is_refused_naming_it(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        body = w.harness.body(PROMPT, traceparent="00-abc-def-01")
+        status, answer = await w.harness.admit_raw(IID, body)
+        assert (status, answer["field"]) == (400, "traceparent")
+        await nothing_admitted(w)
+
+    async def test_a_traceparent_is_kept_with_the_submission(self, world: StartWorld) -> None:
+        w = await world(TEXT_ONLY, orchestrated=False)
+        await w.harness.admit(IID, PROMPT, traceparent=TRACEPARENT)
+        status, _, events = await w.harness.stream(IID, types="submission-admitted")
+        assert status == 200
+        (admitted,) = events
+        assert admitted["data"]["request"]["traceparent"] == TRACEPARENT

@@ -146,11 +146,21 @@ class TestIsolation:
             "KUBETURN_ORCHESTRATOR_TOKEN": "orchestrator-t0ken",
             "OPENAI_API_KEY": "sk-very-secret",
             "SOME_SECRET": "hush-hush",
+            "OTEL_EXPORTER_OTLP_HEADERS": "authorization=collector-t0ken",  # ADR 0107
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
         }
         ctx = ToolContext(cwd=tmp_path, env=scrubbed_environment(base, home=str(tmp_path)))
         result = await run_tool("bash", {"command": "env"}, ctx)
         assert not result.is_error
-        for leaked in ("KUBETURN_", "OPENAI_API_KEY", "SOME_SECRET", "t0ken", "sk-", "hush"):
+        for leaked in (
+            "KUBETURN_",
+            "OPENAI_API_KEY",
+            "SOME_SECRET",
+            "t0ken",
+            "sk-",
+            "hush",
+            "OTEL_",
+        ):
             assert leaked not in result.text
         assert f"HOME={tmp_path}" in result.text.splitlines()
         assert "TERM=dumb" in result.text.splitlines()

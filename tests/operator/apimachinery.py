@@ -22,8 +22,18 @@ import jsonpatch
 import jsonpointer
 
 Body = dict[str, Any]
-Column = tuple[str, str]
-"""A printer column: its header and a JSONPath (``.a.b``, ``.a[0]``, ``.a[*].b``)."""
+Column = tuple[str, str] | tuple[str, str, str]
+"""A printer column: its header, a JSONPath (``.a.b``, ``.a[0]``, ``.a[*].b``) and, as
+a CRD declares it, its type (``date``, ``string``, ``integer``...); without one, a path
+ending in ``Timestamp`` is a date."""
+
+
+def column_type(column: Column) -> str:
+    """The column's type: declared, else a date for a ``...Timestamp`` path."""
+    if len(column) == 3:
+        return column[2]
+    return "date" if column[1].endswith("Timestamp") else "string"
+
 
 SERVER_MANAGED = (
     "uid",
@@ -444,16 +454,17 @@ def table(
 ) -> Body:
     """A ``meta.k8s.io/v1`` Table as kube-apiserver makes one for a custom resource.
 
-    As there, a column shows the first value its JSONPath finds; dates become ages;
+    As there, a column shows the first value its JSONPath finds; dates (by the column's
+    type) become ages;
     non-string values other than numbers and booleans are shown as compact JSON.
     """
 
-    def cell(body: Body, path: str) -> Any:
-        values = json_path(body, path)
+    def cell(body: Body, column: Column) -> Any:
+        values = json_path(body, column[1])
         if not values or values[0] is None:
             return None
         value = values[0]
-        if path.endswith("Timestamp") and isinstance(value, str):
+        if column_type(column) == "date" and isinstance(value, str):
             when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
             return human_age((now - when).total_seconds())
         if isinstance(value, str | int | float | bool):
@@ -477,15 +488,14 @@ def table(
             "description": "Name must be unique within a namespace.",
         }
     ]
-    for name, path in columns:
-        column_type = "date" if path.endswith("Timestamp") else "string"
+    for column in columns:
         definitions.append(
             {
-                "name": name,
-                "type": column_type,
+                "name": column[0],
+                "type": column_type(column),
                 "format": "",
                 "priority": 0,
-                "description": f"Custom resource definition column: {path}",
+                "description": f"Custom resource definition column: {column[1]}",
             }
         )
     return {
@@ -495,7 +505,7 @@ def table(
         "columnDefinitions": definitions,
         "rows": [
             {
-                "cells": [body["metadata"]["name"]] + [cell(body, path) for _, path in columns],
+                "cells": [body["metadata"]["name"]] + [cell(body, column) for column in columns],
                 "object": row_object(body),
             }
             for body in bodies

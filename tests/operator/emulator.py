@@ -72,6 +72,14 @@ this module applies them, and :mod:`~tests.operator.kubelet` runs the Pods:
   bindings, and kube-apiserver's bootstrap discovery roles, before any reaction sees the
   request: a refusal is kube-apiserver's 403 ``Status``; each decision about a request
   that is not the admin's is kept in ``authorizations``;
+- the aggregation layer (:mod:`~tests.operator.aggregation`): APIServices stored; a request
+  under an APIService's group and version authenticated and authorized by RBAC as any
+  other, then proxied over HTTPS to its Service's server (``api.aggregator.endpoints``
+  maps the Service to a port on 127.0.0.1) with the front-proxy client certificate and
+  ``X-Remote-User``/``X-Remote-Group``, the caller's credentials and ``X-Remote-*`` removed,
+  the answer streamed back; ``kube-system/extension-apiserver-authentication`` with the
+  request-header CA; ``/apis/<group>`` of such a group; SubjectAccessReviews (create)
+  answered by RBAC, and the two bootstrap roles aggregated servers are bound to;
 - the OwnerReferencesPermissionEnforcement admission plugin (off by default in
   kube-apiserver, on in OpenShift; always on here): changing an object's
   ownerReferences needs ``delete`` on it, a ``blockOwnerDeletion`` reference ``update``
@@ -99,8 +107,11 @@ kept, as for ``generation``); no ``managedFields``; no deletion of a namespace's
 objects with it (nor the other limits :mod:`tests.operator.lifecycle` lists); nothing
 runs a Pod but the operator tier's kubelet (:mod:`tests.operator.kubelet`), so a Pod
 bound to a node and deleted stays ``Terminating`` without it, as on a node that is
-gone; no TLS, client certificates, TokenRequest or ServiceAccount token Secrets, no Node
-authorizer, impersonation or aggregated ClusterRoles (refused), no RBAC escalation
+gone; no TLS of its own (plain HTTP; TLS only towards an APIService's server), client
+certificates, TokenRequest or ServiceAccount token Secrets, no Node authorizer,
+impersonation or aggregated ClusterRoles (refused), no APIService ``status`` (nothing
+checks availability), no aggregated discovery (``/apis`` lists no APIService's group),
+no TokenReviews, no RBAC escalation
 checks (only the admin writes RBAC objects); server-side apply only as far as a first
 apply goes (no field ownership: no conflicts, no removal of fields a manager stops
 applying; ``+cbor`` refused); protobuf bodies only of Secrets and ConfigMaps
@@ -145,6 +156,7 @@ import yaml
 from kmock._internal import dsl, rendering  # for the mirrored RawHandler methods
 
 from tests.operator import (
+    aggregation,
     apimachinery,
     builtin_kinds,
     fielderrors,
@@ -195,12 +207,16 @@ BUILTIN_RESOURCES = (
     "rbac.authorization.k8s.io/v1/rolebindings",
     "rbac.authorization.k8s.io/v1/clusterroles",
     "rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "apiregistration.k8s.io/v1/apiservices",
+    "authorization.k8s.io/v1/subjectaccessreviews",
 )
 """Built-in resources served, described as KMock's bundled discovery data describes them."""
 
 SEEDED_NAMESPACES = ("default", "kube-system")
 NAMESPACES = kmock.resource(group="", version="v1", plural="namespaces")
 SERVICE_ACCOUNTS = kmock.resource(group="", version="v1", plural="serviceaccounts")
+CONFIG_MAPS = kmock.resource(group="", version="v1", plural="configmaps")
+API_SERVICES = kmock.resource(group="apiregistration.k8s.io", version="v1", plural="apiservices")
 RBAC_RESOURCES = {
     kind: kmock.resource(group=rbac.GROUP, version="v1", plural=f"{kind.lower()}s")
     for kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
@@ -505,8 +521,12 @@ class KubernetesApi(kmock.KubernetesEmulator):
     _policy: rbac.Policy | None = attrs.field(init=False, default=None)
     _custom: dict[kmock.resource, schemas.CustomResource] = attrs.field(init=False)
     _builtin: dict[kmock.resource, builtin_kinds.BuiltinKind] = attrs.field(init=False)
+    _own_groups: frozenset[str] = attrs.field(init=False)
     traffic: traffic.Ledger = attrs.field(init=False, factory=traffic.Ledger)
     """Each user's requests and the bytes answered and streamed to it (always counted)."""
+    aggregator: aggregation.Aggregation = attrs.field(init=False, factory=aggregation.Aggregation)
+    """The aggregation layer: the front proxy, and the port of each APIService's Service
+    (``api.aggregator.endpoints[namespace, name] = port``)."""
 
     def __attrs_post_init__(self) -> None:
         # KMock's discovery, but not KMock's own object handlers: this class's replace them.
@@ -518,10 +538,13 @@ class KubernetesApi(kmock.KubernetesEmulator):
         self._builtin = {kmock.resource(k): kind for k, kind in builtin_kinds.KINDS.items()}
         for key, info in (builtin_resources() | kubeturn_resources()).items():
             self.resources[key] = info
+        self._own_groups = frozenset(resource.group or "" for resource in self.resources)
         for name in SEEDED_NAMESPACES:
             self.create_object(NAMESPACES, {"metadata": {"name": name}})
         for body in rbac.BOOTSTRAP:
             self.create_object(RBAC_RESOURCES[body["kind"]], body)
+        front_proxy = self.aggregator.front_proxy
+        self.create_object(CONFIG_MAPS, aggregation.authentication_config_map(front_proxy))
         self._tokens[self.admin_token] = ADMIN
 
     # --- Public helpers for tests (no HTTP) ---
@@ -776,6 +799,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
         refused = self._refusal(request)
         if refused is not None:
             return await _respond(refused.code, refused.status())(request)
+        aggregated = await self._aggregated(request)
+        if aggregated is not None:
+            return aggregated
         FIELD_VALIDATION.set(request.params.get("fieldValidation", ""))
         ordered = sorted(self._payloads, key=_precedence)
         for payload in ordered:
@@ -790,6 +816,49 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 except NotImplementedError:  # matched, with nothing to answer
                     pass
         raise NotImplementedError("no reaction matches the request")
+
+    async def _aggregated(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
+        """What the aggregation layer answers (:mod:`~tests.operator.aggregation`): a
+        SubjectAccessReview; the APIGroup of a group an APIService hands on; any request
+        under such a group and version, proxied. None for every other request."""
+        parts = request.url.path.strip("/").split("/")
+        if parts[0] != "apis" or len(parts) < 2:
+            return None
+        group, version = parts[1], parts[2] if len(parts) > 2 else ""
+        review_path = [aggregation.REVIEW_GROUP, "v1", "subjectaccessreviews"]
+        if parts[1:] == review_path and request.method.value == "POST":
+            try:
+                answer = aggregation.review(self._policy_now(), request.data)
+            except apimachinery.ApiError as error:
+                return await _respond(error.code, error.status())(request)
+            return await _respond(201, answer)(request)
+        if group in self._own_groups:
+            return None
+        apiservices = [body for _, body in self._stored(API_SERVICES)]
+        if len(parts) == 2:
+            served = [
+                a for a in apiservices if aggregation.served_by([a], group, a["spec"]["version"])
+            ]
+            if not served:
+                return None
+            versions = [
+                {"groupVersion": f"{group}/{a['spec']['version']}", "version": a["spec"]["version"]}
+                for a in served
+            ]
+            body = {
+                "kind": "APIGroup",
+                "apiVersion": "v1",
+                "name": group,
+                "versions": versions,
+                "preferredVersion": versions[0],
+            }
+            return await _respond(200, body)(request)
+        apiservice = aggregation.served_by(apiservices, group, version)
+        if apiservice is None:
+            return None
+        user = self._user_of(request)
+        assert user is not None  # refused before, with 401
+        return await self.aggregator.proxy(request._raw_request, request.body, apiservice, user)
 
     async def _serve_openapi(self, request: kmock.Request) -> kmock.Response:
         """``/openapi/v3`` and its documents, of the group-versions served (OpenAPI v2 is

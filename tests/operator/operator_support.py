@@ -34,6 +34,7 @@ import pytest
 
 from kubeturn.k8s import operator
 from kubeturn.settings import OperatorSettings
+from kubeturn.tracing import Tracing
 from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator
@@ -104,9 +105,18 @@ async def eventually(
 class OperatorThread:
     """``operator.run`` in a thread with its own event loop, as in its own process."""
 
-    def __init__(self, settings: OperatorSettings, kubeconfig: Path) -> None:
+    def __init__(
+        self,
+        settings: OperatorSettings,
+        kubeconfig: Path,
+        console: operator.ConsoleApp | None = None,
+        *,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.settings = settings
+        self._tracing = tracing
         self._kubeconfig = kubeconfig
+        self._console = console
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -118,7 +128,13 @@ class OperatorThread:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
             self._started.set()
-            await operator.run(self.settings, kubeconfig=str(self._kubeconfig), stop=self._stop)
+            await operator.run(
+                self.settings,
+                kubeconfig=str(self._kubeconfig),
+                stop=self._stop,
+                tracing=self._tracing,
+                console=self._console,
+            )
 
         try:
             asyncio.run(main())
@@ -281,7 +297,9 @@ def helm() -> Path:
 
 def settings(installation: Installation, *, providers_yaml: str) -> OperatorSettings:
     """The operator's settings for one test: loopback and free ports; the namespaces it
-    serves and its own as the chart installed gives them."""
+    serves and its own as the chart installed gives them. A settled AgentTurn goes at
+    once, as the scenarios that wait for a Run's AgentTurns to go expect; those of
+    finished Turns kept for kubectl set ``turn_retention_s`` (test_turn_retention)."""
     api_port = free_port()
     return OperatorSettings(
         namespaces=installation.namespaces,
@@ -293,6 +311,7 @@ def settings(installation: Installation, *, providers_yaml: str) -> OperatorSett
         api_port=api_port,
         health_port=free_port(),
         metrics_port=free_port(),
+        turn_retention_s=0.0,
     )
 
 
@@ -452,6 +471,7 @@ async def scripted_operator(
     script_text: str,
     *,
     providers: str = "scripted:\n  type: openai\n  baseUrl: {url}\n",
+    tracing: Tracing | None = None,
     **changes: Any,
 ) -> AsyncIterator[Scripted]:
     """The scripted model serving ``script_text`` and the operator (its settings from
@@ -462,7 +482,7 @@ async def scripted_operator(
     providers = providers.format(url=url)
     operating = dataclasses.replace(settings(installation, providers_yaml=providers), **changes)
     made = Scripted(
-        OperatorThread(operating, installation.kubeconfig),
+        OperatorThread(operating, installation.kubeconfig, tracing=tracing),
         url.removesuffix("/v1"),
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)),
     )

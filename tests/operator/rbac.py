@@ -475,9 +475,12 @@ def unauthorized() -> apimachinery.ApiError:
 # --- The cluster's own policy ----------------------------------------------------------
 
 
+BOOTSTRAPPING = {"kubernetes.io/bootstrapping": "rbac-defaults"}
+
+
 def _bootstrap_role(name: str, urls: tuple[str, ...], *groups: str) -> list[Body]:
     """A ClusterRole granting ``get`` on ``urls``, and its ClusterRoleBinding to ``groups``."""
-    meta = {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}}
+    meta = {"name": name, "labels": BOOTSTRAPPING}
     role = {
         "apiVersion": f"{GROUP}/v1",
         "kind": "ClusterRole",
@@ -504,8 +507,45 @@ BOOTSTRAP: tuple[Body, ...] = (
     *_bootstrap_role(
         "system:public-info-viewer", HEALTH_AND_VERSION, AUTHENTICATED, UNAUTHENTICATED
     ),
+    {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "system:auth-delegator", "labels": BOOTSTRAPPING},
+        "rules": [
+            {
+                "apiGroups": ["authentication.k8s.io"],
+                "resources": ["tokenreviews"],
+                "verbs": ["create"],
+            },
+            {
+                "apiGroups": ["authorization.k8s.io"],
+                "resources": ["subjectaccessreviews"],
+                "verbs": ["create"],
+            },
+        ],
+    },
+    {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "Role",
+        "metadata": {
+            "name": "extension-apiserver-authentication-reader",
+            "namespace": "kube-system",
+            "labels": BOOTSTRAPPING,
+        },
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": ["extension-apiserver-authentication"],
+                "verbs": ["get", "list", "watch"],
+            }
+        ],
+    },
 )
 """The RBAC objects kube-apiserver makes at its start that every client relies on
 (``bootstrappolicy``): any authenticated user may read discovery, anyone health and the
-version. Its other defaults (controllers' roles, ``cluster-admin`` for ``system:masters``,
-which its privileged-group authorizer allows anyway) no request here needs."""
+version; and the two an aggregated API server is bound to, ``system:auth-delegator``
+(token and access reviews) and ``kube-system/extension-apiserver-authentication-reader``
+(how kube-apiserver proxies to it). Its other defaults (controllers' roles,
+``cluster-admin`` for ``system:masters``, which its privileged-group authorizer allows
+anyway) no request here needs."""

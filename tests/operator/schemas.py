@@ -526,7 +526,7 @@ class CustomResource:
     short_names: tuple[str, ...]
     categories: tuple[str, ...]
     subresources: tuple[str, ...]
-    printer_columns: tuple[tuple[str, str], ...]
+    printer_columns: tuple[tuple[str, str, str], ...]
     schema: Node
 
     @property
@@ -587,7 +587,7 @@ def _resource(crd: Mapping[str, Any]) -> CustomResource:
     schema = Node.of(version["schema"]["openAPIV3Schema"])
     check_transition_rules(schema, "")
     columns = tuple(
-        (str(column["name"]), str(column["jsonPath"]))
+        (str(column["name"]), str(column["jsonPath"]), str(column["type"]))
         for column in version.get("additionalPrinterColumns") or ()
     )
     return CustomResource(

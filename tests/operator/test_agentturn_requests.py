@@ -22,6 +22,9 @@ Cases:
   (its worktrees with the admitting Turn, the Submission admitted, the exit, the Turn
   recorded); no read, no record of kopf's (ADR 0093, 0094). Before: 8 (kopf's record,
   the worktrees alone, the settlement heard during the sweep).
+- kept for kubectl after it settled (the Run's ``turnRetention``, ADR 0106), the
+  AgentTurn takes one request more, the patch removing the retain finalizer when its
+  retention passed: 7, still no read and no list; the Run's are the same 5.
 """
 
 from __future__ import annotations
@@ -60,8 +63,9 @@ TURN = f"{RUN}-t1"
 Body = dict[str, Any]
 
 
-def single_turn_run() -> Body:
-    """The benchmark's Run: one agent state whose Agent picks ``done`` once → final."""
+def single_turn_run(**spec: Any) -> Body:
+    """The benchmark's Run: one agent state whose Agent picks ``done`` once → final; with
+    ``spec``'s fields too."""
     return {
         "apiVersion": GROUP_VERSION,
         "kind": "Run",
@@ -81,6 +85,7 @@ def single_turn_run() -> Body:
                     "finished": {"type": "final"},
                 },
             },
+            **spec,
         },
     }
 
@@ -162,3 +167,25 @@ async def test_one_turn_takes_six_requests_on_its_agentturn_and_five_on_its_run(
         "pick",
     )
     assert [s["outcome"] for s in last["submissions"]] == ["ended"]
+
+
+async def test_a_turn_kept_for_kubectl_takes_one_request_more(world: OperatorWorld) -> None:
+    made = world
+    since = len(list(made.k8s))
+    await made.create(single_turn_run(turnRetention="1s"))
+    await eventually(
+        lambda: (read(made.k8s, RUNS, RUN) or {}).get("status", {}).get("phase") == "Succeeded",
+        "the Run to succeed",
+    )
+    await eventually(lambda: not names(made.k8s, AGENTTURNS), "its AgentTurn to go, kept 1s")
+
+    assert dict(requests_on(made.k8s, since, "agentturns", TURN)) == {
+        ("POST", ""): 1,
+        ("PATCH", "status"): 3,
+        ("DELETE", ""): 1,
+        ("PATCH", ""): 2,
+    }
+    assert dict(requests_on(made.k8s, since, "runs", RUN)) == {
+        ("PATCH", ""): 1,
+        ("PATCH", "status"): 4,
+    }

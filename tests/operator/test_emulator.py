@@ -500,7 +500,7 @@ def test_the_served_custom_resources_are_the_crd_files() -> None:
     served = sorted(f"{r.plural}.{r.group}.yaml" for r in emulator.CUSTOM_RESOURCES)
     assert served == on_disk
     columns = emulator.KUBETURN_PRINTER_COLUMNS["Run"]
-    assert columns[0] == ("State", ".status.state")
+    assert columns[0] == ("State", ".status.state", "string")
 
 
 async def test_an_invalid_custom_resource_is_422_with_the_api_servers_body(
@@ -2048,12 +2048,27 @@ async def test_kubectl_shows_printer_columns(
         {
             "status": {
                 "phase": "Settled",
-                "settlement": {"outcome": "ended", "settledAt": "2026-01-01T00:00:00Z"},
+                "settlement": {
+                    "outcome": "ended",
+                    "cause": "pick",
+                    "settledAt": "2026-01-01T00:00:00Z",
+                },
             }
         },
     )
     done = await kubectl("get", "turn")
     header, row = done.stdout.splitlines()
-    assert header.split() == ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE"]
-    assert row.split()[:6] == ["t1", "r1", "coder", "build.code", "Settled", "ended"]
-    assert row.split()[6].endswith("s")
+    assert header.split() == [
+        "NAME",
+        "RUN",
+        "AGENT",
+        "STATE",
+        "PHASE",
+        "OUTCOME",
+        "CAUSE",
+        "SETTLED",
+        "AGE",
+    ]
+    assert row.split()[:7] == ["t1", "r1", "coder", "build.code", "Settled", "ended", "pick"]
+    assert row.split()[7].endswith("d")  # settled months ago: an age, as a date column
+    assert row.split()[8].endswith("s")

@@ -101,7 +101,7 @@ def printer_columns() -> Mapping[str, Sequence[emulator.Column]]:
         crd = yaml.safe_load(path.read_text())
         (version,) = crd["spec"]["versions"]
         columns[crd["spec"]["names"]["kind"]] = tuple(
-            (column["name"], column["jsonPath"])
+            (column["name"], column["jsonPath"], column["type"])
             for column in version.get("additionalPrinterColumns", [])
         )
     return columns
@@ -327,7 +327,17 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     # While the coder's first Turn runs (its model request held), kubectl shows it.
     world, first = await coder_running(cluster)
     shown = table((await world.kubectl("get", "agentturns")).stdout)
-    assert shown[0] == ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE"]
+    assert shown[0] == [
+        "NAME",
+        "RUN",
+        "AGENT",
+        "STATE",
+        "PHASE",
+        "OUTCOME",
+        "CAUSE",
+        "SETTLED",
+        "AGE",
+    ]
     assert [row[:6] for row in shown[1:]] == [[first, RUN, "coder", "implementing", "Running", ""]]
     # A person approving before the review: ignored, said so, and not kept for later.
     early = [

@@ -18,7 +18,8 @@ The "Building your own images" alternative is not run: it needs a Docker registr
 
 The operator is started as the chart's Deployment, as ``helm install`` stored it in the
 emulator, runs it: its environment (``kubeturn operator`` reads nothing else) with the
-providers ConfigMap's file where the Deployment mounts it, as the chart's ServiceAccount
+providers ConfigMap's file and the console's certificate Secret where the Deployment
+mounts them, as the chart's ServiceAccount
 (a token issued for it; its RBAC, as helm stored it, enforced), with loopback ports; no
 Lease election (one replica).
 
@@ -27,7 +28,8 @@ chart's objects; the Secret the README makes holds the key; the Run applied wait
 ``humanReview`` with two Turns, each ``ended`` by its own pick (coder ``implementing``,
 reviewer ``reviewing``), on the models the example names; ``kubectl get runs`` shows it
 so; the README's patch approves it and it ``Succeeded`` with the example's output;
-``kubectl describe run`` shows the Turns' Events; the watch showed both AgentTurns.
+``kubectl describe run`` shows the Turns' Events; the watch showed both AgentTurns, and
+both stay, ``Settled`` with outcome and cause, for the chart's ``turnRetention``.
 """
 
 from __future__ import annotations
@@ -191,6 +193,14 @@ async def operator_as_deployed(
             target.mkdir(parents=True)
             for file, content in stored["data"].items():
                 (target / file).write_text(content)
+        secret = volumes[name].get("secret")
+        if secret is not None:
+            stored = k8s.read_object("v1/secrets", namespace, secret["secretName"])
+            assert stored is not None
+            target = files / path.lstrip("/")
+            target.mkdir(parents=True)
+            for file, content in stored["data"].items():
+                (target / file).write_bytes(base64.b64decode(content))
     fields = {"metadata.namespace": namespace, "metadata.name": "kubeturn-0"}
     for variable in container["env"]:
         if "value" in variable:
@@ -210,6 +220,7 @@ async def operator_as_deployed(
         api_port=api_port,
         health_port=free_port(),
         metrics_port=free_port(),
+        console_port=free_port(),
     )
     token = k8s.issue_token(namespace, pod["serviceAccountName"])
     kubeconfig = emulator.write_kubeconfig(tmp_path / "operator", str(k8s.url), token=token)
@@ -272,7 +283,17 @@ async def test_the_readme_walkthrough_runs_as_written(
                 return found.get("state") == "humanReview" and found.get("turnCount") == 2
 
             await eventually(at_review, "the Run to wait at humanReview", timeout=RUN_S)
-            await eventually(lambda: names(k8s, AGENTTURNS) == [], "every AgentTurn to go")
+            # The chart keeps each settled AgentTurn an hour (turnRetention): kubectl
+            # lists the finished Turns too.
+            await eventually(
+                lambda: (
+                    names(k8s, AGENTTURNS) == [f"{RUN}-t1", f"{RUN}-t2"]
+                    and all(
+                        status(k8s, AGENTTURNS, n).get("settlement") for n in names(k8s, AGENTTURNS)
+                    )
+                ),
+                "both AgentTurns settled, kept",
+            )
             shown = table(await shell(get_runs))
             assert shown[0][:4] == ["NAME", "STATE", "PHASE", "TURNS"]
             assert [row[:4] for row in shown[1:]] == [[RUN, "humanReview", "Running", "2"]]
@@ -306,16 +327,42 @@ async def test_the_readme_walkthrough_runs_as_written(
             # kubectl aligns each watched row on its own: cells by whitespace (an empty
             # PHASE or OUTCOME is no cell).
             header, *lines = out.decode().splitlines()
-            assert header.split() == ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE"]
+            assert header.split() == [
+                "NAME",
+                "RUN",
+                "AGENT",
+                "STATE",
+                "PHASE",
+                "OUTCOME",
+                "CAUSE",
+                "SETTLED",
+                "AGE",
+            ]
             rows = [line.split() for line in lines]
             assert {tuple(row[:4]) for row in rows} == {
                 (f"{RUN}-t1", RUN, "coder", "implementing"),
                 (f"{RUN}-t2", RUN, "reviewer", "reviewing"),
             }
-            last = {row[0]: row[:6] for row in rows}
+            last = {row[0]: row[:7] for row in rows}
             assert last == {
-                f"{RUN}-t1": [f"{RUN}-t1", RUN, "coder", "implementing", "Settled", "ended"],
-                f"{RUN}-t2": [f"{RUN}-t2", RUN, "reviewer", "reviewing", "Settled", "ended"],
+                f"{RUN}-t1": [
+                    f"{RUN}-t1",
+                    RUN,
+                    "coder",
+                    "implementing",
+                    "Settled",
+                    "ended",
+                    "pick",
+                ],
+                f"{RUN}-t2": [
+                    f"{RUN}-t2",
+                    RUN,
+                    "reviewer",
+                    "reviewing",
+                    "Settled",
+                    "ended",
+                    "pick",
+                ],
             }
 
             requests = await model_requests_of(model_url)

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from kubeturn.tracing import Tracing
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.installation import Installation
@@ -262,6 +263,7 @@ async def operator_world(
     first: Iterable[Body] = (),
     watch_agentturns: bool = False,
     watch_workspaces: bool = False,
+    tracing: Tracing | None = None,
     **changes: Any,
 ) -> AsyncIterator[OperatorWorld]:
     """The operator (its settings from ``settings``, with ``changes``) started as the chart
@@ -293,7 +295,7 @@ async def operator_world(
         if script is not None:
             extra = {} if providers is None else {"providers": providers}
             scripted = await stack.enter_async_context(
-                scripted_operator(installation, script, **extra, **changes)
+                scripted_operator(installation, script, **extra, tracing=tracing, **changes)
             )
             made._operator, made._session, made.model = (
                 scripted.operator,
@@ -304,7 +306,7 @@ async def operator_world(
             operating = dataclasses.replace(
                 settings(installation, providers_yaml=providers or NO_PROVIDERS), **changes
             )
-            operator = OperatorThread(operating, installation.kubeconfig)
+            operator = OperatorThread(operating, installation.kubeconfig, tracing=tracing)
             made._operator = operator
             stack.push_async_callback(operator.stop)
             await operator.start()

@@ -132,7 +132,11 @@ def settle_sweep(core: RunCore, sweep: Sweep, running: str | None, now: float) -
     before = core.verdict(sweep.turn, caused)
     effects = core.swept(sweep.turn, caused, now)
     record = record_of(core, sweep.turn)
-    assert effects.items == [Recorded(record)]
+    (recorded,) = effects.items
+    assert isinstance(recorded, Recorded)
+    assert recorded.record == record
+    assert recorded.exit is not None
+    assert (recorded.exit.cause, recorded.exit.submission) == (sweep.cause, sweep.submission)
     assert before == core.verdict(sweep.turn, {}) == (record.outcome, record.message)
     return record
 

@@ -2,7 +2,8 @@
 
 Cases: a valid value is read as its model; a refused one names the flag and every problem
 at its path under the chart's value, never a stack trace; with no flag and no environment,
-``kubeturn operator``'s settings are ``OperatorSettings()``'s defaults (one source).
+``kubeturn operator``'s settings are ``OperatorSettings()``'s defaults (one source); the
+console's certificate and key are read together, one without the other refused.
 """
 
 from __future__ import annotations
@@ -43,3 +44,37 @@ def test_the_commands_defaults_are_the_operators(monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv(variable)
     args = cli._parser().parse_args(["operator"])
     assert cli.operator_settings(args) == OperatorSettings()
+
+
+def test_sandbox_tracing_is_refused_naming_its_value() -> None:
+    from kubeturn.api.tracing import SandboxTracing
+
+    with pytest.raises(CommandError) as refused:
+        cli._chart_json(
+            '{"endpoint": "collector:4318"}', SandboxTracing, "tracing", "--sandbox-tracing"
+        )
+    assert str(refused.value).startswith("--sandbox-tracing is refused: tracing.endpoint: ")
+    read = cli._chart_json(
+        '{"endpoint": "http://c:4318", "headersSecret": {"name": "h"}}',
+        SandboxTracing,
+        "tracing",
+        "--sandbox-tracing",
+    )
+    assert (read.endpoint, read.headersSecret and read.headersSecret.key) == (
+        "http://c:4318",
+        "headers",
+    )
+
+
+def test_the_consoles_certificate_and_key_go_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in [v for v in os.environ if v.startswith("KUBETURN_") or v == "KUBECONFIG"]:
+        monkeypatch.delenv(variable)
+    both = ["operator", "--console-certificate", "/c/tls.crt", "--console-key", "/c/tls.key"]
+    settings = cli.operator_settings(cli._parser().parse_args([*both, "--console-port", "9443"]))
+    assert (settings.console_certificate, settings.console_key, settings.console_port) == (
+        "/c/tls.crt",
+        "/c/tls.key",
+        9443,
+    )
+    with pytest.raises(CommandError, match="--console-certificate and --console-key go together"):
+        cli.operator_settings(cli._parser().parse_args(both[:3]))

@@ -62,7 +62,7 @@ from kubeturn.orchestrator.effects import (
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.picks import Gone, Invalid
-from kubeturn.orchestrator.turns import TurnPhase
+from kubeturn.orchestrator.turns import Exit, TurnPhase
 from kubeturn_harness.wire import Outcome, Receipt, Refusal
 from tests.unit.cores import (
     HANDOFF_IID,
@@ -294,7 +294,7 @@ class TestFrames:
             "path, got 'src/app' (from 'src/app')"
         )
         record = record_of(core, "t1")
-        assert effects.items == [Recorded(record)]
+        assert effects.items == [Recorded(record, Exit(cause=None, submission=None, at=0.0))]
         assert (record.outcome, record.cause, record.message) == (
             Outcome.FAILED,
             None,

@@ -162,6 +162,8 @@ COLUMNS = {
         ("State", ".spec.statePath", "string"),
         ("Phase", ".status.phase", "string"),
         ("Outcome", ".status.settlement.outcome", "string"),
+        ("Cause", ".status.settlement.cause", "string"),
+        ("Settled", ".status.settlement.settledAt", "date"),
         AGE,
     ],
     "Run": [
@@ -195,7 +197,8 @@ def test_printer_columns_name_fields_of_their_type(kind: str) -> None:
         if path == ".metadata.creationTimestamp":
             continue
         node = node_at(schema, path.removeprefix("."))
-        assert node["type"] == kind_of_column, f"column {name}: {path} is {node['type']}"
+        stored = "string" if kind_of_column == "date" else kind_of_column  # RFC 3339 text
+        assert node["type"] == stored, f"column {name}: {path} is {node['type']}"
 
 
 # --- descriptions ------------------------------------------------------------------

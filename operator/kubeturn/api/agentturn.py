@@ -1,8 +1,9 @@
 """The AgentTurn resource: one Agent's answer to one state, visible with kubectl.
 
 Created and deleted by the Run controller only. Its finalizer (``kubeturn.dev/sweep``)
-sends the sweep when it is deleted and records how the Turn ended before it goes.
-Nothing here does IO.
+sends the sweep when it is deleted and records how the Turn ended; a second one
+(``kubeturn.dev/retain``) keeps the settled Turn visible for its ``spec.retention``
+(ADR 0106). Nothing here does IO.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from kubeturn.api.status import Condition, Message, Status, SubmissionRecord
 from kubeturn_harness.wire import Outcome, ThinkingLevel, WorkspaceAccess
 
 SWEEP_FINALIZER = f"{GROUP}/sweep"
+RETAIN_FINALIZER = f"{GROUP}/retain"
+"""Holds a settled AgentTurn for its ``spec.retention`` after the settlement (ADR 0106):
+present from its creation (a finalizer cannot be added to an object being deleted),
+removed by the operator when the retention passes, when its Run goes, or at once when
+its Turn did not end by its state's exit (a ``kubectl delete`` by a person)."""
 
 
 class ObjectRef(Spec):
@@ -56,6 +62,12 @@ class AgentTurnSpec(Spec):
     model: str | None = Field(default=None, description="'provider/model' for this Turn.")
     thinkingLevel: ThinkingLevel | None = Field(default=None, description="Reasoning effort.")
     menu: list[MenuEntry] = Field(default_factory=list, description="The picks it may make.")
+    retention: str | None = Field(
+        default=None,
+        description="How long it stays, settled, after its settlement (a duration: the "
+        "Run's spec.turnRetention or the operator's --turn-retention); absent: it goes at "
+        "once.",
+    )
 
 
 class TurnPhase(StrEnum):

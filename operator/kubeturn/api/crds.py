@@ -286,6 +286,10 @@ AGENT_TURN = Resource(
             "string",
             "How the Turn ended: ended, aborted, completed or failed.",
         ),
+        PrinterColumn("Cause", ".status.settlement.cause", "string", "pick, or empty."),
+        PrinterColumn(
+            "Settled", ".status.settlement.settledAt", "date", "How long ago the Turn ended."
+        ),
         AGE,
     ),
     amendments=(

@@ -19,6 +19,7 @@ from kubeturn.api.common import (
     check_object_name,
     check_slot_names,
 )
+from kubeturn.api.durations import parse_duration
 from kubeturn.api.machine import MachineSpec
 from kubeturn.api.status import RunStatus
 from kubeturn.api.workspace import WorkspaceSpec
@@ -140,12 +141,26 @@ class RunSpec(Spec):
             "is Cancelled."
         ),
     )
+    turnRetention: str | None = Field(
+        default=None,
+        description="On a cluster: how long a Turn's AgentTurn stays visible, Settled, "
+        "after its Turn ended, e.g. 30m, 24h; 0s lets it go at once. Absent: the "
+        "operator's --turn-retention (the chart's turnRetention, 1h by default). Deleting "
+        "the Run lets its Turns go at once.",
+    )
 
     @field_validator("agents")
     @classmethod
     def _slot_names(cls, agents: dict[str, AgentSlot]) -> dict[str, AgentSlot]:
         check_slot_names("an agent slot", agents)
         return agents
+
+    @field_validator("turnRetention")
+    @classmethod
+    def _retention(cls, retention: str | None) -> str | None:
+        if retention is not None:
+            parse_duration(retention)
+        return retention
 
     @field_validator("signals")
     @classmethod

@@ -36,7 +36,7 @@ class Cluster:
 
     def __init__(self, name: str, namespace: str | None, kubeconfig: str | None) -> None:
         self.name = name
-        client, default_namespace = _client(kubeconfig)
+        client, default_namespace = client_for(kubeconfig)
         self._client = client
         self.namespace = namespace or default_namespace
         self.kube = Kube(client)
@@ -131,7 +131,7 @@ def _reason(error: ApiException) -> str:
     return str(error.reason)
 
 
-def _client(kubeconfig: str | None) -> tuple[kubernetes.client.ApiClient, str]:
+def client_for(kubeconfig: str | None) -> tuple[kubernetes.client.ApiClient, str]:
     """The official client and the namespace its context names (``default`` if none)."""
     if kubeconfig is None and SERVICE_ACCOUNT_NAMESPACE.exists():
         try:

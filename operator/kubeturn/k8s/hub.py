@@ -32,6 +32,7 @@ from kubeturn.orchestrator.api import Registry
 from kubeturn.orchestrator.delivery import Pusher
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.settings import OperatorSettings
+from kubeturn.tracing import Tracing
 
 REPORT_KEEP_S = 600.0
 """How long a finalizer's report waits for its Run to take it: a Run's actor takes it
@@ -59,6 +60,8 @@ class Hub:
     clock: Callable[[], float] = time.monotonic
     """Monotonic seconds, for how long an unclaimed report is kept."""
     pusher: Pusher | None = None
+    tracing: Tracing | None = None
+    """Where Runs' spans go; None: Runs are not traced (ADR 0107)."""
     """What pushes a Run's delivered branch (``kubeturn.k8s.deliveries.KubePusher``, a
     short-lived Pod that alone mounts the slot's Secret); None: a ``deliver`` with
     ``push: true`` fails saying this operator has no pusher."""

@@ -56,6 +56,7 @@ NETWORK_POLICIES = Kind("networking.k8s.io", "v1", "networkpolicies")
 EVENTS = Kind("", "v1", "events")
 LEASES = Kind("coordination.k8s.io", "v1", "leases")
 ENDPOINT_SLICES = Kind("discovery.k8s.io", "v1", "endpointslices")
+SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 KINDS = {
     (GROUP_VERSION, "Run"): RUNS,
@@ -211,6 +212,11 @@ class Kube:
             if error.status == 404:
                 raise NotFound(f"{kind.plural}/{name} is gone") from error
             raise
+
+    async def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Ask the API server an ``authorization.k8s.io/v1`` SubjectAccessReview (never
+        stored): its answer, ``status.allowed`` among it."""
+        return dict(await self._call("POST", SUBJECT_ACCESS_REVIEWS, body))
 
     async def delete(
         self, kind: Kind, namespace: str, name: str, *, uid: str | None = None

@@ -14,8 +14,9 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubeturn.api.agentturn import SWEEP_FINALIZER
+from kubeturn.api.agentturn import RETAIN_FINALIZER, SWEEP_FINALIZER
 from kubeturn.api.common import GROUP, GROUP_VERSION
+from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.workspace import Resources, SandboxResources, WorkspaceSpec, quantity
 from kubeturn.k8s import clones as clone_containers
 from kubeturn.k8s import egress, names, sandboxes
@@ -268,6 +269,7 @@ def sandbox_pod(
     require_confinement: bool = False,
     resources: SandboxResources | None = None,
     default_model: str | None = None,
+    tracing: SandboxTracing | None = None,
 ) -> Object:
     """The sandbox: an init container clones each repo slot; the ``harness`` container
     serves Turns; the ``tools`` container runs every Agent's tool (ADR 0035).
@@ -348,6 +350,7 @@ def sandbox_pod(
             },
             {"name": "KUBETURN_ORCHESTRATOR_URL", "value": orchestrator_url},
             {"name": "KUBETURN_PROVIDERS", "value": PROVIDERS_PATH},
+            *(tracing.env(namespace=meta["namespace"], workspace=name) if tracing else []),
             *spec.env,
         ],
         "envFrom": list(spec.envFrom),
@@ -485,7 +488,11 @@ def agent_turn(
     *,
     workspace: str | None,
     menu: list[dict[str, Any]],
+    retention: str | None = None,
 ) -> Object:
+    """The AgentTurn of a Turn the Run admits. With a ``retention`` (a duration over
+    zero) it carries it and the retain finalizer, from its creation: a finalizer cannot
+    be added once it is being deleted (ADR 0106)."""
     meta = run["metadata"]
     name = turn_name(meta["name"], effect.turn)
     spec: Object = {
@@ -509,6 +516,8 @@ def agent_turn(
         spec["model"] = effect.model
     if effect.thinking_level is not None:
         spec["thinkingLevel"] = effect.thinking_level
+    if retention is not None:
+        spec["retention"] = retention
     metadata = _metadata(
         name,
         meta["namespace"],
@@ -520,5 +529,5 @@ def agent_turn(
             TURN_SEQ_LABEL: str(ids.turn_seq(effect.turn)),
         },
     )
-    metadata["finalizers"] = [SWEEP_FINALIZER]
+    metadata["finalizers"] = [SWEEP_FINALIZER, *([RETAIN_FINALIZER] if retention else [])]
     return {"apiVersion": GROUP_VERSION, "kind": "AgentTurn", "metadata": metadata, "spec": spec}

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Callable, Coroutine
@@ -25,13 +26,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from kubeturn.api.agentturn import SWEEP_FINALIZER
 from kubeturn.api.status import FINISHED
-from kubeturn.errors import LeadershipLost
-from kubeturn.k8s import agentturns, diffbase, leader, runs, workspaces
+from kubeturn.errors import ConsoleUnavailable, LeadershipLost
+from kubeturn.k8s import (
+    agentturns,
+    console_server,
+    diffbase,
+    leader,
+    retention,
+    runs,
+    workspaces,
+)
 from kubeturn.k8s.deliveries import KubePusher
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import RUNS, Kube, pool_size
 from kubeturn.orchestrator import api, ids
 from kubeturn.settings import OperatorSettings
+from kubeturn.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +109,7 @@ def build(hub: Hub, client: kubernetes.client.ApiClient) -> kopf.OperatorRegistr
     registry = kopf.OperatorRegistry()
     runs.register(hub, registry, also=workspaces.register(hub, registry))
     agentturns.register(hub, registry)
+    retention.register(hub, registry)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -214,16 +225,22 @@ parks for up to 25 s and is retried, so it is cut rather than waited for."""
 
 
 class Servers:
-    """The operator's HTTP servers (Orchestrator API, health, metrics)."""
+    """The operator's HTTP servers (Orchestrator API, health, metrics, the console)."""
 
     def __init__(self) -> None:
         self._runners: list[web.AppRunner] = []
 
-    async def start(self, app: web.Application, host: str, port: int) -> None:
+    async def start(
+        self,
+        app: web.Application,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_S)
         await runner.setup()
         self._runners.append(runner)
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
 
     async def close(self) -> None:
         """Stop serving and close every connection; a second call does nothing."""
@@ -273,17 +290,47 @@ async def keep_leading(
         stop.set()
 
 
+ConsoleApp = Callable[[Hub], web.Application]
+"""Makes the console's app, routes relative to its root, for the Runs of a hub."""
+
+
+async def serve_console(
+    servers: Servers, hub: Hub, settings: OperatorSettings, console: ConsoleApp | None
+) -> None:
+    """Serve the aggregated console on ``settings.console_port`` (TLS), when the settings
+    name its certificate; a console that cannot serve is logged, and the operator runs on
+    without it (its APIService then says it is not Available)."""
+    if settings.console_certificate is None or settings.console_key is None:
+        return
+    try:
+        app, context = await console_server.prepare(
+            hub.kube,
+            settings.console_certificate,
+            settings.console_key,
+            console(hub) if console is not None else web.Application(),
+        )
+    except ConsoleUnavailable as error:
+        log.error("the console is not served: %s", error)
+        return
+    await servers.start(app, settings.api_host, settings.console_port, context)
+    log.info("console (aggregated API) on %s:%d", settings.api_host, settings.console_port)
+
+
 async def run(
     settings: OperatorSettings,
     *,
     kubeconfig: str | None = None,
     election: leader.Election | None = None,
     stop: asyncio.Event | None = None,
+    tracing: Tracing | None = None,
+    console: ConsoleApp | None = None,
 ) -> None:
     """Run the operator until ``stop`` is set (or the process is signalled).
 
     Health and metrics answer at once. With an ``election`` the replica is a standby
-    until it holds the Lease; then it serves the Orchestrator API and runs kopf
+    until it holds the Lease; then it serves the Orchestrator API and the aggregated
+    console (``console``'s app under ``console.kubeturn.dev``; none: its discovery only,
+    ADR 0110) and runs kopf
     (standalone), renewing the Lease meanwhile. A graceful stop releases the Lease after
     kopf stopped, so a standby takes over at once; a lost Lease stops kopf and raises
     ``LeadershipLost`` (the process exits, and restarts as a standby): never two
@@ -297,7 +344,12 @@ async def run(
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     client = kube_client(kubeconfig)
     kube = Kube(client)
-    hub = Hub(kube, settings, pusher=KubePusher(kube, resources=settings.sandbox_resources))
+    hub = Hub(
+        kube,
+        settings,
+        pusher=KubePusher(kube, resources=settings.sandbox_resources),
+        tracing=tracing,
+    )
     registry = build(hub, client)
     servers = Servers()
     stop = stop if stop is not None else stop_on_signals()
@@ -334,6 +386,7 @@ async def run(
         orchestrator.middlewares.insert(0, resume_gate(hub))
         await servers.start(orchestrator, settings.api_host, settings.api_port)
         log.info("Orchestrator API on %s:%d", settings.api_host, settings.api_port)
+        await serve_console(servers, hub, settings, console)
         await kopf.operator(
             registry=registry,
             clusterwide=not settings.namespaces,
@@ -353,5 +406,7 @@ async def run(
         await hub.close()
         kube.close()
         client.close()
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)
     if lost:
         raise lost[0]

@@ -40,6 +40,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import kopf
@@ -63,6 +64,7 @@ from kubeturn.k8s import (
     objects,
     patches,
     pauses,
+    retention,
 )
 from kubeturn.k8s.generations import Generation
 from kubeturn.k8s.hub import Hub
@@ -79,6 +81,7 @@ from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.harness_client import HarnessCommitter
 from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
+from kubeturn.tracing import RunTrace
 
 DRIVE_BACKOFF_S = 10.0
 """How soon kopf runs a Run's daemon again after it failed unexpectedly (the API server
@@ -253,6 +256,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
             clock=time.time,
             on_record=_recorded(hub, plain),
             deliveries=_deliverer(hub, namespace, name, workspace),
+            traces=_traces(hub, body),
         )
         hub.run_started(key, actor, f"{namespace}/{workspace}")
         try:
@@ -286,13 +290,17 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
     async def sweep_all(
         body: kopf.Body, namespace: str | None, name: str, logger: kopf.Logger, **_: Any
     ) -> None:
-        """Before a Run goes, every Turn it holds is swept (its AgentTurn's finalizer),
-        and then the shared Workspace it worked in forgets it (ADR 0030)."""
+        """Before a Run goes, every Turn it holds is swept (its AgentTurn's finalizer)
+        and let go, settled ones kept for kubectl included (ADR 0106), and then the
+        shared Workspace it worked in forgets it (ADR 0030)."""
         assert namespace is not None, "Runs are namespaced"
         label = objects.run_labels(name)
-        for turn in await hub.kube.list(AGENTTURNS, namespace, labels=label):
-            await hub.kube.delete(AGENTTURNS, namespace, turn["metadata"]["name"])
-        while await hub.kube.list(AGENTTURNS, namespace, labels=label):
+        while listed := await hub.kube.list(AGENTTURNS, namespace, labels=label):
+            for turn in listed:
+                if not turn["metadata"].get("deletionTimestamp"):
+                    await hub.kube.delete(AGENTTURNS, namespace, turn["metadata"]["name"])
+                elif retention.held(turn):
+                    await retention.release(hub.kube, turn)
             await asyncio.sleep(0.2)
         await _forget(hub, namespace, name, dict(body.get("spec") or {}), logger)
 
@@ -608,6 +616,25 @@ def _post_recent(hub: Hub, run: dict[str, Any], history: Iterable[TurnRecord]) -
     for record in history:
         if record.settledAt >= since:
             _recorded(hub, run, count=False)(record)
+
+
+def _traces(hub: Hub, run: Mapping[str, Any]) -> RunTrace | None:
+    """Where the Run's spans go (ADR 0107): its trace is its uid's, its span begins when
+    it was created; None when the operator traces nothing."""
+    if hub.tracing is None:
+        return None
+    metadata = run["metadata"]
+    created = metadata.get("creationTimestamp")
+    try:
+        started = datetime.fromisoformat(created).timestamp() if created else time.time()
+    except ValueError:
+        started = time.time()
+    return hub.tracing.run(
+        metadata.get("uid") or f"{metadata['namespace']}/{metadata['name']}",
+        namespace=metadata["namespace"],
+        name=metadata["name"],
+        started=started,
+    )
 
 
 def _deliverer(hub: Hub, namespace: str, run: str, workspace: str | None) -> Deliverer | None:

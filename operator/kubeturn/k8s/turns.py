@@ -36,7 +36,7 @@ from typing import Any
 from kubeturn.api.agentturn import AgentTurnStatus, Exit, TurnPhase
 from kubeturn.api.status import SubmissionRecord
 from kubeturn.errors import AdmitFailed, Conflict, HarnessCallFailed, HarnessUnreachable, NotFound
-from kubeturn.k8s import harnesses, objects, patches
+from kubeturn.k8s import harnesses, objects, patches, retention
 from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS
 from kubeturn.machine.load import LoadedRun
@@ -93,7 +93,12 @@ class ClusterTurns:
             {"name": m.name, "description": m.description, "schema": dict(m.schema)}
             for m in self._loaded.menu(StatePath(effect.state))
         ]
-        body = objects.agent_turn(self._run, effect, workspace=self._workspace, menu=menu)
+        kept = retention.retention(
+            self._loaded.spec.turnRetention, self._hub.settings.turn_retention_s
+        )
+        body = objects.agent_turn(
+            self._run, effect, workspace=self._workspace, menu=menu, retention=kept
+        )
         created = await self._hub.kube.create(body)
         self._known.setdefault(created["metadata"]["name"], created)
         await self._earlier_gone(effect)
@@ -121,8 +126,8 @@ class ClusterTurns:
             await asyncio.sleep(POLL_S)
 
     async def _earlier_gone(self, effect: Admit) -> None:
-        """Wait until no earlier Turn of the conversation has an AgentTurn: its sweep is
-        done before this admission (docs/turn-semantics.md §5). One list per look.
+        """Wait until no earlier Turn of the conversation has an unsettled AgentTurn: its
+        sweep is done before this admission (docs/turn-semantics.md §5). One list per look.
 
         A Turn that does not continue a conversation has an Instance ID made for it alone
         (``ids.fresh``), and the Run's first Turn has no Turn before it: neither has an
@@ -232,20 +237,22 @@ class ClusterTurns:
             return AgentTurnStatus(exit=exit_, phase=_phase(status, TurnPhase.SETTLING))
 
         current = await self._update(name, exited)
-        if current is None:
+        if current is None or settled(current):
             return await self._swept_elsewhere(effect, key)
         if not current["metadata"].get("deletionTimestamp"):
             await self._hub.kube.delete(AGENTTURNS, self._namespace, name)
         self._known.pop(name, None)  # it is going: nothing more is written to it
         look_s = self._hub.settings.sweep_look_s
         while (result := await self._hub.sweep_result(key, look_s)) is None:
-            if await self._hub.kube.get(AGENTTURNS, self._namespace, name) is None:
+            found = await self._hub.kube.get(AGENTTURNS, self._namespace, name)
+            if found is None or settled(found):
                 return await self._swept_elsewhere(effect, key)
         return result
 
     async def _swept_elsewhere(self, effect: Sweep, key: tuple[str, str]) -> list[Settled]:
-        """The settlements of a Turn whose AgentTurn is gone: its finalizer's report, if it
-        came here; otherwise a repeated sweep's (it settles nothing again)."""
+        """The settlements of a Turn whose AgentTurn is gone or settled (kept for a while,
+        ADR 0106): its finalizer's report, if it came here; otherwise a repeated sweep's
+        (it settles nothing again)."""
         result = self._hub.sweep_done(key)
         if result is not None:
             return result
@@ -271,12 +278,20 @@ def _unchanged(status: AgentTurnStatus, wanted: AgentTurnStatus) -> bool:
     )
 
 
+def settled(body: dict[str, Any]) -> bool:
+    """Whether the AgentTurn's sweep is done, its settlement written: it runs no more,
+    though it may stay a while for kubectl to show (ADR 0106)."""
+    return bool((body.get("status") or {}).get("settlement"))
+
+
 def earlier(agent_turns: list[dict[str, Any]], seq: int) -> list[str]:
-    """The names of the AgentTurns of Turns before Turn ``seq`` (of one conversation, so
-    of one Run). One that carries no Turn number (made by an older operator) counts as
-    earlier: waiting for it is safe, admitting past its sweep is not."""
+    """The names of the unsettled AgentTurns of Turns before Turn ``seq`` (of one
+    conversation, so of one Run). One that carries no Turn number (made by an older
+    operator) counts as earlier: waiting for it is safe, admitting past its sweep is not."""
     found = []
     for body in agent_turns:
+        if settled(body):
+            continue
         number = objects.turn_seq(body)
         if number is None or number < seq:
             found.append(body["metadata"]["name"])

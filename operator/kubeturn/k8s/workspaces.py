@@ -405,6 +405,7 @@ def sandbox_pod(hub: Hub, body: dict[str, Any], spec: WorkspaceSpec, tokens: str
         require_confinement=hub.settings.require_confinement,
         resources=hub.settings.sandbox_resources,
         default_model=hub.settings.default_model,
+        tracing=hub.settings.sandbox_tracing,
     )
 
 

@@ -10,7 +10,7 @@ afresh on each call: a ``kubeturn run`` in another process writes them as it goe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,9 +19,10 @@ from typing import Any
 import yaml
 
 from kubeturn.errors import CommandError
+from kubeturn.local.transcripts import LocalTranscripts
 from kubeturn.local.workdir import STATE, RunFiles, Workdir
 from kubeturn.machine.load import DEFAULT_NAMESPACE
-from kubeturn.transcripts import Entry, Query, TranscriptSource
+from kubeturn.transcripts import TranscriptSource
 
 TranscriptsOf = Callable[[Workdir, str], TranscriptSource]
 """The transcript source of the Run named so in a workdir."""
@@ -34,21 +35,13 @@ class Found:
     manifest: dict[str, Any]
 
 
-class NoTranscripts:
-    """A source with no entries: for a console built without a reader of transcripts."""
-
-    async def entries(self, query: Query) -> AsyncIterator[Entry]:
-        nothing: tuple[Entry, ...] = ()
-        for entry in nothing:
-            yield entry
-
-
-def no_transcripts(workdir: Workdir, run: str) -> TranscriptSource:
-    return NoTranscripts()
+def local_transcripts(workdir: Workdir, run: str) -> TranscriptSource:
+    """The transcripts of the Run ``run`` of ``workdir``, as ``kubeturn logs`` reads them."""
+    return LocalTranscripts(run, workdir.root)
 
 
 class LocalConsole:
-    def __init__(self, root: Path, transcripts: TranscriptsOf = no_transcripts) -> None:
+    def __init__(self, root: Path, transcripts: TranscriptsOf = local_transcripts) -> None:
         self._root = root.expanduser().resolve()
         self._transcripts = transcripts
         self._manifests: dict[Path, tuple[tuple[int, int], dict[str, Any] | None]] = {}
@@ -65,9 +58,8 @@ class LocalConsole:
 
     def transcripts(self, namespace: str, name: str) -> TranscriptSource:
         item = self._find(namespace, name)
-        if item is None:
-            return NoTranscripts()
-        return self._transcripts(item.workdir, name)
+        workdir = item.workdir if item is not None else Workdir.at(self._root / name)
+        return self._transcripts(workdir, name)
 
     def _find(self, namespace: str, name: str) -> Found | None:
         for directory in self._workdirs():

@@ -30,6 +30,7 @@ import shutil
 import signal
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,7 @@ from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.delivery import Deliverer, Remote
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.harness_client import HarnessClient, HarnessCommitter
+from kubeturn.tracing import Tracing
 from kubeturn_harness.errors import ConfigError, ScriptError
 from kubeturn_harness.providers import Providers
 from kubeturn_harness.scripted import load_script
@@ -124,8 +126,12 @@ class _Started:
 
 
 class LocalRun:
-    def __init__(self, options: Options, out: TextIO, *, tty: bool) -> None:
+    def __init__(
+        self, options: Options, out: TextIO, *, tty: bool, tracing: Tracing | None = None
+    ) -> None:
         self.options = options
+        self._tracing = tracing
+        """Where the Run's spans go; None: it is not traced (ADR 0107)."""
         self.out = out
         self.view = LiveView(out, tty=tty)
         self._changed = asyncio.Event()
@@ -239,11 +245,21 @@ class LocalRun:
         files.directory.mkdir(parents=True, exist_ok=True)
         workdir.logs.mkdir(parents=True, exist_ok=True)
         _log_to(workdir.logs / "kubeturn.log")
+        # The Run's identity for its trace, kept with its options so a resumed run
+        # continues the same trace: a run saved before it had one gets one from its path.
+        uid = saved.get("uid") or (
+            str(uuid.uuid4())
+            if started.fresh
+            else str(uuid.uuid5(uuid.NAMESPACE_URL, files.directory.resolve().as_uri()))
+        )
+        started_at = float(saved.get("startedAt") or self._started_at)
         if started.fresh:
             files.manifest.write_text(_read(options.manifest) if options.manifest else "")
             files.options.write_text(
                 json.dumps(
                     {
+                        "uid": uid,
+                        "startedAt": started_at,
                         "manifest": str(options.manifest),
                         "model": f"{SCRIPTED}:{script}" if script else None,
                         "providers": str(providers_file) if providers_file else None,
@@ -358,6 +374,13 @@ class LocalRun:
                 clock=time.time,
                 on_change=lambda _: self._changed.set(),
                 deliveries=_deliverer(loaded, workdir, started.client, slots),
+                traces=(
+                    self._tracing.run(
+                        uid, namespace=loaded.namespace, name=loaded.name, started=started_at
+                    )
+                    if self._tracing is not None
+                    else None
+                ),
             )
             key = f"{loaded.namespace}/{loaded.name}"
             registry.workspaces[key] = WORKSPACE

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from kubeturn.console.app import console_app
 from kubeturn.errors import CommandError
-from kubeturn.local.console import LocalConsole, TranscriptsOf, no_transcripts
+from kubeturn.local.console import LocalConsole, TranscriptsOf, local_transcripts
 
 HOST = "127.0.0.1"
 """Only this machine's users reach the console: it shows what the Agents did, and asks
@@ -22,7 +22,7 @@ async def serve(
     port: int,
     out: TextIO,
     *,
-    transcripts: TranscriptsOf = no_transcripts,
+    transcripts: TranscriptsOf = local_transcripts,
     ready: asyncio.Future[str] | None = None,
 ) -> None:
     """Serve the console of the Runs under ``root`` on ``port`` (0: a free one), print its

@@ -18,6 +18,7 @@ answered again would find the Turn still being admitted.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from kubeturn.orchestrator.effects import (
 from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn.orchestrator.invokes import DeliverResult, ExecResult
 from kubeturn.orchestrator.picks import Gone, PickAnswer
-from kubeturn.orchestrator.turns import TurnRecord
+from kubeturn.orchestrator.turns import Exit, TurnRecord
 from kubeturn_harness.wire import DeliveryId, Outcome, Receipt, SubmissionId, Usage
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,22 @@ class NoDeliveries:
         return DeliverResult(error="this Run's shell cannot deliver work")
 
 
+class TracePort(Protocol):
+    """Where a traced Run's spans go (ADR 0107); never raises, never waits."""
+
+    def traceparent(self, turn: TurnId) -> str | None:
+        """The trace context a Turn's Harness spans join."""
+        ...
+
+    def turn(self, record: TurnRecord, exit_: Exit | None) -> None:
+        """A Turn was recorded: its span, with its real start."""
+        ...
+
+    def finished(self, phase: str, message: str | None, at: float) -> None:
+        """The Run reached its end: its span."""
+        ...
+
+
 class SnapshotStore(Protocol):
     async def save(self, snapshot: dict[str, Any]) -> None: ...
 
@@ -123,6 +140,7 @@ class RunActor:
         on_record: Callable[[TurnRecord], None] | None = None,
         deliveries: DeliverPort | None = None,
         save_later_s: float = SAVE_LATER_S,
+        traces: TracePort | None = None,
     ) -> None:
         self.core = core
         self._turns = turns
@@ -132,6 +150,7 @@ class RunActor:
         self._clock = clock
         self._on_change = on_change
         self._on_record = on_record
+        self._traces = traces
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._chains: dict[InstanceId, asyncio.Task[Any]] = {}
@@ -285,9 +304,13 @@ class RunActor:
                     self._answers.setdefault(effect.delivery, asyncio.Event()).set()
                 case Finished():
                     self.finished.set()
+                    if self._traces is not None:
+                        self._traces.finished(effect.phase, effect.message, self._clock())
                 case Recorded():
                     if self._on_record is not None:
                         self._on_record(effect.record)
+                    if self._traces is not None:
+                        self._traces.turn(effect.record, effect.exit)
                 case _:
                     assert_never(effect)
 
@@ -318,6 +341,8 @@ class RunActor:
         self._chains[instance_id] = chained
 
     async def _admit(self, effect: Admit) -> None:
+        if self._traces is not None:
+            effect = dataclasses.replace(effect, traceparent=self._traces.traceparent(effect.turn))
         try:
             submission = await self._turns.admit(effect)
         except AdmitFailed as failed:

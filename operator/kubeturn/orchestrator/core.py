@@ -708,7 +708,7 @@ class RunCore:
         del self.turns[turn.id]
         self._hold(turn.instanceId, False)
         self.deliveries = {k: d for k, d in self.deliveries.items() if d.turn != turn.id}
-        return [Recorded(record)]
+        return [Recorded(record, turn.exit)]
 
     # ------------------------------------------------------------------ picks
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kubeturn.orchestrator.ids import InstanceId, TurnId
-from kubeturn.orchestrator.turns import TurnRecord
+from kubeturn.orchestrator.turns import Exit, TurnRecord
 from kubeturn_harness.wire import DeliveryId, Notice, Receipt, SubmissionId
 
 
@@ -35,6 +35,9 @@ class Admit:
     admission sent again (after a restart, or a lost answer) admits that Submission once."""
     notices: tuple[Notice, ...] = ()
     nudge: bool = False
+    traceparent: str | None = None
+    """The W3C trace context the Harness's spans join (ADR 0107): never decided by the
+    core; the actor sets it, when the Run is traced, as it applies the admission."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class Recorded:
     """A Turn's one history record was written (for Events, logs, a local summary)."""
 
     record: TurnRecord
+    exit: Exit | None = None
+    """How the Turn's state exited (the sweep's cause and time), for its trace span."""
 
 
 Effect = Admit | Sweep | StartExec | StopExec | StartDeliver | Answer | Finished | Recorded

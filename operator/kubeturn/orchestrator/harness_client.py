@@ -197,6 +197,7 @@ class HarnessClient:
             "definition": {"instructions": effect.instructions, "workspace": effect.workspace},
             "notices": [n.model_dump() for n in effect.notices],
             "key": effect.key,
+            "traceparent": effect.traceparent,
         }
         body = {k: v for k, v in body.items() if v is not None}
         what = "the admission"
@@ -243,12 +244,17 @@ class HarnessClient:
         instance_id: InstanceId,
         offset: int,
         types: Collection[EventType] | None = None,
+        *,
+        live: bool = True,
     ) -> tuple[list[StreamEvent], int]:
         """One long-poll read of a conversation's stream from ``offset``: its events
         (none when nothing came while the Harness parked the read), only those of
-        ``types`` if given, and the offset to read on from."""
+        ``types`` if given, and the offset to read on from. ``live=False`` answers at
+        once with what the log holds (a page), as a transcript's reader wants."""
         what = "the stream"
-        params = {"offset": str(offset), "live": "long-poll"}
+        params = {"offset": str(offset)}
+        if live:
+            params["live"] = "long-poll"
         if types is not None:
             params["types"] = ",".join(sorted(types))
         answer = await self._call(

@@ -1,0 +1,296 @@
+"""A user reaches a Run's console and transcript on a cluster through the API server, with
+their own credentials and RBAC (ADR 0110): the operator, as the chart installs it (its
+RBAC, its APIService, its serving certificate), serves ``console.kubeturn.dev`` behind the
+emulator's aggregation layer.
+
+The console app mounted here is a stand-in of the console's transcript and Runs-list
+routes over the operator's own :class:`~kubeturn.k8s.console_source.ClusterConsoleSource`
+(the Runs from the API, a fixed transcript per Run): what is proved is who reaches them.
+
+Cases:
+- discovery: the APIResourceList of ``console.kubeturn.dev/v1alpha1`` and the APIGroup,
+  through the API server, to any authenticated user;
+- a user who may view the namespace (the chart's console ClusterRole and ``get`` on
+  ``runs.kubeturn.dev``) reads the Run's transcript NDJSON through the API server, and the
+  operator heard it as that user; ``kubeturn logs --kube`` with that user's kubeconfig
+  prints the same lines;
+- a user without RBAC is refused 403 by the API server: the operator never hears of it;
+- a user with the console's RBAC but not ``get`` on the Run is refused 403 by the
+  operator's SubjectAccessReview, as a ``Status`` naming ``runs.kubeturn.dev``;
+  ``kubeturn logs --kube`` says so in one line;
+- a request to the operator's console port without the front-proxy client certificate,
+  naming ``system:admin`` in ``X-Remote-User``, is 401 and sees nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import ssl
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from kubeturn.k8s import console_source
+from kubeturn.k8s.hub import Hub
+from tests.cli.support import environment
+from tests.operator import emulator
+from tests.operator import installation as installation_
+from tests.operator.operator_support import (
+    NAMESPACE,
+    RUNS,
+    OperatorThread,
+    eventually,
+    free_port,
+    settings,
+    status,
+)
+from tests.operator.world import NO_PROVIDERS
+
+Body = dict[str, Any]
+GROUP_VERSION = "console.kubeturn.dev/v1alpha1"
+PREFIX = f"/apis/{GROUP_VERSION}"
+SERVICE = f"{installation_.RELEASE}-console"
+CONSOLE_VIEW = f"{installation_.RELEASE}-{installation_.RELEASE_NAMESPACE}-console-view"
+RUN = "hello"
+TRANSCRIPT = f"{PREFIX}/namespaces/{NAMESPACE}/runs/{RUN}/transcript"
+
+
+def entries(namespace: str, name: str) -> list[Body]:
+    """The fixed transcript of every Run here."""
+    turn = {"turn": "t1", "number": 1, "state": "waiting", "agent": "coder"}
+    return [
+        {**turn, "kind": "prompt", "at": "2026-01-01T00:00:00Z", "text": f"Work on {name}."},
+        {**turn, "kind": "text", "at": "2026-01-01T00:00:01Z", "text": f"Done in {namespace}."},
+    ]
+
+
+def console(hub: Hub) -> web.Application:
+    """The console's transcript and Runs routes, over the cluster's console source."""
+    source = console_source.ClusterConsoleSource(hub.kube, hub.settings.namespaces, entries)
+
+    async def transcript(request: web.Request) -> web.StreamResponse:
+        namespace, name = request.match_info["namespace"], request.match_info["run"]
+        if await source.run(namespace, name) is None:
+            raise web.HTTPNotFound()
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        for entry in source.transcripts(namespace, name):
+            await response.write(json.dumps(entry).encode() + b"\n")
+        await response.write_eof()
+        return response
+
+    async def runs(_: web.Request) -> web.Response:
+        found = await source.runs(None)
+        return web.json_response([run["metadata"]["name"] for run in found])
+
+    app = web.Application()
+    app.router.add_get("/namespaces/{namespace}/runs/{run}/transcript", transcript)
+    app.router.add_get("/runs", runs)
+    return app
+
+
+def rendered(objects: list[Body], kind: str) -> Body:
+    (found,) = [body for body in objects if body.get("kind") == kind]
+    return found
+
+
+@dataclasses.dataclass
+class Console:
+    k8s: emulator.KubernetesApi
+    port: int
+    ca: bytes
+    """The serving certificate's CA (the APIService's caBundle)."""
+
+
+@pytest.fixture
+async def served(
+    k8s: emulator.KubernetesApi,
+    installation: installation_.Installation,
+    chart: Callable[[installation_.Shape], list[Body]],
+    tmp_path: Path,
+) -> AsyncIterator[Console]:
+    """The operator serving the console with the chart's certificate, its APIService
+    stored and its Service mapped to the console port; the Run ``hello``."""
+    objects = chart(installation.shape)
+    secret, apiservice = rendered(objects, "Secret"), rendered(objects, "APIService")
+    files = {}
+    for key in ("tls.crt", "tls.key"):
+        files[key] = tmp_path / key
+        files[key].write_bytes(base64.b64decode(secret["data"][key]))
+    k8s.create_object("apiregistration.k8s.io/v1/apiservices", apiservice)
+    port = free_port()
+    k8s.aggregator.endpoints[(installation.operator_namespace, SERVICE)] = port
+    k8s.create_object(
+        RUNS,
+        {
+            "metadata": {"name": RUN, "namespace": NAMESPACE},
+            "spec": {
+                "agents": {},
+                "machine": {
+                    "initial": "waiting",
+                    "states": {"waiting": {"on": {"approve": "done"}}, "done": {"type": "final"}},
+                },
+            },
+        },
+    )
+    operating = dataclasses.replace(
+        settings(installation, providers_yaml=NO_PROVIDERS),
+        console_port=port,
+        console_certificate=str(files["tls.crt"]),
+        console_key=str(files["tls.key"]),
+    )
+    operator = OperatorThread(operating, installation.kubeconfig, console=console)
+    await operator.start()
+    try:
+        # The Run's daemon settled (a daemon stopped while it starts takes kopf 5 s).
+        await eventually(lambda: status(k8s, RUNS, RUN).get("state") == "waiting", "the Run")
+        yield Console(k8s, port, base64.b64decode(apiservice["spec"]["caBundle"]))
+    finally:
+        await operator.stop()
+
+
+def user(k8s: emulator.KubernetesApi, name: str, *, console: bool, runs: bool) -> str:
+    """A ServiceAccount in the Run's namespace, bound to the chart's console ClusterRole
+    and to ``get``/``list`` of ``runs.kubeturn.dev`` as asked: its token."""
+    k8s.create_object("v1/serviceaccounts", {"metadata": {"name": name, "namespace": NAMESPACE}})
+    group = "rbac.authorization.k8s.io"
+    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
+    meta = {"name": name, "namespace": NAMESPACE}
+    roles = []
+    if runs:
+        rules = [{"apiGroups": ["kubeturn.dev"], "resources": ["runs"], "verbs": ["get", "list"]}]
+        k8s.create_object(f"{group}/v1/roles", {"metadata": meta, "rules": rules})
+        roles.append(("Role", name))
+    if console:
+        roles.append(("ClusterRole", CONSOLE_VIEW))
+    for kind, role in roles:
+        binding = {
+            "metadata": {**meta, "name": f"{name}-{kind.lower()}"},
+            "roleRef": {"apiGroup": group, "kind": kind, "name": role},
+            "subjects": subjects,
+        }
+        k8s.create_object(f"{group}/v1/rolebindings", binding)
+    return k8s.issue_token(NAMESPACE, name)
+
+
+async def get(k8s: emulator.KubernetesApi, path: str, token: str) -> tuple[int, str, bytes]:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        aiohttp.ClientSession(str(k8s.url)) as session,
+        session.get(path, headers=headers) as response,
+    ):
+        return response.status, response.headers.get("Content-Type", ""), await response.read()
+
+
+async def logs(config: Path, *args: str) -> tuple[int, str, str]:
+    """``kubeturn logs --kube`` as a user runs it, without blocking the API's loop."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kubeturn",
+        "logs",
+        *args,
+        "--kube",
+        "--kubeconfig",
+        str(config),
+        env=environment(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_discovery_through_the_api_server(served: Console) -> None:
+    token = user(served.k8s, "anyone", console=False, runs=False)
+    status, _, body = await get(served.k8s, PREFIX, token)
+    assert status == 200
+    document = json.loads(body)
+    assert (document["kind"], document["groupVersion"]) == ("APIResourceList", GROUP_VERSION)
+    assert {r["name"] for r in document["resources"]} == {
+        "runs",
+        "runs/turns",
+        "runs/transcript",
+        "assets",
+    }
+    status, _, body = await get(served.k8s, "/apis/console.kubeturn.dev", token)
+    assert (status, json.loads(body)["preferredVersion"]["groupVersion"]) == (200, GROUP_VERSION)
+
+
+async def test_a_viewer_reads_the_transcript_through_the_api_server(
+    served: Console, tmp_path: Path
+) -> None:
+    token = user(served.k8s, "viewer", console=True, runs=True)
+    status, content_type, body = await get(served.k8s, TRANSCRIPT, token)
+    assert (status, content_type) == (200, "application/x-ndjson")
+    lines = [json.loads(line) for line in body.decode().splitlines()]
+    assert lines == entries(NAMESPACE, RUN)
+    heard = served.k8s.aggregator.forwarded[-1]
+    assert ("X-Remote-User", "system:serviceaccount:default:viewer") in heard
+    assert not [key for key, _ in heard if key.lower() == "authorization"]
+    config = emulator.write_kubeconfig(tmp_path / "viewer", str(served.k8s.url), token=token)
+    code, out, err = await logs(config, RUN)
+    assert (code, err) == (0, "")
+    assert [json.loads(line) for line in out.splitlines()] == entries(NAMESPACE, RUN)
+
+
+async def test_a_user_without_rbac_is_refused_by_the_api_server(served: Console) -> None:
+    token = user(served.k8s, "stranger", console=False, runs=True)
+    proxied = len(served.k8s.aggregator.forwarded)
+    status, _, body = await get(served.k8s, TRANSCRIPT, token)
+    refusal = json.loads(body)
+    assert (status, refusal["kind"], refusal["reason"]) == (403, "Status", "Forbidden")
+    assert (
+        'cannot get resource "runs/transcript" in API group "console.kubeturn.dev"'
+        in (refusal["message"])
+    )
+    assert len(served.k8s.aggregator.forwarded) == proxied
+
+
+async def test_a_user_who_may_not_get_the_run_is_refused_by_the_operator(
+    served: Console, tmp_path: Path
+) -> None:
+    token = user(served.k8s, "console-only", console=True, runs=False)
+    status, _, body = await get(served.k8s, TRANSCRIPT, token)
+    refusal = json.loads(body)
+    assert (status, refusal["kind"], refusal["reason"]) == (403, "Status", "Forbidden")
+    assert refusal["message"] == (
+        'runs.kubeturn.dev "hello" is forbidden: User "system:serviceaccount:default:'
+        'console-only" cannot get resource "runs" in API group "kubeturn.dev" in the '
+        'namespace "default"'
+    )
+    config = emulator.write_kubeconfig(tmp_path / "console-only", str(served.k8s.url), token=token)
+    code, out, err = await logs(config, RUN)
+    assert (code, out) == (1, "")
+    assert err.startswith("kubeturn: the cluster refused the transcript of the Run 'hello'")
+    assert "HTTP 403" in err
+    assert len(err.splitlines()) == 1
+
+
+async def test_the_console_port_believes_no_header_without_the_front_proxy_certificate(
+    served: Console,
+) -> None:
+    context = ssl.create_default_context(cadata=served.ca.decode())
+    forged = {"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"}
+    # No idle connection left: kopf, stopping, would wait for its server task.
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        session.get(
+            f"https://127.0.0.1:{served.port}{TRANSCRIPT}",
+            headers=forged,
+            ssl=context,
+            server_hostname=f"{SERVICE}.{installation_.RELEASE_NAMESPACE}.svc",
+        ) as response,
+    ):
+        assert response.status == 401
+        assert (await response.json())["reason"] == "Unauthorized"
