@@ -5,7 +5,8 @@ emulator's aggregation layer.
 
 The console app mounted here is a stand-in of the console's transcript and Runs-list
 routes over the operator's own :class:`~kubeturn.k8s.console_source.ClusterConsoleSource`
-(the Runs from the API, a fixed transcript per Run): what is proved is who reaches them.
+(the Runs from the API, a fixed transcript per Run): what is proved is who reaches them;
+one test mounts the console ``kubeturn operator`` mounts (``cluster_console``).
 
 Cases:
 - discovery: the APIResourceList of ``console.kubeturn.dev/v1alpha1`` and the APIGroup,
@@ -19,7 +20,10 @@ Cases:
   operator's SubjectAccessReview, as a ``Status`` naming ``runs.kubeturn.dev``;
   ``kubeturn logs --kube`` says so in one line;
 - a request to the operator's console port without the front-proxy client certificate,
-  naming ``system:admin`` in ``X-Remote-User``, is 401 and sees nothing.
+  naming ``system:admin`` in ``X-Remote-User``, is 401 and sees nothing;
+- the operator's own console: a viewer gets the Runs list, the Run's page (its machine
+  marked at its state), its live part and its transcript through the API server; a
+  user who may not get the Run is refused each.
 """
 
 from __future__ import annotations
@@ -111,7 +115,14 @@ class Console:
 
 
 @pytest.fixture
+def console_app() -> Callable[[Hub], web.Application]:
+    """The console the operator mounts: the stand-in above, unless a test names another."""
+    return console
+
+
+@pytest.fixture
 async def served(
+    console_app: Callable[[Hub], web.Application],
     k8s: emulator.KubernetesApi,
     installation: installation_.Installation,
     chart: Callable[[installation_.Shape], list[Body]],
@@ -147,7 +158,7 @@ async def served(
         console_certificate=str(files["tls.crt"]),
         console_key=str(files["tls.key"]),
     )
-    operator = OperatorThread(operating, installation.kubeconfig, console=console)
+    operator = OperatorThread(operating, installation.kubeconfig, console=console_app)
     await operator.start()
     try:
         # The Run's daemon settled (a daemon stopped while it starts takes kopf 5 s).
@@ -294,3 +305,31 @@ async def test_the_console_port_believes_no_header_without_the_front_proxy_certi
     ):
         assert response.status == 401
         assert (await response.json())["reason"] == "Unauthorized"
+
+
+@pytest.mark.parametrize("console_app", [console_source.cluster_console])
+async def test_the_operators_console_pages_reach_a_viewer_and_not_a_stranger(
+    served: Console,
+) -> None:
+    """The console ``kubeturn operator`` mounts (``cluster_console``), through the API
+    server: a viewer gets the namespace's Runs list and the Run's page, its machine
+    marked at ``waiting``, the page's live part (its URL with ``?part=1``) and the Run's
+    (empty) transcript; a user who may not get the Run is refused every one."""
+    viewer = user(served.k8s, "viewer", console=True, runs=True)
+    listed = f"{PREFIX}/namespaces/{NAMESPACE}/runs"
+    page = f"{listed}/{RUN}"
+    status, content_type, body = await get(served.k8s, listed, viewer)
+    assert (status, content_type) == (200, "text/html; charset=utf-8")
+    assert f'data-run="{NAMESPACE}/{RUN}"'.encode() in body
+    status, _, body = await get(served.k8s, page, viewer)
+    assert status == 200
+    assert b"    class s0 active" in body
+    assert b'src="../../../assets/mermaid.min.js"' in body
+    status, _, part = await get(served.k8s, f"{page}?part=1", viewer)
+    assert (status, part.startswith(b'<div id="live"')) == (200, True)
+    status, content_type, body = await get(served.k8s, TRANSCRIPT, viewer)
+    assert (status, content_type, body) == (200, "application/x-ndjson", b"")
+    stranger = user(served.k8s, "console-only", console=True, runs=False)
+    for path in (listed, page, f"{page}?part=1", TRANSCRIPT):
+        status, _, _ = await get(served.k8s, path, stranger)
+        assert status == 403, path
