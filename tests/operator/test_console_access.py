@@ -3,10 +3,10 @@ their own credentials and RBAC (ADR 0110): the operator, as the chart installs i
 RBAC, its APIService, its serving certificate), serves ``console.kubeturn.dev`` behind the
 emulator's aggregation layer.
 
-The console app mounted here is a stand-in of the console's transcript and Runs-list
-routes over the operator's own :class:`~kubeturn.k8s.console_source.ClusterConsoleSource`
-(the Runs from the API, a fixed transcript per Run): what is proved is who reaches them;
-one test mounts the console ``kubeturn operator`` mounts (``cluster_console``).
+The console app mounted here is the console over the operator's own
+:class:`~kubeturn.k8s.console_source.ClusterConsoleSource` (the Runs from the API), each
+Run's transcript fixed: what is proved is who reaches them; one test mounts the console
+``kubeturn operator`` mounts (``cluster_console``), transcripts read through the Harness.
 
 Cases:
 - discovery: the APIResourceList of ``console.kubeturn.dev/v1alpha1`` and the APIGroup,
@@ -18,7 +18,7 @@ Cases:
 - a user without RBAC is refused 403 by the API server: the operator never hears of it;
 - a user with the console's RBAC but not ``get`` on the Run is refused 403 by the
   operator's SubjectAccessReview, as a ``Status`` naming ``runs.kubeturn.dev``;
-  ``kubeturn logs --kube`` says so in one line;
+  ``kubeturn logs --kube``, which reads the Run first, is refused it, in one line;
 - a request to the operator's console port without the front-proxy client certificate,
   naming ``system:admin`` in ``X-Remote-User``, is 401 and sees nothing;
 - the operator's own console: a viewer gets the Runs list, the Run's page (its machine
@@ -42,8 +42,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from kubeturn.console.app import console_app
 from kubeturn.k8s import console_source
 from kubeturn.k8s.hub import Hub
+from kubeturn.transcripts import Entry, EntryKind, Query
 from tests.cli.support import environment
 from tests.operator import emulator
 from tests.operator import installation as installation_
@@ -67,38 +69,36 @@ RUN = "hello"
 TRANSCRIPT = f"{PREFIX}/namespaces/{NAMESPACE}/runs/{RUN}/transcript"
 
 
-def entries(namespace: str, name: str) -> list[Body]:
+def entries(namespace: str, name: str) -> list[Entry]:
     """The fixed transcript of every Run here."""
     turn = {"turn": "t1", "number": 1, "state": "waiting", "agent": "coder"}
     return [
-        {**turn, "kind": "prompt", "at": "2026-01-01T00:00:00Z", "text": f"Work on {name}."},
-        {**turn, "kind": "text", "at": "2026-01-01T00:00:01Z", "text": f"Done in {namespace}."},
+        Entry(**turn, kind=EntryKind.PROMPT, at="2026-01-01T00:00:00Z", text=f"Work on {name}."),
+        Entry(**turn, kind=EntryKind.TEXT, at="2026-01-01T00:00:01Z", text=f"Done in {namespace}."),
     ]
 
 
+def as_json(found: list[Entry]) -> list[Body]:
+    return [entry.model_dump(mode="json") for entry in found]
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedTranscripts:
+    """A Run's transcript as :func:`entries` gives it, whatever the query."""
+
+    namespace: str
+    name: str
+
+    async def entries(self, query: Query) -> AsyncIterator[Entry]:
+        for entry in entries(self.namespace, self.name):
+            yield entry
+
+
 def console(hub: Hub) -> web.Application:
-    """The console's transcript and Runs routes, over the cluster's console source."""
-    source = console_source.ClusterConsoleSource(hub.kube, hub.settings.namespaces, entries)
-
-    async def transcript(request: web.Request) -> web.StreamResponse:
-        namespace, name = request.match_info["namespace"], request.match_info["run"]
-        if await source.run(namespace, name) is None:
-            raise web.HTTPNotFound()
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        for entry in source.transcripts(namespace, name):
-            await response.write(json.dumps(entry).encode() + b"\n")
-        await response.write_eof()
-        return response
-
-    async def runs(_: web.Request) -> web.Response:
-        found = await source.runs(None)
-        return web.json_response([run["metadata"]["name"] for run in found])
-
-    app = web.Application()
-    app.router.add_get("/namespaces/{namespace}/runs/{run}/transcript", transcript)
-    app.router.add_get("/runs", runs)
-    return app
+    """The console app over the cluster's console source, each Run's transcript fixed."""
+    return console_app(
+        console_source.ClusterConsoleSource(hub.kube, hub.settings.namespaces, FixedTranscripts)
+    )
 
 
 def rendered(objects: list[Body], kind: str) -> Body:
@@ -114,8 +114,8 @@ class Console:
     """The serving certificate's CA (the APIService's caBundle)."""
 
 
-@pytest.fixture
-def console_app() -> Callable[[Hub], web.Application]:
+@pytest.fixture(name="console_app")
+def console_app_() -> Callable[[Hub], web.Application]:
     """The console the operator mounts: the stand-in above, unless a test names another."""
     return console
 
@@ -244,14 +244,14 @@ async def test_a_viewer_reads_the_transcript_through_the_api_server(
     status, content_type, body = await get(served.k8s, TRANSCRIPT, token)
     assert (status, content_type) == (200, "application/x-ndjson")
     lines = [json.loads(line) for line in body.decode().splitlines()]
-    assert lines == entries(NAMESPACE, RUN)
+    assert lines == as_json(entries(NAMESPACE, RUN))
     heard = served.k8s.aggregator.forwarded[-1]
     assert ("X-Remote-User", "system:serviceaccount:default:viewer") in heard
     assert not [key for key, _ in heard if key.lower() == "authorization"]
     config = emulator.write_kubeconfig(tmp_path / "viewer", str(served.k8s.url), token=token)
-    code, out, err = await logs(config, RUN)
+    code, out, err = await logs(config, RUN, "-o", "json")
     assert (code, err) == (0, "")
-    assert [json.loads(line) for line in out.splitlines()] == entries(NAMESPACE, RUN)
+    assert [json.loads(line) for line in out.splitlines()] == as_json(entries(NAMESPACE, RUN))
 
 
 async def test_a_user_without_rbac_is_refused_by_the_api_server(served: Console) -> None:
@@ -282,7 +282,7 @@ async def test_a_user_who_may_not_get_the_run_is_refused_by_the_operator(
     config = emulator.write_kubeconfig(tmp_path / "console-only", str(served.k8s.url), token=token)
     code, out, err = await logs(config, RUN)
     assert (code, out) == (1, "")
-    assert err.startswith("kubeturn: the cluster refused the transcript of the Run 'hello'")
+    assert err.startswith("kubeturn: the cluster refused access to the Run 'hello'")
     assert "HTTP 403" in err
     assert len(err.splitlines()) == 1
 
