@@ -185,6 +185,7 @@ class OperatorThread:
 OPERATOR_MAIN = """
 import asyncio, json, logging, sys
 from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s import operator
 from kubeturn.settings import OperatorSettings
@@ -193,6 +194,7 @@ fields = json.loads(sys.argv[1])
 fields["namespaces"] = tuple(fields["namespaces"])
 fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
 fields["sandbox_resources"] = SandboxResources.model_validate(fields["sandbox_resources"])
+fields["sandbox_tracing"] = SandboxTracing.model_validate(fields["sandbox_tracing"])
 fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
 asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
 """
@@ -220,6 +222,7 @@ class OperatorProcess:
         fields["sandbox_resources"] = self.settings.sandbox_resources.model_dump(
             mode="json", by_alias=True
         )
+        fields["sandbox_tracing"] = self.settings.sandbox_tracing.model_dump(mode="json")
         self.process = await asyncio.create_subprocess_exec(
             *[sys.executable, "-c", OPERATOR_MAIN, json.dumps(fields), str(self._kubeconfig)],
             stdout=self._log,
