@@ -472,17 +472,18 @@ async def scripted_operator(
     *,
     providers: str = "scripted:\n  type: openai\n  baseUrl: {url}\n",
     tracing: Tracing | None = None,
+    console: operator.ConsoleApp | None = None,
     **changes: Any,
 ) -> AsyncIterator[Scripted]:
     """The scripted model serving ``script_text`` and the operator (its settings from
     :func:`settings`, with ``changes``; its providers file ``providers``, whose ``{url}``
-    is the model's ``/v1`` URL) started as the chart ``installation`` made it; both
-    stopped after."""
+    is the model's ``/v1`` URL, its console ``console``) started as the chart
+    ``installation`` made it; both stopped after."""
     runner, url = await serve(parse_script(script_text))
     providers = providers.format(url=url)
     operating = dataclasses.replace(settings(installation, providers_yaml=providers), **changes)
     made = Scripted(
-        OperatorThread(operating, installation.kubeconfig, tracing=tracing),
+        OperatorThread(operating, installation.kubeconfig, console, tracing=tracing),
         url.removesuffix("/v1"),
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)),
     )
