@@ -311,9 +311,7 @@ async def operator_world(
             operating = dataclasses.replace(
                 settings(installation, providers_yaml=providers or NO_PROVIDERS), **changes
             )
-            operator = OperatorThread(
-                operating, installation.kubeconfig, console, tracing=tracing
-            )
+            operator = OperatorThread(operating, installation.kubeconfig, console, tracing=tracing)
             made._operator = operator
             stack.push_async_callback(operator.stop)
             await operator.start()
