@@ -154,11 +154,12 @@ async def test_logs_follow_a_live_turn_through_the_api_server(
         async with world.session.post(f"{world.model}/_release", json={}) as released:
             assert (await released.json())["released"] == 1
         out, err = await asyncio.wait_for(following.communicate(), LINE_S)
+        code = await following.wait()
     finally:
         if following.returncode is None:
             following.kill()
             await following.wait()
-    assert (following.returncode, err) == (0, b"")
+    assert (code, err) == (0, b"")
     rest = [json.loads(text) for text in out.decode().splitlines()]
     followed = [*live, *rest]
     assert [entry["kind"] for entry in followed] == KINDS
