@@ -185,19 +185,24 @@ class OperatorThread:
 OPERATOR_MAIN = """
 import asyncio, json, logging, sys
 from kubeturn.api.egress import SandboxEgress
+from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s import operator
+from kubeturn.k8s.console_source import cluster_console
 from kubeturn.settings import OperatorSettings
 logging.basicConfig(level=logging.WARNING)
 fields = json.loads(sys.argv[1])
 fields["namespaces"] = tuple(fields["namespaces"])
 fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
 fields["sandbox_resources"] = SandboxResources.model_validate(fields["sandbox_resources"])
+fields["sandbox_tracing"] = SandboxTracing.model_validate(fields["sandbox_tracing"])
 fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
-asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
+settings = OperatorSettings(**fields)
+asyncio.run(operator.run(settings, kubeconfig=sys.argv[2], console=cluster_console))
 """
 """The operator's entry point as ``kubeturn operator`` has it, with the test's settings
-(loopback ports the CLI does not expose)."""
+(loopback ports the CLI does not expose): its console served where the settings name a
+certificate."""
 PROCESS_START_S = 60.0
 """How long a new operator process may take to be ready: an interpreter's start and
 kopf's imports take seconds on a loaded 2-core machine."""
@@ -220,6 +225,7 @@ class OperatorProcess:
         fields["sandbox_resources"] = self.settings.sandbox_resources.model_dump(
             mode="json", by_alias=True
         )
+        fields["sandbox_tracing"] = self.settings.sandbox_tracing.model_dump(mode="json")
         self.process = await asyncio.create_subprocess_exec(
             *[sys.executable, "-c", OPERATOR_MAIN, json.dumps(fields), str(self._kubeconfig)],
             stdout=self._log,
