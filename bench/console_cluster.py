@@ -52,7 +52,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import aiohttp  # noqa: E402
-
 from tests.operator import installation as installation_  # noqa: E402
 from tests.operator.console_support import PREFIX, place_console, user  # noqa: E402
 from tests.operator.operator_support import (  # noqa: E402
