@@ -9,13 +9,15 @@ One Run, one coder whose model request the scripted model holds:
   runs (the request still held), and once released (the coder picks ``finish``, the Run
   reaches its final state) the rest of the Turn to its settlement, then exits 0 by
   itself: exactly ``turn, prompt, text, tool-call, pick, receipt, settlement``;
-- ``logs RUN --kube`` afterwards prints the same Turn as text.
+- ``logs RUN --kube`` afterwards prints the same Turn as text;
+- a Run deleted while followed ends ``logs -f`` (exit 0), the operator logging no error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +36,7 @@ from tests.operator.console_support import place_console, user
 from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
+    RUNS,
     call,
     fail_on_logged_errors,
     script,
@@ -147,7 +150,7 @@ async def test_logs_follow_a_live_turn_through_the_api_server(
         live = [await line(following), await line(following)]
         assert [entry["kind"] for entry in live] == ["turn", "prompt"]
         assert (live[0]["turn"], live[0]["state"], live[0]["agent"]) == ("t1", "working", "coder")
-        assert live[1]["text"].startswith(PROMPT)
+        assert live[1]["text"] == PROMPT
         assert following.returncode is None, "logs -f ended while the Turn is live"
         assert await held(world), "the Turn went on before it was released"
 
@@ -188,3 +191,33 @@ async def test_logs_follow_a_live_turn_through_the_api_server(
         "Your turn is over.",
     ]
     assert re.sub(r"\d+/\d+", "N/N", printed[-1]) == "  ■ ended (cause: pick) · tokens N/N"
+
+
+async def test_logs_follow_ends_when_the_run_is_deleted(
+    world: OperatorWorld, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Deleted while followed (its live Turn swept), the Run's transcript ends there:
+    ``logs -f`` exits 0 by itself, having printed what there was, and the operator's
+    console logged no error (it logged a stack trace once)."""
+    viewer = user(world.k8s, "viewer", console=True, runs=True)
+    config = emulator.write_kubeconfig(tmp_path / "viewer", str(world.k8s.url), token=viewer)
+    await world.create(run())
+    await world.until(lambda: held(world), "the coder's model request held", run=RUN)
+    following = await logs(config, RUN, "-f", "-o", "json")
+    try:
+        live = [await line(following), await line(following)]
+        await world.delete(f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{RUN}")
+        out, err = await asyncio.wait_for(following.communicate(), LINE_S)
+        code = await following.wait()
+    finally:
+        if following.returncode is None:
+            following.kill()
+            await following.wait()
+    assert (code, err) == (0, b"")
+    assert [entry["kind"] for entry in live] == ["turn", "prompt"]
+    rest = [json.loads(text) for text in out.decode().splitlines()]
+    # The swept Turn's interrupted words show if they were written before the Run went.
+    assert [(e["kind"], e["data"].get("status")) for e in rest] in ([], [("text", "interrupted")])
+    assert world.read(RUNS, RUN) is None
+    errors = [r for r in caplog.get_records("call") if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
