@@ -188,6 +188,7 @@ from kubeturn.api.egress import SandboxEgress
 from kubeturn.api.tracing import SandboxTracing
 from kubeturn.api.workspace import SandboxResources
 from kubeturn.k8s import operator
+from kubeturn.k8s.console_source import cluster_console
 from kubeturn.settings import OperatorSettings
 logging.basicConfig(level=logging.WARNING)
 fields = json.loads(sys.argv[1])
@@ -196,10 +197,12 @@ fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"]
 fields["sandbox_resources"] = SandboxResources.model_validate(fields["sandbox_resources"])
 fields["sandbox_tracing"] = SandboxTracing.model_validate(fields["sandbox_tracing"])
 fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
-asyncio.run(operator.run(OperatorSettings(**fields), kubeconfig=sys.argv[2]))
+settings = OperatorSettings(**fields)
+asyncio.run(operator.run(settings, kubeconfig=sys.argv[2], console=cluster_console))
 """
 """The operator's entry point as ``kubeturn operator`` has it, with the test's settings
-(loopback ports the CLI does not expose)."""
+(loopback ports the CLI does not expose): its console served where the settings name a
+certificate."""
 PROCESS_START_S = 60.0
 """How long a new operator process may take to be ready: an interpreter's start and
 kopf's imports take seconds on a loaded 2-core machine."""
@@ -475,17 +478,18 @@ async def scripted_operator(
     *,
     providers: str = "scripted:\n  type: openai\n  baseUrl: {url}\n",
     tracing: Tracing | None = None,
+    console: operator.ConsoleApp | None = None,
     **changes: Any,
 ) -> AsyncIterator[Scripted]:
     """The scripted model serving ``script_text`` and the operator (its settings from
     :func:`settings`, with ``changes``; its providers file ``providers``, whose ``{url}``
-    is the model's ``/v1`` URL) started as the chart ``installation`` made it; both
-    stopped after."""
+    is the model's ``/v1`` URL, its console ``console``) started as the chart
+    ``installation`` made it; both stopped after."""
     runner, url = await serve(parse_script(script_text))
     providers = providers.format(url=url)
     operating = dataclasses.replace(settings(installation, providers_yaml=providers), **changes)
     made = Scripted(
-        OperatorThread(operating, installation.kubeconfig, tracing=tracing),
+        OperatorThread(operating, installation.kubeconfig, console, tracing=tracing),
         url.removesuffix("/v1"),
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)),
     )

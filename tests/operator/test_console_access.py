@@ -29,7 +29,6 @@ Cases:
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import json
 import ssl
@@ -49,22 +48,24 @@ from kubeturn.transcripts import Entry, EntryKind, Query
 from tests.cli.support import environment
 from tests.operator import emulator
 from tests.operator import installation as installation_
+from tests.operator.console_support import (
+    GROUP_VERSION,
+    PREFIX,
+    SERVICE,
+    place_console,
+    user,
+)
 from tests.operator.operator_support import (
     NAMESPACE,
     RUNS,
     OperatorThread,
     eventually,
-    free_port,
     settings,
     status,
 )
 from tests.operator.world import NO_PROVIDERS
 
 Body = dict[str, Any]
-GROUP_VERSION = "console.kubeturn.dev/v1alpha1"
-PREFIX = f"/apis/{GROUP_VERSION}"
-SERVICE = f"{installation_.RELEASE}-console"
-CONSOLE_VIEW = f"{installation_.RELEASE}-{installation_.RELEASE_NAMESPACE}-console-view"
 RUN = "hello"
 TRANSCRIPT = f"{PREFIX}/namespaces/{NAMESPACE}/runs/{RUN}/transcript"
 
@@ -101,11 +102,6 @@ def console(hub: Hub) -> web.Application:
     )
 
 
-def rendered(objects: list[Body], kind: str) -> Body:
-    (found,) = [body for body in objects if body.get("kind") == kind]
-    return found
-
-
 @dataclasses.dataclass
 class Console:
     k8s: emulator.KubernetesApi
@@ -130,15 +126,9 @@ async def served(
 ) -> AsyncIterator[Console]:
     """The operator serving the console with the chart's certificate, its APIService
     stored and its Service mapped to the console port; the Run ``hello``."""
-    objects = chart(installation.shape)
-    secret, apiservice = rendered(objects, "Secret"), rendered(objects, "APIService")
-    files = {}
-    for key in ("tls.crt", "tls.key"):
-        files[key] = tmp_path / key
-        files[key].write_bytes(base64.b64decode(secret["data"][key]))
-    k8s.create_object("apiregistration.k8s.io/v1/apiservices", apiservice)
-    port = free_port()
-    k8s.aggregator.endpoints[(installation.operator_namespace, SERVICE)] = port
+    place = place_console(
+        k8s, chart(installation.shape), installation.operator_namespace, tmp_path / "tls"
+    )
     k8s.create_object(
         RUNS,
         {
@@ -154,42 +144,16 @@ async def served(
     )
     operating = dataclasses.replace(
         settings(installation, providers_yaml=NO_PROVIDERS),
-        console_port=port,
-        console_certificate=str(files["tls.crt"]),
-        console_key=str(files["tls.key"]),
+        **place.settings,
     )
     operator = OperatorThread(operating, installation.kubeconfig, console=console_app)
     await operator.start()
     try:
         # The Run's daemon settled (a daemon stopped while it starts takes kopf 5 s).
         await eventually(lambda: status(k8s, RUNS, RUN).get("state") == "waiting", "the Run")
-        yield Console(k8s, port, base64.b64decode(apiservice["spec"]["caBundle"]))
+        yield Console(k8s, place.port, place.ca)
     finally:
         await operator.stop()
-
-
-def user(k8s: emulator.KubernetesApi, name: str, *, console: bool, runs: bool) -> str:
-    """A ServiceAccount in the Run's namespace, bound to the chart's console ClusterRole
-    and to ``get``/``list`` of ``runs.kubeturn.dev`` as asked: its token."""
-    k8s.create_object("v1/serviceaccounts", {"metadata": {"name": name, "namespace": NAMESPACE}})
-    group = "rbac.authorization.k8s.io"
-    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
-    meta = {"name": name, "namespace": NAMESPACE}
-    roles = []
-    if runs:
-        rules = [{"apiGroups": ["kubeturn.dev"], "resources": ["runs"], "verbs": ["get", "list"]}]
-        k8s.create_object(f"{group}/v1/roles", {"metadata": meta, "rules": rules})
-        roles.append(("Role", name))
-    if console:
-        roles.append(("ClusterRole", CONSOLE_VIEW))
-    for kind, role in roles:
-        binding = {
-            "metadata": {**meta, "name": f"{name}-{kind.lower()}"},
-            "roleRef": {"apiGroup": group, "kind": kind, "name": role},
-            "subjects": subjects,
-        }
-        k8s.create_object(f"{group}/v1/rolebindings", binding)
-    return k8s.issue_token(NAMESPACE, name)
 
 
 async def get(k8s: emulator.KubernetesApi, path: str, token: str) -> tuple[int, str, bytes]:

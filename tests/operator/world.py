@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from kubeturn.k8s.operator import ConsoleApp
 from kubeturn.tracing import Tracing
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
@@ -264,6 +265,7 @@ async def operator_world(
     watch_agentturns: bool = False,
     watch_workspaces: bool = False,
     tracing: Tracing | None = None,
+    console: ConsoleApp | None = None,
     **changes: Any,
 ) -> AsyncIterator[OperatorWorld]:
     """The operator (its settings from ``settings``, with ``changes``) started as the chart
@@ -273,7 +275,8 @@ async def operator_world(
     ``{url}`` is the model's ``/v1`` URL) names it; without, the operator has ``providers``
     or none. The objects ``first`` are made before the operator starts; ``workspace`` once
     it runs, and then awaited ``Ready`` unless ``ready`` is False. The watches start before
-    any of it."""
+    any of it. ``console`` is the console app the operator mounts (served where the
+    settings say)."""
     async with contextlib.AsyncExitStack() as stack:
         turns = (
             await stack.enter_async_context(watching_agentturns(api)) if watch_agentturns else None
@@ -295,7 +298,9 @@ async def operator_world(
         if script is not None:
             extra = {} if providers is None else {"providers": providers}
             scripted = await stack.enter_async_context(
-                scripted_operator(installation, script, **extra, tracing=tracing, **changes)
+                scripted_operator(
+                    installation, script, **extra, tracing=tracing, console=console, **changes
+                )
             )
             made._operator, made._session, made.model = (
                 scripted.operator,
@@ -306,7 +311,7 @@ async def operator_world(
             operating = dataclasses.replace(
                 settings(installation, providers_yaml=providers or NO_PROVIDERS), **changes
             )
-            operator = OperatorThread(operating, installation.kubeconfig, tracing=tracing)
+            operator = OperatorThread(operating, installation.kubeconfig, console, tracing=tracing)
             made._operator = operator
             stack.push_async_callback(operator.stop)
             await operator.start()

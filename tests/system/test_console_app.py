@@ -11,7 +11,8 @@ Cases:
   authorises it); asked with the version the page holds it is ``204``; a changed one is
   the new part; a finished Run's part polls no more;
 - the transcript is written as it is read: a followed entry reaches the reader before
-  the next is made, and a reader that leaves mid-stream closes the source's iterator;
+  the next is made, and a reader that leaves mid-stream closes the source's iterator; a
+  Run gone while followed ends the stream there, whole, with no error logged;
 - a Run or a Turn that does not exist is ``404`` naming it; ``sinceTurn`` that is not a
   number is ``400`` naming it; an asset not in the package is ``404``;
 - text from a Run is escaped (a message with markup shows as text); every page carries a
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ import pytest
 from aiohttp import web
 
 from kubeturn.console.app import console_app
+from kubeturn.errors import NotFound
 from kubeturn.transcripts import Entry, EntryKind, Query, TranscriptSource
 from tests.cli.support import EXAMPLES
 
@@ -306,3 +309,32 @@ async def test_a_followed_transcript_is_written_as_it_is_read(memory: Memory) ->
             await asyncio.wait_for(following.closed.wait(), 10)
     finally:
         await runner.cleanup()
+
+
+@dataclass
+class Gone:
+    """A followed transcript whose Run is deleted after its first entry."""
+
+    async def entries(self, query: Query) -> AsyncIterator[Entry]:
+        yield entry(EntryKind.PROMPT, "first")
+        raise NotFound("the Run is gone")
+
+
+async def test_a_followed_transcript_ends_when_its_run_is_gone(
+    memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory.transcripts = lambda namespace, name: Gone()  # type: ignore[method-assign]
+    runner = web.AppRunner(console_app(memory))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/namespaces/team-a/runs/review/transcript"
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(url, params={"follow": "1"}) as response,
+        ):
+            body = await response.read()  # a stream cut short raises here
+    finally:
+        await runner.cleanup()
+    assert [json.loads(line)["text"] for line in body.splitlines()] == ["first"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -24,6 +24,7 @@ import markupsafe
 from aiohttp import web
 
 from kubeturn.console import views
+from kubeturn.errors import NotFound
 from kubeturn.transcripts import Entry, Query, TranscriptSource
 
 PART = "part"
@@ -200,7 +201,8 @@ def _shown(entry: Entry) -> dict[str, Any]:
 
 async def _transcript(request: web.Request) -> web.StreamResponse:
     """The Run's transcript as NDJSON, one ``Entry`` a line, written as it is read (with
-    ``follow=1``, until the Run is finished)."""
+    ``follow=1``, until the Run is finished, or gone: deleted while followed, it ends
+    there, as ``kubectl logs -f`` does for a Pod deleted)."""
     _, namespace, name = await _found(request)
     query = _query(request.query)
     source = request.app[SOURCE_KEY].transcripts(namespace, name)
@@ -212,6 +214,8 @@ async def _transcript(request: web.Request) -> web.StreamResponse:
         try:
             async for entry in entries:
                 await response.write(entry.model_dump_json().encode() + b"\n")
+        except NotFound:
+            return  # the Run went while it was read: its transcript ends with it
         finally:
             close = getattr(entries, "aclose", None)
             if close is not None:

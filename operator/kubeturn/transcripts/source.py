@@ -32,5 +32,6 @@ class TranscriptSource(Protocol):
     """The transcripts of one Run."""
 
     def entries(self, query: Query) -> AsyncIterator[Entry]:
-        """The Turns' entries, Turn by Turn in number order."""
+        """The Turns' entries, Turn by Turn in number order; ``kubeturn.errors.NotFound``
+        when the Run is gone (while following, too)."""
         ...
