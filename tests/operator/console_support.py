@@ -6,11 +6,14 @@ scenario chooses. Shared by the tier's console scenarios and by bench/console_cl
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
+from tests.cli.support import environment
 from tests.operator import emulator
 from tests.operator import installation as installation_
 from tests.operator.operator_support import NAMESPACE, free_port
@@ -96,3 +99,21 @@ def user(
         }
         k8s.create_object(f"{group}/v1/rolebindings", binding)
     return k8s.issue_token(namespace, name)
+
+
+async def kube_logs(config: Path, *args: str) -> asyncio.subprocess.Process:
+    """``kubeturn logs ... --kube`` started as a user runs it, with the kubeconfig
+    ``config``, its output piped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kubeturn",
+        "logs",
+        *args,
+        "--kube",
+        "--kubeconfig",
+        str(config),
+        env=environment(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )

@@ -182,6 +182,10 @@ class OperatorThread:
             raise AssertionError("the operator failed") from self.error
 
 
+AGENTTURN_COLUMNS = ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "CAUSE", "SETTLED", "AGE"]
+"""The columns ``kubectl get agentturns`` shows (the CRD's printer columns and AGE)."""
+
+
 OPERATOR_MAIN = """
 import asyncio, json, logging, sys
 from kubeturn.api.egress import SandboxEgress

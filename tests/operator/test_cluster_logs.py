@@ -19,7 +19,6 @@ import asyncio
 import json
 import logging
 import re
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -28,11 +27,10 @@ import aiohttp
 import pytest
 
 from kubeturn.k8s.console_source import cluster_console
-from tests.cli.support import environment
 from tests.operator import emulator
 from tests.operator import installation as installation_
 from tests.operator import kubelet as kubelet_
-from tests.operator.console_support import place_console, user
+from tests.operator.console_support import kube_logs, place_console, user
 from tests.operator.operator_support import (
     GROUP_VERSION,
     NAMESPACE,
@@ -108,23 +106,6 @@ async def world(
     fail_on_logged_errors(caplog, kubelet.started)
 
 
-async def logs(config: Path, *args: str) -> asyncio.subprocess.Process:
-    """``kubeturn logs ... --kube`` started as a user runs it, its output piped."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kubeturn",
-        "logs",
-        *args,
-        "--kube",
-        "--kubeconfig",
-        str(config),
-        env=environment(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
 async def line(process: asyncio.subprocess.Process) -> Body:
     assert process.stdout is not None
     read = await asyncio.wait_for(process.stdout.readline(), LINE_S)
@@ -145,7 +126,7 @@ async def test_logs_follow_a_live_turn_through_the_api_server(
     await world.create(run())
     await world.until(lambda: held(world), "the coder's model request held", run=RUN)
 
-    following = await logs(config, RUN, "-f", "-o", "json")
+    following = await kube_logs(config, RUN, "-f", "-o", "json")
     try:
         live = [await line(following), await line(following)]
         assert [entry["kind"] for entry in live] == ["turn", "prompt"]
@@ -171,12 +152,12 @@ async def test_logs_follow_a_live_turn_through_the_api_server(
     settlement = followed[-1]["data"]
     assert (settlement["outcome"], settlement["cause"]) == ("ended", "pick")
 
-    shown = await logs(config, RUN, "-o", "json")
+    shown = await kube_logs(config, RUN, "-o", "json")
     out, err = await asyncio.wait_for(shown.communicate(), LINE_S)
     assert (shown.returncode, err) == (0, b"")
     assert [json.loads(text) for text in out.decode().splitlines()] == followed
 
-    text = await logs(config, RUN)
+    text = await kube_logs(config, RUN)
     out, err = await asyncio.wait_for(text.communicate(), LINE_S)
     assert (text.returncode, err) == (0, b"")
     printed = out.decode().splitlines()
@@ -203,7 +184,7 @@ async def test_logs_follow_ends_when_the_run_is_deleted(
     config = emulator.write_kubeconfig(tmp_path / "viewer", str(world.k8s.url), token=viewer)
     await world.create(run())
     await world.until(lambda: held(world), "the coder's model request held", run=RUN)
-    following = await logs(config, RUN, "-f", "-o", "json")
+    following = await kube_logs(config, RUN, "-f", "-o", "json")
     try:
         live = [await line(following), await line(following)]
         await world.delete(f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/{RUN}")

@@ -32,7 +32,6 @@ import asyncio
 import dataclasses
 import json
 import ssl
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -45,13 +44,13 @@ from kubeturn.console.app import console_app
 from kubeturn.k8s import console_source
 from kubeturn.k8s.hub import Hub
 from kubeturn.transcripts import Entry, EntryKind, Query
-from tests.cli.support import environment
 from tests.operator import emulator
 from tests.operator import installation as installation_
 from tests.operator.console_support import (
     GROUP_VERSION,
     PREFIX,
     SERVICE,
+    kube_logs,
     place_console,
     user,
 )
@@ -167,19 +166,7 @@ async def get(k8s: emulator.KubernetesApi, path: str, token: str) -> tuple[int, 
 
 async def logs(config: Path, *args: str) -> tuple[int, str, str]:
     """``kubeturn logs --kube`` as a user runs it, without blocking the API's loop."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kubeturn",
-        "logs",
-        *args,
-        "--kube",
-        "--kubeconfig",
-        str(config),
-        env=environment(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await kube_logs(config, *args)
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()

@@ -68,6 +68,7 @@ from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.installation import IN_BOTH_SHAPES, Installation
 from tests.operator.operator_support import (
+    AGENTTURN_COLUMNS,
     AGENTTURNS,
     RUNS,
     WORKSPACES,
@@ -327,17 +328,7 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     # While the coder's first Turn runs (its model request held), kubectl shows it.
     world, first = await coder_running(cluster)
     shown = table((await world.kubectl("get", "agentturns")).stdout)
-    assert shown[0] == [
-        "NAME",
-        "RUN",
-        "AGENT",
-        "STATE",
-        "PHASE",
-        "OUTCOME",
-        "CAUSE",
-        "SETTLED",
-        "AGE",
-    ]
+    assert shown[0] == AGENTTURN_COLUMNS
     assert [row[:6] for row in shown[1:]] == [[first, RUN, "coder", "implementing", "Running", ""]]
     # A person approving before the review: ignored, said so, and not kept for later.
     early = [

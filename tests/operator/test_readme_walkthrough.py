@@ -52,6 +52,7 @@ from tests import tools
 from tests.operator import emulator, git_http
 from tests.operator import kubelet as kubelet_
 from tests.operator.operator_support import (
+    AGENTTURN_COLUMNS,
     AGENTTURNS,
     RUNS,
     OperatorThread,
@@ -327,17 +328,7 @@ async def test_the_readme_walkthrough_runs_as_written(
             # kubectl aligns each watched row on its own: cells by whitespace (an empty
             # PHASE or OUTCOME is no cell).
             header, *lines = out.decode().splitlines()
-            assert header.split() == [
-                "NAME",
-                "RUN",
-                "AGENT",
-                "STATE",
-                "PHASE",
-                "OUTCOME",
-                "CAUSE",
-                "SETTLED",
-                "AGE",
-            ]
+            assert header.split() == AGENTTURN_COLUMNS
             rows = [line.split() for line in lines]
             assert {tuple(row[:4]) for row in rows} == {
                 (f"{RUN}-t1", RUN, "coder", "implementing"),

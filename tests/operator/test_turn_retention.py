@@ -29,6 +29,7 @@ from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
 from tests.operator.installation import Installation
 from tests.operator.operator_support import (
+    AGENTTURN_COLUMNS,
     AGENTTURNS,
     GROUP_VERSION,
     NAMESPACE,
@@ -148,17 +149,7 @@ async def test_kubectl_shows_finished_turns_until_their_run_is_deleted(
     await world.until(lambda: all(held(world, n) for n in turns), "both Turns kept, settled")
 
     shown = table((await kubectl("get", "agentturns")).stdout)
-    assert shown[0] == [
-        "NAME",
-        "RUN",
-        "AGENT",
-        "STATE",
-        "PHASE",
-        "OUTCOME",
-        "CAUSE",
-        "SETTLED",
-        "AGE",
-    ]
+    assert shown[0] == AGENTTURN_COLUMNS
     assert [row[:7] for row in shown[1:]] == [
         ["two-t1", "two", "coder", "working", "Settled", "ended", "pick"],
         ["two-t2", "two", "coder", "again", "Settled", "ended", "pick"],
