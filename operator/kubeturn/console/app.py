@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import textwrap
 import time
 from collections.abc import Mapping
 from importlib import resources
@@ -25,7 +26,7 @@ from aiohttp import web
 
 from kubeturn.console import views
 from kubeturn.errors import NotFound
-from kubeturn.transcripts import Entry, Query, TranscriptSource
+from kubeturn.transcripts import Entry, EntryKind, Query, TranscriptSource, text
 
 PART = "part"
 """The query parameter asking for a page's live part alone: the part is the page's URL, so
@@ -185,13 +186,23 @@ async def _turn_context(request: web.Request) -> dict[str, Any]:
     }
 
 
+SUMMARISED = frozenset(
+    {EntryKind.TURN, EntryKind.TOOL_CALL, EntryKind.PICK, EntryKind.RECEIPT, EntryKind.SETTLEMENT}
+)
+"""Entries the Turn page shows as ``kubeturn logs`` prints them (a call with its
+arguments, a settlement with its cause and tokens); the others' words are shown whole."""
+
+
 def _shown(entry: Entry) -> dict[str, Any]:
     """An entry as the Turn page lists it: its words, and its data as JSON when it has any."""
+    words = entry.text
+    if entry.kind in SUMMARISED:
+        words = textwrap.dedent("\n".join(text.lines(entry)))
     return {
         "kind": entry.kind.value,
         "at": entry.at,
         "name": entry.name,
-        "text": entry.text,
+        "text": words,
         "data": json.dumps(entry.data, indent=2, sort_keys=True) if entry.data else "",
     }
 
