@@ -145,6 +145,7 @@ def test_a_live_turns_transcript_grows(page: Any, ui: str, runs: Path) -> None:
     assert page.inner_text("#outcome") == "live"
     assert "Wrote 8 bytes to" in page.inner_text("ol.transcript")
     screenshot(page, "turn-live")
+    page.evaluate("window.loadedOnce = true")
     assert release(model) == 1
     page.wait_for_selector('ol.transcript[data-entries="10"]', timeout=WAIT_MS)
     assert kinds(page) == [
@@ -161,6 +162,7 @@ def test_a_live_turns_transcript_grows(page: Any, ui: str, runs: Path) -> None:
     ]
     assert page.inner_text("#outcome") == "ended"
     assert "NOTES.md is written." in page.inner_text("ol.transcript")
+    assert page.evaluate("window.loadedOnce") is True
 
 
 def test_the_runs_list_follows_a_run_to_its_end(page: Any, ui: str, project: Path) -> None:
