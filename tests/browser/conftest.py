@@ -5,7 +5,8 @@ Playwright cannot download a browser here: it drives the Chromium installed on t
 machine (``KUBETURN_CHROMIUM``, else ``chromium`` or ``chromium-browser`` on PATH). The
 tier skips, saying why, when there is none or Playwright is missing. Two Runs run in the
 background for the whole module: ``task-with-review`` waiting at ``humanReview`` after
-four Turns, and ``live`` whose one Turn stays live (the scripted model holds its answer).
+four Turns, and ``live`` whose one Turn stays live: the scripted model holds its second
+answer until the test releases it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.support import InProcess, chromium
+from tests.browser.support import chromium
 from tests.cli.support import EXAMPLES, Background, git_repo, wait_status
 
 MACHINES = Path(__file__).parent / "machines"
@@ -110,15 +111,3 @@ def ui(project: Path, runs: Path) -> Iterator[str]:
         with contextlib.suppress(AssertionError):
             served.wait()
         served.stop()
-
-
-@pytest.fixture(scope="module")
-def transcripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("transcripts")
-
-
-@pytest.fixture(scope="module")
-def console(runs: Path, transcripts: Path) -> Iterator[str]:
-    served = InProcess(runs, transcripts)
-    yield served.url
-    served.stop()

@@ -1,25 +1,21 @@
-"""Parts of the browser tier: where Chromium is, screenshots, and the console served in
-the test's own process with transcripts the test writes."""
+"""Parts of the browser tier: where Chromium is, screenshots, and the scripted model of a
+local Run (its held answers, released when the test says)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import io
+import json
 import os
-import queue
 import shutil
-import threading
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from kubeturn.local.ui import serve
 from kubeturn.local.workdir import Workdir
-from kubeturn.transcripts import Entry, Query, TranscriptSource
+from tests.cli.support import WAIT_S
 
 SCREENSHOTS = os.environ.get("KUBETURN_CONSOLE_SCREENSHOTS")
 """A directory to save each page's screenshot in (``docs/console`` regenerates the
@@ -46,48 +42,30 @@ def screenshot(page: Any, name: str) -> None:
         page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
 
 
-@dataclass(frozen=True)
-class FileTranscript:
-    """A transcript read from a file of NDJSON entries the test writes as it goes."""
-
-    path: Path
-
-    async def entries(self, query: Query) -> AsyncIterator[Entry]:
-        lines = self.path.read_text().splitlines() if self.path.exists() else []
-        for line in lines:
-            entry = Entry.model_validate_json(line)
-            if query.turn in (None, entry.turn):
-                yield entry
+def scripted_model(workdir: Path) -> str:
+    """The URL of the scripted model ``kubeturn run --model scripted:`` started for the Run
+    of ``workdir``: the providers file it wrote there names it."""
+    providers = yaml.safe_load(Workdir.at(workdir).providers.read_text())
+    return str(providers["scripted"]["baseUrl"]).removesuffix("/v1")
 
 
-class InProcess:
-    """The console of ``kubeturn ui`` served in a thread of the test's, its transcripts
-    read from ``<transcripts>/<run>.ndjson``."""
+def held(model: str) -> list[int]:
+    """The steps of the requests the scripted model holds open now."""
+    with urllib.request.urlopen(f"{model}/_requests", timeout=5) as response:
+        requests = json.load(response)
+    return [r["step"] for r in requests if r["held"] and not r["released"]]
 
-    def __init__(self, root: Path, transcripts: Path) -> None:
-        self._root, self._transcripts = root, transcripts
-        self._urls: queue.Queue[str] = queue.Queue()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
-        self._thread.start()
-        self.url = self._urls.get(timeout=20).removesuffix("/runs")
 
-    def _source(self, workdir: Workdir, run: str) -> TranscriptSource:
-        return FileTranscript(self._transcripts / f"{run}.ndjson")
+def wait_held(model: str, steps: list[int]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while (now := held(model)) != steps:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {WAIT_S:g} s for held steps {steps}; held: {now}")
+        time.sleep(0.05)
 
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        ready: asyncio.Future[str] = self._loop.create_future()
-        self._task = asyncio.ensure_future(
-            serve(self._root, 0, io.StringIO(), transcripts=self._source, ready=ready)
-        )
-        self._urls.put(await ready)
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
 
-    def stop(self) -> None:
-        assert self._loop is not None
-        assert self._task is not None
-        self._loop.call_soon_threadsafe(self._task.cancel)
-        self._thread.join(20)
+def release(model: str) -> int:
+    """Let every held answer go on; how many there were."""
+    sent = urllib.request.Request(f"{model}/_release", data=b"{}", method="POST")
+    with urllib.request.urlopen(sent, timeout=5) as response:
+        return int(json.load(response)["released"])

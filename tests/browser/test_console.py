@@ -9,8 +9,9 @@ Cases:
 - a settled Turn's page shows its transcript as the Run's files hold it (``kubeturn logs``'s
   entries): its prompt, the model's words, each tool call and result, the pick, its
   receipt and the settlement;
-- a live Turn's page grows, without a reload, as entries are written (a transcript the
-  test writes, so that it controls when each entry comes);
+- a live Turn's page grows without a reload: the live Run's writer has written NOTES.md
+  and its next answer is held (turn, prompt, text, tool-call, tool-result); released, the
+  page shows the answer, the pick ``done``, its receipt and the settlement (ended);
 - the Runs list follows a Run without a reload: approve sent, its row says Succeeded.
 
 ``KUBETURN_CONSOLE_SCREENSHOTS=docs/console`` saves each page's screenshot there.
@@ -23,8 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kubeturn.transcripts import Entry, EntryKind
-from tests.browser.support import screenshot
+from tests.browser.support import release, screenshot, scripted_model, wait_held
 from tests.cli.support import environment
 
 WAIT_MS = 20_000
@@ -40,6 +40,16 @@ def rows(page: Any) -> list[list[str]]:
             "rows => rows.map(r => Array.from(r.cells).map(c => c.innerText).join('\\t'))",
         )
     ]
+
+
+def kinds(page: Any) -> list[str]:
+    """The kind of each transcript entry, from its class ``entry-<kind>``."""
+    return list(
+        page.eval_on_selector_all(
+            "ol.transcript li.entry",
+            "items => items.map(i => [...i.classList].find(c => c.startsWith('entry-')).slice(6))",
+        )
+    )
 
 
 def test_the_runs_list_shows_each_run(page: Any, ui: str) -> None:
@@ -104,10 +114,7 @@ def test_a_turns_page_shows_its_transcript(page: Any, ui: str) -> None:
     page.click('tr[data-turn="t1"] a')
     page.wait_for_selector("ol.transcript")
     assert page.url == f"{ui}/{RUN}/turns/t1"
-    kinds = page.eval_on_selector_all(
-        "ol.transcript li .kind", "kinds => kinds.map(k => k.textContent)"
-    )
-    assert kinds == [
+    assert kinds(page) == [
         "turn",
         "prompt",
         "text",
@@ -123,35 +130,39 @@ def test_a_turns_page_shows_its_transcript(page: Any, ui: str) -> None:
     screenshot(page, "turn")
 
 
-def test_a_live_turns_transcript_grows(page: Any, console: str, transcripts: Path) -> None:
-    page.goto(f"{console}/namespaces/default/runs/live")
+def test_a_live_turns_transcript_grows(page: Any, ui: str, runs: Path) -> None:
+    model = scripted_model(runs / "live")
+    wait_held(model, [1])
+    page.goto(f"{ui}/namespaces/default/runs/live")
     page.wait_for_selector(".diagram[data-drawn] svg", timeout=WAIT_MS)
     live = page.eval_on_selector_all(
         "table.turns tbody tr.live", "rows => rows.map(r => r.dataset.turn)"
     )
     assert live == ["t1"]
-    written = transcripts / "live.ndjson"
-    write(written, entry(EntryKind.TURN, "t1 · writer · writing"))
-    write(written, entry(EntryKind.PROMPT, "Write the release notes to NOTES.md, then call done."))
     page.click("text=t1")
-    page.wait_for_selector('ol.transcript[data-entries="2"]', timeout=WAIT_MS)
-    write(written, entry(EntryKind.TEXT, "Writing the notes."))
-    write(
-        written,
-        entry(
-            EntryKind.TOOL_CALL,
-            name="write",
-            arguments={"path": "NOTES.md", "content": "# Notes\n"},
-        ),
-    )
-    write(written, entry(EntryKind.TOOL_RESULT, "wrote 8 bytes to NOTES.md", name="write"))
     page.wait_for_selector('ol.transcript[data-entries="5"]', timeout=WAIT_MS)
-    kinds = page.eval_on_selector_all(
-        "ol.transcript li .kind", "kinds => kinds.map(k => k.textContent)"
-    )
-    assert kinds == ["turn", "prompt", "text", "tool-call", "tool-result"]
+    assert kinds(page) == ["turn", "prompt", "text", "tool-call", "tool-result"]
     assert page.inner_text("#outcome") == "live"
+    assert "Wrote 8 bytes to" in page.inner_text("ol.transcript")
     screenshot(page, "turn-live")
+    page.evaluate("window.loadedOnce = true")
+    assert release(model) == 1
+    page.wait_for_selector('ol.transcript[data-entries="10"]', timeout=WAIT_MS)
+    assert kinds(page) == [
+        "turn",
+        "prompt",
+        "text",
+        "tool-call",
+        "tool-result",
+        "text",
+        "tool-call",
+        "pick",
+        "receipt",
+        "settlement",
+    ]
+    assert page.inner_text("#outcome") == "ended"
+    assert "NOTES.md is written." in page.inner_text("ol.transcript")
+    assert page.evaluate("window.loadedOnce") is True
 
 
 def test_the_runs_list_follows_a_run_to_its_end(page: Any, ui: str, project: Path) -> None:
@@ -170,22 +181,3 @@ def test_the_runs_list_follows_a_run_to_its_end(page: Any, ui: str, project: Pat
         'tr[data-run="default/task-with-review"] .phase-succeeded', timeout=WAIT_MS
     )
     assert rows(page)[1][:4] == ["task-with-review", "default", "Succeeded", "done"]
-
-
-def entry(kind: EntryKind, text: str = "", *, name: str | None = None, **data: Any) -> Entry:
-    return Entry(
-        turn="t1",
-        number=1,
-        state="writing",
-        agent="writer",
-        kind=kind,
-        at="2026-12-02T10:00:00Z",
-        text=text,
-        name=name,
-        data=data,
-    )
-
-
-def write(path: Path, written: Entry) -> None:
-    with path.open("a") as file:
-        file.write(written.model_dump_json() + "\n")

@@ -10,7 +10,6 @@ afresh on each call: a ``kubeturn run`` in another process writes them as it goe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,9 +23,6 @@ from kubeturn.local.workdir import STATE, RunFiles, Workdir
 from kubeturn.machine.load import DEFAULT_NAMESPACE
 from kubeturn.transcripts import TranscriptSource
 
-TranscriptsOf = Callable[[Workdir, str], TranscriptSource]
-"""The transcript source of the Run named so in a workdir."""
-
 
 @dataclass(frozen=True)
 class Found:
@@ -35,15 +31,9 @@ class Found:
     manifest: dict[str, Any]
 
 
-def local_transcripts(workdir: Workdir, run: str) -> TranscriptSource:
-    """The transcripts of the Run ``run`` of ``workdir``, as ``kubeturn logs`` reads them."""
-    return LocalTranscripts(run, workdir.root)
-
-
 class LocalConsole:
-    def __init__(self, root: Path, transcripts: TranscriptsOf = local_transcripts) -> None:
+    def __init__(self, root: Path) -> None:
         self._root = root.expanduser().resolve()
-        self._transcripts = transcripts
         self._manifests: dict[Path, tuple[tuple[int, int], dict[str, Any] | None]] = {}
         """Each manifest read, by path, with its file's (mtime, size) when read: a page
         polled every 2 s reads every Run's status, not every Run's YAML."""
@@ -57,9 +47,10 @@ class LocalConsole:
         return None if item is None else await asyncio.to_thread(_object, item)
 
     def transcripts(self, namespace: str, name: str) -> TranscriptSource:
+        """The Run's transcripts, as ``kubeturn logs`` reads them."""
         item = self._find(namespace, name)
         workdir = item.workdir if item is not None else Workdir.at(self._root / name)
-        return self._transcripts(workdir, name)
+        return LocalTranscripts(name, workdir.root)
 
     def _find(self, namespace: str, name: str) -> Found | None:
         for directory in self._workdirs():

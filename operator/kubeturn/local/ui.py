@@ -10,24 +10,17 @@ from aiohttp import web
 
 from kubeturn.console.app import console_app
 from kubeturn.errors import CommandError
-from kubeturn.local.console import LocalConsole, TranscriptsOf, local_transcripts
+from kubeturn.local.console import LocalConsole
 
 HOST = "127.0.0.1"
 """Only this machine's users reach the console: it shows what the Agents did, and asks
 no one who they are."""
 
 
-async def serve(
-    root: Path,
-    port: int,
-    out: TextIO,
-    *,
-    transcripts: TranscriptsOf = local_transcripts,
-    ready: asyncio.Future[str] | None = None,
-) -> None:
+async def serve(root: Path, port: int, out: TextIO) -> None:
     """Serve the console of the Runs under ``root`` on ``port`` (0: a free one), print its
-    URL to ``out`` (and set it on ``ready``), and serve until cancelled."""
-    app = console_app(LocalConsole(root, transcripts), title="kubeturn")
+    URL to ``out``, and serve until cancelled."""
+    app = console_app(LocalConsole(root), title="kubeturn")
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -40,8 +33,6 @@ async def serve(
         url = f"http://{HOST}:{bound}/runs"
         print(f"kubeturn ui: serving the Runs under {root} at {url} (Ctrl-C stops it)", file=out)
         out.flush()
-        if ready is not None:
-            ready.set_result(url)
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
