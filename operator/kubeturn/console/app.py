@@ -187,7 +187,7 @@ async def _turn_context(request: web.Request) -> dict[str, Any]:
 
 
 SUMMARISED = frozenset(
-    {EntryKind.TURN, EntryKind.TOOL_CALL, EntryKind.PICK, EntryKind.RECEIPT, EntryKind.SETTLEMENT}
+    {EntryKind.TOOL_CALL, EntryKind.PICK, EntryKind.RECEIPT, EntryKind.SETTLEMENT}
 )
 """Entries the Turn page shows as ``kubeturn logs`` prints them (a call with its
 arguments, a settlement with its cause and tokens); the others' words are shown whole."""
