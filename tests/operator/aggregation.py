@@ -47,7 +47,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.operator import apimachinery, rbac
+from tests.operator import apimachinery, fielderrors, rbac
 
 Body = dict[str, Any]
 
@@ -213,12 +213,38 @@ def forwarded_headers(headers: Mapping[str, str], user: rbac.User) -> list[tuple
 
 def review(policy: rbac.Policy, body: Any) -> Body:
     """A SubjectAccessReview answered: ``body`` with its ``status`` (allowed, and the
-    reason RBAC gave); 400 for a review that names no user or no attributes."""
+    reason RBAC gave). A review kube-apiserver's validation refuses is 422 ``Invalid``
+    with its field errors: no user and no group, neither or both of the attributes."""
     spec = (body or {}).get("spec") if isinstance(body, dict) else None
-    if not isinstance(spec, dict) or not (spec.get("user") or spec.get("groups")):
-        raise apimachinery.ApiError(400, "at least one of user or group must be specified")
-    user = rbac.User(str(spec.get("user") or ""), tuple(spec.get("groups") or ()))
+    spec = spec if isinstance(spec, dict) else {}
     resource, path = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+    errors: list[fielderrors.FieldError] = []
+    if resource is None and path is None:
+        errors.append(
+            fielderrors.required(
+                "spec.resourceAttributes",
+                "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+            )
+        )
+    elif resource is not None and path is not None:
+        errors.append(
+            fielderrors.invalid(
+                "spec.nonResourceAttributes",
+                path,
+                "cannot be specified in combination with resourceAttributes",
+            )
+        )
+    if not (spec.get("user") or spec.get("groups")):
+        errors.append(
+            fielderrors.invalid(
+                "spec.user",
+                spec.get("user") or "",
+                "at least one of user or group must be specified",
+            )
+        )
+    if errors:
+        raise fielderrors.invalid_status(REVIEW_GROUP, "SubjectAccessReview", "", errors)
+    user = rbac.User(str(spec.get("user") or ""), tuple(spec.get("groups") or ()))
     if isinstance(resource, dict):
         attributes = rbac.Attributes(
             user,
@@ -231,13 +257,10 @@ def review(policy: rbac.Policy, body: Any) -> Body:
             namespace=str(resource.get("namespace", "")),
             name=str(resource.get("name", "")),
         )
-    elif isinstance(path, dict):
+    else:
+        path = path if isinstance(path, dict) else {}
         attributes = rbac.Attributes(
             user, str(path.get("verb", "")), resource_request=False, path=str(path.get("path"))
-        )
-    else:
-        raise apimachinery.ApiError(
-            400, "exactly one of nonResourceAttributes or resourceAttributes must be specified"
         )
     decision = rbac.authorize(policy, attributes)
     status: Body = {"allowed": decision.allowed}

@@ -331,8 +331,25 @@ async def test_asking_a_review_needs_create_on_subjectaccessreviews(
     assert (status, body["status"]["allowed"]) == (201, False)
 
 
-async def test_a_review_naming_no_user_is_400(k8s: emulator.KubernetesApi) -> None:
+async def test_a_review_naming_no_user_is_invalid(k8s: emulator.KubernetesApi) -> None:
     asked = access_review("", "get", "default", "one")
     del asked["spec"]["groups"]
     status, body = await call(k8s, REVIEWS, k8s.admin_token, method="POST", json=asked)
-    assert (status, body["code"]) == (400, 400)
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert body["message"] == (
+        'SubjectAccessReview.authorization.k8s.io "" is invalid: spec.user: Invalid value: '
+        '"": at least one of user or group must be specified'
+    )
+
+
+async def test_a_review_of_both_or_neither_attributes_is_invalid(
+    k8s: emulator.KubernetesApi,
+) -> None:
+    both = access_review("someone", "get", "default", "one")
+    both["spec"]["nonResourceAttributes"] = {"path": "/healthz", "verb": "get"}
+    status, body = await call(k8s, REVIEWS, k8s.admin_token, method="POST", json=both)
+    assert (status, body["details"]["causes"][0]["field"]) == (422, "spec.nonResourceAttributes")
+    neither = access_review("someone", "get", "default", "one")
+    del neither["spec"]["resourceAttributes"]
+    status, body = await call(k8s, REVIEWS, k8s.admin_token, method="POST", json=neither)
+    assert (status, body["details"]["causes"][0]["field"]) == (422, "spec.resourceAttributes")
