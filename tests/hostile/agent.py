@@ -107,12 +107,13 @@ class Secrets:
         return f"bearer-{self.marker}"
 
     def harness_env(self) -> dict[str, str]:
-        """What the Harness's container holds: its tokens, a provider's key, and a value
-        a Workspace's ``env`` gave it."""
+        """What the Harness's container holds: its tokens, a provider's key, a value a
+        Workspace's ``env`` gave it, and a trace collector's headers (ADR 0107)."""
         return {
             "KUBETURN_ORCHESTRATOR_TOKEN": f"orchestrator-{self.marker}",
             "OPENAI_API_KEY": f"sk-{self.marker}",
             "WORKSPACE_SECRET": f"workspace-{self.marker}",
+            "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=collector-{self.marker}",
         }
 
 
