@@ -118,14 +118,19 @@ async def held(world: OperatorWorld) -> bool:
     return any(r["held"] and not r["released"] for r in await world.model_requests(PROMPT))
 
 
-async def test_logs_follow_a_live_turn_through_the_api_server(
-    world: OperatorWorld, tmp_path: Path
-) -> None:
+async def viewer_while_held(world: OperatorWorld, tmp_path: Path) -> Path:
+    """A viewer's kubeconfig, once the Run is made and its coder's model request held."""
     viewer = user(world.k8s, "viewer", console=True, runs=True)
     config = emulator.write_kubeconfig(tmp_path / "viewer", str(world.k8s.url), token=viewer)
     await world.create(run())
     await world.until(lambda: held(world), "the coder's model request held", run=RUN)
+    return config
 
+
+async def test_logs_follow_a_live_turn_through_the_api_server(
+    world: OperatorWorld, tmp_path: Path
+) -> None:
+    config = await viewer_while_held(world, tmp_path)
     following = await kube_logs(config, RUN, "-f", "-o", "json")
     try:
         live = [await line(following), await line(following)]
@@ -180,10 +185,7 @@ async def test_logs_follow_ends_when_the_run_is_deleted(
     """Deleted while followed (its live Turn swept), the Run's transcript ends there:
     ``logs -f`` exits 0 by itself, having printed what there was, and the operator's
     console logged no error (it logged a stack trace once)."""
-    viewer = user(world.k8s, "viewer", console=True, runs=True)
-    config = emulator.write_kubeconfig(tmp_path / "viewer", str(world.k8s.url), token=viewer)
-    await world.create(run())
-    await world.until(lambda: held(world), "the coder's model request held", run=RUN)
+    config = await viewer_while_held(world, tmp_path)
     following = await kube_logs(config, RUN, "-f", "-o", "json")
     try:
         live = [await line(following), await line(following)]

@@ -37,13 +37,13 @@ class Cluster:
     def __init__(self, name: str, namespace: str | None, kubeconfig: str | None) -> None:
         self.name = name
         client, default_namespace = client_for(kubeconfig)
-        self._client = client
+        self.client = client
         self.namespace = namespace or default_namespace
         self.kube = Kube(client)
 
     def close(self) -> None:
         self.kube.close()
-        self._client.close()  # type: ignore[no-untyped-call]
+        self.client.close()  # type: ignore[no-untyped-call]
 
     @property
     def where(self) -> str:
@@ -53,7 +53,7 @@ class Cluster:
         found = await _translated(self, lambda: self.kube.get(RUNS, self.namespace, self.name))
         if found is None:
             raise CommandError(
-                f"there is no {self.where} on the cluster ({self._client.configuration.host}); "
+                f"there is no {self.where} on the cluster ({self.client.configuration.host}); "
                 "check the name and --namespace"
             )
         return found

@@ -30,31 +30,27 @@ READ_BYTES = 64 * 1024
 
 
 class RemoteTranscripts:
-    """The transcript of one Run on a cluster, reached with the caller's credentials."""
+    """The transcript of one Run on a cluster, reached with the caller's credentials
+    (those of ``control.Cluster``, which reads the Run)."""
 
     def __init__(self, name: str, namespace: str | None, kubeconfig: str | None) -> None:
-        self.name = name
-        self._kubeconfig = kubeconfig
-        self._client, default_namespace = control.client_for(kubeconfig)
-        self.namespace = namespace or default_namespace
+        self._cluster = control.Cluster(name, namespace, kubeconfig)
+        self._client = self._cluster.client
+        self.name, self.namespace = name, self._cluster.namespace
 
     def close(self) -> None:
-        self._client.close()  # type: ignore[no-untyped-call]
+        self._cluster.close()
 
     @property
     def where(self) -> str:
-        return f"Run {self.name!r} in namespace {self.namespace!r}"
+        return self._cluster.where
 
     async def query(
         self, target: str | None, *, since_turn: int | None = None, follow: bool = False
     ) -> Query:
         """The query of ``kubeturn logs NAME [TURN | AGENT] --kube``: ``target`` resolved
         against the Run as the user may read it (``project.query_for``)."""
-        cluster = control.Cluster(self.name, self.namespace, self._kubeconfig)
-        try:
-            run = await cluster.run()
-        finally:
-            cluster.close()
+        run = await self._cluster.run()
         agents = (run.get("spec") or {}).get("agents") or {}
         return project.query_for(
             target, run.get("status") or {}, agents, since_turn=since_turn, follow=follow
