@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 import aiohttp
 import pytest
+from pydantic import TypeAdapter
 
 from kubeturn.k8s import operator
 from kubeturn.settings import OperatorSettings
@@ -187,26 +188,20 @@ AGENTTURN_COLUMNS = ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "CAUSE
 
 
 OPERATOR_MAIN = """
-import asyncio, json, logging, sys
-from kubeturn.api.egress import SandboxEgress
-from kubeturn.api.tracing import SandboxTracing
-from kubeturn.api.workspace import SandboxResources
+import asyncio, logging, sys
+from pydantic import TypeAdapter
 from kubeturn.k8s import operator
 from kubeturn.k8s.console_source import cluster_console
 from kubeturn.settings import OperatorSettings
 logging.basicConfig(level=logging.WARNING)
-fields = json.loads(sys.argv[1])
-fields["namespaces"] = tuple(fields["namespaces"])
-fields["sandbox_egress"] = SandboxEgress.model_validate(fields["sandbox_egress"])
-fields["sandbox_resources"] = SandboxResources.model_validate(fields["sandbox_resources"])
-fields["sandbox_tracing"] = SandboxTracing.model_validate(fields["sandbox_tracing"])
-fields["operator_labels"] = tuple(tuple(label) for label in fields["operator_labels"])
-settings = OperatorSettings(**fields)
+settings = TypeAdapter(OperatorSettings).validate_json(sys.argv[1])
 asyncio.run(operator.run(settings, kubeconfig=sys.argv[2], console=cluster_console))
 """
 """The operator's entry point as ``kubeturn operator`` has it, with the test's settings
 (loopback ports the CLI does not expose): its console served where the settings name a
 certificate."""
+SETTINGS = TypeAdapter(OperatorSettings)
+"""The settings as a process of its own reads them: JSON, the models in them included."""
 PROCESS_START_S = 60.0
 """How long a new operator process may take to be ready: an interpreter's start and
 kopf's imports take seconds on a loaded 2-core machine."""
@@ -224,14 +219,9 @@ class OperatorProcess:
 
     async def spawn(self) -> None:
         """Start a process; do not wait for it to be ready."""
-        fields = dataclasses.asdict(self.settings)
-        fields["sandbox_egress"] = self.settings.sandbox_egress.model_dump(mode="json")
-        fields["sandbox_resources"] = self.settings.sandbox_resources.model_dump(
-            mode="json", by_alias=True
-        )
-        fields["sandbox_tracing"] = self.settings.sandbox_tracing.model_dump(mode="json")
+        settings = SETTINGS.dump_json(self.settings, by_alias=True).decode()
         self.process = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-c", OPERATOR_MAIN, json.dumps(fields), str(self._kubeconfig)],
+            *[sys.executable, "-c", OPERATOR_MAIN, settings, str(self._kubeconfig)],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
