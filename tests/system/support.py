@@ -177,7 +177,7 @@ class System:
     @property
     def state(self) -> str | None:
         """The Machine's active leaf."""
-        return self.core.config.leaf if self.core.config is not None else None
+        return ", ".join(self.core.config.active) if self.core.config is not None else None
 
     @property
     def output(self) -> Any:

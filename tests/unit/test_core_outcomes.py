@@ -399,7 +399,7 @@ class TestTheRunThrew:
         sweep = only(effects, Sweep)
         assert (sweep.turn, sweep.cause, sweep.submission) == ("t1", None, None)
         assert core.config is not None
-        assert core.config.leaf == "fixing"
+        assert core.config.active == ("fixing",)
         record = settle_sweep(core, sweep, None, 2.0)
         assert (record.outcome, record.cause, record.message) == (Outcome.FAILED, None, restarted)
         assert outcomes(record) == {"s1": Outcome.FAILED}

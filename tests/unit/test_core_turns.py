@@ -258,7 +258,7 @@ class TestPicks:
         assert effects.items == []
         assert core.config is not None
         assert before is not None
-        assert (core.config.leaf, core.config.invokes) == (before.leaf, before.invokes)
+        assert (core.config.active, core.config.invokes) == (before.active, before.invokes)
 
     def test_an_outstanding_pick_is_answered_at_rest_with_the_last_reply(self) -> None:
         core, admits = started("exec_pick", coder="s1")
@@ -302,7 +302,7 @@ class TestFrames:
         )
         assert record.submissions == []
         assert core.config is not None
-        assert core.config.leaf == "refused"
+        assert core.config.active == ("refused",)
         assert core.config.context == {"why": refused}
         assert core.live_turns() == []
 
@@ -318,7 +318,7 @@ class TestFrames:
         assert kinds(effects) == ["Recorded"]
         assert record_of(core, "t1").message == f"refused before admission: {refused}"
         assert core.config is not None
-        assert (core.config.leaf, core.config.context) == ("refused", {"why": refused})
+        assert (core.config.active, core.config.context) == (("refused",), {"why": refused})
 
     def test_one_repo_slot_gives_its_worktree(self) -> None:
         core = new_core("frames_default", workspace=WorkspaceView({"target": "/work/target/r1"}))
@@ -348,7 +348,7 @@ class TestFrames:
         assert (record.state, record.outcome) == ("outer.inner", Outcome.FAILED)
         assert record.message == f"refused before admission: {refused}"
         assert core.config is not None
-        assert core.config.leaf == "outer.alone"
+        assert core.config.active == ("outer.alone",)
         assert [t.id for t in core.live_turns()] == ["t1"]
 
 
@@ -359,7 +359,7 @@ class TestMacrosteps:
         effects = core.signal("go", None, 1.0)
         assert effects.items == []
         assert core.config is not None
-        assert core.config.leaf == "skippedIt"
+        assert core.config.active == ("skippedIt",)
         assert (core.turns, core.history) == ({}, [])
 
     def test_an_agent_state_entered_in_a_step_that_faults_starts_no_turn(self) -> None:
@@ -460,7 +460,7 @@ class TestRunState:
         core.pick(CONTINUED_IID, "submit", {}, 2.0)
         assert core.phase is RunPhase.SUCCEEDED
         assert core.config is not None
-        assert (core.config.leaf, core.state) == ("", "done")
+        assert (core.config.active, core.state) == ((), "done")
         assert restored(core).state == "done"
 
     def test_a_cancelled_run_shows_where_the_cancel_found_it(self) -> None:

@@ -317,7 +317,7 @@ def test_restore_at_any_point_continues_exactly(
 def test_every_step_keeps_the_invariants(document: dict[str, Any], script: list[Action]) -> None:
     chart = load(document)
     start, first = begin(chart)
-    check(chart, Config(leaf=ROOT, context=dict(chart.context)), first, 0.0)
+    check(chart, Config(active=(), context=dict(chart.context)), first, 0.0)
     point = start
     for action in script:
         after, steps = perform(chart, point, action)
@@ -339,11 +339,12 @@ def check(chart: Chart, before: Config, step: Step, now: float) -> None:
     live_before = _active(chart, before)
     live = _active(chart, config)
 
-    # The leaf.
+    # The leaves.
     if config.status is Status.RUNNING:
-        assert chart.states[config.leaf].kind in (Kind.ATOMIC, Kind.FINAL)
+        assert config.active
+        assert all(chart.state(leaf).kind in (Kind.ATOMIC, Kind.FINAL) for leaf in config.active)
     else:
-        assert config.leaf == ROOT
+        assert config.active == ()
         assert config.timers == ()
         assert config.invokes == ()
 
@@ -401,8 +402,8 @@ def check(chart: Chart, before: Config, step: Step, now: float) -> None:
     # Nothing taken, nothing moved; finished, nothing taken.
     if not step.taken:
         assert (step.entered, step.exited, step.started, step.stopped) == ((), (), (), ())
-        assert (config.leaf, config.context, config.status) == (
-            before.leaf,
+        assert (config.active, config.context, config.status) == (
+            before.active,
             before.context,
             before.status,
         )

@@ -573,15 +573,16 @@ class TestInvokes:
         invoke = {**agent(), "exec": {"command": "make"}}
         document = manifest({"a": {"invoke": invoke, "on": {"go": TO_B}}, "b": DONE})
         assert only_problem(document) == (
-            "spec.machine.states.a.invoke: an invoke runs one thing: agent, exec or deliver, "
-            "not agent and exec"
+            "spec.machine.states.a.invoke: an invoke runs one thing: agent, exec, deliver or "
+            "forEach, not agent and exec"
         )
 
     def test_neither_agent_nor_exec(self) -> None:
         document = manifest({"a": {"invoke": {"onError": "b"}}, "b": DONE})
         assert only_problem(document) == (
             "spec.machine.states.a.invoke: an invoke runs one thing: add agent (an Agent's "
-            "Turn), exec (a command) or deliver (commit and push a repo slot's work)"
+            "Turn), exec (a command), deliver (commit and push a repo slot's work) or "
+            "forEach (a child Machine per item)"
         )
 
     def test_deliver(self) -> None:
@@ -900,7 +901,7 @@ class TestAllAtOnce:
             pytest.param(
                 ("done", "type"),
                 "Final",
-                "spec.machine.states.done.type: input should be 'final'; got 'Final'",
+                "spec.machine.states.done.type: input should be 'final' or 'parallel'; got 'Final'",
                 id="a final's type: its output is no problem then",
             ),
         ],

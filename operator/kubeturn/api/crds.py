@@ -401,6 +401,8 @@ class _Converter:
     def __init__(self, definitions: Mapping[str, Schema]) -> None:
         self.definitions = definitions
         self.recursive = _recursive(definitions)
+        self.expanding: list[str] = []
+        """The definitions being inlined, outermost first."""
 
     def convert(self, node: Schema, where: str, subject: str) -> tuple[Schema, str | None]:
         """The structural form of ``node`` at ``where`` and, when it is kept as written
@@ -410,9 +412,13 @@ class _Converter:
         if "$ref" in node:
             name = _ref_name(node.pop("$ref"))
             definition = self.definitions[name]
-            if name in self.recursive:
+            if name in self.recursive or name in self.expanding:
                 return self._recursive_model(name, definition, node.get("description"), subject)
-            return self.convert({**definition, **node}, where, subject)
+            self.expanding.append(name)
+            try:
+                return self.convert({**definition, **node}, where, subject)
+            finally:
+                self.expanding.pop()
         for junction in ("anyOf", "oneOf"):
             if junction in node:
                 return self._union(node, node.pop(junction), where, subject)
@@ -556,22 +562,10 @@ def _ref_name(ref: str) -> str:
 
 
 def _recursive(definitions: Mapping[str, Schema]) -> frozenset[str]:
-    """The definitions that reach themselves through ``$ref``s (directly or not)."""
-    edges = {name: _refs(definition) for name, definition in definitions.items()}
-
-    def reaches(start: str) -> bool:
-        seen: set[str] = set()
-        stack = list(edges[start])
-        while stack:
-            name = stack.pop()
-            if name == start:
-                return True
-            if name not in seen:
-                seen.add(name)
-                stack.extend(edges.get(name, ()))
-        return False
-
-    return frozenset(name for name in definitions if reaches(name))
+    """The definitions that hold themselves directly (a state's states): kept as written
+    wherever they are. One that reaches itself only through others (a Machine, through a
+    fan-out state's child Machine) is inlined until it comes round again."""
+    return frozenset(name for name, definition in definitions.items() if name in _refs(definition))
 
 
 def _refs(node: Any) -> set[str]:

@@ -53,6 +53,8 @@ class _Role(Enum):
     TRANSITION = auto()
     """A target, a transition object, or a list of them."""
     INVOKE = auto()
+    FAN_OUT = auto()
+    """An invoke's ``forEach``: its ``machine`` nests states as deep as its state's."""
     VALUE = auto()
     """Free JSON: bounded by ``MAX_VALUE_DEPTH`` from its root."""
     OTHER = auto()
@@ -117,7 +119,7 @@ def _child(role: _Role, inner: int, path: tuple[str | int, ...], key: Any) -> tu
         if key in ("always", "onDone"):
             return _Role.TRANSITION, 0
         if key == "invoke":
-            return _Role.INVOKE, 0
+            return _Role.INVOKE, inner
         return _Role.OTHER, 0
     if role is _Role.STATES:
         return _Role.STATE, inner + 1
@@ -127,6 +129,10 @@ def _child(role: _Role, inner: int, path: tuple[str | int, ...], key: Any) -> tu
         return (_Role.TRANSITION if isinstance(key, int) else _Role.OTHER), 0
     if role is _Role.INVOKE and key in ("onDone", "onError"):
         return _Role.TRANSITION, 0
+    if role is _Role.INVOKE and key == "forEach":
+        return _Role.FAN_OUT, inner
+    if role is _Role.FAN_OUT and key == "machine":
+        return _Role.MACHINE, inner
     return _Role.OTHER, 0
 
 

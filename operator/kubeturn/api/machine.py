@@ -15,6 +15,13 @@ from pydantic import Discriminator, Field, Tag, field_validator
 from kubeturn.api.common import Spec, check_model_name
 from kubeturn_harness.wire import ThinkingLevel
 
+MAX_ITEMS = 100
+"""Children of one fan-out (``kubeturn.machine.interpreter.MAX_ITEMS``; a test keeps the
+two equal): each is a section of the Run's status (ADR 0112)."""
+DEFAULT_CONCURRENCY = 4
+"""Fan-out children running at once, unless the manifest says: a Workspace runs this many
+Agents side by side without one starving the others."""
+
 TRANSITION_SHAPES = ("<target>", "<transition>", "<list>")
 """The tags that tell a transition's three written forms apart. pydantic puts them in an
 error's location; the loader drops them, so paths name only what the user wrote."""
@@ -205,6 +212,54 @@ class DeliverInvoke(Spec):
     )
 
 
+class ForEachInvoke(Spec):
+    """A child Machine for each item of a list, a few at a time (ADR 0112)."""
+
+    items: str = Field(
+        min_length=1,
+        description=(
+            "A CEL list, evaluated when the state is entered (e.g. context.packages): one "
+            f"child Machine per item, at most {MAX_ITEMS}."
+        ),
+    )
+    key: str | None = Field(
+        default=None,
+        description=(
+            "A CEL value naming each child from its item (input), e.g. input.name: the "
+            "child's states are <state>[<key>]. Absent: the item itself when it is a "
+            "name (letters, digits, '_', '-'), else its index."
+        ),
+    )
+    concurrency: int = Field(
+        default=DEFAULT_CONCURRENCY,
+        ge=1,
+        le=MAX_ITEMS,
+        description="How many children run at once; the others wait their turn.",
+    )
+    worktree: Literal["shared", "per-child"] = Field(
+        default="shared",
+        description=(
+            "'per-child': each child works in its own worktrees, on the branch "
+            "kubeturn/<run>-<state>-<key> (workspace.repos in the child names them); "
+            "'shared': in the Run's."
+        ),
+    )
+    failFast: bool = Field(
+        default=True,
+        description=(
+            "true: the first child that fails is the invoke's error (onError), and the "
+            "state's exit sweeps the others. false: every child runs to its end, and "
+            "onDone's event.results says which failed."
+        ),
+    )
+    machine: MachineSpec = Field(
+        description=(
+            "The child Machine. Its expressions read its item as input, and its own "
+            "context; its top-level final's output is the child's output."
+        )
+    )
+
+
 class InvokeSpec(Spec):
     """The state's one invocation, running while the state is active: an Agent, a command,
     or a delivery of the work."""
@@ -218,12 +273,18 @@ class InvokeSpec(Spec):
             "with push: true."
         ),
     )
+    forEach: ForEachInvoke | None = Field(
+        default=None,
+        description="Run a child Machine for each item of a list (a fan-out).",
+    )
     onDone: TransitionSpec | None = Field(
         default=None,
         description=(
-            "Taken when the command or the delivery succeeds; event.output is its result "
-            "(a delivery's: commit, branch, changed, pushed, remote). Not for an agent: a "
-            "Turn ends by the Agent's picks or by the state's exit."
+            "Taken when the command, the delivery or every fan-out child succeeds; "
+            "event.output is its result (a delivery's: commit, branch, changed, pushed, "
+            "remote; a fan-out's: the children's outputs in item order, with "
+            "event.results their keys and statuses). Not for an agent: a Turn ends by the "
+            "Agent's picks or by the state's exit."
         ),
     )
     onError: TransitionSpec | None = Field(
@@ -240,13 +301,16 @@ class Outcome(StrEnum):
 
 
 class StateSpec(Spec):
-    """A state: atomic, compound (it has states) or final (type: final)."""
+    """A state: atomic, compound (it has states), parallel (type: parallel) or final
+    (type: final)."""
 
-    type: Literal["final"] | None = Field(
+    type: Literal["final", "parallel"] | None = Field(
         default=None,
         description=(
-            "'final' for a state that ends its parent (or the Run, at the top). Otherwise "
-            "the state is compound when it has states and atomic when it has none."
+            "'final' for a state that ends its parent (or the Run, at the top); "
+            "'parallel' for a state whose child states (regions) are all active at once. "
+            "Otherwise the state is compound when it has states and atomic when it has "
+            "none."
         ),
     )
     initial: str | None = Field(
@@ -279,7 +343,11 @@ class StateSpec(Spec):
     )
     onDone: TransitionSpec | None = Field(
         default=None,
-        description="For a compound state: taken when one of its final children is reached.",
+        description=(
+            "For a compound state: taken when one of its final children is reached; for a "
+            "parallel state, when every region has reached a final child (event.output "
+            "holds each region's output by name)."
+        ),
     )
     output: str | None = Field(
         default=None,

@@ -27,6 +27,8 @@ ASSIGN_KEY = re.compile(r"^context(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 _BROKEN_TEMPLATE = CelTemplate("")
 """Stands in for a template that did not compile, so the rest can still be checked."""
+_NOTHING = CelExpression("[]")
+"""Stands in for a fan-out's items that did not compile."""
 
 _FINAL_HAS = {
     "states": "has no child states",
@@ -53,9 +55,13 @@ def compile_machine(machine: api.MachineSpec, agents: Mapping[str, api.AgentSlot
     """The Chart of ``machine`` and every problem found compiling it."""
     compiler = _Compiler(agents)
     compiler.gather(model.ROOT, machine.states, "spec.machine.states")
-    states = {model.ROOT: compiler.root(machine)}
+    states = {model.ROOT: compiler.root(model.ROOT, machine, "spec.machine")}
     for path, spec in compiler.specs.items():
-        states[path] = compiler.state(path, spec)
+        if isinstance(spec, api.MachineSpec):
+            where = targets.state_where(path)
+            states[path] = compiler.root(path, spec, where)
+        else:
+            states[path] = compiler.state(path, spec)
     return Compiled(
         chart=model.Chart(states=states, context=dict(machine.context)),
         problems=tuple(compiler.problems),
@@ -66,8 +72,9 @@ def compile_machine(machine: api.MachineSpec, agents: Mapping[str, api.AgentSlot
 @dataclass
 class _Compiler:
     agents: Mapping[str, api.AgentSlot]
-    specs: dict[model.StatePath, api.StateSpec] = field(default_factory=dict)
-    """Every well-named state, in document order (a parent before its children)."""
+    specs: dict[model.StatePath, api.StateSpec | api.MachineSpec] = field(default_factory=dict)
+    """Every well-named state, in document order (a parent before its children); a
+    fan-out's child Machine is the state ``<fan-out state>[]``, right after it."""
     children: dict[model.StatePath, list[model.StatePath]] = field(default_factory=dict)
     problems: list[DefinitionError] = field(default_factory=list)
     explained: set[model.StatePath] = field(default_factory=set)
@@ -94,25 +101,32 @@ class _Compiler:
             self.specs[path] = spec
             self.children[parent].append(path)
             self.gather(path, spec.states or {}, manifest_path(where, name, "states"))
+            fan_out = spec.invoke.forEach if spec.invoke is not None else None
+            if fan_out is not None:
+                root = targets.child_root(path)
+                self.specs[root] = fan_out.machine
+                machine_where = manifest_path(where, name, "invoke", "forEach", "machine")
+                self.gather(root, fan_out.machine.states, manifest_path(machine_where, "states"))
 
-    def root(self, machine: api.MachineSpec) -> model.State:
-        children = tuple(self.children[model.ROOT])
-        initial = targets.child(model.ROOT, machine.initial)
+    def root(self, path: model.StatePath, machine: api.MachineSpec, where: str) -> model.State:
+        """The root of the Run's Machine (``ROOT``), or of a fan-out's child Machine."""
+        children = tuple(self.children[path])
+        initial = targets.child(path, machine.initial)
         if initial not in children:
-            names = [targets.name_of(path) for path in children]
+            names = [targets.name_of(child) for child in children]
             self.problem(
-                "spec.machine.initial",
+                manifest_path(where, "initial"),
                 f"no top-level state {machine.initial!r}{_close(machine.initial, names)}",
             )
             self.explained.update(children)
         return model.State(
-            path=model.ROOT,
-            name="",
+            path=path,
+            name=targets.name_of(path),
             kind=model.Kind.COMPOUND,
-            parent=None,
+            parent=None if path == model.ROOT else targets.parent(path),
             children=children,
             initial=initial if initial in children else None,
-            on=self.on(model.ROOT, machine.on, "spec.machine"),
+            on=self.on(path, machine.on, where),
         )
 
     def state(self, path: model.StatePath, spec: api.StateSpec) -> model.State:
@@ -120,6 +134,8 @@ class _Compiler:
         children = tuple(self.children[path])
         if spec.type == "final":
             kind = model.Kind.FINAL
+        elif spec.type == "parallel":
+            kind = model.Kind.PARALLEL
         else:
             kind = model.Kind.COMPOUND if spec.states else model.Kind.ATOMIC
         self.check_kind(path, spec, kind, where)
@@ -170,13 +186,15 @@ class _Compiler:
                     f"Run); remove {name}, or drop type: final",
                 )
             return
+        if kind is model.Kind.PARALLEL:
+            self.check_parallel(path, spec, where)
         if kind is model.Kind.ATOMIC and spec.initial is not None:
             self.problem(
                 manifest_path(where, "initial"),
                 f"initial names the child entered first, but {path!r} has no states; "
                 "remove initial",
             )
-        if kind is model.Kind.ATOMIC and spec.onDone is not None:
+        if kind is model.Kind.ATOMIC and spec.onDone is not None and spec.type is None:
             self.problem(
                 manifest_path(where, "onDone"),
                 "only a compound state has onDone (taken when one of its final children is "
@@ -188,6 +206,34 @@ class _Compiler:
                     manifest_path(where, name),
                     f"only a final state has {name}; add type: final, or remove {name}",
                 )
+
+    def check_parallel(self, path: model.StatePath, spec: api.StateSpec, where: str) -> None:
+        """A parallel state's regions are its child states, all entered at once: it needs
+        some, names no initial, and no region is itself final (SCXML's rule)."""
+        if not spec.states:
+            self.problem(
+                where,
+                "a parallel state runs its child states (regions) at once, and has none: "
+                "add states, or drop type: parallel",
+            )
+        if spec.initial is not None:
+            self.problem(
+                manifest_path(where, "initial"),
+                "a parallel state enters every child state at once; remove initial",
+            )
+        for name, child in (spec.states or {}).items():
+            if child.type == "final":
+                self.problem(
+                    manifest_path(where, "states", name, "type"),
+                    "a region of a parallel state cannot be final: give the region states "
+                    "and a final child, and the parallel state's onDone is taken once every "
+                    "region reaches its final",
+                )
+        if spec.invoke is not None:
+            self.problem(
+                manifest_path(where, "invoke"),
+                "a parallel state invokes nothing itself: invoke in its regions' states",
+            )
 
     def initial(
         self,
@@ -350,17 +396,19 @@ class _Compiler:
 
     def invoke(self, path: model.StatePath, spec: api.InvokeSpec, where: str) -> model.Invoke:
         where = manifest_path(where, "invoke")
-        given = [k for k in ("agent", "exec", "deliver") if getattr(spec, k) is not None]
+        given = [k for k in ("agent", "exec", "deliver", "forEach") if getattr(spec, k) is not None]
         if len(given) > 1:
             self.problem(
                 where,
-                f"an invoke runs one thing: agent, exec or deliver, not {' and '.join(given)}",
+                "an invoke runs one thing: agent, exec, deliver or forEach, not "
+                + " and ".join(given),
             )
         if not given:
             self.problem(
                 where,
-                "an invoke runs one thing: add agent (an Agent's Turn), exec (a command) or "
-                "deliver (commit and push a repo slot's work)",
+                "an invoke runs one thing: add agent (an Agent's Turn), exec (a command), "
+                "deliver (commit and push a repo slot's work) or forEach (a child Machine "
+                "per item)",
             )
         if spec.agent is not None and spec.onDone is not None:
             self.problem(
@@ -372,6 +420,7 @@ class _Compiler:
             agent=self.agent_call(spec.agent, manifest_path(where, "agent")),
             exec=self.exec_call(spec.exec, manifest_path(where, "exec")),
             deliver=self.deliver_call(spec.deliver, manifest_path(where, "deliver")),
+            fan_out=self.fan_out(path, spec.forEach, manifest_path(where, "forEach")),
             on_done=self.transitions(
                 spec.onDone, path, model.DONE_INVOKE, manifest_path(where, "onDone")
             ),
@@ -409,6 +458,21 @@ class _Compiler:
             command=self.template(spec.command, manifest_path(where, "command")),
             cwd=self.template(spec.cwd, manifest_path(where, "cwd")) if spec.cwd else None,
             timeout_s=timeout,
+        )
+
+    def fan_out(
+        self, path: model.StatePath, spec: api.ForEachInvoke | None, where: str
+    ) -> model.FanOut | None:
+        if spec is None:
+            return None
+        return model.FanOut(
+            items=self.expression(spec.items, manifest_path(where, "items")) or _NOTHING,
+            root=targets.child_root(path),
+            context=dict(spec.machine.context),
+            key=self.expression(spec.key, manifest_path(where, "key")),
+            concurrency=spec.concurrency,
+            per_child_worktree=spec.worktree == "per-child",
+            fail_fast=spec.failFast,
         )
 
     def deliver_call(self, spec: api.DeliverInvoke | None, where: str) -> model.DeliverCall | None:

@@ -1,34 +1,52 @@
 """The interpreter: one pure ``step`` per event, returning everything it did, with causes.
 
-Semantics (ADR 0010 records them):
+Semantics (ADR 0010 records them; ADR 0112 parallel states and fan-out):
 
-- The configuration is one active leaf (an atomic or final state) and its ancestors;
-  the root is always active.
-- An event selects the first transition whose guard holds, from the leaf up to the
-  root, in document order on each state: inner states win.
-- A transition exits every active state inside its domain (innermost first), then
-  applies its ``assign`` (all values evaluated before any is written), then enters the
-  states down to its target and on through initial children (outermost first). Its
-  domain is its source when the target is inside the source (the source is not left),
-  else the nearest common ancestor. A target equal to the source moves nothing.
+- The configuration is a set of active states: its leaves (atomic or final states) and
+  their ancestors; the root is always active. A compound state has one active child; a
+  parallel state has every child (its regions) active at once.
+- An event is offered to the active leaves its scope holds (``Event.scope``: the whole
+  Machine for a signal, the picking Turn's state for a pick), in document order; each
+  leaf selects the first transition whose guard holds from itself up to the root, in
+  document order on each state: inner states win. Transitions whose exit sets overlap
+  conflict: one whose source is inside the other's wins, else the earlier in document
+  order (SCXML's rules). The rest are taken together as one microstep.
+- A microstep evaluates every ``assign`` of its transitions first (all or nothing), exits
+  every active state inside each transition's domain (reverse document order), applies
+  the assigns in document order, then enters the targets, their ancestors down from the
+  domain, initial children and every region of an entered parallel state (document
+  order). A domain is the source when the source is compound and the target inside it
+  (the source is not left), else the nearest compound ancestor holding both (never a
+  parallel state). A target equal to the source moves nothing.
 - Exiting a state cancels its timers and stops its invoke; entering one arms its timers
   and starts its invoke. Each stop and start carries the cause of the macrostep.
-- Reaching a final child raises that parent's done event inside the macrostep; reaching
-  a top-level final ends the Run (``failed`` finals fail it); eventless (``always``)
-  transitions run until none is enabled, at most ``MAX_MICROSTEPS`` per macrostep.
+- Reaching a final child raises that parent's ``done.state`` inside the macrostep; once
+  every region of a parallel state is in a final child, the parallel state's
+  ``done.state`` follows, its ``output`` each region's final output by region name.
+  Reaching a top-level final ends the Run (``failed`` finals fail it); eventless
+  (``always``) transitions run until none is enabled, at most ``MAX_MICROSTEPS`` per
+  macrostep.
+- A fan-out invoke (``forEach``) starts a child Machine for each item of its list, at most
+  ``concurrency`` at once; a child is an instance ``<state>[<key>]`` with its own context
+  and its item as ``input``, and hears only the events of its own states. A child ends
+  at its top-level final (``failed`` ones fail it) or on a fault of its own. When every
+  child has ended the state hears ``done.invoke`` (``output``: the children's outputs in
+  item order; ``results``: each child's key, status, output and message); with
+  ``failFast``, the first child that fails is the invoke's ``error.invoke``. Exiting the
+  state exits every child, and stops each invoke inside.
 - An expression that fails (a guard, an assign, a final's output; ADR 0068) abandons
   the microstep it was evaluated in: a failing guard selects nothing, a failing assign
   takes no part of its transition (every value is evaluated before anything moves).
   The Machine then hears the internal event ``error.expression`` (``event.state``,
   ``event.expression``, ``event.where``, ``event.message`` and, for a missing map key,
-  ``event.key``), which the active states handle with ``on`` as any event, from the
-  leaf outward. Unhandled, or failing again while it is handled, it faults the Run:
-  every state is exited with no cause, the message naming the state, the expression
-  and the key. So does an invoke's error that nothing handles (a defect no state
-  catches), and a chain of eventless transitions that never settles.
-- A Run that ends (a top-level final, CANCEL, a fault) exits every state, so its leaf is
-  the root; ``ended_in`` keeps the leaf that was active when it ended, for display
-  (ADR 0022).
+  ``event.key``), which the active states in and around the failing state handle with
+  ``on`` as any event. Unhandled, or failing again while it is handled, it faults its
+  Machine (the Run, or a fan-out child): every state of it is exited with no cause, the
+  message naming the state, the expression and the key. So does an invoke's error that
+  nothing handles (a defect no state catches), and a chain of eventless transitions that
+  never settles (that one always the Run's).
+- A Run that ends (a top-level final, CANCEL, a fault) exits every state; ``ended_in``
+  keeps the leaves that were active when it ended, for display (ADR 0022).
 - An invoke's result whose invocation no longer runs is stale and dropped, as is the
   event of a cancelled timer.
 
@@ -39,18 +57,37 @@ No IO, no clock: ``now`` is an argument.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from kubeturn.errors import ExpressionError
 from kubeturn.machine import model
-from kubeturn.machine.model import ROOT, Chart, Kind, State, StatePath, Timer, Transition
+from kubeturn.machine.model import (
+    ROOT,
+    Chart,
+    FanOut,
+    Kind,
+    State,
+    StatePath,
+    Timer,
+    Transition,
+    instance,
+    machine_of,
+    parent_of,
+    within,
+)
 
 MAX_MICROSTEPS = 256
 """Eventless transitions that keep enabling each other are a definition bug; 256
 microsteps is far beyond any Machine that settles, and bounds the one that does not."""
+MAX_ITEMS = 100
+"""Children of one fan-out: each holds its item and context in the Run's status, which
+the API server keeps under 1.5 MiB (ADR 0112)."""
+KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,62}$")
+"""A fan-out child's key: one segment of its states' paths and of its Instance IDs."""
 
 DONE_INVOKE = "done.invoke"
 ERROR_INVOKE = "error.invoke"
@@ -76,6 +113,14 @@ class InvokeKind(StrEnum):
     AGENT = "agent"
     EXEC = "exec"
     DELIVER = "deliver"
+    FAN_OUT = "fan-out"
+
+
+class ChildStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -108,10 +153,29 @@ class InvokeEntry:
 
 
 @dataclass(frozen=True)
+class Child:
+    """One child Machine of a fan-out: an item, and how far its Machine got."""
+
+    scope: StatePath
+    """Its root: ``<fan-out state>[<key>]``, the prefix of its states' paths."""
+    invocation: str
+    """The fan-out invocation it belongs to (``InvokeEntry.id``)."""
+    key: str
+    index: int
+    item: Any
+    context: Mapping[str, Any]
+    status: ChildStatus = ChildStatus.PENDING
+    output: Any = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     """The Machine's whole run state: JSON-serialisable through ``snapshot``."""
 
-    leaf: StatePath
+    active: tuple[StatePath, ...]
+    """The active leaves, of the Run's Machine and of every running child, in document
+    order; empty once the Run ended."""
     context: Mapping[str, Any]
     timers: tuple[TimerEntry, ...] = ()
     invokes: tuple[InvokeEntry, ...] = ()
@@ -119,9 +183,19 @@ class Config:
     output: Any = None
     message: str | None = None
     seq: int = 0
-    ended_in: StatePath | None = None
-    """The leaf that was active when the Run ended (its final state, or where CANCEL or a
-    fault found it); None while it runs. The leaf itself is the root by then."""
+    ended_in: tuple[StatePath, ...] = ()
+    """The leaves of the Run's Machine that were active when it ended (its final state,
+    or where CANCEL or a fault found it); empty while it runs."""
+    finals: Mapping[StatePath, Any] = field(default_factory=dict)
+    """The outputs of the active final states inside a region (a parallel state's done
+    event carries them)."""
+    children: tuple[Child, ...] = ()
+    """The children of the running fan-outs, in the order they were made."""
+
+    @property
+    def leaves(self) -> tuple[StatePath, ...]:
+        """The active leaves of the Run's own Machine (no fan-out child's)."""
+        return tuple(leaf for leaf in self.active if machine_of(leaf) == ROOT)
 
 
 @dataclass(frozen=True)
@@ -130,13 +204,15 @@ class Event:
 
     ``fields`` are what ``event`` holds in expressions besides ``type`` (a pick's or a
     signal's payload, an invoke's ``output`` or ``error``). ``origin`` names the timer
-    or invocation that sent it, so a stale one is dropped.
+    or invocation that sent it, so a stale one is dropped. ``scope`` is the state whose
+    active leaves are offered it: a pick's is its Turn's state; a signal's, the root.
     """
 
     type: str
     fields: Mapping[str, Any] = field(default_factory=dict)
     cause: Cause = NO_CAUSE
     origin: str | None = None
+    scope: StatePath = ROOT
 
     def activation(self) -> dict[str, Any]:
         return {**self.fields, "type": self.type}
@@ -185,6 +261,10 @@ class Step:
     """The transitions taken that moved the Machine, in the order they were."""
 
 
+Chosen = tuple[StatePath, Transition]
+"""A transition selected, with the instance of its source."""
+
+
 @dataclass
 class _Macro:
     """The running state of one macrostep; becomes a ``Step``."""
@@ -193,15 +273,17 @@ class _Macro:
     scope: Scope
     now: float
     cause: Cause
-    leaf: StatePath
+    active: list[StatePath]
     context: dict[str, Any]
     timers: list[TimerEntry]
     invokes: list[InvokeEntry]
     seq: int
+    finals: dict[StatePath, Any]
+    children: dict[StatePath, Child]
     status: Status = Status.RUNNING
     output: Any = None
     message: str | None = None
-    ended_in: StatePath | None = None
+    ended_in: tuple[StatePath, ...] = ()
     exited: list[StatePath] = field(default_factory=list)
     entered: list[StatePath] = field(default_factory=list)
     started: list[InvokeEntry] = field(default_factory=list)
@@ -211,10 +293,13 @@ class _Macro:
     internal: list[Event] = field(default_factory=list)
     fault: str | None = None
     moves: list[Move] = field(default_factory=list)
+    progressing: set[str] = field(default_factory=set)
+    """Fan-outs whose children are being started up the stack: a child that ends as it
+    starts leaves the next start to that loop."""
 
     def config(self) -> Config:
         return Config(
-            leaf=self.leaf,
+            active=tuple(self.active),
             context=self.context,
             timers=tuple(self.timers),
             invokes=tuple(self.invokes),
@@ -223,6 +308,8 @@ class _Macro:
             message=self.message,
             seq=self.seq,
             ended_in=self.ended_in,
+            finals=dict(self.finals),
+            children=tuple(self.children.values()),
         )
 
     def result(self, event: Event, *, taken: bool) -> Step:
@@ -239,6 +326,15 @@ class _Macro:
             fault=self.fault,
             moves=tuple(self.moves),
         )
+
+    def running(self, machine: StatePath) -> bool:
+        """Whether the Machine instance ``machine`` (the Run's, or a child's) still runs."""
+        if self.status is not Status.RUNNING:
+            return False
+        if machine == ROOT:
+            return True
+        child = self.children.get(machine)
+        return child is not None and child.status is ChildStatus.RUNNING
 
 
 class _Failed(Exception):
@@ -257,10 +353,12 @@ class _Failed(Exception):
 def start(chart: Chart, scope: Scope, now: float) -> Step:
     """Enter the Machine's initial configuration."""
     event = Event("start")
-    macro = _macro(chart, Config(leaf=ROOT, context=dict(chart.context)), scope, now, NO_CAUSE)
+    macro = _macro(chart, Config(active=(), context=dict(chart.context)), scope, now, NO_CAUSE)
     try:
         try:
-            _enter_from(macro, ROOT, _initial_path(chart, ROOT))
+            into: dict[StatePath, None] = {}
+            _add_descendants(chart, _initial(chart, ROOT), into)
+            _enter_states(macro, into)
         except _Failed as failed:
             macro.internal.append(_error_event(macro, failed))
         _settle(macro)
@@ -282,19 +380,16 @@ def step(chart: Chart, config: Config, event: Event, scope: Scope, now: float) -
         return macro.result(event, taken=False)
     try:
         try:
-            transition = _select(macro, event)
-            if transition is None:
+            chosen = _select(macro, event)
+            if not chosen:
                 if event.type == CANCEL:
                     _end(macro, Status.CANCELLED, message="cancelled")
                     return macro.result(event, taken=True)
-                unhandled = _unhandled_error(macro, event)
-                if unhandled is not None:
-                    # A defect that no state catches is never a pick's: no stop has a cause.
-                    macro.cause = NO_CAUSE
-                    _end(macro, Status.FAILED, message=unhandled)
-                    return macro.result(event, taken=True)
-                return macro.result(event, taken=False)
-            _take(macro, transition, event)
+                if not _unhandled_error(macro, event):
+                    return macro.result(event, taken=False)
+                _settle(macro)
+                return macro.result(event, taken=True)
+            _microstep(macro, chosen, event)
         except _Failed as failed:
             macro.internal.append(_error_event(macro, failed))
         _settle(macro)
@@ -307,8 +402,8 @@ def step(chart: Chart, config: Config, event: Event, scope: Scope, now: float) -
 
 
 def active(chart: Chart, config: Config) -> list[StatePath]:
-    """The active states, innermost first (the root last)."""
-    return chart.ancestors(config.leaf)
+    """Every active state (of the Run's Machine and its children), in document order."""
+    return _sorted(chart, config.children, _all_active(config.active))
 
 
 def due(config: Config, now: float) -> list[TimerEntry]:
@@ -337,16 +432,17 @@ class Accepted:
 
 
 def accepted(chart: Chart, config: Config) -> list[Accepted]:
-    """The events the active states handle now, innermost state first, each once, with
-    the description and schema of the first of its transitions that gives them (as an
-    Agent's Menu takes them); guard-blind: a guard may still refuse one. Events the
-    Machine raises itself (``agent.fault``, ``error.expression``, ``CANCEL``) are not
-    among them, nor anything once the Run has ended."""
+    """The events the active states of the Run's Machine handle now, each once, leaf by
+    leaf in document order and inner states first, with the description and schema of the
+    first of its transitions that gives them (as an Agent's Menu takes them);
+    guard-blind: a guard may still refuse one. Events the Machine raises itself
+    (``agent.fault``, ``error.expression``, ``CANCEL``) are not among them, nor anything
+    once the Run has ended."""
     if config.status is not Status.RUNNING:
         return []
     found: dict[str, Accepted] = {}
-    for path in active(chart, config):
-        for name, transitions in chart.states[path].on.items():
+    for path in _offered_states(chart, config.leaves, ROOT):
+        for name, transitions in chart.state(path).on.items():
             if name in found or name in MACHINE_EVENTS or not transitions:
                 continue
             described = next((t for t in transitions if t.description), None)
@@ -364,10 +460,10 @@ def handled_below(chart: Chart, config: Config, state: StatePath) -> list[str]:
     """Events handled by active states at or below ``state`` (payload- and guard-blind),
     in the order an inner state offers them first."""
     names: list[str] = []
-    for path in active(chart, config):
-        if not chart.is_within(path, state):
+    for path in _offered_states(chart, config.active, state):
+        if not within(path, state):
             continue
-        for name in chart.states[path].on:
+        for name in chart.state(path).on:
             if name not in names:
                 names.append(name)
     return names
@@ -377,28 +473,87 @@ def at_rest(chart: Chart, config: Config, state: StatePath) -> bool:
     """Rest for the Agent of ``state``: nothing strictly below it runs an invoke, and no
     pending timer would move the workflow to another state inside it."""
     for entry in config.invokes:
-        if entry.state != state and chart.is_within(entry.state, state):
+        if entry.state != state and within(entry.state, state):
             return False
-    live = set(active(chart, config))
+    live = _all_active(config.active)
     for armed in config.timers:
-        if armed.state not in live or not chart.is_within(armed.state, state):
+        if armed.state not in live or not within(armed.state, state):
             continue
-        timer = _timer(chart, armed)
-        for transition in timer.transitions:
-            target = transition.target
-            if target is not None and target != state and chart.is_within(target, state):
+        for transition in _timer(chart, armed).transitions:
+            if transition.target is None:
+                continue
+            target = instance(machine_of(armed.state), transition.target)
+            if target != state and within(target, state):
                 return False
     return True
 
 
-def activation(config: Config, event: Event | None, scope: Scope) -> dict[str, Any]:
-    """What expressions and templates see."""
+def activation(
+    config: Config, event: Event | None, scope: Scope, at: StatePath = ROOT
+) -> dict[str, Any]:
+    """What expressions and templates of the state ``at`` see: its Machine's context and
+    input (a fan-out child's input is its item)."""
+    machine = machine_of(at)
+    child = next((c for c in config.children if c.scope == machine), None)
     return {
-        "context": config.context,
+        "context": child.context if child is not None else config.context,
         "event": event.activation() if event is not None else {},
-        "input": scope.input,
+        "input": child.item if child is not None else scope.input,
         "workspace": scope.workspace,
     }
+
+
+# --------------------------------------------------------------------------- document order
+
+
+def _all_active(leaves: Iterable[StatePath]) -> set[StatePath]:
+    """The leaves and every ancestor of each (through fan-out states), the root included."""
+    states: set[StatePath] = {ROOT}
+    for leaf in leaves:
+        current: StatePath | None = leaf
+        while current is not None and current not in states:
+            states.add(current)
+            current = parent_of(current)
+    return states
+
+
+def _place(chart: Chart, children: Iterable[Child], path: StatePath) -> tuple[int, ...]:
+    """Where an instance stands in document order: its ancestors' places, outermost
+    first; a fan-out's children stand in item order."""
+    indices = {child.scope: child.index for child in children}
+    places: list[int] = []
+    current: StatePath | None = path
+    while current is not None and current != ROOT:
+        places.append(
+            indices.get(current, 0)
+            if current.endswith("]")
+            else chart.order[model.template(current)]
+        )
+        current = parent_of(current)
+    return tuple(reversed(places))
+
+
+def _sorted(
+    chart: Chart, children: Iterable[Child], paths: Iterable[StatePath], *, reverse: bool = False
+) -> list[StatePath]:
+    kept = list(children)
+    return sorted(paths, key=lambda path: _place(chart, kept, path), reverse=reverse)
+
+
+def _leaves_in(leaves: Iterable[StatePath], scope: StatePath) -> list[StatePath]:
+    """The leaves ``scope`` holds that belong to its own Machine."""
+    machine = machine_of(scope)
+    return [leaf for leaf in leaves if within(leaf, scope) and machine_of(leaf) == machine]
+
+
+def _offered_states(chart: Chart, leaves: Iterable[StatePath], scope: StatePath) -> list[StatePath]:
+    """The states an event in ``scope`` is offered to, leaf by leaf and inner first, each
+    once."""
+    seen: dict[StatePath, None] = {}
+    for leaf in _leaves_in(leaves, scope):
+        for path in chart.chain(leaf):
+            seen.setdefault(path, None)
+    return list(seen)
 
 
 # --------------------------------------------------------------------------- selection
@@ -410,11 +565,13 @@ def _macro(chart: Chart, config: Config, scope: Scope, now: float, cause: Cause)
         scope=scope,
         now=now,
         cause=cause,
-        leaf=config.leaf,
+        active=list(config.active),
         context=dict(config.context),
         timers=list(config.timers),
         invokes=list(config.invokes),
         seq=config.seq,
+        finals=dict(config.finals),
+        children={child.scope: child for child in config.children},
         status=config.status,
         output=config.output,
         message=config.message,
@@ -422,62 +579,111 @@ def _macro(chart: Chart, config: Config, scope: Scope, now: float, cause: Cause)
     )
 
 
-def _select(macro: _Macro, event: Event) -> Transition | None:
+def _select(macro: _Macro, event: Event) -> list[Chosen]:
+    """The transitions ``event`` takes, conflicts removed; empty when none."""
     chart = macro.chart
     if event.type in (DONE_INVOKE, ERROR_INVOKE):
         entry = next((i for i in macro.invokes if i.id == event.origin), None)
         if entry is None:
-            return None
-        invoke = chart.states[entry.state].invoke
+            return []
+        invoke = chart.state(entry.state).invoke
         assert invoke is not None
         if entry.kind is not InvokeKind.AGENT:
-            # An exec or a delivery that answered is no longer running; an Agent's Turn runs on
-            # until its state exits, whatever its fault route does.
+            # An exec, a delivery or a fan-out that answered is no longer running; an
+            # Agent's Turn runs on until its state exits, whatever its fault route does.
             macro.invokes.remove(entry)
         candidates = invoke.on_done if event.type == DONE_INVOKE else invoke.on_error
-        chosen = _first_enabled(macro, candidates, event)
+        chosen = _first_enabled(macro, candidates, entry.state, event)
         if chosen is None and event.type == ERROR_INVOKE and entry.kind is InvokeKind.AGENT:
-            return _bubble(macro, Event(AGENT_FAULT, event.fields, event.cause, event.origin))
-        return chosen
+            fault = Event(AGENT_FAULT, event.fields, event.cause, event.origin, entry.state)
+            return _broadcast(macro, fault)
+        return [(entry.state, chosen)] if chosen is not None else []
     if event.origin is not None and event.type.startswith("after:"):
         entry_t = next((t for t in macro.timers if t.origin == event.origin), None)
         if entry_t is None:
-            return None
+            return []
         macro.timers.remove(entry_t)
-        return _first_enabled(macro, _timer(chart, entry_t).transitions, event)
-    return _bubble(macro, event)
+        chosen = _first_enabled(macro, _timer(chart, entry_t).transitions, entry_t.state, event)
+        return [(entry_t.state, chosen)] if chosen is not None else []
+    if event.type == DONE_STATE:
+        state = StatePath(event.origin or "")
+        if state not in _all_active(macro.active):
+            return []
+        chosen = _first_enabled(macro, chart.state(state).on_done, state, event)
+        return [(state, chosen)] if chosen is not None else []
+    return _broadcast(macro, event)
 
 
-def _bubble(macro: _Macro, event: Event) -> Transition | None:
-    for path in active(macro.chart, macro.config()):
-        chosen = _first_enabled(macro, macro.chart.states[path].on.get(event.type, ()), event)
-        if chosen is not None:
-            return chosen
-    return None
+def _broadcast(macro: _Macro, event: Event) -> list[Chosen]:
+    """Each active leaf in the event's scope selects the first enabled transition from
+    itself outward; conflicts are then removed."""
+    enabled: list[Chosen] = []
+    leaves = _leaves_in(macro.active, event.scope)
+    for leaf in _sorted(macro.chart, macro.children.values(), leaves):
+        for path in macro.chart.chain(leaf):
+            group = macro.chart.state(path).on.get(event.type, ())
+            chosen = _first_enabled(macro, group, path, event)
+            if chosen is not None:
+                if (path, chosen) not in enabled:
+                    enabled.append((path, chosen))
+                break
+    return _without_conflicts(macro, enabled)
 
 
-def _unhandled_error(macro: _Macro, event: Event) -> str | None:
-    """An invoke's error that nothing handles fails the Run; say which and why."""
+def _eventless(macro: _Macro) -> list[Chosen]:
+    enabled: list[Chosen] = []
+    for leaf in macro.active:
+        for path in macro.chart.chain(leaf):
+            chosen = _first_enabled(macro, macro.chart.state(path).always, path, None)
+            if chosen is not None:
+                if (path, chosen) not in enabled:
+                    enabled.append((path, chosen))
+                break
+    return _without_conflicts(macro, enabled)
+
+
+def _without_conflicts(macro: _Macro, enabled: list[Chosen]) -> list[Chosen]:
+    """SCXML's conflict resolution: of two transitions whose exit sets overlap, the one
+    whose source is inside the other's wins, else the one selected first."""
+    kept: list[tuple[Chosen, set[StatePath]]] = []
+    for chosen in enabled:
+        exits = _exit_set(macro, *chosen)
+        preempted = False
+        beaten = []
+        for other in kept:
+            if exits & other[1]:
+                if within(chosen[0], other[0][0]) and chosen[0] != other[0][0]:
+                    beaten.append(other)
+                else:
+                    preempted = True
+                    break
+        if not preempted:
+            kept = [k for k in kept if k not in beaten]
+            kept.append((chosen, exits))
+    return [chosen for chosen, _ in kept]
+
+
+def _unhandled_error(macro: _Macro, event: Event) -> bool:
+    """An invoke's error that nothing handles fails the Machine it was in (a defect no
+    state catches, so no stop has a cause): the Run's, or a fan-out child's."""
     if event.type not in (ERROR_INVOKE, AGENT_FAULT):
-        return None
-    state, _, _ = (event.origin or "").partition("#")
-    if (
-        event.type == ERROR_INVOKE
-        and state
-        and StatePath(state) not in active(macro.chart, macro.config())
-    ):
-        return None
+        return False
+    state = StatePath((event.origin or "").partition("#")[0])
+    if event.type == ERROR_INVOKE and state and state not in _all_active(macro.active):
+        return False
     message = event.fields.get("message") or event.fields.get("reason") or "it failed"
-    return f"the invoke of state '{state}' failed and no onError handles it: {message}"
+    why = f"the invoke of state '{state}' failed and no onError handles it: {message}"
+    _defect(macro, machine_of(state), why)
+    return True
 
 
 def _first_enabled(
-    macro: _Macro, transitions: Iterable[Transition], event: Event | None
+    macro: _Macro, transitions: Iterable[Transition], source: StatePath, event: Event | None
 ) -> Transition | None:
     for transition in transitions:
         if transition.guard is None:
             return transition
-        verdict = _evaluate(macro, transition.guard, transition.source, event)
+        verdict = _evaluate(macro, transition.guard, source, event)
         if verdict is True:
             return transition
     return None
@@ -486,65 +692,138 @@ def _first_enabled(
 def _evaluate(
     macro: _Macro, expression: model.Expression, state: StatePath, event: Event | None
 ) -> Any:
-    """``expression``'s value; ``_Failed`` (of ``state``) when it fails."""
+    """``expression``'s value in ``state``'s Machine; ``_Failed`` (of ``state``) when it
+    fails."""
     try:
-        return expression.evaluate(_activation(macro, event))
+        return expression.evaluate(_activation(macro, event, state))
     except ExpressionError as error:
         raise _Failed(state, error) from error
 
 
-def _activation(macro: _Macro, event: Event | None) -> dict[str, Any]:
-    return activation(macro.config(), event, macro.scope)
+def _activation(macro: _Macro, event: Event | None, at: StatePath) -> dict[str, Any]:
+    """``activation``, of the macrostep's own state."""
+    child = macro.children.get(machine_of(at))
+    return {
+        "context": child.context if child is not None else macro.context,
+        "event": event.activation() if event is not None else {},
+        "input": child.item if child is not None else macro.scope.input,
+        "workspace": macro.scope.workspace,
+    }
 
 
 # --------------------------------------------------------------------------- transitions
 
 
-def _take(macro: _Macro, transition: Transition, event: Event) -> None:
+def _target(source: StatePath, transition: Transition) -> StatePath | None:
+    """The instance a transition from ``source`` moves to; None when it moves nothing."""
+    if transition.target is None:
+        return None
+    target = instance(machine_of(source), transition.target)
+    return None if target == source else target
+
+
+def _domain(macro: _Macro, source: StatePath, target: StatePath) -> StatePath:
+    """The compound state a transition stays inside: its source, when the source is
+    compound and holds the target; else the nearest compound ancestor holding both (a
+    target that is an ancestor of the source is left and entered again)."""
     chart = macro.chart
+    if chart.state(source).kind is Kind.COMPOUND and within(target, source):
+        return source
+    for path in chart.chain(source)[1:]:
+        if chart.state(path).kind is Kind.COMPOUND and within(target, path) and target != path:
+            return path
+    return machine_of(source)
+
+
+def _exit_set(macro: _Macro, source: StatePath, transition: Transition) -> set[StatePath]:
+    target = _target(source, transition)
+    if target is None:
+        return set()
+    domain = _domain(macro, source, target)
+    return {s for s in _all_active(macro.active) if s != domain and within(s, domain)}
+
+
+def _microstep(macro: _Macro, chosen: Sequence[Chosen], event: Event) -> None:
     updates = [
-        (path, _evaluate(macro, value, transition.source, event))
-        for path, value in transition.assign
+        (source, [(key, _evaluate(macro, value, source, event)) for key, value in t.assign])
+        for source, t in chosen
     ]
-    target = transition.target
-    if target is None or target == transition.source:
-        _assign(macro, updates)
+    moving = [
+        (source, t, target) for source, t in chosen if (target := _target(source, t)) is not None
+    ]
+    exits: set[StatePath] = set()
+    for source, t, _ in moving:
+        exits |= _exit_set(macro, source, t)
+    _exit_states(macro, exits)
+    for source, values in updates:
+        _assign(macro, machine_of(source), values)
+    into: dict[StatePath, None] = {}
+    for source, t, target in moving:
+        macro.moves.append(Move(source, t.event, target))
+        _add_descendants(macro.chart, target, into)
+        _add_ancestors(macro.chart, target, _domain(macro, source, target), into)
+    _enter_states(macro, into)
+
+
+def _assign(macro: _Macro, machine: StatePath, updates: list[tuple[str, Any]]) -> None:
+    if not updates:
         return
-    source = transition.source
-    domain = source if chart.is_within(target, source) else _common_ancestor(chart, source, target)
-    _exit_below(macro, domain)
-    _assign(macro, updates)
-    macro.moves.append(Move(source, transition.event, target))
-    _enter_from(macro, domain, target)
-
-
-def _assign(macro: _Macro, updates: list[tuple[str, Any]]) -> None:
+    child = macro.children.get(machine) if machine != ROOT else None
+    context = dict(child.context) if child is not None else macro.context
     for path, value in updates:
         keys = path.split(".")[1:]
-        node = macro.context
+        node = context
         for key in keys[:-1]:
-            child = node.get(key)
-            node[key] = dict(child) if isinstance(child, Mapping) else {}
+            inner = node.get(key)
+            node[key] = dict(inner) if isinstance(inner, Mapping) else {}
             node = node[key]
         node[keys[-1]] = value
+    if child is not None:
+        macro.children[machine] = replace(child, context=context)
 
 
-def _common_ancestor(chart: Chart, a: StatePath, b: StatePath) -> StatePath:
-    mine = chart.ancestors(a)
-    for path in chart.ancestors(b)[1:]:
-        if path in mine and path != a:
-            return path
-    return ROOT
+def _initial(chart: Chart, path: StatePath) -> StatePath:
+    initial = chart.state(path).initial
+    assert initial is not None, "the loader checks every compound state has an initial"
+    return _child_instance(chart, path, initial)
 
 
-def _exit_below(macro: _Macro, domain: StatePath) -> None:
-    """Exit every active state strictly inside ``domain``, innermost first."""
-    chart = macro.chart
-    for path in active(chart, macro.config()):
-        if path == domain or not chart.is_within(path, domain):
-            break
+def _child_instance(chart: Chart, path: StatePath, child: StatePath) -> StatePath:
+    name = chart.states[child].name
+    return StatePath(f"{path}.{name}" if path != ROOT else name)
+
+
+def _add_descendants(chart: Chart, path: StatePath, into: dict[StatePath, None]) -> None:
+    """``path``, and what entering it enters below: initial children, every region."""
+    into[path] = None
+    kind = chart.state(path).kind
+    if kind is Kind.COMPOUND:
+        _add_descendants(chart, _initial(chart, path), into)
+    elif kind is Kind.PARALLEL:
+        for region in chart.regions(path):
+            if not any(within(s, region) for s in into):
+                _add_descendants(chart, region, into)
+
+
+def _add_ancestors(
+    chart: Chart, path: StatePath, domain: StatePath, into: dict[StatePath, None]
+) -> None:
+    """The ancestors of ``path`` strictly inside ``domain``, and the other regions of each
+    parallel one."""
+    for ancestor in chart.ancestors(path)[1:]:
+        if ancestor == domain or not within(ancestor, domain):
+            return
+        into[ancestor] = None
+        if chart.state(ancestor).kind is Kind.PARALLEL:
+            for region in chart.regions(ancestor):
+                if not any(within(s, region) for s in into):
+                    _add_descendants(chart, region, into)
+
+
+def _exit_states(macro: _Macro, states: Iterable[StatePath]) -> None:
+    """Exit ``states``, innermost and latest first."""
+    for path in _sorted(macro.chart, macro.children.values(), states, reverse=True):
         _exit(macro, path)
-    macro.leaf = domain
 
 
 def _exit(macro: _Macro, path: StatePath) -> None:
@@ -554,70 +833,259 @@ def _exit(macro: _Macro, path: StatePath) -> None:
     for invoke in [i for i in macro.invokes if i.state == path]:
         macro.invokes.remove(invoke)
         macro.stopped.append(Stopped(invoke, macro.cause))
+        if invoke.kind is InvokeKind.FAN_OUT:
+            macro.children = {k: c for k, c in macro.children.items() if c.invocation != invoke.id}
+    if path in macro.active:
+        macro.active.remove(path)
+    macro.finals.pop(path, None)
     macro.exited.append(path)
 
 
-def _enter_from(macro: _Macro, domain: StatePath, target: StatePath) -> None:
-    """Enter the states strictly inside ``domain`` down to ``target``, then its initials."""
-    chart = macro.chart
-    path = [
-        p for p in reversed(chart.ancestors(target)) if p != domain and chart.is_within(p, domain)
-    ]
-    for state in path:
-        _enter(macro, chart.states[state])
-    current = chart.states[target]
-    while current.kind is Kind.COMPOUND:
-        assert current.initial is not None
-        current = chart.states[current.initial]
-        _enter(macro, current)
-    macro.leaf = current.path
-    if current.kind is Kind.FINAL:
-        _reach_final(macro, current)
+def _enter_states(macro: _Macro, states: Iterable[StatePath]) -> None:
+    """Enter ``states`` in document order; then what reaching a final state does."""
+    reached: list[StatePath] = []
+    for path in _sorted(macro.chart, macro.children.values(), states):
+        state = macro.chart.state(path)
+        _enter(macro, path, state)
+        if state.kind is Kind.FINAL:
+            reached.append(path)
+    for path in reached:
+        if path in macro.active and macro.running(machine_of(path)):
+            _reach_final(macro, path, macro.chart.state(path))
 
 
-def _enter(macro: _Macro, state: State) -> None:
-    macro.entered.append(state.path)
-    macro.leaf = state.path
+def _enter(macro: _Macro, path: StatePath, state: State) -> None:
+    macro.entered.append(path)
+    if state.kind in (Kind.ATOMIC, Kind.FINAL):
+        macro.active.append(path)
+        macro.active = _sorted(macro.chart, macro.children.values(), macro.active)
     for timer in state.after:
         macro.seq += 1
-        entry = TimerEntry(timer.id, state.path, macro.now + timer.delay_s, macro.cause, macro.seq)
+        entry = TimerEntry(timer.id, path, macro.now + timer.delay_s, macro.cause, macro.seq)
         macro.timers.append(entry)
         macro.armed.append(entry)
-    if state.invoke is not None:
-        macro.seq += 1
-        kind = (
-            InvokeKind.AGENT
-            if state.invoke.agent is not None
-            else InvokeKind.DELIVER
-            if state.invoke.deliver is not None
-            else InvokeKind.EXEC
-        )
-        entry_i = InvokeEntry(state.path, kind, macro.cause, macro.seq)
-        macro.invokes.append(entry_i)
-        macro.started.append(entry_i)
+    invoke = state.invoke
+    if invoke is None:
+        return
+    macro.seq += 1
+    kind = (
+        InvokeKind.AGENT
+        if invoke.agent is not None
+        else InvokeKind.DELIVER
+        if invoke.deliver is not None
+        else InvokeKind.FAN_OUT
+        if invoke.fan_out is not None
+        else InvokeKind.EXEC
+    )
+    entry_i = InvokeEntry(path, kind, macro.cause, macro.seq)
+    macro.invokes.append(entry_i)
+    macro.started.append(entry_i)
+    if invoke.fan_out is not None:
+        _fan_out(macro, entry_i, invoke.fan_out)
 
 
-def _reach_final(macro: _Macro, final: State) -> None:
-    output = _evaluate(macro, final.output, final.path, None) if final.output else None
+def _reach_final(macro: _Macro, path: StatePath, final: State) -> None:
+    output = _evaluate(macro, final.output, path, None) if final.output else None
+    parent = parent_of(path)
+    assert parent is not None
+    machine = machine_of(path)
     if final.failed:
-        _end(
-            macro, Status.FAILED, output=output, message=f"reached the failed final '{final.path}'"
+        _end_machine(
+            macro,
+            machine,
+            Status.FAILED,
+            output=output,
+            message=f"reached the failed final '{path}'",
         )
         return
-    parent = final.parent
-    if parent is None or parent == ROOT:
-        _end(macro, Status.DONE, output=output)
+    if parent == machine:
+        _end_machine(macro, machine, Status.DONE, output=output)
         return
+    macro.finals[path] = output
     macro.internal.append(Event(DONE_STATE, {"output": output}, macro.cause, origin=parent))
+    grandparent = parent_of(parent)
+    if (
+        grandparent is not None
+        and macro.chart.state(grandparent).kind is Kind.PARALLEL
+        and _in_final(macro, grandparent)
+    ):
+        outputs = {
+            macro.chart.state(region).name: _region_output(macro, region)
+            for region in macro.chart.regions(grandparent)
+        }
+        macro.internal.append(
+            Event(DONE_STATE, {"output": outputs}, macro.cause, origin=grandparent)
+        )
+
+
+def _in_final(macro: _Macro, path: StatePath) -> bool:
+    """SCXML's ``isInFinalState``: a compound state whose active child is final; a
+    parallel state whose every region is."""
+    kind = macro.chart.state(path).kind
+    if kind is Kind.COMPOUND:
+        return any(
+            parent_of(leaf) == path and macro.chart.state(leaf).kind is Kind.FINAL
+            for leaf in macro.active
+        )
+    if kind is Kind.PARALLEL:
+        return all(_in_final(macro, region) for region in macro.chart.regions(path))
+    return False
+
+
+def _region_output(macro: _Macro, region: StatePath) -> Any:
+    """The output of the final a region (or a parallel region's regions) reached."""
+    if macro.chart.state(region).kind is Kind.PARALLEL:
+        return {
+            macro.chart.state(inner).name: _region_output(macro, inner)
+            for inner in macro.chart.regions(region)
+        }
+    return next((v for p, v in macro.finals.items() if parent_of(p) == region), None)
+
+
+def _end_machine(
+    macro: _Macro,
+    machine: StatePath,
+    status: Status,
+    *,
+    output: Any = None,
+    message: str | None = None,
+) -> None:
+    if machine == ROOT:
+        _end(macro, status, output=output, message=message)
+        return
+    child = macro.children.get(machine)
+    if child is None or child.status is not ChildStatus.RUNNING:
+        return
+    _exit_states(macro, {s for s in _all_active(macro.active) if within(s, machine)})
+    ended = ChildStatus.SUCCEEDED if status is Status.DONE else ChildStatus.FAILED
+    macro.children[machine] = replace(child, status=ended, output=output, message=message)
+    _progress(macro, child.invocation)
 
 
 def _end(macro: _Macro, status: Status, *, output: Any = None, message: str | None = None) -> None:
     """The Run is over: every state is exited, every invoke stopped, every timer cancelled."""
-    macro.ended_in = macro.leaf
-    _exit_below(macro, ROOT)
+    macro.ended_in = tuple(leaf for leaf in macro.active if machine_of(leaf) == ROOT)
+    _exit_states(macro, _all_active(macro.active) - {ROOT})
     macro.status = status
     macro.output = output
     macro.message = message
+
+
+# --------------------------------------------------------------------------- fan-out
+
+
+def _fan_out(macro: _Macro, entry: InvokeEntry, fan: FanOut) -> None:
+    """Make the children of a fan-out just started, and start the first of them."""
+    children = _children(macro, entry, fan)
+    if isinstance(children, str):
+        fields = {"reason": "items", "message": children}
+        macro.internal.append(Event(ERROR_INVOKE, fields, macro.cause, origin=entry.id))
+        return
+    for child in children:
+        macro.children[child.scope] = child
+    _progress(macro, entry.id)
+
+
+def _children(macro: _Macro, entry: InvokeEntry, fan: FanOut) -> list[Child] | str:
+    """The children of ``fan``'s items, or why there are none."""
+    where = fan.items.source
+    try:
+        items = fan.items.evaluate(_activation(macro, None, entry.state))
+    except ExpressionError as error:
+        return f"forEach.items ({where}) failed: {error}"
+    if not isinstance(items, list):
+        return f"forEach.items ({where}) is a {type(items).__name__}, not a list"
+    if len(items) > MAX_ITEMS:
+        return f"forEach.items ({where}) has {len(items)} items; a fan-out takes {MAX_ITEMS}"
+    children: list[Child] = []
+    keys: set[str] = set()
+    for index, item in enumerate(items):
+        key = _key(fan, item, index)
+        if not KEY.match(key):
+            return (
+                f"item {index}'s key {key!r} is not a key: letters, digits, '_' and '-' "
+                "(at most 63); say one with forEach.key"
+            )
+        if key in keys:
+            return f"items {index} and another have the key {key!r}; say one with forEach.key"
+        keys.add(key)
+        children.append(
+            Child(
+                scope=StatePath(f"{entry.state}[{key}]"),
+                invocation=entry.id,
+                key=key,
+                index=index,
+                item=item,
+                context=dict(fan.context),
+            )
+        )
+    return children
+
+
+def _key(fan: FanOut, item: Any, index: int) -> str:
+    if fan.key is None:
+        text = str(item) if isinstance(item, str | int) and not isinstance(item, bool) else ""
+        return text if KEY.match(text) else str(index)
+    try:
+        value = fan.key.evaluate({"input": item, "context": {}, "event": {}, "workspace": {}})
+    except ExpressionError as error:
+        return f"<{error.cause}>"
+    return str(value)
+
+
+def _progress(macro: _Macro, invocation: str) -> None:
+    """Start pending children while the fan-out has room; once none runs or waits (or one
+    failed, with ``failFast``), tell the state."""
+    if invocation in macro.progressing:
+        return
+    entry = next((i for i in macro.invokes if i.id == invocation), None)
+    if entry is None:
+        return
+    invoke = macro.chart.state(entry.state).invoke
+    fan = invoke.fan_out if invoke is not None else None
+    assert fan is not None
+    macro.progressing.add(invocation)
+    try:
+        while True:
+            mine = [c for c in macro.children.values() if c.invocation == invocation]
+            failed = next((c for c in mine if c.status is ChildStatus.FAILED), None)
+            if failed is not None and fan.fail_fast:
+                fields = {
+                    "reason": "child-failed",
+                    "key": failed.key,
+                    "message": f"the child {failed.key!r} failed: {failed.message}",
+                }
+                macro.internal.append(Event(ERROR_INVOKE, fields, macro.cause, origin=invocation))
+                return
+            running = sum(c.status is ChildStatus.RUNNING for c in mine)
+            pending = [c for c in mine if c.status is ChildStatus.PENDING]
+            if pending and running < fan.concurrency:
+                _start_child(macro, pending[0])
+                continue
+            if not pending and not running:
+                macro.internal.append(_fan_out_done(mine, macro.cause, invocation))
+            return
+    finally:
+        macro.progressing.discard(invocation)
+
+
+def _start_child(macro: _Macro, child: Child) -> None:
+    macro.children[child.scope] = replace(child, status=ChildStatus.RUNNING)
+    into: dict[StatePath, None] = {}
+    _add_descendants(macro.chart, child.scope, into)
+    _enter_states(macro, into)
+
+
+def _fan_out_done(children: list[Child], cause: Cause, invocation: str) -> Event:
+    results = [
+        {"key": c.key, "status": c.status.value, "output": c.output, "message": c.message}
+        for c in sorted(children, key=lambda c: c.index)
+    ]
+    fields = {"output": [r["output"] for r in results], "results": results}
+    return Event(DONE_INVOKE, fields, cause, origin=invocation)
+
+
+# --------------------------------------------------------------------------- settling
 
 
 def _settle(macro: _Macro) -> None:
@@ -633,24 +1101,20 @@ def _settle(macro: _Macro) -> None:
                     handling = event
                     _handle_error(macro, event)
                     continue
-                state = macro.chart.states[StatePath(event.origin or "")]
-                if state.path in active(macro.chart, macro.config()):
-                    chosen = _first_enabled(macro, state.on_done, event)
-                    if chosen is not None:
-                        _take(macro, chosen, event)
+                chosen = _select(macro, event)
+                if chosen:
+                    _microstep(macro, chosen, event)
+                else:
+                    _unhandled_error(macro, event)
                 continue
-            chosen = None
-            for path in active(macro.chart, macro.config()):
-                chosen = _first_enabled(macro, macro.chart.states[path].always, None)
-                if chosen is not None:
-                    break
-            if chosen is None:
+            chosen = _eventless(macro)
+            if not chosen:
                 return
-            _take(macro, chosen, Event("always", cause=macro.cause))
+            _microstep(macro, chosen, Event("always", cause=macro.cause))
         except _Failed as failed:
             if handling is not None:
                 _expression_fault(macro, failed, while_handling=True)
-                return
+                continue
             macro.internal.append(_error_event(macro, failed))
     raise ExpressionError(
         "always", f"more than {MAX_MICROSTEPS} eventless transitions in one step: a loop"
@@ -658,7 +1122,8 @@ def _settle(macro: _Macro) -> None:
 
 
 def _error_event(macro: _Macro, failed: _Failed) -> Event:
-    """``error.expression`` for an expression that failed in ``failed.state``."""
+    """``error.expression`` for an expression that failed in ``failed.state``, offered to
+    the active states in and around it."""
     error = failed.error
     fields: dict[str, Any] = {
         "state": failed.state,
@@ -668,17 +1133,20 @@ def _error_event(macro: _Macro, failed: _Failed) -> Event:
     }
     if error.key is not None:
         fields["key"] = error.key
-    return Event(ERROR_EXPRESSION, fields, macro.cause, origin=failed.state)
+    scope = failed.state if _leaves_in(macro.active, failed.state) else machine_of(failed.state)
+    return Event(ERROR_EXPRESSION, fields, macro.cause, origin=failed.state, scope=scope)
 
 
 def _handle_error(macro: _Macro, event: Event) -> None:
-    """``error.expression`` to the active states, from the leaf outward; unhandled, the
-    Run faults."""
-    chosen = _bubble(macro, event)
-    if chosen is None:
+    """``error.expression`` to the active states around the failing one; unhandled, its
+    Machine faults."""
+    if not macro.running(machine_of(event.scope)):
+        return
+    chosen = _broadcast(macro, event)
+    if not chosen:
         _expression_fault(macro, _Failed(StatePath(event.origin or ""), _as_error(event)))
         return
-    _take(macro, chosen, event)
+    _microstep(macro, chosen, event)
 
 
 def _as_error(event: Event) -> ExpressionError:
@@ -692,7 +1160,8 @@ def _as_error(event: Event) -> ExpressionError:
 
 
 def _expression_fault(macro: _Macro, failed: _Failed, *, while_handling: bool = False) -> None:
-    """The Run fails for an expression nothing handled: a defect, so no stop has a cause."""
+    """The state's Machine fails for an expression nothing handled: a defect, so no stop
+    has a cause."""
     error = failed.error
     where = f" ({error.where})" if error.where else ""
     state = f" in state '{failed.state}'" if failed.state else ""
@@ -701,10 +1170,20 @@ def _expression_fault(macro: _Macro, failed: _Failed, *, while_handling: bool = 
         if while_handling
         else "no state handles error.expression"
     )
-    macro.cause = NO_CAUSE
-    macro.stopped = [Stopped(s.invoke, NO_CAUSE) for s in macro.stopped]
-    macro.fault = str(error)
-    _end(macro, Status.FAILED, message=f"the Machine faulted{state}: {error}{where}; {why}")
+    machine = machine_of(failed.state)
+    if machine == ROOT:
+        macro.stopped = [Stopped(s.invoke, NO_CAUSE) for s in macro.stopped]
+        macro.fault = str(error)
+    _defect(macro, machine, f"the Machine faulted{state}: {error}{where}; {why}")
+
+
+def _defect(macro: _Macro, machine: StatePath, message: str) -> None:
+    """A Machine fails for a defect no state catches: the pick that led there is no cause
+    of the stops it makes."""
+    cause, macro.cause = macro.cause, NO_CAUSE
+    _end_machine(macro, machine, Status.FAILED, message=message)
+    if machine != ROOT:
+        macro.cause = cause
 
 
 def _fault(macro: _Macro, event: Event, error: ExpressionError) -> Step:
@@ -716,13 +1195,7 @@ def _fault(macro: _Macro, event: Event, error: ExpressionError) -> Step:
 
 
 def _timer(chart: Chart, entry: TimerEntry) -> Timer:
-    return next(t for t in chart.states[entry.state].after if t.id == entry.timer)
-
-
-def _initial_path(chart: Chart, path: StatePath) -> StatePath:
-    initial = chart.states[path].initial
-    assert initial is not None, "the loader checks every compound state has an initial"
-    return initial
+    return next(t for t in chart.state(entry.state).after if t.id == entry.timer)
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -731,7 +1204,7 @@ def _initial_path(chart: Chart, path: StatePath) -> StatePath:
 def snapshot(config: Config) -> dict[str, Any]:
     """The configuration as JSON; ``restore`` gives it back exactly."""
     return {
-        "leaf": config.leaf,
+        "active": list(config.active),
         "context": config.context,
         "timers": [
             {
@@ -751,13 +1224,28 @@ def snapshot(config: Config) -> dict[str, Any]:
         "output": config.output,
         "message": config.message,
         "seq": config.seq,
-        "endedIn": config.ended_in,
+        "endedIn": list(config.ended_in),
+        "finals": dict(config.finals),
+        "children": [
+            {
+                "scope": c.scope,
+                "invocation": c.invocation,
+                "key": c.key,
+                "index": c.index,
+                "item": c.item,
+                "context": c.context,
+                "status": c.status.value,
+                "output": c.output,
+                "message": c.message,
+            }
+            for c in config.children
+        ],
     }
 
 
 def restore(data: Mapping[str, Any]) -> Config:
     return Config(
-        leaf=StatePath(data["leaf"]),
+        active=tuple(StatePath(path) for path in data["active"]),
         context=dict(data["context"]),
         timers=tuple(
             TimerEntry(
@@ -779,7 +1267,22 @@ def restore(data: Mapping[str, Any]) -> Config:
         output=data.get("output"),
         message=data.get("message"),
         seq=int(data["seq"]),
-        ended_in=StatePath(data["endedIn"]) if data.get("endedIn") is not None else None,
+        ended_in=tuple(StatePath(path) for path in data.get("endedIn") or ()),
+        finals={StatePath(k): v for k, v in (data.get("finals") or {}).items()},
+        children=tuple(
+            Child(
+                scope=StatePath(c["scope"]),
+                invocation=c["invocation"],
+                key=c["key"],
+                index=int(c["index"]),
+                item=c.get("item"),
+                context=dict(c["context"]),
+                status=ChildStatus(c["status"]),
+                output=c.get("output"),
+                message=c.get("message"),
+            )
+            for c in data.get("children") or ()
+        ),
     )
 
 

@@ -61,7 +61,7 @@ class LoadedRun:
     def menu(self, state: model.StatePath) -> list[MenuEntry]:
         """The Menu the state at ``state`` offers its Agent; ``KeyError`` if it invokes none."""
         try:
-            return list(self.menus[state])
+            return list(self.menus[model.template(state)])
         except KeyError:
             raise KeyError(f"the state {state!r} invokes no Agent, so it has no Menu") from None
 
@@ -85,6 +85,7 @@ def load_run(document: Mapping[str, Any], *, workspace_required: bool = False) -
     menus, whole = _whole_machine(compiled)
     problems = [*compiled.problems, *whole]
     problems.extend(_deliver_slots(compiled.chart, run.spec))
+    problems.extend(_continued_at_once(compiled.chart))
     if workspace_required and run.spec.workspace is None:
         problems.extend(_without_workspace(compiled.chart))
     if problems:
@@ -186,6 +187,35 @@ def _without_workspace(chart: model.Chart) -> list[DefinitionError]:
             "one the Run owns (`workspace: {template: {repos: ...}}`)",
         )
     ]
+
+
+def _continued_at_once(chart: model.Chart) -> list[DefinitionError]:
+    """Two states that continue one Agent's conversation and can be active at once (in
+    regions of one parallel state): a conversation takes one Turn at a time, so the
+    second would be refused at run time; say so now, naming both."""
+    continuing = [
+        (state.path, state.invoke.agent.slot)
+        for state in chart.agent_states()
+        if state.invoke is not None and state.invoke.agent and state.invoke.agent.continue_
+    ]
+    problems = []
+    for index, (second, slot) in enumerate(continuing):
+        for first, other in continuing[:index]:
+            if other != slot:
+                continue
+            common = next(p for p in chart.ancestors(first) if chart.is_within(second, p))
+            if common in (first, second) or chart.states[common].kind is not model.Kind.PARALLEL:
+                continue
+            problems.append(
+                DefinitionError(
+                    targets.state_where(second) + ".invoke.agent.continue",
+                    f"the states {first!r} and {second!r} both continue the Agent "
+                    f"{slot!r}'s conversation, and as regions of the parallel state "
+                    f"{common!r} they are active at once: a conversation takes one Turn at "
+                    "a time. Drop continue: true from one, or give it another agent slot",
+                )
+            )
+    return problems
 
 
 def _deliver_slots(chart: model.Chart, spec: api.RunSpec) -> list[DefinitionError]:

@@ -72,9 +72,12 @@ def build(
 def _offered(chart: model.Chart, agent_state: model.StatePath) -> dict[str, model.Transition]:
     """Each offered event and the first transition handling it, in document order."""
     offered: dict[str, model.Transition] = {}
+    machine = model.machine_of(agent_state)
     for path, state in chart.states.items():
         if path == model.ROOT or not chart.is_within(path, agent_state):
             continue
+        if model.machine_of(path) != machine:
+            continue  # a fan-out's child Machine hears its own Agents' picks only
         for event, group in state.on.items():
             if event not in MACHINE_EVENTS and group:
                 offered.setdefault(event, group[0])

@@ -4,13 +4,20 @@ A ``Chart`` is what a Run's ``spec.machine`` becomes once loaded and checked: st
 path, transitions in document order, expressions compiled. It holds no run state; the
 interpreter's ``Config`` does. State paths join state names with ``.``; the synthetic
 root is ``ROOT`` (the empty path), the parent of the top-level states.
+
+A fan-out state's child Machine is compiled into the same Chart, under the child's root
+``<fan-out state>[]`` (``fix[].review``): a *template*. At run time each child is an
+instance whose paths hold its item's key (``fix[pkg-a].review``); ``template`` gives a
+path's template, ``machine_of`` the root of the Machine instance it belongs to.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, NewType, Protocol
 
 StatePath = NewType("StatePath", str)
@@ -27,6 +34,43 @@ ERROR_EXPRESSION = "error.expression"
 RESERVED_EVENT_PREFIXES = ("done.", "error.", "after:")
 """Events the machine names itself; a manifest may not handle them in ``on``, but for
 ``ERROR_EXPRESSION``."""
+
+
+_KEYS = re.compile(r"\[[^\]]*\]")
+
+
+def template(path: StatePath) -> StatePath:
+    """The Chart's path of a state instance: every item key cut (``fix[a].x`` → ``fix[].x``)."""
+    return StatePath(_KEYS.sub("[]", path)) if "[" in path else path
+
+
+def machine_of(path: StatePath) -> StatePath:
+    """The root of the Machine instance ``path`` belongs to: ``ROOT`` for the Run's own
+    Machine, ``fix[a]`` for the states of the fan-out child ``a`` of ``fix``."""
+    return StatePath(path[: path.rindex("]") + 1]) if "]" in path else ROOT
+
+
+def parent_of(path: StatePath) -> StatePath | None:
+    """The parent of a state instance (a child Machine's root's is its fan-out state)."""
+    if path == ROOT:
+        return None
+    if path.endswith("]"):
+        return StatePath(path[: path.rindex("[")])
+    dot = path.rfind(".")
+    return StatePath(path[:dot]) if dot > path.rfind("]") else machine_of(path)
+
+
+def within(path: StatePath, ancestor: StatePath) -> bool:
+    """True when ``path`` is ``ancestor`` or inside it (a fan-out's children included)."""
+    return ancestor == ROOT or path == ancestor or path.startswith((ancestor + ".", ancestor + "["))
+
+
+def instance(machine: StatePath, path: StatePath) -> StatePath:
+    """The instance in Machine ``machine`` of the template ``path`` (which belongs to that
+    Machine's template)."""
+    if machine == ROOT:
+        return path
+    return StatePath(machine + path[len(template(machine)) :])
 
 
 def timer_id(state: StatePath, delay: str) -> str:
@@ -53,6 +97,7 @@ class Template(Protocol):
 class Kind(StrEnum):
     ATOMIC = "atomic"
     COMPOUND = "compound"
+    PARALLEL = "parallel"
     FINAL = "final"
 
 
@@ -102,12 +147,33 @@ class DeliverCall:
 
 
 @dataclass(frozen=True)
+class FanOut:
+    """A child Machine for each item of a list, run ``concurrency`` at a time."""
+
+    items: Expression
+    """The list (CEL), evaluated when the state is entered."""
+    root: StatePath
+    """The child Machine's root in the Chart (``<state>[]``)."""
+    context: Mapping[str, Any] = field(default_factory=dict)
+    """Each child's initial context."""
+    key: Expression | None = None
+    """Each child's key (CEL over ``input``, the item); None: the item itself when it is
+    a valid key, else its index."""
+    concurrency: int = 4
+    per_child_worktree: bool = False
+    fail_fast: bool = True
+    """The first child that fails fails the invoke (its other children are swept); else
+    every child runs, and the done event says which failed."""
+
+
+@dataclass(frozen=True)
 class Invoke:
     """A state's one invocation; it runs while the state is active."""
 
     agent: AgentCall | None = None
     exec: ExecCall | None = None
     deliver: DeliverCall | None = None
+    fan_out: FanOut | None = None
     on_done: tuple[Transition, ...] = ()
     on_error: tuple[Transition, ...] = ()
 
@@ -134,7 +200,8 @@ class State:
     after: tuple[Timer, ...] = ()
     invoke: Invoke | None = None
     on_done: tuple[Transition, ...] = ()
-    """For a compound state: taken when one of its final children is reached."""
+    """For a compound state: taken when one of its final children is reached; for a
+    parallel state, when every region has reached a final child."""
     output: Expression | None = None
     """For a final state: the value the Run (or the parent's done event) carries."""
     failed: bool = False
@@ -155,18 +222,45 @@ class Chart:
     def root(self) -> State:
         return self.states[ROOT]
 
+    def state(self, path: StatePath) -> State:
+        """The state of an instance path (its template's)."""
+        return self.states[template(path)]
+
+    @cached_property
+    def order(self) -> Mapping[StatePath, int]:
+        """Each state's place in document order (a parent before its children)."""
+        return {path: index for index, path in enumerate(self.states)}
+
     def ancestors(self, path: StatePath) -> list[StatePath]:
-        """``path`` and every ancestor up to the root, innermost first."""
+        """``path`` and every ancestor up to the root, innermost first (through the fan-out
+        states of a child Machine's instance)."""
         chain = []
         current: StatePath | None = path
         while current is not None:
             chain.append(current)
-            current = self.states[current].parent
+            current = parent_of(current)
+        return chain
+
+    def chain(self, path: StatePath) -> list[StatePath]:
+        """``path`` and its ancestors up to the root of its own Machine, innermost first:
+        the states an event reaching ``path`` is offered to."""
+        machine = machine_of(path)
+        chain = []
+        current: StatePath | None = path
+        while current is not None:
+            chain.append(current)
+            if current == machine:
+                break
+            current = parent_of(current)
         return chain
 
     def is_within(self, path: StatePath, ancestor: StatePath) -> bool:
         """True when ``path`` is ``ancestor`` or one of its descendants."""
-        return ancestor == ROOT or path == ancestor or path.startswith(ancestor + ".")
+        return within(path, ancestor)
 
     def agent_states(self) -> list[State]:
         return [s for s in self.states.values() if s.invoke is not None and s.invoke.agent]
+
+    def regions(self, path: StatePath) -> list[StatePath]:
+        """The child instances of the instance ``path`` (a parallel state's regions)."""
+        return [StatePath(f"{path}.{self.states[c].name}") for c in self.state(path).children]

@@ -1,7 +1,8 @@
 """Which states of a Chart no run can ever enter: almost always a typo or a stale state.
 
-Entering a state enters its ancestors and, through ``initial``, a chain of descendants;
-the root is always active, so its transitions count from the start. Guards are not
+Entering a state enters its ancestors and, through ``initial``, a chain of descendants
+(every region of a parallel state, and a fan-out's child Machine); the root is always
+active, so its transitions count from the start. Guards are not
 evaluated: a state behind a guard that is never true still counts as reachable. No IO.
 """
 
@@ -33,10 +34,25 @@ def reachable(chart: model.Chart, assumed: Iterable[model.StatePath] = ()) -> se
     pending: list[model.StatePath] = []
 
     def enter(path: model.StatePath) -> None:
-        current: model.StatePath | None = path
-        while current is not None:
-            pending.extend(chart.ancestors(current))
-            current = chart.states[current].initial
+        pending.extend(chart.ancestors(path))
+        for ancestor in chart.ancestors(path):
+            if chart.states[ancestor].kind is model.Kind.PARALLEL:
+                below(ancestor)
+        below(path)
+
+    def below(path: model.StatePath) -> None:
+        """What entering ``path`` enters inside it: initial children, every region, and
+        a fan-out's child Machine."""
+        todo = [path]
+        while todo:
+            state = chart.states[todo.pop()]
+            pending.append(state.path)
+            if state.kind is model.Kind.PARALLEL:
+                todo.extend(state.children)
+            elif state.initial is not None:
+                todo.append(state.initial)
+            if state.invoke is not None and state.invoke.fan_out is not None:
+                todo.append(state.invoke.fan_out.root)
 
     enter(model.ROOT)
     for path in assumed:

@@ -3,6 +3,9 @@
 A path joins state names with ``.``; names never hold a dot, so a path's parent is its
 text before the last dot, and the top-level states' parent is ``ROOT`` (``""``).
 
+A fan-out state's child Machine lives under ``<state>[]`` (``targets.child_root``), its
+own root: its targets resolve among its own states only, never its parent's.
+
 A target is resolved from the transition's source state:
 
 - ``name``: the nearest state of that name among the children of the source's parent
@@ -27,12 +30,23 @@ from kubeturn.machine.model import ROOT, StatePath
 STATE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,62}$")
 """A state's name: one segment of its path and of instance ids, so no dot or slash."""
 
+CHILD_ROOT = "[]"
+"""What a fan-out state's path takes to name its child Machine's root."""
+
 _TARGET = re.compile(r"^\.?[A-Za-z0-9_][A-Za-z0-9_-]*(\.[A-Za-z0-9_][A-Za-z0-9_-]*)*$")
 
 
 def parent(path: StatePath) -> StatePath:
-    """The parent of a state other than the root."""
+    """The parent of a state other than the root (a child Machine's root's: its fan-out
+    state)."""
+    if path.endswith(CHILD_ROOT):
+        return StatePath(path[: -len(CHILD_ROOT)])
     return StatePath(path.rpartition(".")[0])
+
+
+def child_root(path: StatePath) -> StatePath:
+    """The root of the child Machine of the fan-out state ``path`` (``fix[]``)."""
+    return StatePath(path + CHILD_ROOT)
 
 
 def child(path: StatePath, name: str) -> StatePath:
@@ -44,10 +58,15 @@ def name_of(path: StatePath) -> str:
 
 
 def state_where(path: StatePath) -> str:
-    """The manifest path a state is written at: ``spec.machine.states.a.states.b``."""
+    """The manifest path a state is written at: ``spec.machine.states.a.states.b``; a
+    child Machine's states are under its fan-out's ``invoke.forEach.machine``."""
     where = "spec.machine"
     for name in path.split(".") if path else ():
-        where = manifest_path(where, "states", name)
+        if name.endswith(CHILD_ROOT):
+            name = name[: -len(CHILD_ROOT)]
+            where = manifest_path(where, "states", name, "invoke", "forEach", "machine")
+        else:
+            where = manifest_path(where, "states", name)
     return where
 
 
@@ -62,13 +81,13 @@ def resolve(states: Collection[StatePath], source: StatePath, target: str) -> St
         found = _down(source, target[1:])
         return found if found in states else None
     first = target.partition(".")[0]
-    scope = parent(source) if source != ROOT else ROOT
+    scope = parent(source) if source != ROOT and not source.endswith(CHILD_ROOT) else source
     while True:
         if child(scope, first) in states:
             found = _down(scope, target)
             return found if found in states else None
-        if scope == ROOT:
-            return None
+        if scope == ROOT or scope.endswith(CHILD_ROOT):
+            return None  # a child Machine's transitions stay inside it
         scope = parent(scope)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from kubeturn.errors import FrameRefused
 from kubeturn.machine.interpreter import InvokeEntry
 from kubeturn.machine.load import LoadedRun
+from kubeturn.machine.model import machine_of
 from kubeturn.orchestrator import frames, ids, invokes, prompts
 from kubeturn.orchestrator.effects import Admit
 from kubeturn.orchestrator.turns import Turn
@@ -36,17 +37,18 @@ def start(
 ) -> tuple[Turn, str | None]:
     """The Turn ``entry`` starts, and why it is refused before its admission (its Frame
     cannot be rendered, or its conversation has a live Turn), if it is."""
-    state = run.chart.states[entry.state]
+    state = run.chart.state(entry.state)
     assert state.invoke is not None
     call = state.invoke.agent
     assert call is not None
     slot = run.agents[call.slot]
     where = invokes.path(entry.state) + ".agent"
-    epoch = epochs.get(call.slot, 0)
+    machine = machine_of(entry.state)
+    epoch = epochs.get(ids.conversation(machine, call.slot), 0)
     if call.continue_:
-        iid = ids.structural(run.namespace, run.name, call.slot, epoch)
+        iid = ids.structural(run.namespace, run.name, call.slot, epoch, machine)
     else:
-        iid = ids.fresh(run.namespace, run.name, call.slot, new_id())
+        iid = ids.fresh(run.namespace, run.name, call.slot, new_id(), machine)
     refused: str | None = None
     try:
         frame = frames.agent_frame(call, activation, workspace, where)

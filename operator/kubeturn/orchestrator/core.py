@@ -27,7 +27,7 @@ The rules (docs/turn-semantics.md):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,7 @@ from kubeturn.machine.interpreter import (
     Step,
 )
 from kubeturn.machine.load import LoadedRun
-from kubeturn.machine.model import StatePath
+from kubeturn.machine.model import StatePath, machine_of
 from kubeturn.orchestrator import (
     admissions,
     frames,
@@ -325,9 +325,11 @@ class RunCore:
         cause = frozenset(
             {turn.id, *picks.enclosing_outstanding(self.run.chart, turn, self.live_turns())}
         )
-        leaf_before = self.config.leaf
-        step, effects = self._step(Event(event, dict(payload), cause), now)
-        return self._receipt_after_pick(turn, delivery, step, leaf_before), Effects(effects)
+        before = self.config.active
+        step, effects = self._step(
+            Event(event, dict(payload), cause, scope=StatePath(turn.state)), now
+        )
+        return self._receipt_after_pick(turn, delivery, step, before), Effects(effects)
 
     def admitted(self, turn_id: TurnId, submission: SubmissionId, now: float) -> Effects:
         turn = self.turns.get(turn_id)
@@ -495,11 +497,12 @@ class RunCore:
 
     @property
     def state(self) -> str | None:
-        """The state to show for the Run: its active leaf, or, once it ended, the leaf it
-        ended in (an ended Machine has exited every state); None before it starts."""
+        """The state to show for the Run: its active leaves (a fan-out child's are shown
+        with the child), or, once it ended, the leaves it ended in (an ended Machine has
+        exited every state), joined by ``, ``; None before it starts."""
         if self.config is None:
             return None
-        return self.config.ended_in or self.config.leaf or None
+        return ", ".join(self.config.ended_in or self.config.leaves) or None
 
     def resume(self) -> Effects:
         """After a restore: what was under way must be under way again."""
@@ -556,15 +559,17 @@ class RunCore:
                 self.execs.pop(stopped.invoke.id, None)
                 effects.append(StopExec(stopped.invoke.id))
                 continue
-            if stopped.invoke.kind is InvokeKind.DELIVER:
-                continue  # it runs to its end and is recorded; its result goes nowhere
+            if stopped.invoke.kind in (InvokeKind.DELIVER, InvokeKind.FAN_OUT):
+                # A delivery runs to its end and is recorded, its result going nowhere; a
+                # fan-out's children were exited with it, their invokes among these.
+                continue
             turn = self._turn_of(stopped.invoke.id)
             if turn is not None:
                 cause = PICK if turn.id in stopped.cause else None
                 effects += self._exit_turn(turn, cause, step, now)
         for started in step.started:
-            if started in passed:
-                continue
+            if started in passed or started.kind is InvokeKind.FAN_OUT:
+                continue  # a fan-out's children are the Machine's own
             if started.kind is InvokeKind.AGENT:
                 effects += self._start_turn(started, step.event, now)
             else:
@@ -599,7 +604,7 @@ class RunCore:
         turn, refused = admissions.start(
             self.run,
             entry,
-            interpreter.activation(self.config, event, self._scope),
+            interpreter.activation(self.config, event, self._scope, entry.state),
             self.workspace,
             turn_id=ids.turn(self.turn_seq),
             epochs=self.epochs,
@@ -619,7 +624,7 @@ class RunCore:
             message = f"refused before admission: {refused}"
             return self._record(turn, now, outcome=Outcome.FAILED, message=message)
         if turn.continue_:
-            turn.notices = self.notices.pop(turn.agent, [])
+            turn.notices = self.notices.pop(_conversation(turn), [])
         turn.admitting = True
         return [self._admit_effect(turn, nudge=False)]
 
@@ -654,7 +659,8 @@ class RunCore:
         """The Agent's Turn failed: its conversation is burnt, the Machine is told once."""
         turn.faulted = True
         if turn.continue_:
-            self.epochs[turn.agent] = max(self.epochs.get(turn.agent, 0), turn.epoch) + 1
+            key = _conversation(turn)
+            self.epochs[key] = max(self.epochs.get(key, 0), turn.epoch) + 1
         fields = {
             "reason": reason,
             "message": bounded(message),
@@ -713,7 +719,7 @@ class RunCore:
     # ------------------------------------------------------------------ picks
 
     def _receipt_after_pick(
-        self, turn: Turn, delivery: Delivery, step: Step, leaf_before: str
+        self, turn: Turn, delivery: Delivery, step: Step, before: Sequence[StatePath]
     ) -> Receipt:
         assert self.config is not None
         if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
@@ -722,7 +728,7 @@ class RunCore:
             assert delivery.receipt is not None
             return delivery.receipt
         if picks.at_rest(self.run.chart, self.config, turn):
-            return picks.at_rest_answer(self.run, self.config, delivery, turn, step, leaf_before)
+            return picks.at_rest_answer(self.run, self.config, delivery, turn, step, before)
         turn.outstanding = delivery.id
         return picks.outstanding(delivery)
 
@@ -753,7 +759,7 @@ class RunCore:
         """A continued conversation hears how its last pick went in its next Turn."""
         notice = prompts.pick_answer(receipt) if turn.continue_ else None
         if notice is not None:
-            self.notices.setdefault(turn.agent, []).append(notice)
+            self.notices.setdefault(_conversation(turn), []).append(notice)
 
     # ------------------------------------------------------------------ lookups
 
@@ -840,3 +846,8 @@ def _submission(turn: Turn | None, submission: SubmissionId | None) -> Submissio
     if turn is None:
         return None
     return next((s for s in turn.submissions if s.id == submission), None)
+
+
+def _conversation(turn: Turn) -> str:
+    """What the Turn's continued conversation's epoch and notices are kept by."""
+    return ids.conversation(machine_of(StatePath(turn.state)), turn.agent)

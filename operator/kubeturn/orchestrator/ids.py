@@ -3,7 +3,8 @@
 ``continue: true`` gives the structural id ``<namespace>.<run>/root/<agent>`` (plus
 ``/<epoch>`` once a fault has burnt the conversation): every state that continues the
 slot lands on one conversation. Otherwise each Turn gets a fresh id. ``root`` names the
-Run's one Machine instance, so nested Machines can later add their own path segments.
+Run's Machine; a fan-out child's states add the child's root (``fix[pkg-a]``, its item's
+key in it), so each child has its own conversations.
 
 A Turn's id is ``t<n>`` for the Run's n-th Turn: its AgentTurn is ``<run>-t<n>``, and
 ``n`` orders the Turns of one conversation (their aborts before later admissions).
@@ -28,13 +29,25 @@ IdSource = Callable[[], str]
 """Fresh random suffixes; injected so the core stays deterministic under test."""
 
 
-def structural(namespace: str, run: str, agent: str, epoch: int) -> InstanceId:
-    base = f"{namespace}.{run}/root/{agent}"
+def structural(namespace: str, run: str, agent: str, epoch: int, machine: str = "") -> InstanceId:
+    """The conversation of ``agent`` in the Machine instance ``machine`` (the Run's own,
+    ``""``, or a fan-out child's root, ``fix[pkg-a]``, whose key is in the id)."""
+    base = f"{_root(namespace, run, machine)}/{agent}"
     return InstanceId(f"{base}/{epoch}" if epoch else base)
 
 
-def fresh(namespace: str, run: str, agent: str, suffix: str) -> InstanceId:
-    return InstanceId(f"{namespace}.{run}/root/{agent}/t-{suffix}")
+def fresh(namespace: str, run: str, agent: str, suffix: str, machine: str = "") -> InstanceId:
+    return InstanceId(f"{_root(namespace, run, machine)}/{agent}/t-{suffix}")
+
+
+def conversation(machine: str, agent: str) -> str:
+    """What a continued conversation's epoch and notices are kept by: the agent slot in
+    the Run's own Machine, ``<child root>/<slot>`` in a fan-out child."""
+    return f"{machine}/{agent}" if machine else agent
+
+
+def _root(namespace: str, run: str, machine: str) -> str:
+    return f"{namespace}.{run}/root" + (f"/{machine}" if machine else "")
 
 
 def turn(seq: int) -> TurnId:

@@ -15,9 +15,9 @@ from typing import Any
 
 from kubeturn.api.status import DeliveryRecord, bounded
 from kubeturn.errors import ExpressionError, FrameRefused
-from kubeturn.machine import interpreter
+from kubeturn.machine import interpreter, targets
 from kubeturn.machine.interpreter import DONE_INVOKE, ERROR_INVOKE, Event, InvokeEntry, Scope
-from kubeturn.machine.model import Chart, DeliverCall
+from kubeturn.machine.model import Chart, DeliverCall, StatePath, template
 from kubeturn.orchestrator import frames
 from kubeturn.orchestrator.effects import StartDeliver, StartExec
 
@@ -51,8 +51,8 @@ class DeliverResult:
 
 
 def path(state: str) -> str:
-    """The manifest path of the invoke of the state at ``state``."""
-    return "spec.machine.states." + ".states.".join(state.split(".")) + ".invoke"
+    """The manifest path of the invoke of the state (instance) at ``state``."""
+    return targets.state_where(template(StatePath(state))) + ".invoke"
 
 
 def start(
@@ -64,9 +64,9 @@ def start(
     event: Event | None,
 ) -> StartExec | StartDeliver | Event:
     """The command or the delivery to start for ``entry``, or the event that refuses it."""
-    invoke = chart.states[entry.state].invoke
+    invoke = chart.state(entry.state).invoke
     assert invoke is not None
-    activation = interpreter.activation(config, event, scope)
+    activation = interpreter.activation(config, event, scope, entry.state)
     if invoke.deliver is not None:
         return _deliver(invoke.deliver, activation, workspace, entry)
     assert invoke.exec is not None

@@ -23,7 +23,7 @@ import jsonschema
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import DONE_INVOKE, Config, Step
 from kubeturn.machine.load import LoadedRun
-from kubeturn.machine.model import Chart, StatePath
+from kubeturn.machine.model import Chart, StatePath, within
 from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn.orchestrator.turns import Delivery, Turn
 from kubeturn_harness.wire import DeliveryId, Receipt, Refusal
@@ -157,11 +157,23 @@ def answer(
 
 
 def at_rest_answer(
-    run: LoadedRun, config: Config, delivery: Delivery, turn: Turn, step: Step, leaf_before: str
+    run: LoadedRun,
+    config: Config,
+    delivery: Delivery,
+    turn: Turn,
+    step: Step,
+    before: Sequence[StatePath],
 ) -> Receipt:
     """The receipt of a pick whose step left its Agent at Rest: straight back when the
-    step went back to the leaf it left and no work below it replied."""
-    straight_back = config.leaf == leaf_before and bool(step.entered) and not delivery.replied
+    step went back to the leaves below the Turn's state it left (``before``: the active
+    leaves then) and no work below it replied."""
+    state = StatePath(turn.state)
+    inside = [leaf for leaf in config.active if within(leaf, state)]
+    straight_back = (
+        inside == [leaf for leaf in before if within(leaf, state)]
+        and bool(step.entered)
+        and not delivery.replied
+    )
     delivery.outstanding = False
     delivery.receipt = Receipt(
         delivered=True,

@@ -18,6 +18,10 @@ Versions:
 - **2**: ``delivering`` lists the deliveries (``deliver`` invokes) started and not yet
   ended; their records are ``status.deliveries`` (ADR 0063). A version 1 snapshot had
   none under way.
+- **3**: the Machine's configuration is a set of active leaves (``machine.active``, a
+  list; ``machine.endedIn`` too), for parallel states, with fan-out children
+  (``machine.children``) and the outputs of finals inside regions (``machine.finals``)
+  (ADR 0112). A version 2 Machine had one leaf (``machine.leaf``), ``""`` once ended.
 - Any version may hold ``ignoredSignals`` (id → why): the signals no state took (ADR
   0067); one without it (every snapshot written before) had none.
 - Any version may hold ``moves`` (transitions that moved the Machine) and, as the core
@@ -42,7 +46,7 @@ from kubeturn.orchestrator.effects import StartDeliver, StartExec
 from kubeturn.orchestrator.turns import Delivery, Turn, TurnRecord
 from kubeturn_harness.wire import Notice
 
-VERSION = 2
+VERSION = 3
 """The version this kubeturn writes."""
 VERSION_KEY = "version"
 HISTORY_KEY = "history"
@@ -198,17 +202,34 @@ def migrate(snapshot: Any, turns: Sequence[Any]) -> dict[str, Any]:
         raise SnapshotUnreadable(f"it is a {type(snapshot).__name__}, not an object")
     version = version_of(snapshot)
     if version == 0:
-        return _from_1(_from_0(snapshot, turns))
+        return _from_2(_from_1(_from_0(snapshot, turns)))
     current = {k: v for k, v in snapshot.items() if k not in LEGACY_KEYS}
     current = {**current, HISTORY_KEY: list(turns)}
-    return _from_1(current) if version == 1 else current
+    if version == 1:
+        return _from_2(_from_1(current))
+    return _from_2(current) if version == 2 else current
+
+
+def _from_2(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """Version 2 → 3: the Machine's one leaf is its set of active leaves (none once it
+    ended, where ``endedIn`` keeps the one it ended in)."""
+    data = dict(snapshot)
+    machine = data.get("machine")
+    if isinstance(machine, Mapping) and "leaf" in machine:
+        moved = {k: v for k, v in machine.items() if k != "leaf"}
+        moved["active"] = [machine["leaf"]] if machine["leaf"] else []
+        ended = machine.get("endedIn")
+        moved["endedIn"] = [ended] if ended else []
+        data["machine"] = moved
+    data[VERSION_KEY] = VERSION
+    return data
 
 
 def _from_1(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     """Version 1 → 2: a kubeturn that wrote version 1 had no deliveries, so none runs."""
     data = dict(snapshot)
     data.setdefault("delivering", [])
-    data[VERSION_KEY] = VERSION
+    data[VERSION_KEY] = 2
     return data
 
 
