@@ -833,8 +833,8 @@ def _exit(macro: _Macro, path: StatePath) -> None:
     for invoke in [i for i in macro.invokes if i.state == path]:
         macro.invokes.remove(invoke)
         macro.stopped.append(Stopped(invoke, macro.cause))
-        if invoke.kind is InvokeKind.FAN_OUT:
-            macro.children = {k: c for k, c in macro.children.items() if c.invocation != invoke.id}
+    if any(parent_of(scope) == path for scope in macro.children):
+        macro.children = {k: c for k, c in macro.children.items() if parent_of(k) != path}
     if path in macro.active:
         macro.active.remove(path)
     macro.finals.pop(path, None)
