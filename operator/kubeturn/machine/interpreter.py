@@ -919,14 +919,13 @@ def _reach_final(macro: _Macro, path: StatePath, final: State) -> None:
 
 
 def _in_final(macro: _Macro, path: StatePath) -> bool:
-    """SCXML's ``isInFinalState``: a compound state whose active child is final; a
-    parallel state whose every region is."""
+    """SCXML's ``isInFinalState``: a compound state whose final child has been reached
+    (its output recorded: finals entered in one microstep are reached one by one, so the
+    parallel state's done event comes once, with every output); a parallel state whose
+    every region is."""
     kind = macro.chart.state(path).kind
     if kind is Kind.COMPOUND:
-        return any(
-            parent_of(leaf) == path and macro.chart.state(leaf).kind is Kind.FINAL
-            for leaf in macro.active
-        )
+        return any(parent_of(final) == path for final in macro.finals)
     if kind is Kind.PARALLEL:
         return all(_in_final(macro, region) for region in macro.chart.regions(path))
     return False
