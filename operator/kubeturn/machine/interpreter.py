@@ -997,17 +997,28 @@ def _children(macro: _Macro, entry: InvokeEntry, fan: FanOut) -> list[Child] | s
     if len(items) > MAX_ITEMS:
         return f"forEach.items ({where}) has {len(items)} items; a fan-out takes {MAX_ITEMS}"
     children: list[Child] = []
-    keys: set[str] = set()
+    keys: dict[str, int] = {}
     for index, item in enumerate(items):
-        key = _key(fan, item, index)
+        try:
+            key = _key(fan, item, index)
+        except ExpressionError as error:
+            return f"forEach.key ({error.source}) failed for item {index}: {error.cause}"
+        if not isinstance(key, str):
+            return (
+                f"item {index}'s key {key!r} is a {type(key).__name__}, not a string; "
+                "say one with forEach.key"
+            )
         if not KEY.match(key):
             return (
                 f"item {index}'s key {key!r} is not a key: letters, digits, '_' and '-' "
                 "(at most 63); say one with forEach.key"
             )
         if key in keys:
-            return f"items {index} and another have the key {key!r}; say one with forEach.key"
-        keys.add(key)
+            return (
+                f"items {keys[key]} and {index} have the same key {key!r}; say one that "
+                "tells them apart with forEach.key"
+            )
+        keys[key] = index
         children.append(
             Child(
                 scope=StatePath(f"{entry.state}[{key}]"),
@@ -1021,15 +1032,18 @@ def _children(macro: _Macro, entry: InvokeEntry, fan: FanOut) -> list[Child] | s
     return children
 
 
-def _key(fan: FanOut, item: Any, index: int) -> str:
+def _key(fan: FanOut, item: Any, index: int) -> Any:
+    """A child's key: ``forEach.key``'s value (a number as its digits), else its item when
+    that is a key, else its index; ``ExpressionError`` when ``forEach.key`` fails."""
     if fan.key is None:
-        text = str(item) if isinstance(item, str | int) and not isinstance(item, bool) else ""
+        text = str(item) if _whole(item) else item if isinstance(item, str) else ""
         return text if KEY.match(text) else str(index)
-    try:
-        value = fan.key.evaluate({"input": item, "context": {}, "event": {}, "workspace": {}})
-    except ExpressionError as error:
-        return f"<{error.cause}>"
-    return str(value)
+    value = fan.key.evaluate({"input": item, "context": {}, "event": {}, "workspace": {}})
+    return str(value) if _whole(value) else value
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _progress(macro: _Macro, invocation: str) -> None:
