@@ -332,7 +332,17 @@ class _Compiler:
             )
             return None
         found = targets.resolve(self.specs, source, text)
-        if found is None:
+        outside = targets.outside_child(self.specs, source, text) if found is None else None
+        if outside is not None:
+            machine = targets.child_machine(source)
+            self.problem(
+                where,
+                f"no state {text!r} in the child Machine of {targets.parent(machine)!r}: a "
+                f"child Machine's transitions stay inside it, and {outside!r} is outside; "
+                "leave through that state's invoke.onDone or invoke.onError",
+            )
+            self.explained.add(outside)
+        elif found is None:
             suggestion = targets.suggest(list(self.specs), text)
             self.problem(where, f"no state {text!r}{targets.did_you_mean(suggestion)}")
             self.explained.update(

@@ -201,7 +201,8 @@ def _continued_at_once(chart: model.Chart) -> list[DefinitionError]:
     problems = []
     for index, (second, slot) in enumerate(continuing):
         for first, other in continuing[:index]:
-            if other != slot:
+            if other != slot or model.machine_of(first) != model.machine_of(second):
+                # Each Machine (the Run's, each fan-out child) has its own conversations.
                 continue
             common = next(p for p in chart.ancestors(first) if chart.is_within(second, p))
             if common in (first, second) or chart.states[common].kind is not model.Kind.PARALLEL:

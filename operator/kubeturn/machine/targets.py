@@ -91,6 +91,29 @@ def resolve(states: Collection[StatePath], source: StatePath, target: str) -> St
         scope = parent(scope)
 
 
+def child_machine(path: StatePath) -> StatePath:
+    """The root of the innermost child Machine ``path`` belongs to (``fix[]``), or ROOT."""
+    return (
+        StatePath(path[: path.rindex(CHILD_ROOT) + len(CHILD_ROOT)]) if CHILD_ROOT in path else ROOT
+    )
+
+
+def outside_child(
+    states: Collection[StatePath], source: StatePath, target: str
+) -> StatePath | None:
+    """The state ``target`` would name were ``source``'s child Machine not closed: one of
+    an enclosing Machine, out of reach (None when there is none, or ``source`` is in the
+    Run's own Machine)."""
+    machine = child_machine(source)
+    while machine != ROOT:
+        fan_out = parent(machine)
+        found = resolve(states, fan_out, target)
+        if found is not None:
+            return found
+        machine = child_machine(fan_out)
+    return None
+
+
 def suggest(states: Collection[StatePath], target: str) -> str | None:
     """What the user probably meant by a ``target`` that names no state: the path of a
     state of that very name (out of reach from where it was written), else the closest
