@@ -262,5 +262,9 @@ class Chart:
         return [s for s in self.states.values() if s.invoke is not None and s.invoke.agent]
 
     def regions(self, path: StatePath) -> list[StatePath]:
-        """The child instances of the instance ``path`` (a parallel state's regions)."""
-        return [StatePath(f"{path}.{self.states[c].name}") for c in self.state(path).children]
+        """The child instances of the instance ``path`` (a parallel state's regions; the
+        root's, the top-level states)."""
+        return [
+            StatePath(f"{path}.{self.states[c].name}" if path != ROOT else self.states[c].name)
+            for c in self.state(path).children
+        ]
