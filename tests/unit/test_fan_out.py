@@ -429,3 +429,21 @@ class TestSnapshots:
                 config = step.config
             steps.append(made)
         assert steps[0] == steps[1]
+
+
+class TestOneAnswer:
+    def test_children_failing_in_one_microstep_give_one_error(self) -> None:
+        """Two children whose eventless transitions fail them in one microstep: the
+        fan-out answers once; the second failure's answer is stale, not a fault."""
+        quick = child()
+        quick["states"]["work"]["always"] = {"guard": "input != 'c'", "target": "broken"}
+        machine = fan(["a", "b", "c"], machine=quick)
+        machine["states"]["fix"]["invoke"]["onError"] = {
+            "assign": {"context.errors": "context.errors + [event.key]"}
+        }
+        machine["context"] = {"items": ["a", "b", "c"], "errors": []}
+        m = Machine(machine)
+        assert m.config.status is Status.RUNNING
+        assert m.config.context["errors"] == ["a"]
+        assert statuses(m) == {"a": "failed", "b": "failed", "c": "pending"}
+        assert m.active == ("fix",)

@@ -372,9 +372,7 @@ def step(chart: Chart, config: Config, event: Event, scope: Scope, now: float) -
     macro = _macro(chart, config, scope, now, event.cause)
     if config.status is not Status.RUNNING:
         return macro.result(event, taken=False)
-    if event.type in (DONE_INVOKE, ERROR_INVOKE) and all(
-        entry.id != event.origin for entry in config.invokes
-    ):
+    if _stale(macro, event):
         # The result of an invocation that no longer runs (its state exited, or was
         # entered again since) is stale: dropped, as a cancelled timer's event is.
         return macro.result(event, taken=False)
@@ -1110,6 +1108,10 @@ def _settle(macro: _Macro) -> None:
         try:
             if macro.internal:
                 event = macro.internal.pop(0)
+                if _stale(macro, event):
+                    # A fan-out that answered already (two children ended in one
+                    # microstep, the first failing): its later answers are stale.
+                    continue
                 if event.type == ERROR_EXPRESSION:
                     handling = event
                     _handle_error(macro, event)
@@ -1131,6 +1133,13 @@ def _settle(macro: _Macro) -> None:
             macro.internal.append(_error_event(macro, failed))
     raise ExpressionError(
         "always", f"more than {MAX_MICROSTEPS} eventless transitions in one step: a loop"
+    )
+
+
+def _stale(macro: _Macro, event: Event) -> bool:
+    """An invocation's result, when that invocation no longer runs."""
+    return event.type in (DONE_INVOKE, ERROR_INVOKE) and all(
+        entry.id != event.origin for entry in macro.invokes
     )
 
 
