@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from kubeturn.api import machine as api
 from kubeturn.machine import interpreter as it
 from kubeturn.machine.interpreter import ChildStatus, Status, Stopped
 from tests.unit.stepping import EXEC, Machine, moved
@@ -214,6 +215,9 @@ class TestKeys:
         assert m.config.context["error"]["message"].startswith(
             "forEach.key (input.name) failed for item 0: "
         )
+
+    def test_the_bound_is_the_apis(self) -> None:
+        assert it.MAX_ITEMS == api.MAX_ITEMS
 
     def test_an_empty_list_is_done_at_once(self) -> None:
         m = Machine(fan([]))
@@ -447,3 +451,13 @@ class TestOneAnswer:
         assert m.config.context["errors"] == ["a"]
         assert statuses(m) == {"a": "failed", "b": "failed", "c": "pending"}
         assert m.active == ("fix",)
+
+    def test_a_child_that_faults_stops_its_own_with_no_cause_the_next_starts_with_it(
+        self,
+    ) -> None:
+        """A child's fault is a defect: its invokes stop with no cause; the child that
+        starts in its place is started by the pick's macrostep, with the pick's cause."""
+        m = Machine(fan(["a", "b"], concurrency=1, failFast=False, machine=child(invoke=EXEC)))
+        step = finish(m, "a", "check", cause=PICK)
+        assert [(s.invoke.state, s.cause) for s in step.stopped] == [("fix[a].work", frozenset())]
+        assert [(i.state, i.cause) for i in step.started] == [("fix[b].work", PICK)]

@@ -278,6 +278,27 @@ class TestBetweenRegions:
         assert step.entered == ("review", "review.security", SEC, "review.style", "review.style.ok")
         assert m2.active == (SEC, "review.style.ok")
 
+    def test_the_parallel_states_own_transition_into_a_region_leaves_and_enters_it(
+        self,
+    ) -> None:
+        """SCXML's domain of a transition is its source only when the source is compound:
+        a parallel state's transition to a state inside a region leaves the parallel
+        state and enters it again."""
+        machine = review()
+        machine["states"]["review"]["on"] = {"skip": "review.style.ok"}
+        m = started(machine)
+        m.send("approve", scope=SEC)
+        step = m.send("skip")
+        assert step.exited == (
+            STY,
+            "review.style",
+            "review.security.ok",
+            "review.security",
+            "review",
+        )
+        assert step.entered == ("review", "review.security", SEC, "review.style", "review.style.ok")
+        assert m.active == (SEC, "review.style.ok")
+
     def test_a_region_that_leaves_the_parallel_state_exits_every_region(self) -> None:
         machine = review()
         machine["states"]["review"]["states"]["style"]["invoke"] = EXEC

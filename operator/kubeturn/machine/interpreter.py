@@ -946,14 +946,22 @@ def _end_machine(
     *,
     output: Any = None,
     message: str | None = None,
+    defect: bool = False,
 ) -> None:
+    """The Machine ``machine`` ends: the Run, or a fan-out child (whose fan-out then
+    starts its next child, or answers). A child's defect stops its own invokes with no
+    cause; what its fan-out does next keeps the macrostep's."""
     if machine == ROOT:
         _end(macro, status, output=output, message=message)
         return
     child = macro.children.get(machine)
     if child is None or child.status is not ChildStatus.RUNNING:
         return
+    cause = macro.cause
+    if defect:
+        macro.cause = NO_CAUSE
     _exit_states(macro, {s for s in _all_active(macro.active) if within(s, machine)})
+    macro.cause = cause
     ended = ChildStatus.SUCCEEDED if status is Status.DONE else ChildStatus.FAILED
     macro.children[machine] = replace(child, status=ended, output=output, message=message)
     _progress(macro, child.invocation)
@@ -1202,10 +1210,9 @@ def _expression_fault(macro: _Macro, failed: _Failed, *, while_handling: bool = 
 def _defect(macro: _Macro, machine: StatePath, message: str) -> None:
     """A Machine fails for a defect no state catches: the pick that led there is no cause
     of the stops it makes."""
-    cause, macro.cause = macro.cause, NO_CAUSE
-    _end_machine(macro, machine, Status.FAILED, message=message)
-    if machine != ROOT:
-        macro.cause = cause
+    if machine == ROOT:
+        macro.cause = NO_CAUSE
+    _end_machine(macro, machine, Status.FAILED, message=message, defect=True)
 
 
 def _fault(macro: _Macro, event: Event, error: ExpressionError) -> Step:
