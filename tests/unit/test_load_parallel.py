@@ -21,10 +21,38 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kubeturn.api.depth import MAX_STATE_DEPTH
+from kubeturn.errors import DefinitionErrors
 from kubeturn.machine import model
 from kubeturn.machine.load import load_run
-from tests.unit.test_load import DONE, agent, manifest, only_problem, problems
+from tests.unit.stepping import document
+
+DONE = {"type": "final"}
+
+
+def manifest(states: dict[str, Any]) -> dict[str, Any]:
+    return document(
+        {"initial": next(iter(states)), "states": states},
+        agents={"coder": {"instructions": "Code."}},
+    )
+
+
+def agent(**extra: Any) -> dict[str, Any]:
+    return {"agent": {"slot": "coder", "prompt": "Do it.", **extra}}
+
+
+def problems(written: dict[str, Any]) -> list[str]:
+    with pytest.raises(DefinitionErrors) as caught:
+        load_run(written)
+    return [str(error) for error in caught.value.errors]
+
+
+def only_problem(written: dict[str, Any]) -> str:
+    [problem] = problems(written)
+    return problem
+
 
 REGION = {"initial": "r", "states": {"r": {"on": {"x": "f"}}, "f": DONE}}
 WHERE = "spec.machine.states.fix.invoke.forEach.machine"
