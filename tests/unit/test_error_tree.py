@@ -33,7 +33,7 @@ OUTSIDE = {
     "kubeturn": {
         "kubeturn.k8s.control._Conflict",  # caught by ``Cluster.send``, which reads again
         "kubeturn.k8s.push_program.Refused",  # a program that imports nothing of kubeturn
-        "kubeturn.machine.interpreter._Failed",  # caught by ``start`` and ``step``
+        "kubeturn.machine.macrostep.Failed",  # caught by ``interpreter.start`` and ``step``
     },
     "kubeturn_harness": {
         "kubeturn_harness.tool_loop._Cut",  # caught where the tool calls run
