@@ -187,6 +187,7 @@ class TestKeys:
                 "input.n",
                 "item 0's key [1] is a list, not a string; say one with forEach.key",
             ),
+            ("nope", None, "forEach.items (context.items) is a str, not a list"),
             ({"a": 1}, None, "forEach.items (context.items) is a dict, not a list"),
             (
                 list(range(101)),
@@ -207,6 +208,14 @@ class TestKeys:
             "message": message,
         }
         assert m.config.children == ()
+
+    def test_items_that_fail_are_the_invokes_error(self) -> None:
+        machine = fan()
+        machine["states"]["fix"]["invoke"]["forEach"]["items"] = "context.missing"
+        m = Machine(machine)
+        assert m.config.context["error"]["message"] == (
+            "forEach.items (context.missing) failed: no key 'missing'"
+        )
 
     def test_a_key_that_fails_is_the_invokes_error(self) -> None:
         m = Machine(fan([{"n": 1}], key="input.name"))
@@ -461,3 +470,17 @@ class TestOneAnswer:
         step = finish(m, "a", "check", cause=PICK)
         assert [(s.invoke.state, s.cause) for s in step.stopped] == [("fix[a].work", frozenset())]
         assert [(i.state, i.cause) for i in step.started] == [("fix[b].work", PICK)]
+
+
+class TestChildTimers:
+    def test_each_childs_timer_moves_that_child_only(self) -> None:
+        m = Machine(fan(["a", "b"], machine=child(after={"5s": "done"})))
+        assert [(t.state, t.fire_at) for t in m.config.timers] == [
+            ("fix[a].work", 5.0),
+            ("fix[b].work", 5.0),
+        ]
+        step = m.fire(m.timer("fix[b].work"))
+        assert moved(step) == (("fix[b].work", "fix[b].done", "fix[b]"), ("fix[b].done",))
+        assert [t.state for t in m.config.timers] == ["fix[a].work"]
+        step = m.send("leave", cause=PICK)
+        assert [t.state for t in step.cancelled] == ["fix[a].work"]

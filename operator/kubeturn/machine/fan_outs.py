@@ -31,7 +31,7 @@ def make_children(
     try:
         items = fan.items.evaluate(activation)
     except ExpressionError as error:
-        return f"forEach.items ({where}) failed: {error}"
+        return f"forEach.items ({where}) failed: {error.cause}"
     if not isinstance(items, list):
         return f"forEach.items ({where}) is a {type(items).__name__}, not a list"
     if len(items) > MAX_ITEMS:
