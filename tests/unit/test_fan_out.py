@@ -7,15 +7,19 @@ Cases:
   key, status, output and message;
 - keys: an item that is a key names its child; others take their index; ``forEach.key``
   names them from ``input``; a key that is no key, or twice the same, is the invoke's
-  ``error.invoke`` (reason ``items``) saying which item; items that are not a list, or
-  more than ``MAX_ITEMS``, likewise; an empty list is done at once with ``[]``;
+  ``error.invoke`` (reason ``items``) saying which items, as is a key that is no
+  string or a key expression that fails; items that are not a list, more than
+  ``MAX_ITEMS`` (the API's bound) or that fail, likewise; an empty list is done at once
+  with ``[]``; children that end (or fail) as they start make one answer;
 - failFast: the first failing child is the invoke's ``error.invoke`` (reason
   ``child-failed``, its key); the running children run on while the state stays, no
-  pending one starts; the state's exit stops every child's invoke with the macrostep's
-  cause; without failFast every child runs to its end and the results say which failed;
+  pending one starts; the state's exit (or CANCEL) stops every child's invoke with the
+  macrostep's cause; without failFast every child runs to its end and the results say
+  which failed; children failing in one microstep make one error, never a fault;
 - isolation: a child's unhandled ``error.expression`` or invoke error fails the child,
-  not the Run; an event scoped to one child's state reaches no other child; a signal
-  (scope: the root) reaches no child;
+  not the Run, stopping its own invokes with no cause while the child started in its
+  place keeps the pick's; an event scoped to one child's state reaches no other child; a
+  signal (scope: the root) reaches no child; a child's timer moves that child only;
 - a fan-out in a child (nested instance paths) and a fan-out in a parallel region;
 - expressions of a child see its own ``context`` and its item as ``input``
   (``interpreter.activation`` too);

@@ -17,8 +17,9 @@ Cases:
   content: every ``assign`` of a microstep is evaluated before anything moves, then
   applied in document order (405, a deviation); entry order: document order, parents
   before children (406);
-- a transition between two regions leaves and enters the whole parallel state (its
-  domain is never a parallel state); a transition out of the parallel state from one
+- a transition between two regions, or the parallel state's own into a region, leaves
+  and enters the whole parallel state (a domain is never a parallel state); a
+  transition out of the parallel state from one
   region exits every region, the others' transitions on the same event losing by
   conflict;
 - ``done.state``: a compound region's (416), the parallel state's once every region is
