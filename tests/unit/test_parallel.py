@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from kubeturn.machine import interpreter as it
 from kubeturn.machine.interpreter import CANCEL, Status, Stopped
 from tests.unit.stepping import EXEC, Machine, moved
 
@@ -472,3 +473,36 @@ class TestCancel:
         assert [i.state for i in m.config.invokes] == [SEC]
         m.done(SEC, {"exitCode": 0})
         assert m.config.output == {"security": "approved", "style": "fine"}
+
+
+class TestQueries:
+    def test_accepted_gives_each_regions_events_once_leaf_by_leaf(self) -> None:
+        machine = review()
+        style = machine["states"]["review"]["states"]["style"]
+        style["states"]["reading"]["on"]["polish"] = "ok"
+        m = started(machine)
+        found = [(a.event, a.state) for a in it.accepted(m.chart, m.config)]
+        assert found == [
+            ("approve", SEC),
+            ("reject", SEC),
+            ("bump", SEC),
+            ("reread", "review.security"),
+            ("polish", STY),
+        ]
+
+    def test_handled_below_a_region(self) -> None:
+        m = started(review())
+        assert it.handled_below(m.chart, m.config, "review.security") == [
+            "approve",
+            "reject",
+            "bump",
+            "reread",
+        ]
+
+    def test_an_invoke_in_another_region_does_not_hold_rest(self) -> None:
+        machine = review()
+        machine["states"]["review"]["states"]["style"]["states"]["reading"]["invoke"] = EXEC
+        m = started(machine)
+        assert it.at_rest(m.chart, m.config, SEC)
+        assert it.at_rest(m.chart, m.config, "review.security")
+        assert not it.at_rest(m.chart, m.config, "review")
