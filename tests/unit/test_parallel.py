@@ -27,7 +27,9 @@ Cases:
   every region reaches its final in one microstep;
 - ``after`` timers and ``always`` transitions in regions; ``error.expression`` raised in
   a region is heard by that region only; CANCEL exits every region (innermost, latest
-  first) and stops each region's invoke; exec invokes in regions answered one by one.
+  first) and stops each region's invoke; exec invokes in regions answered one by one;
+- queries: ``accepted`` gives every region's events once, leaf by leaf and inner first;
+  ``handled_below`` a region; an invoke in another region holds no rest.
 """
 
 from __future__ import annotations
