@@ -29,7 +29,8 @@ Cases:
   a region is heard by that region only; CANCEL exits every region (innermost, latest
   first) and stops each region's invoke; exec invokes in regions answered one by one;
 - queries: ``accepted`` gives every region's events once, leaf by leaf and inner first;
-  ``handled_below`` a region; an invoke in another region holds no rest.
+  ``handled_below`` a region; an invoke in another region holds no rest;
+- a parallel region completing last completes its parallel parent (done events outward).
 """
 
 from __future__ import annotations
@@ -508,3 +509,46 @@ class TestQueries:
         assert it.at_rest(m.chart, m.config, SEC)
         assert it.at_rest(m.chart, m.config, "review.security")
         assert not it.at_rest(m.chart, m.config, "review")
+
+
+class TestNestedParallel:
+    @staticmethod
+    def region(event: str, output: str) -> dict[str, Any]:
+        return {
+            "initial": "w",
+            "states": {"w": {"on": {event: "f"}}, "f": {"type": "final", "output": output}},
+        }
+
+    def test_a_parallel_region_completing_last_completes_its_parallel_parent(self) -> None:
+        """SCXML 3.4: done.state.id once all of a parallel state's children are in final
+        states; a region that is itself a parallel state is when all of its own are. Its
+        algorithm checks only a final's grandparent, so a parallel region completing
+        last would leave its parent waiting: kubeturn raises each done outward."""
+        machine = {
+            "initial": "p",
+            "states": {
+                "p": {
+                    "type": "parallel",
+                    "onDone": {"target": "over", "assign": {"context.out": "event.output"}},
+                    "states": {
+                        "q": {
+                            "type": "parallel",
+                            "onDone": {"assign": {"context.q": "event.output"}},
+                            "states": {
+                                "q1": self.region("a", "'one'"),
+                                "q2": self.region("b", "'two'"),
+                            },
+                        },
+                        "r": self.region("c", "'three'"),
+                    },
+                },
+                "over": {"type": "final", "output": "context"},
+            },
+        }
+        m = Machine(machine)
+        m.send("c")
+        m.send("a")
+        assert m.config.status is Status.RUNNING
+        m.send("b")
+        both = {"q": {"q1": "one", "q2": "two"}, "r": "three"}
+        assert m.config.output == {"q": both["q"], "out": both}

@@ -22,10 +22,11 @@ Semantics (ADR 0010 records them; ADR 0112 parallel states and fan-out):
   and starts its invoke. Each stop and start carries the cause of the macrostep.
 - Reaching a final child raises that parent's ``done.state`` inside the macrostep; once
   every region of a parallel state is in a final child, the parallel state's
-  ``done.state`` follows, its ``output`` each region's final output by region name.
-  Reaching a top-level final ends the Run (``failed`` finals fail it); eventless
-  (``always``) transitions run until none is enabled, at most ``MAX_MICROSTEPS`` per
-  macrostep.
+  ``done.state`` follows, its ``output`` each region's final output by region name
+  (a region that is a parallel state completes when all of its own regions do, and its
+  done event is followed by its parent's). Reaching a top-level final ends the Run
+  (``failed`` finals fail it); eventless (``always``) transitions run until none is
+  enabled, at most ``MAX_MICROSTEPS`` per macrostep.
 - A fan-out invoke (``forEach``) starts a child Machine for each item of its list, at most
   ``concurrency`` at once; a child is an instance ``<state>[<key>]`` with its own context
   and its item as ``input``, and hears only the events of its own states. A child ends

@@ -201,19 +201,20 @@ def _reach_final(macro: Macro, path: StatePath, final: State) -> None:
         return
     macro.finals[path] = output
     macro.internal.append(Event(DONE_STATE, {"output": output}, macro.cause, origin=parent))
-    grandparent = parent_of(parent)
-    if (
-        grandparent is not None
-        and macro.chart.state(grandparent).kind is Kind.PARALLEL
-        and _in_final(macro, grandparent)
+    # A parallel state whose every region is in a final hears its done event; so, in
+    # turn, does a parallel state that holds it as a region and is now complete too.
+    done = parent_of(parent)
+    while (
+        done is not None
+        and macro.chart.state(done).kind is Kind.PARALLEL
+        and _in_final(macro, done)
     ):
         outputs = {
             macro.chart.state(region).name: _region_output(macro, region)
-            for region in macro.chart.regions(grandparent)
+            for region in macro.chart.regions(done)
         }
-        macro.internal.append(
-            Event(DONE_STATE, {"output": outputs}, macro.cause, origin=grandparent)
-        )
+        macro.internal.append(Event(DONE_STATE, {"output": outputs}, macro.cause, origin=done))
+        done = parent_of(done)
 
 
 def _in_final(macro: Macro, path: StatePath) -> bool:
