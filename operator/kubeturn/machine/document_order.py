@@ -23,7 +23,7 @@ def all_active(leaves: Iterable[StatePath]) -> set[StatePath]:
     return states
 
 
-def place(chart: Chart, children: Iterable[Child], path: StatePath) -> tuple[int, ...]:
+def _place(chart: Chart, children: Iterable[Child], path: StatePath) -> tuple[int, ...]:
     """Where an instance stands in document order: its ancestors' places, outermost
     first; a fan-out's children stand in item order."""
     indices = {child.scope: child.index for child in children}
@@ -43,7 +43,7 @@ def in_document_order(
     chart: Chart, children: Iterable[Child], paths: Iterable[StatePath], *, reverse: bool = False
 ) -> list[StatePath]:
     kept = list(children)
-    return sorted(paths, key=lambda path: place(chart, kept, path), reverse=reverse)
+    return sorted(paths, key=lambda path: _place(chart, kept, path), reverse=reverse)
 
 
 def leaves_in(leaves: Iterable[StatePath], scope: StatePath) -> list[StatePath]:

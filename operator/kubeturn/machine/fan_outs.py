@@ -40,7 +40,7 @@ def make_children(
     keys: dict[str, int] = {}
     for index, item in enumerate(items):
         try:
-            key = key_of(fan, item, index)
+            key = _key(fan, item, index)
         except ExpressionError as error:
             return f"forEach.key ({error.source}) failed for item {index}: {error.cause}"
         if not isinstance(key, str):
@@ -72,7 +72,7 @@ def make_children(
     return children
 
 
-def key_of(fan: FanOut, item: Any, index: int) -> Any:
+def _key(fan: FanOut, item: Any, index: int) -> Any:
     """A child's key: ``forEach.key``'s value (a number as its digits), else its item when
     that is a key, else its index; ``ExpressionError`` when ``forEach.key`` fails."""
     if fan.key is None:

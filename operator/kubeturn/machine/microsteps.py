@@ -52,7 +52,7 @@ def microstep(macro: Macro, chosen: Sequence[Chosen], event: Event) -> None:
     exits: set[StatePath] = set()
     for source, t, _ in moving:
         exits |= exit_set(macro, source, t)
-    exit_states(macro, exits)
+    _exit_states(macro, exits)
     for source, values in updates:
         _assign(macro, machine_of(source), values)
     into: dict[StatePath, None] = {}
@@ -118,7 +118,7 @@ def _add_ancestors(
                     add_descendants(chart, region, into)
 
 
-def exit_states(macro: Macro, states: Iterable[StatePath]) -> None:
+def _exit_states(macro: Macro, states: Iterable[StatePath]) -> None:
     """Exit ``states``, innermost and latest first."""
     for path in in_document_order(macro.chart, macro.children.values(), states, reverse=True):
         _exit(macro, path)
@@ -179,7 +179,7 @@ def _enter(macro: Macro, path: StatePath, state: State) -> None:
     macro.invokes.append(entry_i)
     macro.started.append(entry_i)
     if invoke.fan_out is not None:
-        start_fan_out(macro, entry_i, invoke.fan_out)
+        _start_fan_out(macro, entry_i, invoke.fan_out)
 
 
 def _reach_final(macro: Macro, path: StatePath, final: State) -> None:
@@ -261,11 +261,11 @@ def end_machine(
     cause = macro.cause
     if defect:
         macro.cause = NO_CAUSE
-    exit_states(macro, {s for s in all_active(macro.active) if within(s, machine)})
+    _exit_states(macro, {s for s in all_active(macro.active) if within(s, machine)})
     macro.cause = cause
     ended = ChildStatus.SUCCEEDED if status is Status.DONE else ChildStatus.FAILED
     macro.children[machine] = replace(child, status=ended, output=output, message=message)
-    progress(macro, child.invocation)
+    _progress(macro, child.invocation)
 
 
 def end_run(
@@ -273,13 +273,13 @@ def end_run(
 ) -> None:
     """The Run is over: every state is exited, every invoke stopped, every timer cancelled."""
     macro.ended_in = tuple(leaf for leaf in macro.active if machine_of(leaf) == ROOT)
-    exit_states(macro, all_active(macro.active) - {ROOT})
+    _exit_states(macro, all_active(macro.active) - {ROOT})
     macro.status = status
     macro.output = output
     macro.message = message
 
 
-def start_fan_out(macro: Macro, entry: InvokeEntry, fan: FanOut) -> None:
+def _start_fan_out(macro: Macro, entry: InvokeEntry, fan: FanOut) -> None:
     """Make the children of a fan-out just started, and start the first of them."""
     children = make_children(fan, entry, activation_of(macro, None, entry.state))
     if isinstance(children, str):
@@ -288,10 +288,10 @@ def start_fan_out(macro: Macro, entry: InvokeEntry, fan: FanOut) -> None:
         return
     for child in children:
         macro.children[child.scope] = child
-    progress(macro, entry.id)
+    _progress(macro, entry.id)
 
 
-def progress(macro: Macro, invocation: str) -> None:
+def _progress(macro: Macro, invocation: str) -> None:
     """Start pending children while the fan-out has room; once none runs or waits (or one
     failed, with ``failFast``), tell the state."""
     if invocation in macro.progressing:

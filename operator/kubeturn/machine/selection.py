@@ -48,7 +48,7 @@ def select(macro: Macro, event: Event) -> list[Chosen]:
             # Agent's Turn runs on until its state exits, whatever its fault route does.
             macro.invokes.remove(entry)
         candidates = invoke.on_done if event.type == DONE_INVOKE else invoke.on_error
-        chosen = first_enabled(macro, candidates, entry.state, event)
+        chosen = _first_enabled(macro, candidates, entry.state, event)
         if chosen is None and event.type == ERROR_INVOKE and entry.kind is InvokeKind.AGENT:
             fault = Event(AGENT_FAULT, event.fields, event.cause, event.origin, entry.state)
             return broadcast(macro, fault)
@@ -58,13 +58,13 @@ def select(macro: Macro, event: Event) -> list[Chosen]:
         if entry_t is None:
             return []
         macro.timers.remove(entry_t)
-        chosen = first_enabled(macro, timer_of(chart, entry_t).transitions, entry_t.state, event)
+        chosen = _first_enabled(macro, timer_of(chart, entry_t).transitions, entry_t.state, event)
         return [(entry_t.state, chosen)] if chosen is not None else []
     if event.type == DONE_STATE:
         state = StatePath(event.origin or "")
         if state not in all_active(macro.active):
             return []
-        chosen = first_enabled(macro, chart.state(state).on_done, state, event)
+        chosen = _first_enabled(macro, chart.state(state).on_done, state, event)
         return [(state, chosen)] if chosen is not None else []
     return broadcast(macro, event)
 
@@ -77,27 +77,27 @@ def broadcast(macro: Macro, event: Event) -> list[Chosen]:
     for leaf in in_document_order(macro.chart, macro.children.values(), leaves):
         for path in macro.chart.chain(leaf):
             group = macro.chart.state(path).on.get(event.type, ())
-            chosen = first_enabled(macro, group, path, event)
+            chosen = _first_enabled(macro, group, path, event)
             if chosen is not None:
                 if (path, chosen) not in enabled:
                     enabled.append((path, chosen))
                 break
-    return without_conflicts(macro, enabled)
+    return _without_conflicts(macro, enabled)
 
 
 def eventless(macro: Macro) -> list[Chosen]:
     enabled: list[Chosen] = []
     for leaf in macro.active:
         for path in macro.chart.chain(leaf):
-            chosen = first_enabled(macro, macro.chart.state(path).always, path, None)
+            chosen = _first_enabled(macro, macro.chart.state(path).always, path, None)
             if chosen is not None:
                 if (path, chosen) not in enabled:
                     enabled.append((path, chosen))
                 break
-    return without_conflicts(macro, enabled)
+    return _without_conflicts(macro, enabled)
 
 
-def without_conflicts(macro: Macro, enabled: list[Chosen]) -> list[Chosen]:
+def _without_conflicts(macro: Macro, enabled: list[Chosen]) -> list[Chosen]:
     """SCXML's conflict resolution: of two transitions whose exit sets overlap, the one
     whose source is inside the other's wins, else the one selected first."""
     kept: list[tuple[Chosen, set[StatePath]]] = []
@@ -118,7 +118,7 @@ def without_conflicts(macro: Macro, enabled: list[Chosen]) -> list[Chosen]:
     return [chosen for chosen, _ in kept]
 
 
-def first_enabled(
+def _first_enabled(
     macro: Macro, transitions: Iterable[Transition], source: StatePath, event: Event | None
 ) -> Transition | None:
     for transition in transitions:
