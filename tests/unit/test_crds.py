@@ -172,6 +172,7 @@ COLUMNS = {
         ("Turns", ".status.turnCount", "integer"),
         AGE,
         ("Accepts", ".status.waitingFor", "string"),
+        ("Children", ".status.childProgress", "string"),
     ],
     "Workspace": [
         ("Phase", ".status.phase", "string"),

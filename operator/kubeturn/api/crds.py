@@ -211,6 +211,13 @@ RUN = Resource(
             "The events the Run accepts now (status.acceptedEvents has their schemas).",
             priority=1,
         ),
+        PrinterColumn(
+            "Children",
+            ".status.childProgress",
+            "string",
+            "How the running fan-outs' children stand (status.children lists them).",
+            priority=1,
+        ),
     ),
     amendments=(
         Amendment(

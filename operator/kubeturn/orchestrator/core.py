@@ -133,6 +133,10 @@ class RunView:
     """The most recent transitions that moved the Machine (``trail.TRAIL_LIMIT``)."""
     moves: int = 0
     """Transitions that moved it over the Run's life; ``trail`` keeps the last ones."""
+    children: tuple[interpreter.Child, ...] = ()
+    """The children of the running fan-outs (``Config.children``)."""
+    active: tuple[StatePath, ...] = ()
+    """The active leaves, every running child's among them (``Config.active``)."""
 
 
 class RunCore:
@@ -468,6 +472,8 @@ class RunCore:
             accepted=tuple(self.accepted()),
             trail=tuple(self.trail),
             moves=self.moves,
+            children=self.config.children if self.config else (),
+            active=self.config.active if self.config else (),
         )
 
     @property
