@@ -55,6 +55,7 @@ from kubeturn.local.workdir import (
     status_of,
 )
 from kubeturn.machine.load import LoadedRun, load_run_yaml
+from kubeturn.machine.targets import state_where
 from kubeturn.orchestrator import api, statuses
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import RunCore
@@ -621,8 +622,7 @@ def _models(loaded: LoadedRun) -> dict[str, str | None]:
     for state in loaded.chart.agent_states():
         call = state.invoke.agent if state.invoke else None
         if call is not None and call.model is not None:
-            path = ".states.".join(state.path.split("."))
-            found[f"spec.machine.states.{path}.invoke.agent.model"] = call.model
+            found[f"{state_where(state.path)}.invoke.agent.model"] = call.model
     return found
 
 
