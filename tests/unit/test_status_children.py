@@ -8,6 +8,8 @@ Cases:
 - a failed child (``failFast: false``) shows why, cut to ``CHILD_TEXT_LIMIT``;
 - two fan-outs at once (regions of a parallel state): each one's progress is named;
 - a Run whose own Machine is in two regions shows both leaves in ``status.state``;
+- restored from its status after each child's Turn, the core continues as the one never
+  restored (snapshot and children alike) and runs the fan-out to its end;
 - 100 children, each running a Turn: the status as the API server stores it stays small,
   and it fits the models;
 - more children than ``CHILDREN_LIMIT``: the first are shown, ``droppedChildren`` counts
@@ -20,18 +22,20 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
-from kubeturn.api.status import CHILD_TEXT_LIMIT, CHILDREN_LIMIT, RunStatus
+from kubeturn.api.status import CHILD_TEXT_LIMIT, CHILDREN_LIMIT, RunPhase, RunStatus
 from kubeturn.k8s import objects, patches
 from kubeturn.machine.interpreter import Child, ChildStatus
 from kubeturn.machine.load import load_run
 from kubeturn.machine.model import StatePath
 from kubeturn.orchestrator import statuses
 from kubeturn.orchestrator.core import RunCore
-from kubeturn.orchestrator.effects import Admit
+from kubeturn.orchestrator.effects import Admit, Sweep
 from tests.operator.names import is_label_value
 from tests.statuses import unfit, without_nulls
+from tests.unit.cores import restored_from_status
 
 CHILDREN_BUDGET = 32 * 1024
 """What ``status.children`` of 100 running children may take at most."""
@@ -90,9 +94,16 @@ PACKAGES = ["pkg-a", "pkg-b", "pkg-c", "pkg-d", "pkg-e"]
 FINISHED = {"type": "final"}
 
 
-def started(document: dict[str, Any]) -> tuple[RunCore, list[Admit]]:
+def counter() -> Callable[[], str]:
+    """Fresh ids ``n1``, ``n2``, ..."""
     ids = itertools.count(1)
-    core = RunCore(load_run(document), workspace=None, new_id=lambda: f"n{next(ids)}")
+    return lambda: f"n{next(ids)}"
+
+
+def started(
+    document: dict[str, Any], new_id: Callable[[], str] | None = None
+) -> tuple[RunCore, list[Admit]]:
+    core = RunCore(load_run(document), workspace=None, new_id=new_id or counter())
     return core, [a for a in core.start(0.0).of(Admit) if isinstance(a, Admit)]
 
 
@@ -186,6 +197,33 @@ class TestTwoAtOnce:
             ("both.lint.fix", "pkg-b", "both.lint.fix[pkg-b].work"),
         ]
         assert len(admits) == 4
+
+
+class TestRestoredFromItsStatus:
+    def test_at_every_point_of_a_fan_out_it_continues_as_the_one_never_restored(self) -> None:
+        document = manifest({"fix": fan_out(), "finished": FINISHED}, {"packages": PACKAGES})
+        plain, _ = started(document)
+        new_id = counter()
+        restarted, _ = started(document, new_id)
+        now = 1.0
+        while plain.live_turns():
+            for core in (plain, restarted):
+                turn = core.live_turns()[0]
+                core.admitted(turn.id, f"{turn.id}-s", now)
+                _, effects = core.pick(turn.instanceId, "fixed", {}, now + 0.5)
+                for sweep in effects.of(Sweep):
+                    assert isinstance(sweep, Sweep)
+                    core.swept(sweep.turn, {}, now + 1)
+            restarted = restored_from_status(restarted, new_id=new_id)
+            restarted.resume()
+            assert restarted.snapshot() == plain.snapshot()
+            assert shown(restarted)["children"] == shown(plain)["children"]
+            now += 2
+        assert plain.phase is restarted.phase is RunPhase.SUCCEEDED
+        assert restarted.history == plain.history
+        assert [(r.state, r.cause) for r in plain.history] == [
+            (f"fix[{p}].work", "pick") for p in PACKAGES
+        ]
 
 
 class TestSize:
