@@ -212,8 +212,8 @@ async def test_a_cancel_mid_fan_out_sweeps_every_live_child_turn(
         ("pkg-e", "pending", None),
     ]
     wide = table((await kubectl("get", "runs", "-o", "wide")).stdout)
-    assert (wide[0][1], wide[0][-1]) == ("STATE", "CHILDREN")
-    assert (wide[1][1], wide[1][-1]) == ("fix", "2 running, 3 pending")
+    assert (wide[0][1], wide[0][-2]) == ("STATE", "CHILDREN")
+    assert (wide[1][1], wide[1][-2]) == ("fix", "2 running, 3 pending")
     shown = table((await kubectl("get", "agentturns")).stdout)
     assert sorted(row[3] for row in shown[1:]) == ["fix[pkg-a].work", "fix[pkg-b].work"]
 

@@ -171,8 +171,8 @@ COLUMNS = {
         ("Phase", ".status.phase", "string"),
         ("Turns", ".status.turnCount", "integer"),
         AGE,
-        ("Accepts", ".status.waitingFor", "string"),
         ("Children", ".status.childProgress", "string"),
+        ("Accepts", ".status.waitingFor", "string"),
     ],
     "Workspace": [
         ("Phase", ".status.phase", "string"),
