@@ -707,6 +707,7 @@ async def test_defaults_come_from_the_schema(k8s: emulator.KubernetesApi) -> Non
         "turnCount": 0,
         "droppedTurns": 0,
         "droppedTrail": 0,
+        "droppedChildren": 0,
         "cancelProcessed": False,
     }
 
