@@ -16,7 +16,8 @@ Each scenario asserts exact outcomes and counts (docs/turn-semantics.md):
   whatever order they ended in;
 - an Orchestrator restart mid fan-out (two children live, three pending): the live Turns
   are followed again, not admitted twice, the pending children start in order, and each
-  Turn is recorded once.
+  Turn is recorded once; also one as a child ends (its sweep sent, not answered) and the
+  next child is admitted in its place.
 """
 
 from __future__ import annotations
@@ -236,4 +237,40 @@ async def test_a_restart_mid_fan_out_restores_every_child(system: StartSystem) -
     assert [r.state for r in sorted(started, key=lambda r: r.startedAt)] == [
         f"fix[{p}].work" for p in PACKAGES[2:]
     ]
+    assert len(await world.requests()) == 5
+
+
+async def test_a_restart_as_one_child_ends_and_the_next_starts(system: StartSystem) -> None:
+    world = await system(fixers(hold=True))
+    await world.start_run(MACHINES / "fan-out.yaml", hang_after=frozenset({"sweep"}))
+    hung = world.port
+    await world.wait_held(fix("pkg-a"))
+    await world.wait_held(fix("pkg-b"))
+    # pkg-a's pick ends its Turn: its sweep reaches the Harness and is never answered,
+    # while pkg-c is admitted in its place.
+    assert await world.model.release(fix("pkg-a")) == 1
+    await world.wait_for(hung.hung.is_set, "pkg-a's sweep to reach the Harness")
+    await world.wait_held(fix("pkg-c"))
+    assert world.history == []
+
+    await world.restart()
+    await world.wait_records(1)
+    assert await world.model.release() == 2
+    for package in PACKAGES[3:]:
+        await world.wait_held(fix(package))
+        assert await world.model.release(fix(package)) == 1
+    await world.wait_finished()
+    await world.wait_records(5)
+
+    assert world.core.phase is RunPhase.SUCCEEDED
+    assert world.output == [f"{p} fixed" for p in PACKAGES]
+    assert sorted((r.state, r.outcome, r.cause) for r in world.history) == [
+        (f"fix[{p}].work", Outcome.ENDED, "pick") for p in PACKAGES
+    ]
+    assert world.recorded == world.history
+    assert len({r.name for r in world.history}) == 5
+    for record in world.history:
+        held = await world.conversation("fixer", record.instanceId)
+        assert [s["submissionId"] for s in held["submissions"]] == [record.submissions[0].id]
+        assert [s["outcome"] for s in held["settlements"]] == ["ended"]
     assert len(await world.requests()) == 5
