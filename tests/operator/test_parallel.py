@@ -14,13 +14,12 @@ Cases:
 - the operator stopped while two children run and three wait, another started: the live
   Turns are followed again (one admission each at the Harness), the pending children start
   in item order, the fan-out completes with every output in item order, each Turn recorded
-  once.
+  once; the same with the operator in a process of its own, SIGKILLed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import aiohttp
 import pytest
 import yaml
 
+from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator
 from tests.operator import kubelet as kubelet_
@@ -37,12 +37,16 @@ from tests.operator.operator_support import (
     AGENTTURNS,
     GROUP_VERSION,
     NAMESPACE,
+    OperatorProcess,
     OperatorThread,
     call,
     fail_on_logged_errors,
+    make_origin,
     script,
+    settings,
+    workspace_ready,
 )
-from tests.operator.shared import WORKSPACE, shared_workspace
+from tests.operator.shared import WORKSPACE, shared_workspace, workspace
 from tests.operator.world import OperatorWorld
 
 Body = dict[str, Any]
@@ -248,10 +252,8 @@ async def test_a_cancel_mid_fan_out_sweeps_every_live_child_turn(
     )
 
 
-async def test_an_operator_restarted_mid_fan_out_restores_every_child(
-    world: OperatorWorld, installation: Installation
-) -> None:
-    await world.create(manifest("fan-out.yaml"))
+async def both_children_running(world: OperatorWorld) -> None:
+    """Until pkg-a's and pkg-b's Turns run (their model requests held), three pending."""
     await held(world, fix("pkg-a"), fix("pkg-b"))
     await world.until(
         lambda: (
@@ -260,27 +262,28 @@ async def test_an_operator_restarted_mid_fan_out_restores_every_child(
         ),
         "both children's AgentTurns Running",
     )
-    first = world.operator
-    await first.stop()
-    second = OperatorThread(dataclasses.replace(first.settings), installation.kubeconfig)
-    await second.start()
-    try:
-        assert await release(world, fix("pkg-a")) + await release(world, fix("pkg-b")) == 2
-        for package in PACKAGES[2:]:
-            await held(world, fix(package))
-            assert await release(world, fix(package)) == 1
-        done = await ended(world, "fan-out", "Succeeded", 5)
-    finally:
-        await second.stop()
+    assert world.run("fan-out")["childProgress"] == "2 running, 3 pending"
 
+
+async def finish_the_fan_out(world: OperatorWorld) -> Body:
+    """Release the held children, then each pending one as it runs; the Run at its end."""
+    assert await release(world, fix("pkg-a")) + await release(world, fix("pkg-b")) == 2
+    for package in PACKAGES[2:]:
+        await held(world, fix(package))
+        assert await release(world, fix(package)) == 1
+    return await ended(world, "fan-out", "Succeeded", 5)
+
+
+async def restored_every_child(world: OperatorWorld, done: Body) -> None:
+    """Each Turn recorded once, ``ended`` by its pick, the pending children started in item
+    order, one admission per Turn at the Harness (the live ones followed again), and every
+    output in item order."""
     assert done["output"] == [f"{p} fixed" for p in PACKAGES]
     turns = sorted(done["turns"], key=lambda t: int(t["name"].removeprefix("t")))
-    # Each Turn recorded once; the pending children started in item order.
     assert [(t["name"], t["state"]) for t in turns] == [
         (f"t{n}", f"fix[{p}].work") for n, p in enumerate(PACKAGES, start=1)
     ]
     assert {(t["outcome"], t.get("cause")) for t in turns} == {("ended", "pick")}
-    # One admission per Turn at the Harness: the new operator followed the live ones.
     harness = await world.harness()
     for turn in turns:
         events = await harness.events("fixer", turn["instanceId"])
@@ -289,4 +292,65 @@ async def test_an_operator_restarted_mid_fan_out_restores_every_child(
         ]
         assert admitted == [f"{turn['name']}.1"], turn["name"]
     assert len(await world.model_requests()) == 5
-    assert json.dumps(done["children"]) == "[]"
+    assert (done["children"], done.get("childProgress")) == ([], None)
+
+
+async def test_an_operator_restarted_mid_fan_out_restores_every_child(
+    world: OperatorWorld, installation: Installation
+) -> None:
+    await world.create(manifest("fan-out.yaml"))
+    await both_children_running(world)
+    first = world.operator
+    await first.stop()
+    second = OperatorThread(dataclasses.replace(first.settings), installation.kubeconfig)
+    await second.start()
+    try:
+        done = await finish_the_fan_out(world)
+    finally:
+        await second.stop()
+    await restored_every_child(world, done)
+
+
+async def test_an_operator_killed_mid_fan_out_restores_every_child(
+    k8s: emulator.KubernetesApi,
+    k8s_client: aiohttp.ClientSession,
+    installation: Installation,
+    kubelet: kubelet_.Kubelet,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As the restart above, the operator in a process of its own SIGKILLed: nothing of it
+    runs on, nothing is written or released on its way out."""
+    runner, url = await serve(parse_script(SCRIPT))
+    providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+    log = tmp_path / "operator.log"
+    operator = OperatorProcess(
+        settings(installation, providers_yaml=providers), installation.kubeconfig, log
+    )
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+    world = OperatorWorld(
+        k8s,
+        k8s_client,
+        workspace=WORKSPACE,
+        kubelet=kubelet,
+        session=session,
+        model=url.removesuffix("/v1"),
+    )
+    try:
+        await operator.start()
+        await world.create(workspace(make_origin(tmp_path / "git")))
+        await workspace_ready(k8s, WORKSPACE)
+        await world.create(manifest("fan-out.yaml"))
+        await both_children_running(world)
+
+        await operator.kill()
+        await operator.start()
+        await restored_every_child(world, await finish_the_fan_out(world))
+    finally:
+        await operator.stop()
+        await session.close()
+        await runner.cleanup()
+    said = log.read_text()
+    assert " ERROR " not in said, said
+    assert "Traceback" not in said, said
+    fail_on_logged_errors(caplog, kubelet.started)
