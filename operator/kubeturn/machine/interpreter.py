@@ -1101,6 +1101,10 @@ def _settle(macro: _Macro) -> None:
                     handling = event
                     _handle_error(macro, event)
                     continue
+                if event.type in (DONE_INVOKE, ERROR_INVOKE) and all(
+                    entry.id != event.origin for entry in macro.invokes
+                ):
+                    continue  # its fan-out answered already (two children failed at once)
                 chosen = _select(macro, event)
                 if chosen:
                     _microstep(macro, chosen, event)
