@@ -517,18 +517,16 @@ def _all_active(leaves: Iterable[StatePath]) -> set[StatePath]:
     return states
 
 
-def _place(chart: Chart, children: Iterable[Child], path: StatePath) -> tuple[int, ...]:
+def _place(chart: Chart, indices: Mapping[StatePath, int], path: StatePath) -> tuple[int, ...]:
     """Where an instance stands in document order: its ancestors' places, outermost
-    first; a fan-out's children stand in item order."""
-    indices = {child.scope: child.index for child in children}
+    first; a fan-out's children (``indices``: child root → item index) in item order."""
     places: list[int] = []
     current: StatePath | None = path
     while current is not None and current != ROOT:
-        places.append(
-            indices.get(current, 0)
-            if current.endswith("]")
-            else chart.order[model.template(current)]
-        )
+        if current.endswith("]"):
+            places.append(indices.get(current, 0))
+        else:
+            places.append(chart.order[model.template(current)])
         current = parent_of(current)
     return tuple(reversed(places))
 
@@ -536,8 +534,11 @@ def _place(chart: Chart, children: Iterable[Child], path: StatePath) -> tuple[in
 def _sorted(
     chart: Chart, children: Iterable[Child], paths: Iterable[StatePath], *, reverse: bool = False
 ) -> list[StatePath]:
-    kept = list(children)
-    return sorted(paths, key=lambda path: _place(chart, kept, path), reverse=reverse)
+    listed = list(paths)
+    if len(listed) < 2:
+        return listed
+    indices = {child.scope: child.index for child in children}
+    return sorted(listed, key=lambda path: _place(chart, indices, path), reverse=reverse)
 
 
 def _leaves_in(leaves: Iterable[StatePath], scope: StatePath) -> list[StatePath]:
@@ -645,6 +646,8 @@ def _eventless(macro: _Macro) -> list[Chosen]:
 def _without_conflicts(macro: _Macro, enabled: list[Chosen]) -> list[Chosen]:
     """SCXML's conflict resolution: of two transitions whose exit sets overlap, the one
     whose source is inside the other's wins, else the one selected first."""
+    if len(enabled) < 2:
+        return enabled
     kept: list[tuple[Chosen, set[StatePath]]] = []
     for chosen in enabled:
         exits = _exit_set(macro, *chosen)
