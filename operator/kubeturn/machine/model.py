@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cache, cached_property
+from functools import cached_property, lru_cache
 from typing import Any, NewType, Protocol
 
 StatePath = NewType("StatePath", str)
@@ -36,23 +36,27 @@ RESERVED_EVENT_PREFIXES = ("done.", "error.", "after:")
 ``ERROR_EXPRESSION``."""
 
 
+PATHS_REMEMBERED = 4096
+"""Paths whose template, Machine and parent are remembered: the states of the Runs an
+operator drives at once, bounded so that an operator's life of fan-out keys is not."""
+
 _KEYS = re.compile(r"\[[^\]]*\]")
 
 
-@cache
+@lru_cache(maxsize=PATHS_REMEMBERED)
 def template(path: StatePath) -> StatePath:
     """The Chart's path of a state instance: every item key cut (``fix[a].x`` → ``fix[].x``)."""
     return StatePath(_KEYS.sub("[]", path)) if "[" in path else path
 
 
-@cache
+@lru_cache(maxsize=PATHS_REMEMBERED)
 def machine_of(path: StatePath) -> StatePath:
     """The root of the Machine instance ``path`` belongs to: ``ROOT`` for the Run's own
     Machine, ``fix[a]`` for the states of the fan-out child ``a`` of ``fix``."""
     return StatePath(path[: path.rindex("]") + 1]) if "]" in path else ROOT
 
 
-@cache
+@lru_cache(maxsize=PATHS_REMEMBERED)
 def parent_of(path: StatePath) -> StatePath | None:
     """The parent of a state instance (a child Machine's root's is its fan-out state)."""
     if path == ROOT:
