@@ -64,7 +64,8 @@ def on_keys_restored(document: Any) -> Any:
 
     kubectl and PyYAML read a bare ``on`` key as the boolean true (kubectl then sends the
     key ``"true"``). No machine or state field is called ``true``, so at those places such
-    a key can only be ``on`` (ADR 0011). A copy is changed; the input is not.
+    a key can only be ``on`` (ADR 0011), a fan-out's child Machine and its states
+    included. A copy is changed; the input is not.
     """
     if not isinstance(document, Mapping):
         return document
@@ -85,6 +86,12 @@ def _state_on(node: Mapping[Any, Any]) -> dict[Any, Any]:
             name: _state_on(state) if isinstance(state, Mapping) else state
             for name, state in states.items()
         }
+    invoke = result.get("invoke")
+    if isinstance(invoke, Mapping) and isinstance(invoke.get("forEach"), Mapping):
+        for_each = invoke["forEach"]
+        if isinstance(for_each.get("machine"), Mapping):
+            machine = _state_on(for_each["machine"])
+            result["invoke"] = {**invoke, "forEach": {**for_each, "machine": machine}}
     return result
 
 
