@@ -87,11 +87,12 @@ def _state_on(node: Mapping[Any, Any]) -> dict[Any, Any]:
             for name, state in states.items()
         }
     invoke = result.get("invoke")
-    fan_out = invoke.get("forEach") if isinstance(invoke, Mapping) else None
-    if isinstance(fan_out, Mapping) and isinstance(fan_out.get("machine"), Mapping):
-        # A fan-out's child Machine is a machine too, its states' `on` read the same way.
-        child = {**fan_out, "machine": _state_on(fan_out["machine"])}
-        result["invoke"] = {**invoke, "forEach": child}
+    if isinstance(invoke, Mapping):
+        fan_out = invoke.get("forEach")
+        if isinstance(fan_out, Mapping) and isinstance(fan_out.get("machine"), Mapping):
+            # A fan-out's child Machine is a machine too: its states' `on` read the same.
+            child = {**fan_out, "machine": _state_on(fan_out["machine"])}
+            result["invoke"] = {**invoke, "forEach": child}
     return result
 
 
