@@ -220,10 +220,23 @@ class Event:
 
 @dataclass(frozen=True)
 class Scope:
-    """What expressions see beside ``context`` and ``event``; fixed for a Run."""
+    """What expressions see beside ``context`` and ``event``."""
 
     input: Any = None
     workspace: Mapping[str, Any] = field(default_factory=dict)
+    workspaces: Mapping[StatePath, Mapping[str, Any]] = field(default_factory=dict)
+    """A fan-out child's own ``workspace`` by its root (per-child worktrees, ADR 0113):
+    its states and those of the Machines it fans out see it."""
+
+    def workspace_at(self, at: StatePath) -> Mapping[str, Any]:
+        """The ``workspace`` the state ``at`` sees: its nearest Machine's own, else the
+        Run's."""
+        machine = machine_of(at)
+        while machine != ROOT:
+            if machine in self.workspaces:
+                return self.workspaces[machine]
+            machine = machine_of(parent_of(machine) or ROOT)
+        return self.workspace
 
 
 @dataclass(frozen=True)
@@ -499,7 +512,7 @@ def activation(
         "context": child.context if child is not None else config.context,
         "event": event.activation() if event is not None else {},
         "input": child.item if child is not None else scope.input,
-        "workspace": scope.workspace,
+        "workspace": scope.workspace_at(at),
     }
 
 
@@ -710,7 +723,7 @@ def _activation(macro: _Macro, event: Event | None, at: StatePath) -> dict[str, 
         "context": child.context if child is not None else macro.context,
         "event": event.activation() if event is not None else {},
         "input": child.item if child is not None else macro.scope.input,
-        "workspace": macro.scope.workspace,
+        "workspace": macro.scope.workspace_at(at),
     }
 
 

@@ -331,9 +331,14 @@ class HarnessClient:
             raise _refused(what, answer)
         return _decoded(_DELIVERED, answer, what)
 
-    async def worktrees(self, run: str, branch: str, slots: list[str]) -> dict[str, str]:
-        """The Run's worktree of each repo slot (made if missing): slot → path."""
-        body = {"run": run, "branch": branch, "slots": slots}
+    async def worktrees(
+        self, run: str, branch: str, slots: list[str], *, base: str | None = None
+    ) -> dict[str, str]:
+        """The Run's worktree of each repo slot on ``branch`` (made if missing, from the
+        clone, or with ``base`` from the Run's worktree on that branch): slot → path."""
+        body: dict[str, Any] = {"run": run, "branch": branch, "slots": slots}
+        if base is not None:
+            body["base"] = base
         what = "the worktrees"
         answer = await self._call("POST", f"{self._base}/worktrees", what, json=body)
         if answer.status != 200:
