@@ -44,9 +44,10 @@ from kubeturn.errors import (
 )
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.delivery import Committed
-from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
+from kubeturn.orchestrator.effects import Admit, MakeWorktrees, StartExec, Sweep
 from kubeturn.orchestrator.ids import InstanceId
 from kubeturn.orchestrator.invokes import ExecResult
+from kubeturn.orchestrator.worktrees import Made
 from kubeturn_harness.wire import (
     AdmitResponse,
     DeliverResponse,
@@ -471,6 +472,26 @@ class HarnessCommitter:
         except HarnessCallFailed as error:
             raise DeliveryFailed(one_line(str(error))) from error
         return Committed(done.commit, done.changed, done.bundle, done.clone)
+
+
+@dataclass(frozen=True)
+class HarnessWorktrees:
+    """The ``WorktreePort`` of a Run whose Harness is ``client``: a fan-out child's
+    worktrees, by its ``POST /worktrees`` from the Run's (ADR 0113)."""
+
+    run: str
+    client: HarnessClient
+
+    async def make(self, effect: MakeWorktrees) -> Made:
+        try:
+            repos = await self.client.worktrees(
+                self.run, effect.branch, list(effect.slots), base=effect.base
+            )
+        except HarnessRefused as refused:
+            return Made(error=one_line(refused.said or str(refused)))
+        except HarnessCallFailed as error:
+            return Made(error=one_line(str(error)))
+        return Made(repos=repos)
 
 
 def one_line(text: str) -> str:
