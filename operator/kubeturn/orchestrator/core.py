@@ -696,6 +696,16 @@ class RunCore:
             fields = {"reason": "worktree", "message": made.error}
             self._queue.append(Event(ERROR_INVOKE, fields, entry.cause, entry.id))
             return []
+        if made is not None and entry.kind is InvokeKind.DELIVER:
+            # A delivery commits and pushes the Run's branch; a child's is its own.
+            message = (
+                f"{invokes.path(entry.state)}.deliver: a fan-out child with worktrees of its "
+                "own cannot deliver; deliver from the Run once it has merged its children's "
+                "branches"
+            )
+            fields = {"reason": "refused", "message": message}
+            self._queue.append(Event(ERROR_INVOKE, fields, entry.cause, entry.id))
+            return []
         if entry.kind is InvokeKind.AGENT:
             return self._start_turn(entry, event, now)
         return self._start_invoke(entry, event)
