@@ -168,3 +168,88 @@ class TestGone:
         assert core.worktrees_made("fix[a]", made("a"), 2.0).items == []
         assert core.live_turns() == []
         assert restored(core, workspace=RUN).resume().items == []
+
+
+NESTED = """
+apiVersion: kubeturn.dev/v1alpha1
+kind: Run
+metadata: {name: fan}
+spec:
+  workspace: {template: {repos: {app: {url: .}}}}
+  agents:
+    coder: {instructions: Code.}
+  machine:
+    initial: fix
+    context: {packages: [a]}
+    states:
+      fix:
+        invoke:
+          forEach:
+            items: context.packages
+            worktree: per-child
+            machine:
+              initial: split
+              context: {parts: [x]}
+              states:
+                split:
+                  invoke:
+                    forEach:
+                      items: context.parts
+                      worktree: %s
+                      machine:
+                        initial: work
+                        states:
+                          work:
+                            invoke:
+                              exec: {command: "make {{ input }}"}
+                              onDone: done
+                          done: {type: final, output: workspace.branch}
+                    onDone: {target: shipping, assign: {context.inner: event.output}}
+                shipping:
+                  invoke:
+                    deliver: {slot: app, message: m}
+                    onDone: shipped
+                    onError: {target: refused, assign: {context.why: event.message}}
+                shipped: {type: final}
+                refused: {type: final, output: "{'why': context.why, 'inner': context.inner}"}
+          onDone: {target: done, assign: {context.out: event.output}}
+      done: {type: final, output: context.out}
+"""
+
+
+class TestNested:
+    def test_a_per_child_fan_out_inside_a_child_starts_from_that_childs_branch(self) -> None:
+        core = RunCore(load_run_yaml(NESTED % "per-child"), workspace=RUN, new_id=lambda: "n")
+        assert core.start(0.0).items == [MAKE_A]
+        inner = MakeWorktrees(
+            "fix[a].split[x]", "kubeturn/fan_fix.a.split.x", "kubeturn/fan_fix.a", ("app",)
+        )
+        assert core.worktrees_made("fix[a]", made("a"), 1.0).items == [inner]
+        start = only(
+            core.worktrees_made("fix[a].split[x]", Made({"app": "/w/app/inner"}), 2.0), StartExec
+        )
+        assert (start.command, start.cwd) == ("make x", "/w/app/inner")
+        core.exec_done(start.invocation, ExecResult(0, "ok"), 3.0)
+        # The inner child saw its own branch; a child with worktrees of its own cannot
+        # deliver: its refusal says why.
+        assert core.phase is RunPhase.SUCCEEDED
+        assert core.config is not None
+        (out,) = core.config.output
+        assert out["inner"] == ["kubeturn/fan_fix.a.split.x"]
+        assert "a fan-out child with worktrees of its own cannot deliver" in out["why"]
+
+    def test_a_shared_fan_out_inside_a_child_works_in_that_childs_worktrees(self) -> None:
+        core = RunCore(load_run_yaml(NESTED % "shared"), workspace=RUN, new_id=lambda: "n")
+        core.start(0.0)
+        start = only(core.worktrees_made("fix[a]", made("a"), 1.0), StartExec)
+        assert start.cwd == "/w/app/kubeturn-fan_fix.a"
+        assert core.config is not None
+        assert core.config.children[-1].scope == "fix[a].split[x]"
+        core.exec_done(start.invocation, ExecResult(0, "ok"), 2.0)
+        assert [out["inner"] for out in core.config.output] == [["kubeturn/fan_fix.a"]]
+
+    def test_the_base_not_made_is_the_inner_childs_error_too(self) -> None:
+        core = RunCore(load_run_yaml(NESTED % "per-child"), workspace=RUN, new_id=lambda: "n")
+        core.start(0.0)
+        assert core.worktrees_made("fix[a]", Made(error="no"), 1.0).of(MakeWorktrees) == []
+        assert core.phase is RunPhase.FAILED
