@@ -1,16 +1,18 @@
 """The Run core: one Run's Machine, its Turns, their sweeps and the answers to picks.
 
 Every entry point takes an event (a start, a signal, a pick, a timer, an exec result, a
-settlement), advances the Machine, and returns the effects the shell must apply: admit
-a Submission, sweep a Turn with its cause, start or stop an exec, answer a pick. The
-state it keeps is one JSON snapshot; the shell persists it before it acknowledges any
-effect, so a restored core continues exactly. No IO, no clock: ``now`` is an argument.
+settlement, a fan-out child's worktrees made), advances the Machine, and returns the
+effects the shell must apply: admit a Submission, sweep a Turn with its cause, start or
+stop an exec, make a child's worktrees, answer a pick. The state it keeps is one JSON
+snapshot; the shell persists it before it acknowledges any effect, so a restored core
+continues exactly. No IO, no clock: ``now`` is an argument.
 
 ``RunCore`` coordinates; what each concept decides lives beside it: ``admissions`` (a
 Turn's start and what its Submissions are admitted with), ``picks`` (which picks are
 refused, and their answers), ``invokes`` (exec and deliver invokes), ``history`` (a
 Turn's one record), ``prompts`` (the words the model reads), ``turns`` (the Turn ledger
-and a Turn's outcome), ``snapshots`` (the snapshot's format and versions). Its helpers
+and a Turn's outcome), ``snapshots`` (the snapshot's format and versions), ``worktrees``
+(which fan-out children work in worktrees of their own, and their branches). Its helpers
 return the effects they decide; none extends a list it is given.
 
 The rules (docs/turn-semantics.md):
