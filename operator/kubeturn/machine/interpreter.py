@@ -231,6 +231,8 @@ class Scope:
     def workspace_at(self, at: StatePath) -> Mapping[str, Any]:
         """The ``workspace`` the state ``at`` sees: its nearest Machine's own, else the
         Run's."""
+        if not self.workspaces:
+            return self.workspace
         machine = machine_of(at)
         while machine != ROOT:
             if machine in self.workspaces:
