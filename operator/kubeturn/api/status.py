@@ -200,6 +200,10 @@ class RunSnapshot(Status):
     turnSeq: Any = Field(default=None, description="Turns started over the Run's life.")
     moves: Any = Field(default=None, description="Transitions taken over the Run's life.")
     deliverySeq: Any = Field(default=None, description="Picks delivered over the Run's life.")
+    worktrees: Any = Field(
+        default=None,
+        description="The worktrees of fan-out children that work in their own (ADR 0113).",
+    )
 
 
 class SignalResult(StrEnum):

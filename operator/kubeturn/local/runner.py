@@ -61,7 +61,11 @@ from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.delivery import Deliverer, Remote
 from kubeturn.orchestrator.frames import WorkspaceView
-from kubeturn.orchestrator.harness_client import HarnessClient, HarnessCommitter
+from kubeturn.orchestrator.harness_client import (
+    HarnessClient,
+    HarnessCommitter,
+    HarnessWorktrees,
+)
 from kubeturn.tracing import Tracing
 from kubeturn_harness.errors import ConfigError, ScriptError
 from kubeturn_harness.providers import Providers
@@ -360,7 +364,7 @@ class LocalRun:
                     raise KeyError("snapshot")
                 core = RunCore(
                     loaded,
-                    workspace=WorkspaceView(started.worktrees),
+                    workspace=WorkspaceView(started.worktrees, branch_of(loaded.name)),
                     new_id=lambda: secrets.token_hex(4),
                     snapshot=snapshot,
                 )
@@ -375,6 +379,7 @@ class LocalRun:
                 clock=time.time,
                 on_change=lambda _: self._changed.set(),
                 deliveries=_deliverer(loaded, workdir, started.client, slots),
+                worktrees=HarnessWorktrees(loaded.name, started.client),
                 traces=(
                     self._tracing.run(
                         uid, namespace=loaded.namespace, name=loaded.name, started=started_at

@@ -220,10 +220,25 @@ class Event:
 
 @dataclass(frozen=True)
 class Scope:
-    """What expressions see beside ``context`` and ``event``; fixed for a Run."""
+    """What expressions see beside ``context`` and ``event``."""
 
     input: Any = None
     workspace: Mapping[str, Any] = field(default_factory=dict)
+    workspaces: Mapping[StatePath, Mapping[str, Any]] = field(default_factory=dict)
+    """A fan-out child's own ``workspace`` by its root (per-child worktrees, ADR 0113):
+    its states and those of the Machines it fans out see it."""
+
+    def workspace_at(self, at: StatePath) -> Mapping[str, Any]:
+        """The ``workspace`` the state ``at`` sees: its nearest Machine's own, else the
+        Run's."""
+        if not self.workspaces:
+            return self.workspace
+        machine = machine_of(at)
+        while machine != ROOT:
+            if machine in self.workspaces:
+                return self.workspaces[machine]
+            machine = machine_of(parent_of(machine) or ROOT)
+        return self.workspace
 
 
 @dataclass(frozen=True)
@@ -499,7 +514,7 @@ def activation(
         "context": child.context if child is not None else config.context,
         "event": event.activation() if event is not None else {},
         "input": child.item if child is not None else scope.input,
-        "workspace": scope.workspace,
+        "workspace": scope.workspace_at(at),
     }
 
 
@@ -517,18 +532,16 @@ def _all_active(leaves: Iterable[StatePath]) -> set[StatePath]:
     return states
 
 
-def _place(chart: Chart, children: Iterable[Child], path: StatePath) -> tuple[int, ...]:
+def _place(chart: Chart, indices: Mapping[StatePath, int], path: StatePath) -> tuple[int, ...]:
     """Where an instance stands in document order: its ancestors' places, outermost
-    first; a fan-out's children stand in item order."""
-    indices = {child.scope: child.index for child in children}
+    first; a fan-out's children (``indices``: child root → item index) in item order."""
     places: list[int] = []
     current: StatePath | None = path
     while current is not None and current != ROOT:
-        places.append(
-            indices.get(current, 0)
-            if current.endswith("]")
-            else chart.order[model.template(current)]
-        )
+        if current.endswith("]"):
+            places.append(indices.get(current, 0))
+        else:
+            places.append(chart.order[model.template(current)])
         current = parent_of(current)
     return tuple(reversed(places))
 
@@ -536,8 +549,11 @@ def _place(chart: Chart, children: Iterable[Child], path: StatePath) -> tuple[in
 def _sorted(
     chart: Chart, children: Iterable[Child], paths: Iterable[StatePath], *, reverse: bool = False
 ) -> list[StatePath]:
-    kept = list(children)
-    return sorted(paths, key=lambda path: _place(chart, kept, path), reverse=reverse)
+    listed = list(paths)
+    if len(listed) < 2:
+        return listed
+    indices = {child.scope: child.index for child in children}
+    return sorted(listed, key=lambda path: _place(chart, indices, path), reverse=reverse)
 
 
 def _leaves_in(leaves: Iterable[StatePath], scope: StatePath) -> list[StatePath]:
@@ -645,6 +661,8 @@ def _eventless(macro: _Macro) -> list[Chosen]:
 def _without_conflicts(macro: _Macro, enabled: list[Chosen]) -> list[Chosen]:
     """SCXML's conflict resolution: of two transitions whose exit sets overlap, the one
     whose source is inside the other's wins, else the one selected first."""
+    if len(enabled) < 2:
+        return enabled
     kept: list[tuple[Chosen, set[StatePath]]] = []
     for chosen in enabled:
         exits = _exit_set(macro, *chosen)
@@ -707,7 +725,7 @@ def _activation(macro: _Macro, event: Event | None, at: StatePath) -> dict[str, 
         "context": child.context if child is not None else macro.context,
         "event": event.activation() if event is not None else {},
         "input": child.item if child is not None else macro.scope.input,
-        "workspace": macro.scope.workspace,
+        "workspace": macro.scope.workspace_at(at),
     }
 
 
@@ -1101,6 +1119,10 @@ def _settle(macro: _Macro) -> None:
                     handling = event
                     _handle_error(macro, event)
                     continue
+                if event.type in (DONE_INVOKE, ERROR_INVOKE) and all(
+                    entry.id != event.origin for entry in macro.invokes
+                ):
+                    continue  # its fan-out answered already (two children failed at once)
                 chosen = _select(macro, event)
                 if chosen:
                     _microstep(macro, chosen, event)
