@@ -3,6 +3,11 @@
 Prints:
 1. macrosteps per second of the pure interpreter (``interpreter.step``), cycling the
    example's review loop (submit → approve → reject at the gate → fixing → submit …);
+   then the same on a parallel Machine (``REGIONS`` regions of ``STATES`` states: an
+   event that moves every region at once, one per region that moves it alone, one no
+   state takes) and on a fan-out of ``CHILDREN`` children (each child's pick ends it,
+   the last one's ends the fan-out, and the Machine enters it again), each with its
+   ratio to the review loop's rate measured in the same run;
 2. pick → receipt latency (p50, p99) of ``RunCore.pick`` in-process, each pick ending a
    Turn and starting the next (interpreter step, causes, sweep and admit effects);
 3. the same through the Orchestrator API over loopback HTTP (aiohttp client → API →
@@ -34,7 +39,8 @@ sys.path.insert(0, str(REPO))
 
 from kubeturn.machine import interpreter  # noqa: E402
 from kubeturn.machine.interpreter import Event, Scope  # noqa: E402
-from kubeturn.machine.load import LoadedRun, load_run_yaml  # noqa: E402
+from kubeturn.machine.load import LoadedRun, load_run, load_run_yaml  # noqa: E402
+from kubeturn.machine.model import StatePath  # noqa: E402
 from kubeturn.orchestrator import api  # noqa: E402
 from kubeturn.orchestrator.actor import RunActor, Settled  # noqa: E402
 from kubeturn.orchestrator.core import RunCore  # noqa: E402
@@ -52,6 +58,12 @@ PICKS = [
 GATE = ("reject", {"notes": "not yet"})
 """The person at the gate sends the change back, so the loop never ends the Run."""
 LOOP = [*PICKS, GATE]
+REGIONS = 4
+STATES = 3
+CHILDREN = 20
+CONCURRENCY = 4
+"""The fan-out's children run 4 at a time (the default): most steps end one child and
+start the next."""
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -73,6 +85,83 @@ def macrosteps_per_second(run: LoadedRun, rounds: int) -> float:
         ).config  # an event no state takes: the cost of a miss
         steps += 1
     return steps / (time.perf_counter() - started)
+
+
+def parallel_run() -> LoadedRun:
+    """``REGIONS`` regions of ``STATES`` states in a ring: ``tick`` moves every region to
+    its next state in one microstep, ``r<i>`` moves region i alone."""
+    regions = {}
+    for region in range(REGIONS):
+        states = {}
+        for n in range(STATES):
+            following = f"s{(n + 1) % STATES}"
+            states[f"s{n}"] = {"on": {"tick": following, f"r{region}": following}}
+        regions[f"r{region}"] = {"initial": "s0", "states": states}
+    machine = {"initial": "all", "states": {"all": {"type": "parallel", "states": regions}}}
+    return load_run(_run_document("parallel", machine))
+
+
+def fan_out_run() -> LoadedRun:
+    """A fan-out over ``CHILDREN`` items, ``CONCURRENCY`` at a time; each child's
+    ``finish`` ends it, and ``again`` starts the fan-out over once every child is done."""
+    child = {
+        "initial": "working",
+        "states": {
+            "working": {"on": {"finish": "finished"}},
+            "finished": {"type": "final", "output": "input"},
+        },
+    }
+    fan = {
+        "items": "input.items",
+        "concurrency": CONCURRENCY,
+        "machine": child,
+    }
+    machine = {
+        "initial": "fan",
+        "states": {
+            "fan": {"invoke": {"forEach": fan, "onDone": "collected"}},
+            "collected": {"on": {"again": "fan"}},
+        },
+    }
+    document = _run_document("fan-out", machine)
+    document["spec"]["input"] = {"items": [f"c{n}" for n in range(CHILDREN)]}
+    return load_run(document)
+
+
+def _run_document(name: str, machine: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeturn.dev/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": name},
+        "spec": {"agents": {}, "machine": machine},
+    }
+
+
+def parallel_steps_per_second(run: LoadedRun, rounds: int) -> float:
+    events = [Event("tick"), *(Event(f"r{r}") for r in range(REGIONS)), Event("missed")]
+    return _steps_per_second(run, [events] * rounds)
+
+
+def fan_out_steps_per_second(run: LoadedRun, rounds: int) -> float:
+    round_ = [
+        *(Event("finish", scope=StatePath(f"fan[c{n}]")) for n in range(CHILDREN)),
+        Event("again"),
+    ]
+    return _steps_per_second(run, [round_] * rounds)
+
+
+def _steps_per_second(run: LoadedRun, rounds: list[list[Event]]) -> float:
+    scope = Scope(input=run.spec.input)
+    config = interpreter.start(run.chart, scope, 0.0).config
+    steps = 0
+    started = time.perf_counter()
+    for events in rounds:
+        for event in events:
+            config = interpreter.step(run.chart, config, event, scope, 0.0).config
+            steps += 1
+    elapsed = time.perf_counter() - started
+    assert config.status is interpreter.Status.RUNNING, config.message
+    return steps / elapsed
 
 
 def new_core(run: LoadedRun) -> tuple[RunCore, Effects]:
@@ -197,11 +286,17 @@ def main() -> None:
     args = parser.parse_args()
     run = load_run_yaml(EXAMPLE.read_text(), str(EXAMPLE))
     macro_per_s = macrosteps_per_second(run, args.rounds * 10)
+    parallel_per_s = parallel_steps_per_second(parallel_run(), args.rounds * 5)
+    fan_out_per_s = fan_out_steps_per_second(fan_out_run(), args.rounds // 2 or 1)
     core_samples = core_pick_latency(run, args.rounds)
     api_samples = asyncio.run(api_pick_latency(run, args.rounds // 3 or 1))
     figures = {
         "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
         "macrosteps_per_second": round(macro_per_s),
+        "parallel_macrosteps_per_second": round(parallel_per_s),
+        "parallel_ratio": round(parallel_per_s / macro_per_s, 3),
+        "fan_out_macrosteps_per_second": round(fan_out_per_s),
+        "fan_out_ratio": round(fan_out_per_s / macro_per_s, 3),
         "core_pick_ms": {
             "p50": percentile(core_samples, 0.5) * 1000,
             "p99": percentile(core_samples, 0.99) * 1000,
@@ -219,7 +314,14 @@ def main() -> None:
         return
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}")
     rate = figures["macrosteps_per_second"]
-    print(f"interpreter macrosteps/s (task-with-review loop): {rate:>10,}")
+    print(f"{'interpreter macrosteps/s (task-with-review loop):':<61} {rate:>8,}")
+    for label, key in (
+        (f"parallel, {REGIONS} regions × {STATES} states", "parallel"),
+        (f"fan-out, {CHILDREN} children, {CONCURRENCY} at a time", "fan_out"),
+    ):
+        rate, ratio = figures[f"{key}_macrosteps_per_second"], figures[f"{key}_ratio"]
+        line = f"interpreter macrosteps/s ({label}):"
+        print(f"{line:<61} {rate:>8,}   ({ratio:.2f}× the loop's)")
     for label, key in (("core in-process", "core_pick_ms"), ("Orchestrator API", "api_pick_ms")):
         ms = figures[key]
         print(

@@ -345,6 +345,13 @@ class WorktreesRequest(_Body):
     slots: list[Annotated[str, Field(pattern=SLOT_NAME)]] = Field(
         min_length=1, description="The repo slots to make worktrees of."
     )
+    base: str | None = Field(
+        default=None,
+        pattern=BRANCH_NAME,
+        description="Make each worktree from the current commit of this branch's worktree "
+        "of its slot (a fan-out child's, from the Run's), not from the clone's HEAD "
+        "(ADR 0113).",
+    )
 
 
 class Worktree(_Body):

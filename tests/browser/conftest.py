@@ -3,10 +3,11 @@ headless Chromium driven by Playwright (ADR 0108).
 
 Playwright cannot download a browser here: it drives the Chromium installed on the
 machine (``KUBETURN_CHROMIUM``, else ``chromium`` or ``chromium-browser`` on PATH). The
-tier skips, saying why, when there is none or Playwright is missing. Two Runs run in the
-background for the whole module: ``task-with-review`` waiting at ``humanReview`` after
-four Turns, and ``live`` whose one Turn stays live: the scripted model holds its second
-answer until the test releases it.
+tier skips, saying why, when there is none or Playwright is missing. Three Runs run in
+the background for the whole module: ``task-with-review`` waiting at ``humanReview`` after
+four Turns, ``live`` whose one Turn stays live: the scripted model holds its second
+answer until the test releases it, and ``regions`` at rest in two regions of a parallel
+state, one of them fanning out.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tests.browser.support import chromium
 from tests.cli.support import EXAMPLES, Background, git_repo, wait_status
 
 MACHINES = Path(__file__).parent / "machines"
+REGIONS_STATE = "review.left.waiting, review.right.fanning"
 
 
 @pytest.fixture(scope="module")
@@ -59,19 +61,19 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = git_repo(tmp_path_factory.mktemp("browser") / "project")
     for name in ("task-with-review.yaml", "task-with-review.script.yaml"):
         shutil.copy(EXAMPLES / name, path / name)
-    for name in ("live.yaml", "live.script.yaml"):
+    for name in ("live.yaml", "live.script.yaml", "regions.yaml", "regions.script.yaml"):
         shutil.copy(MACHINES / name, path / name)
     return path
 
 
 @pytest.fixture(scope="module")
 def runs(project: Path) -> Iterator[Path]:
-    """Both Runs started and at rest; interrupted (as Ctrl-C does) at the end."""
+    """The Runs started and at rest; interrupted (as Ctrl-C does) at the end."""
     started = [
         Background.start(
             "run", f"{name}.yaml", "--model", f"scripted:{name}.script.yaml", cwd=project
         )
-        for name in ("task-with-review", "live")
+        for name in ("task-with-review", "live", "regions")
     ]
     try:
         root = project / ".kubeturn-work"
@@ -86,6 +88,12 @@ def runs(project: Path) -> Iterator[Path]:
             "live",
             lambda s: [t.get("phase") for t in s["snapshot"].get("turns", [])] == ["live"],
             "the live Run's Turn to be live",
+        )
+        wait_status(
+            root / "regions",
+            "regions",
+            lambda s: s.get("state") == REGIONS_STATE,
+            "the regions Run to rest in both regions",
         )
         yield root
     finally:

@@ -1,11 +1,14 @@
 """The web console in a real headless Chromium, over real local Runs.
 
 Cases:
-- the Runs list shows both Runs with their phase, state and Turns, linked to their pages;
+- the Runs list shows each Run with its phase, state and Turns, linked to its page;
 - the Run page draws the machine: humanReview (where the Run waits) is the active state,
   the states it passed through are visited, the others neither, the transitions it took
   end ``✓``; it lists the four Turns with their outcomes and what the Run accepts now
   (approve, reject); the live Run's page shows its Turn live;
+- a Run at rest in two regions of a parallel state: both regions drawn side by side
+  (mermaid's concurrent regions), the fan-out drawn around its child Machine, the state
+  waiting in the other region active;
 - a settled Turn's page shows its transcript as the Run's files hold it (``kubeturn logs``'s
   entries): its prompt, the model's words, each tool call and result, the pick, its
   receipt and the settlement;
@@ -24,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.browser.conftest import REGIONS_STATE
 from tests.browser.support import release, screenshot, scripted_model, wait_held
 from tests.cli.support import environment
 
@@ -56,6 +60,7 @@ def test_the_runs_list_shows_each_run(page: Any, ui: str) -> None:
     page.goto(f"{ui}/runs")
     assert [row[:5] for row in rows(page)] == [
         ["live", "default", "Running", "writing", "1"],
+        ["regions", "default", "Running", REGIONS_STATE, "0"],
         ["task-with-review", "default", "Running", "humanReview", "4"],
     ]
     screenshot(page, "runs")
@@ -107,6 +112,26 @@ def test_the_run_page_marks_the_active_and_visited_states(page: Any, ui: str) ->
     )
     assert accepted == ["approve", "reject"]
     screenshot(page, "run")
+
+
+def test_the_run_page_draws_regions_and_marks_each_active_state(page: Any, ui: str) -> None:
+    page.goto(f"{ui}/namespaces/default/runs/regions")
+    page.wait_for_selector(".diagram[data-drawn] svg", timeout=WAIT_MS)
+    assert page.inner_text("#state") == REGIONS_STATE
+    nodes = page.eval_on_selector_all(
+        ".diagram g.node.statediagram-state",
+        "nodes => nodes.map(n => [n.textContent.trim(), n.getAttribute('class')])",
+    )
+    marks = {name: {"active", "visited"} & set(classes.split()) for name, classes in nodes}
+    assert marks["waiting"] == {"active"}
+    assert marks["approved"] == marks["fanned"] == marks["finished"] == set()
+    assert {"work", "done"} <= set(marks)
+    # mermaid draws each concurrent region of a composite state as a "divider" box
+    assert page.eval_on_selector_all(".diagram .divider", "found => found.length") == 2
+    clusters = page.eval_on_selector_all(
+        ".diagram .statediagram-cluster", "found => found.map(c => c.textContent.trim())"
+    )
+    assert any(text.startswith("fanning ×forEach") for text in clusters), clusters
 
 
 def test_a_turns_page_shows_its_transcript(page: Any, ui: str) -> None:
@@ -180,4 +205,4 @@ def test_the_runs_list_follows_a_run_to_its_end(page: Any, ui: str, project: Pat
     page.wait_for_selector(
         'tr[data-run="default/task-with-review"] .phase-succeeded', timeout=WAIT_MS
     )
-    assert rows(page)[1][:4] == ["task-with-review", "default", "Succeeded", "done"]
+    assert rows(page)[2][:4] == ["task-with-review", "default", "Succeeded", "done"]

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from kubeturn.orchestrator.snapshots import VERSION
 from tests.cli.support import EXAMPLES, MACHINES, kubeturn, one_line_error
 
 HELLO = EXAMPLES / "hello.yaml"
@@ -300,7 +301,8 @@ def test_a_dirty_workdir_is_refused(project: Path) -> None:
     newer = kubeturn("run", "--resume", "hello", cwd=project)
     assert one_line_error(newer) == (
         f"kubeturn: the snapshot {saved} cannot be restored (it is version 99, written by a "
-        "newer kubeturn; this one reads versions 0 to 2: run a kubeturn that reads it); the "
+        f"newer kubeturn; this one reads versions 0 to {VERSION}: run a kubeturn that reads "
+        "it); the "
         "run cannot be resumed: resume it with a kubeturn that reads it, or start it afresh "
         "in another --workdir"
     )

@@ -10,7 +10,7 @@ Cases:
   pointing at ``--resume`` when it holds the same run;
 - with ``--model scripted:``, every provider the Run names is routed to the scripted
   model; with ``--providers`` (a file), a missing provider is refused naming the
-  manifest path.
+  manifest path (a fan-out child's state's under its fan-out's ``invoke.forEach``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kubeturn.errors import CommandError
 from kubeturn.local import runner
@@ -25,6 +26,7 @@ from kubeturn.local.workdir import Inbox, Workdir, write_atomic
 from kubeturn.machine.load import load_run_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SYSTEM_MACHINES = Path(__file__).resolve().parents[1] / "system" / "machines"
 
 
 def test_the_inbox_reads_each_signal_once(tmp_path: Path) -> None:
@@ -87,3 +89,18 @@ def test_providers_for_the_scripted_model_and_a_missing_provider(tmp_path: Path)
     )
     with pytest.raises(CommandError, match="no model, and no default model"):
         runner._check_models(loaded, providers, None)
+
+
+def test_a_fan_out_childs_missing_provider_is_named_where_it_is_written(tmp_path: Path) -> None:
+    document = yaml.safe_load((SYSTEM_MACHINES / "fan-out.yaml").read_text())
+    work = document["spec"]["machine"]["states"]["fix"]["invoke"]["forEach"]["machine"]
+    work["states"]["work"]["invoke"]["agent"]["model"] = "openai/gpt-4.1"
+    loaded = load_run_yaml(yaml.safe_dump(document))
+    providers = tmp_path / "providers.yaml"
+    providers.write_text("scripted: {baseUrl: 'http://127.0.0.1:1/v1'}\n")
+    with pytest.raises(CommandError) as refused:
+        runner._check_models(loaded, providers, None)
+    assert str(refused.value).startswith(
+        "spec.machine.states.fix.invoke.forEach.machine.states.work.invoke.agent.model: "
+        "unknown model provider 'openai'"
+    )

@@ -19,6 +19,9 @@ Cases:
 - asked again, it answers 200 with nothing removed; asked three times at once, the
   worktree and each conversation are removed once among the answers;
 - a Run id that is no id (a ``/`` in it), or no ``branch``, is refused 400 naming it;
+- a fan-out child's worktree (``POST /worktrees`` with ``base``, ADR 0113) starts from
+  the Run's branch's commit, and goes with the Run, its branch kept in the clone; one
+  whose base has no worktree is refused naming ``base``;
 - ``/openapi.json`` documents the route, its parameters and its answer.
 """
 
@@ -310,3 +313,53 @@ async def test_openapi_documents_the_route(world: StartWorld) -> None:
     answer = route["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
     assert answer.endswith("/RunForgotten")
     assert set(route["responses"]) == {"200", "400", "401", "409", "503"}
+
+
+async def make_child(w: World, branch: str, base: str) -> tuple[int, Any]:
+    body = {"run": "review-1", "branch": branch, "slots": [SLOT], "base": base}
+    async with w.harness.session.post(
+        f"{w.harness.url}/worktrees", json=body, headers=w.harness.headers()
+    ) as response:
+        return response.status, await response.json()
+
+
+async def test_a_childs_worktree_starts_from_the_runs_and_goes_with_the_run(
+    two_runs: Make,
+) -> None:
+    """A fan-out child's worktree (ADR 0113) is made from the Run's branch's commit, and
+    forgetting the Run removes it too, its branch kept in the clone; the other Run's
+    worktree, whose name extends the first's, stays."""
+    runs = await two_runs()
+    child = f"{BRANCH}_fix.a"
+
+    status, answer = await make_child(runs.w, child, BRANCH)
+
+    assert status == 200, answer
+    tree = Path(answer["worktrees"][SLOT]["path"])
+    assert tree == runs.work_root / SLOT / "kubeturn-review-1_fix.a"
+    assert git_lines(tree, "rev-parse", "--abbrev-ref", "HEAD") == [child]
+    assert git_lines(tree, "log", "-1", "--format=%s") == [COMMIT_MESSAGE]
+    assert (tree / "change.txt").is_file()
+    assert git_lines(tree, "for-each-ref", "--format=%(refname)", "refs/kubeturn") == []
+    assert await make_child(runs.w, child, BRANCH) == (status, answer)  # found, not made
+
+    status, forgot = await forget(runs.w)
+
+    assert status == 200
+    assert forgot["worktrees"] == {SLOT: {"path": str(runs.tree), "branch": BRANCH}}
+    assert listed(runs.work_root) == [str(runs.other_tree)]
+    clone = runs.work_root / ".repos" / SLOT
+    assert git_lines(clone, "log", "-1", "--format=%s", child) == [COMMIT_MESSAGE]
+
+
+async def test_a_child_of_a_run_without_a_worktree_is_refused(two_runs: Make) -> None:
+    runs = await two_runs()
+
+    status, answer = await make_child(runs.w, "kubeturn/gone_fix.a", "kubeturn/gone")
+
+    assert status >= 400, answer
+    assert (answer["field"], answer["message"]) == (
+        "base",
+        "no worktree of 'target' on 'kubeturn/gone'",
+    )
+    assert listed(runs.work_root) == sorted([str(runs.tree), str(runs.other_tree)])

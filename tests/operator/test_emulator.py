@@ -707,6 +707,7 @@ async def test_defaults_come_from_the_schema(k8s: emulator.KubernetesApi) -> Non
         "turnCount": 0,
         "droppedTurns": 0,
         "droppedTrail": 0,
+        "droppedChildren": 0,
         "cancelProcessed": False,
     }
 
@@ -1019,6 +1020,10 @@ LABEL_CASES = {
     "value over 63": ({"k": "v" * 64}, "must be no more than 63 characters"),
     "value ending in -": ({"k": "v-"}, "a valid label must be an empty string or consist of"),
     "value with /": ({"k": "a/b"}, "a valid label must be an empty string or consist of"),
+    "value with [": (
+        {"k": "fix[pkg-a].work"},
+        "a valid label must be an empty string or consist of",
+    ),
     "key name over 63": ({"k" * 64: "v"}, "name part must be no more than 63 characters"),
     "key prefix": ({"Example.com/k": "v"}, "prefix part a lowercase RFC 1123 subdomain"),
     "two slashes": ({"a/b/c": "v"}, "a qualified name must consist of"),

@@ -62,6 +62,7 @@ import aiohttp
 import pytest
 import yaml
 
+from kubeturn.orchestrator.snapshots import VERSION
 from kubeturn_harness.scripted import parse_script, serve
 from tests import tools
 from tests.operator import emulator
@@ -627,7 +628,8 @@ async def test_a_snapshot_a_newer_kubeturn_wrote_is_not_restored_and_says_why(
     assert ready()["status"] == "False"
     assert ready()["message"] == (
         "the Run's saved state (status.snapshot) cannot be restored: it is version 99, "
-        "written by a newer kubeturn; this one reads versions 0 to 2: run a kubeturn that "
+        f"written by a newer kubeturn; this one reads versions 0 to {VERSION}: run a kubeturn "
+        "that "
         "reads it. The Run is not driven; delete it, or run a kubeturn that reads it"
     )
     before = read(world.k8s, RUNS, "waits") or {}

@@ -9,7 +9,11 @@ Cases:
   and conversation stay, and its ``status.worktrees`` still reports that worktree (the
   Workspace reports no Run's entry); in both of the chart's RBAC shapes;
 - a Run whose Workspace was deleted first goes at once, without waiting for a Harness
-  (the garbage collector took the Workspace's Pod and claims, and its volume with them).
+  (the garbage collector took the Workspace's Pod and claims, and its volume with them);
+- a Run that fanned out with ``worktree: per-child`` (ADR 0113): each child's command ran
+  in a worktree of its own, on its own branch, and the Run's output names the branches;
+  deleting the Run removes the children's worktrees with its own, their branches kept
+  in the clone.
 
 The emulator applies the CRDs' schemas and rules as the API server does, with no
 admission plugins; its lifecycle rules are :mod:`lifecycle`'s, the kubelet's are in
@@ -128,6 +132,71 @@ async def test_a_deleted_run_leaves_no_worktree_or_conversation_in_the_shared_wo
         "target": {"path": str(trees[SECOND]), "branch": f"kubeturn/{SECOND}"}
     }
     assert "worktrees" not in world.workspace_status()
+
+
+def fanned(name: str) -> dict[str, object]:
+    """A Run in the shared Workspace that fans out over two packages, each child in
+    worktrees of its own writing one file, then waits for ``approve``."""
+    child = {
+        "initial": "work",
+        "states": {
+            "work": {
+                "invoke": {
+                    "exec": {"command": "echo {{ input }} > {{ input }}.txt"},
+                    "onDone": "done",
+                }
+            },
+            "done": {"type": "final", "output": "workspace.branch"},
+        },
+    }
+    body = run(name)
+    body["spec"]["machine"] = {  # type: ignore[index]
+        "initial": "fix",
+        "context": {"packages": ["pkg-a", "pkg-b"]},
+        "states": {
+            "fix": {
+                "invoke": {
+                    "forEach": {
+                        "items": "context.packages",
+                        "worktree": "per-child",
+                        "machine": child,
+                    },
+                    "onDone": {"target": "waiting", "assign": {"context.branches": "event.output"}},
+                }
+            },
+            "waiting": {"on": {"approve": "done"}},
+            "done": {"type": "final", "output": "context.branches"},
+        },
+    }
+    return body
+
+
+async def test_a_fanned_out_runs_children_worktrees_go_with_it(world: OperatorWorld) -> None:
+    work = (await world.kubelet.running(POD)).work_root
+    clone = work / ".repos" / "target"
+    branches = [f"kubeturn/{FIRST}_fix.pkg-{key}" for key in "ab"]
+    trees = [work / "target" / branch.replace("/", "-") for branch in branches]
+    await world.create(fanned(FIRST))
+    await eventually(
+        lambda: status(world.k8s, RUNS, FIRST).get("state") == "waiting",
+        f"Run {FIRST} to wait",
+        describe=lambda: world.said(FIRST),
+    )
+    await world.signal(FIRST, "approve")
+    await eventually(
+        lambda: status(world.k8s, RUNS, FIRST).get("phase") == "Succeeded", f"{FIRST} to end"
+    )
+    assert status(world.k8s, RUNS, FIRST)["output"] == branches
+    for key, branch, tree in zip("ab", branches, trees, strict=True):
+        assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").stdout == f"{branch}\n"
+        assert (tree / f"pkg-{key}.txt").read_text() == f"pkg-{key}\n"
+    assert not list((work / "target" / f"kubeturn-{FIRST}").glob("pkg-*.txt"))
+
+    await gone(world, FIRST)
+
+    assert sorted((work / "target").iterdir()) == []
+    for branch in (f"kubeturn/{FIRST}", *branches):
+        assert git(clone, "rev-parse", "--verify", "--quiet", branch).returncode == 0, branch
 
 
 async def test_a_run_whose_workspace_is_gone_goes_at_once(world: OperatorWorld) -> None:

@@ -176,7 +176,7 @@ class System:
 
     @property
     def state(self) -> str | None:
-        """The Machine's active leaf."""
+        """The Machine's active leaves, joined by ``, ``."""
         return ", ".join(self.core.config.active) if self.core.config is not None else None
 
     @property
@@ -284,16 +284,8 @@ class System:
         await self.wait_for(actor.finished.is_set, "the Run to finish", timeout=timeout)
 
     async def wait_state(self, leaf: str, *, timeout: float = WAIT_S) -> None:
-        """Wait until the Machine's active leaf is ``leaf``."""
-        await self.wait_for(
-            lambda: (
-                self.core is not None
-                and self.core.config is not None
-                and self.core.config.leaf == leaf
-            ),
-            f"the state {leaf!r}",
-            timeout=timeout,
-        )
+        """Wait until the Machine's active leaves are ``leaf`` (joined by ``, ``)."""
+        await self.wait_for(lambda: self.state == leaf, f"the state {leaf!r}", timeout=timeout)
 
     async def wait_records(self, count: int, *, timeout: float = WAIT_S) -> None:
         """Wait until the Run's history holds ``count`` Turn records."""

@@ -3,7 +3,8 @@ as a plan, before any Landlock call.
 
 Cases:
 - ``reach``: a cwd inside a Run's worktree reaches that Run's worktree of every slot that
-  has one (not another Run's); a cwd anywhere else reaches itself alone;
+  has one (not another Run's), and its fan-out children's (ADR 0113); a child's reaches
+  its own alone; a cwd anywhere else reaches itself alone;
 - ``plan`` with write access: the reach read-write, the scratch read-write, the clones
   read only, ``/dev`` listable and only the named devices open, the system's directories
   read only; never the work root itself, ``/tmp`` or ``/home``;
@@ -67,6 +68,33 @@ class TestReach:
             WORK / "app" / "kubeturn-a" / "src", WORK, ["app", "docs"], exists
         )
         assert reached == (WORK / "app" / "kubeturn-a", WORK / "docs" / "kubeturn-a")
+
+    def test_a_runs_worktree_reaches_its_childrens_and_a_childs_only_its_own(self) -> None:
+        children = {WORK / "app" / "kubeturn-a_fix.x", WORK / "app" / "kubeturn-a_fix.y"}
+        made = {*TREES, *children, WORK / "app", WORK / "docs"}
+        tree = {
+            "/work/app": [
+                "kubeturn-a",
+                "kubeturn-a_fix.x",
+                "kubeturn-a_fix.y",
+                "kubeturn-a_fix.z.partial",
+                "kubeturn-ab",
+                "kubeturn-b",
+            ],
+            "/work/docs": ["kubeturn-a"],
+        }
+        found = confinement.reach(
+            WORK / "app" / "kubeturn-a", WORK, ["app", "docs"], made.__contains__, listing(tree)
+        )
+        assert found == (
+            WORK / "app" / "kubeturn-a",
+            WORK / "docs" / "kubeturn-a",
+            *sorted(children),
+        )
+        child = WORK / "app" / "kubeturn-a_fix.x"
+        assert confinement.reach(
+            child / "src", WORK, ["app", "docs"], made.__contains__, listing(tree)
+        ) == (child,)
 
     def test_any_other_cwd_reaches_itself(self) -> None:
         for cwd in (Path("/srv/project"), WORK, WORK / ".repos" / "app", WORK / "app"):

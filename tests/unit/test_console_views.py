@@ -7,7 +7,9 @@ Cases:
 - durations and ages read as kubectl's (42s, 3m5s, 2h4m, 3d5h); a time that is not one
   shows nothing;
 - a spec that does not load shows why instead of a diagram; the trail's marks are drawn;
-- accepted events and received signals read with their defaults.
+- accepted events and received signals read with their defaults;
+- a status whose state names several active leaves marks each, and its fan-out children
+  (``status.children``) are listed, their states marked on the child Machine's template.
 """
 
 from __future__ import annotations
@@ -106,3 +108,60 @@ def test_accepted_and_received_signals_read_with_their_defaults() -> None:
         {"id": "s1", "result": "handled", "message": ""},
         {"id": "s2", "result": "ignored", "message": "no"},
     ]
+
+
+PARALLEL_SPEC = {
+    "agents": {},
+    "input": {"items": ["a", "b"]},
+    "machine": {
+        "initial": "review",
+        "states": {
+            "review": {
+                "type": "parallel",
+                "onDone": "fix",
+                "states": {
+                    "left": {"on": {"ok": "done"}},
+                    "right": {"on": {"ok": "done"}},
+                },
+            },
+            "fix": {
+                "invoke": {
+                    "forEach": {
+                        "items": "input.items",
+                        "machine": {
+                            "initial": "work",
+                            "states": {
+                                "work": {"on": {"finish": "finished"}},
+                                "finished": {"type": "final"},
+                            },
+                        },
+                    },
+                    "onDone": "done",
+                },
+            },
+            "done": {"type": "final"},
+        },
+    },
+}
+
+
+def test_every_active_state_is_marked_and_fan_out_children_are_listed() -> None:
+    regions = {**run({"phase": "Running", "state": "review.left, review.right"})}
+    drawn = views.diagram({**regions, "spec": PARALLEL_SPEC}, views.Charts()).mermaid
+    assert drawn is not None
+    assert drawn.splitlines()[-1] == "    class s0,s1,s2 active"
+    children = [
+        {"fanOut": "fix", "key": "a", "status": "succeeded"},
+        {"fanOut": "fix", "key": "b", "status": "running", "state": "fix[b].work"},
+        "not a child",
+    ]
+    fanning = {**run({"phase": "Running", "state": "fix", "children": children})}
+    fanning["spec"] = PARALLEL_SPEC
+    assert views.children(fanning) == [
+        views.ChildRow("fix", "a", "succeeded", "", ""),
+        views.ChildRow("fix", "b", "running", "fix[b].work", ""),
+    ]
+    drawn = views.diagram(fanning, views.Charts()).mermaid
+    assert drawn is not None
+    assert drawn.splitlines()[-2:] == ["    class s0,s1,s2 visited", "    class s3,s4 active"]
+    assert views.children(run(None)) == []

@@ -171,6 +171,7 @@ COLUMNS = {
         ("Phase", ".status.phase", "string"),
         ("Turns", ".status.turnCount", "integer"),
         AGE,
+        ("Children", ".status.childProgress", "string"),
         ("Accepts", ".status.waitingFor", "string"),
     ],
     "Workspace": [

@@ -11,7 +11,15 @@ Cases:
   them and ends a taken edge's label with ✓; entries naming unknown states are passed by;
   a Run not started has no marks;
 - the dot of the same machine: a cluster for the compound, edges to it clipped at it,
-  marked nodes and taken edges classed and coloured; exactly.
+  marked nodes and taken edges classed and coloured; exactly;
+- a parallel state's regions drawn as mermaid's concurrent regions (split by ``--``) and
+  as clusters in a dashed cluster in dot; a fan-out state as a composite labelled
+  ``fix ×forEach`` holding its child Machine, edges to and from it drawn at its border;
+  exactly;
+- marks of a status whose state names several active leaves (``, ``-joined) and fan-out
+  children's instance states: every active leaf and its ancestors, a child's marking its
+  template (never the child Machine's root, which is not drawn); entering a parallel
+  state visits every region's initial chain; a trail's child moves mark their templates.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from kubeturn.machine.model import StatePath
 from tests.unit.cores import loaded
 
 CHART = loaded("drawn").chart
+PARALLEL = loaded("drawn_parallel").chart
 TRAIL = [
     {"from": "work.write", "event": "written", "to": "work.check", "at": 1.0},
     {"from": "work.check", "event": None, "to": "work.finished", "at": 1.0},
@@ -137,3 +146,109 @@ def test_an_edge_says_its_event_always_or_its_timer() -> None:
         "always",
         "after 5m",
     ]
+
+
+def test_mermaid_draws_regions_side_by_side_and_a_fan_out_around_its_child_machine() -> None:
+    assert graph.mermaid(PARALLEL) == (
+        "stateDiagram-v2\n"
+        '    state "review" as s0\n'
+        "    state s0 {\n"
+        '        state "left" as s1\n'
+        "        state s1 {\n"
+        '            state "reading" as s2\n'
+        '            state "approved" as s3\n'
+        "            [*] --> s2\n"
+        "            s3 --> [*]\n"
+        "        }\n"
+        "        --\n"
+        '        state "right" as s4\n'
+        "    }\n"
+        '    state "fix ×forEach" as s5\n'
+        "    state s5 {\n"
+        '        state "work" as s6\n'
+        '        state "finished" as s7\n'
+        "        [*] --> s6\n"
+        "        s7 --> [*]\n"
+        "    }\n"
+        '    state "done" as s8\n'
+        '    state "failed" as s9\n'
+        "    [*] --> s0\n"
+        "    s8 --> [*]\n"
+        "    s9 --> [*]\n"
+        "    s0 --> s5 : done.state\n"
+        "    s2 --> s3 : approve\n"
+        "    s2 --> s9 : reject\n"
+        "    s4 --> s9 : skip\n"
+        "    s5 --> s8 : done.invoke\n"
+        "    s6 --> s7 : finish\n"
+        "    classDef active fill:#fde68a,stroke:#b45309,stroke-width:3px\n"
+        "    classDef visited fill:#dbeafe,stroke:#1d4ed8\n"
+    )
+
+
+def test_dot_draws_regions_and_a_fan_out_as_clusters() -> None:
+    drawn = graph.dot(PARALLEL, graph.marks(PARALLEL, "fix, fix[a].work", []))
+    assert drawn.splitlines()[6:] == [
+        "  subgraph cluster_s0 {",
+        '    label="review";',
+        '    style="rounded,dashed,filled";',
+        '    class="visited"; fillcolor="#dbeafe"; color="#1d4ed8";',
+        "    subgraph cluster_s1 {",
+        '      label="left";',
+        '      style="rounded,filled";',
+        '      class="visited"; fillcolor="#dbeafe"; color="#1d4ed8";',
+        '      s2 [label="reading", class="visited", fillcolor="#dbeafe", color="#1d4ed8"];',
+        '      s3 [label="approved", peripheries=2];',
+        "    }",
+        '    s4 [label="right", class="visited", fillcolor="#dbeafe", color="#1d4ed8"];',
+        "  }",
+        "  subgraph cluster_s5 {",
+        '    label="fix ×forEach";',
+        '    style="rounded,filled";',
+        '    class="active"; fillcolor="#fde68a"; color="#b45309";',
+        '    s6 [label="work", class="active", fillcolor="#fde68a", color="#b45309"];',
+        '    s7 [label="finished", peripheries=2];',
+        "  }",
+        '  s8 [label="done", peripheries=2];',
+        '  s9 [label="failed", peripheries=2];',
+        "  start -> s2 [lhead=cluster_s0];",
+        '  s2 -> s6 [label="done.state"] [ltail=cluster_s0, lhead=cluster_s5];',
+        '  s2 -> s3 [label="approve"];',
+        '  s2 -> s9 [label="reject"];',
+        '  s4 -> s9 [label="skip"];',
+        '  s6 -> s8 [label="done.invoke"] [ltail=cluster_s5];',
+        '  s6 -> s7 [label="finish"];',
+        "}",
+    ]
+
+
+def test_every_active_leaf_is_marked_and_a_childs_states_mark_their_template() -> None:
+    marks = graph.marks(PARALLEL, "review.left.reading, review.right", [])
+    assert marks.active == {"review", "review.left", "review.left.reading", "review.right"}
+    assert marks.visited == marks.active
+    children = graph.marks(PARALLEL, "fix, fix[a].work, fix[b].finished", [])
+    assert children.active == {"fix", "fix[].work", "fix[].finished"}
+    drawn = graph.mermaid(PARALLEL, children).splitlines()
+    assert drawn[-2:] == ["    class s0,s1,s2,s4 visited", "    class s5,s6,s7 active"]
+
+
+def test_a_trail_through_regions_and_children_marks_their_templates() -> None:
+    trail = [
+        {"from": "review.left.reading", "event": "approve", "to": "review.left.approved"},
+        {"from": "review", "event": "done.state", "to": "fix"},
+        {"from": "fix[a].work", "event": "finish", "to": "fix[a].finished"},
+    ]
+    marks = graph.marks(PARALLEL, "fix, fix[b].work", trail)
+    assert marks.taken == {
+        ("review.left.reading", "approve", "review.left.approved"),
+        ("review", "done.state", "fix"),
+        ("fix[].work", "finish", "fix[].finished"),
+    }
+    assert marks.visited - marks.active == {
+        "review",
+        "review.left",
+        "review.left.reading",
+        "review.left.approved",
+        "review.right",
+        "fix[].finished",
+    }

@@ -87,6 +87,21 @@ def test_status_lines() -> None:
         "message: m",
         'output: {"a": 1}',
     ]
+    running = {
+        "phase": "Running",
+        "state": "fix",
+        "turnCount": 1,
+        "liveTurns": 2,
+        "childProgress": "1 succeeded, 2 running, 2 pending",
+    }
+    assert view.status_lines("r", running) == [
+        "run: r",
+        "phase: Running",
+        "state: fix",
+        "turns: 1",
+        "live turns: 2",
+        "children: 1 succeeded, 2 running, 2 pending",
+    ]
 
 
 def test_repo_slots_resolve_paths_and_keep_urls() -> None:

@@ -293,6 +293,36 @@ spec:
         run = validate_run(yaml.safe_load(text))
         assert run.spec.machine.states["a"].on is not None
 
+    def test_an_unquoted_on_in_a_fan_out_child_machine_is_read_as_on(self) -> None:
+        text = """
+apiVersion: kubeturn.dev/v1alpha1
+kind: Run
+metadata: {name: r}
+spec:
+  agents: {}
+  machine:
+    initial: fix
+    states:
+      fix:
+        invoke:
+          forEach:
+            items: "[1, 2]"
+            machine:
+              initial: a
+              states:
+                a:
+                  on:
+                    go: b
+                b: {type: final}
+          onDone: done
+      done: {type: final}
+"""
+        run = validate_run(yaml.safe_load(text))
+        invoke = run.spec.machine.states["fix"].invoke
+        assert invoke is not None
+        assert invoke.forEach is not None
+        assert invoke.forEach.machine.states["a"].on is not None
+
     def test_the_key_true_from_the_api_server_is_read_as_on_too(self) -> None:
         document = _minimal()
         document["spec"]["machine"]["states"]["a"] = {"true": {"go": "a"}}

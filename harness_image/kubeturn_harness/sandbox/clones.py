@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from kubeturn_harness.errors import GitRefused
-from kubeturn_harness.sandbox.confinement import REPOS_DIR
+from kubeturn_harness.sandbox.confinement import CHILD_SEPARATOR, PARTIAL, REPOS_DIR
 from kubeturn_harness.sandbox.protocol import Refused
 from kubeturn_harness.wire import (
     SLOT_NAME,
@@ -53,8 +53,8 @@ GIT_TIMEOUT_S = 120.0
 """A worktree of a large repo takes seconds; two minutes bounds a stuck filesystem."""
 COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 """A full commit id: SHA-1 (40 hex digits) or SHA-256 (64)."""
-PARTIAL = ".partial"
-"""The suffix of a worktree being made: it is renamed into place only when complete."""
+STARTED_FROM = "refs/kubeturn/started-from"
+"""Where a fan-out child's worktree holds, while it is made, the commit it starts from."""
 SAFE = (
     "-c", "core.hooksPath=/dev/null",
     "-c", "core.fsmonitor=false",
@@ -140,6 +140,11 @@ class Clones:
                     Refused(error=f"no clone of repo slot {slot!r} at {clone}", field="slots")
                 )
             path = self.worktree(slot, request.branch)
+            base = self.worktree(slot, request.base) if request.base is not None else None
+            if base is not None and not (base / ".git").is_dir():
+                raise GitRefused(
+                    Refused(error=f"no worktree of {slot!r} on {request.base!r}", field="base")
+                )
             if (path / ".git").is_file():
                 async with self._changing(slot):
                     if (path / ".git").is_file():
@@ -147,7 +152,7 @@ class Clones:
             if not (path / ".git").is_dir():
                 async with self._making(slot, path):
                     if not (path / ".git").is_dir():
-                        await self._make(slot, path, request.branch)
+                        await self._make(slot, path, request.branch, base)
             made[slot] = Worktree(path=str(path), branch=request.branch)
         return WorktreesResponse(worktrees=made)
 
@@ -166,26 +171,52 @@ class Clones:
                         await self._adopt(slot, path)
 
     async def remove(self, branch: str) -> dict[str, Worktree]:
-        """Remove the worktree on ``branch`` of every clone, keeping its branch in the
-        clone; answer those removed (slot → worktree), none where none is left."""
+        """Remove the worktree on ``branch`` of every clone, and those of the Run's fan-out
+        children (``<branch>_<child>``, ADR 0113), keeping each branch in the clone;
+        answer the Run's own removed (slot → worktree), none where none is left."""
         removed: dict[str, Worktree] = {}
         for slot in self.slots():
             clone, path = self.clone(slot), self.worktree(slot, branch)
             async with self._changing(slot):
+                for child, child_branch in self._children(slot, path, branch):
+                    await self._remove(clone, child, child_branch, slot)
                 if (path / ".git").is_file():
                     await self._adopt(slot, path)
                 if (path / ".git").is_dir():
-                    await self._keep_branch(clone, path, branch, slot)
-                    await asyncio.to_thread(_remove_tree, path)
+                    await self._remove(clone, path, branch, slot)
                     removed[slot] = Worktree(path=str(path), branch=branch)
         return removed
 
+    def _children(self, slot: str, path: Path, branch: str) -> list[tuple[Path, str]]:
+        """The worktrees of ``slot`` of the fan-out children of the Run whose worktree is
+        ``path``, with their branches: a child's branch is the Run's, ``_``, and a part
+        without ``/``, so its directory's name is the Run's directory's, ``_``, and that
+        part; no Run's own name holds a ``_``."""
+        prefix = path.name + CHILD_SEPARATOR
+        parent = self.root / slot
+        if not parent.is_dir():
+            return []
+        return [
+            (entry, branch + entry.name[len(path.name) :])
+            for entry in sorted(parent.iterdir())
+            if entry.name.startswith(prefix) and not entry.is_symlink()
+        ]
+
+    async def _remove(self, clone: Path, path: Path, branch: str, slot: str) -> None:
+        """Keep the branch of the worktree at ``path`` in the clone, and remove it (one
+        cut short while being made has no branch to keep)."""
+        if (path / ".git").is_dir() and not path.name.endswith(PARTIAL):
+            await self._keep_branch(clone, path, branch, slot)
+        await asyncio.to_thread(_remove_tree, path)
+
     # ------------------------------------------------------------------ the git work
 
-    async def _make(self, slot: str, path: Path, branch: str) -> None:
+    async def _make(self, slot: str, path: Path, branch: str, base: Path | None = None) -> None:
         """Three git commands (ADR 0082): the clone (whose HEAD is the clone's, read
-        once), the clone's remote URL, the checkout of the branch at that HEAD. Made
-        under ``.partial``: a worktree cut short is never taken as made."""
+        once), the clone's remote URL, the checkout of the branch at that HEAD; with
+        ``base`` (a Run's worktree a fan-out child starts from, ADR 0113), the branch is
+        fetched from there first and checked out at its commit. Made under
+        ``.partial``: a worktree cut short is never taken as made."""
         clone = self.clone(slot)
         partial = path.with_name(path.name + PARTIAL)
         if partial.exists() or partial.is_symlink():
@@ -202,11 +233,34 @@ class Clones:
             "clone", "--shared", "--no-checkout", "--quiet", "--", str(clone), str(partial),
         )  # fmt: skip
         await self._copy_origin(clone, partial)
+        start = "HEAD"
+        if base is not None:
+            await self._fetch_base(partial, base, branch, slot)
+            start = STARTED_FROM
         await self._must(
             partial, slot, "check out the worktree of",
-            "checkout", "--quiet", "-B", branch, "HEAD",
+            "checkout", "--quiet", "--force", "-B", branch, start,
         )  # fmt: skip
+        if base is not None:
+            await self._must(partial, slot, "start the worktree of", "update-ref", "-d", start)
         partial.rename(path)
+
+    async def _fetch_base(self, repository: Path, base: Path, branch: str, slot: str) -> None:
+        """Fetch the commit ``base`` (a Run's worktree) has checked out into
+        ``STARTED_FROM`` of ``repository``: git reads ``base`` only through ``fetch``,
+        which an Agent's repository cannot turn against it."""
+        code, output = await self._git(
+            repository, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+            "--no-recurse-submodules", "--", str(base), f"+HEAD:{STARTED_FROM}",
+        )  # fmt: skip
+        if code != 0:
+            raise GitRefused(
+                Refused(
+                    error=f"git could not start {branch!r} of {slot!r} from {base}: "
+                    f"{output[-1000:]}",
+                    field="base",
+                )
+            )
 
     async def _adopt(self, slot: str, path: Path) -> None:
         """Turn the linked worktree at ``path`` into a repository of its own on the same

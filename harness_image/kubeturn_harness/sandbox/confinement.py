@@ -23,6 +23,11 @@ from kubeturn_harness.sandbox import landlock
 
 REPOS_DIR = ".repos"
 """Where under the work root the clones live, one directory per repo slot."""
+CHILD_SEPARATOR = "_"
+"""Between a Run's branch and a fan-out child's part of its own branch, and so of their
+worktrees' directories (ADR 0113); never in a Run's name."""
+PARTIAL = ".partial"
+"""The suffix of a worktree being made: it is renamed into place only when complete."""
 DELIVERIES_DIR = ".deliveries"
 """Where under the work root the bundles of delivered branches go (ADR 0063): private to
 every session, so no Agent writes what is pushed."""
@@ -83,19 +88,35 @@ class Plan:
 
 
 def reach(
-    cwd: Path, work_root: Path, slots: Collection[str], exists: Callable[[Path], bool]
+    cwd: Path,
+    work_root: Path,
+    slots: Collection[str],
+    exists: Callable[[Path], bool],
+    listing: Listing | None = None,
 ) -> tuple[Path, ...]:
     """The directories a session whose Frame is at ``cwd`` works in.
 
     Inside a Run's worktree (``<work root>/<slot>/<branch>/…``) it is that Run's
-    worktree of every slot; anywhere else, ``cwd`` itself (a Frame that names a
-    directory outside the worktrees reaches that tree, as its manifest asked)."""
+    worktree of every slot, and (found by ``listing``) those of its fan-out children,
+    whose directories are its own's name, ``_`` and more (ADR 0113): a later state of
+    the Run compares or merges its children's work. A child's worktree reaches only the
+    child's. Anywhere else, ``cwd`` itself (a Frame that names a directory outside the
+    worktrees reaches that tree, as its manifest asked)."""
     try:
         parts = cwd.relative_to(work_root).parts
     except ValueError:
         return (cwd,)
     if len(parts) >= 2 and parts[0] in slots:
         trees = [work_root / slot / parts[1] for slot in sorted(slots)]
+        if listing is not None and CHILD_SEPARATOR not in parts[1]:
+            prefix = parts[1] + CHILD_SEPARATOR
+            trees += [
+                child
+                for slot in sorted(slots)
+                if exists(work_root / slot)
+                for child in sorted(listing(work_root / slot))
+                if child.name.startswith(prefix) and not child.name.endswith(PARTIAL)
+            ]
         return tuple(tree for tree in trees if exists(tree))
     return (cwd,)
 
@@ -115,7 +136,7 @@ def plan(
     """The grants of one session: its reach, its scratch, the clones (read only: an
     Agent never writes the repositories every Run borrows from), the system and the
     extra ``readable`` paths (the tools on PATH, the interpreter); never ``private``."""
-    reached = reach(cwd, work_root, slots, exists)
+    reached = reach(cwd, work_root, slots, exists, listing)
     clones = work_root / REPOS_DIR
     grants: list[Grant] = []
     for path in reached:

@@ -178,7 +178,7 @@ async def _open(
         return Opened(error=f"cwd must be an absolute path, got {cwd}"), None
     writable = opening.access is WorkspaceAccess.WRITE
     slots = clones.slots()
-    reach = confinement.reach(cwd, work_root, slots, Path.is_dir)
+    reach = confinement.reach(cwd, work_root, slots, Path.is_dir, Path.iterdir)
     await clones.adopt_linked(list(reach))
     private = [Path(p) for p in opening.private]
     private += [

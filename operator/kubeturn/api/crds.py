@@ -205,6 +205,13 @@ RUN = Resource(
         PrinterColumn("Turns", ".status.turnCount", "integer", "Turns settled so far."),
         AGE,
         PrinterColumn(
+            "Children",
+            ".status.childProgress",
+            "string",
+            "How the running fan-outs' children stand (status.children lists them).",
+            priority=1,
+        ),
+        PrinterColumn(
             "Accepts",
             ".status.waitingFor",
             "string",

@@ -200,6 +200,10 @@ class RunSnapshot(Status):
     turnSeq: Any = Field(default=None, description="Turns started over the Run's life.")
     moves: Any = Field(default=None, description="Transitions taken over the Run's life.")
     deliverySeq: Any = Field(default=None, description="Picks delivered over the Run's life.")
+    worktrees: Any = Field(
+        default=None,
+        description="The worktrees of fan-out children that work in their own (ADR 0113).",
+    )
 
 
 class SignalResult(StrEnum):
@@ -235,6 +239,48 @@ class AcceptedEvent(Status):
         default=None,
         alias="schema",
         description="JSON Schema its data must fit (left out above 4 KiB; still checked).",
+    )
+
+
+CHILD_TEXT_LIMIT = 512
+"""Bytes (UTF-8) a fan-out child's state or message may take in a status: a Run may show
+hundreds of children at once (``CHILDREN_LIMIT``), so each says its part in a line; the
+failed child's Turn record keeps the whole message."""
+CHILDREN_LIMIT = 200
+"""Fan-out children a Run's status lists at most: two fan-outs of the most items a fan-out
+takes (``kubeturn.api.machine.MAX_ITEMS``) at once; more (nested fan-outs) are counted in
+``droppedChildren``."""
+
+
+def _child_text(text: str) -> str:
+    return bounded(text, CHILD_TEXT_LIMIT)
+
+
+ChildText = Annotated[str, AfterValidator(_child_text)]
+"""A fan-out child's state or message in a status: at most ``CHILD_TEXT_LIMIT`` bytes."""
+
+
+class ChildPhase(StrEnum):
+    """Where a fan-out child is: waiting for a place (``concurrency``), running, or done."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class FanOutChild(Status):
+    """One child Machine of a running fan-out (``invoke.forEach``), as kubectl shows it."""
+
+    fanOut: str = Field(description="The fan-out state (dotted path).")
+    key: str = Field(description="The child's key: its item's, in its states' paths fanOut[key].")
+    status: ChildPhase = Field(description="pending, running, succeeded or failed.")
+    state: ChildText | None = Field(
+        default=None,
+        description="Its active states, joined by ', ', while it runs (e.g. fix[pkg-a].work).",
+    )
+    message: ChildText | None = Field(
+        default=None, description="Why it failed, when it did (at most 512 bytes)."
     )
 
 
@@ -293,6 +339,24 @@ class RunStatus(Status):
         description=(
             "The machine's durable state but its settled Turns (those are turns); the "
             "operator resumes from both. Not for users."
+        ),
+    )
+    children: list[FanOutChild] = Field(
+        default_factory=list,
+        description=(
+            "The child Machines of the running fan-outs, by fan-out and in item order: each "
+            "one's key, status, active states and why it failed. At most 200; a fan-out's "
+            "children go with its state."
+        ),
+    )
+    droppedChildren: int = Field(
+        default=0, description="Fan-out children left out of children, the last ones."
+    )
+    childProgress: str | None = Field(
+        default=None,
+        description=(
+            "How the running fan-outs' children stand, e.g. '1 succeeded, 2 running, "
+            "2 pending', for kubectl get -o wide; each fan-out's named when several run."
         ),
     )
     processedSignals: list[ProcessedSignal] = Field(

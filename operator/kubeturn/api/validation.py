@@ -64,7 +64,8 @@ def on_keys_restored(document: Any) -> Any:
 
     kubectl and PyYAML read a bare ``on`` key as the boolean true (kubectl then sends the
     key ``"true"``). No machine or state field is called ``true``, so at those places such
-    a key can only be ``on`` (ADR 0011). A copy is changed; the input is not.
+    a key can only be ``on`` (ADR 0011), a fan-out's child Machine's too. A copy is
+    changed; the input is not.
     """
     if not isinstance(document, Mapping):
         return document
@@ -85,6 +86,13 @@ def _state_on(node: Mapping[Any, Any]) -> dict[Any, Any]:
             name: _state_on(state) if isinstance(state, Mapping) else state
             for name, state in states.items()
         }
+    invoke = result.get("invoke")
+    if isinstance(invoke, Mapping):
+        fan_out = invoke.get("forEach")
+        if isinstance(fan_out, Mapping) and isinstance(fan_out.get("machine"), Mapping):
+            # A fan-out's child Machine is a machine too: its states' `on` read the same.
+            child = {**fan_out, "machine": _state_on(fan_out["machine"])}
+            result["invoke"] = {**invoke, "forEach": child}
     return result
 
 

@@ -145,6 +145,8 @@ def _run_context(
         "output": views.output_text(run),
         "diagram": views.diagram(run, charts),
         "dropped_moves": int(status.get("droppedTrail") or 0),
+        "children": views.children(run),
+        "dropped_children": int(status.get("droppedChildren") or 0),
         "turns": views.turn_rows(run, time.time()),
         "dropped": int(status.get("droppedTurns") or 0),
         "accepted": views.accepted(run),

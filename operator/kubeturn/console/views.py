@@ -124,16 +124,44 @@ def turn_of(run: Mapping[str, Any], name: str, now: float) -> TurnRow | None:
 
 
 def diagram(run: Mapping[str, Any], charts: Charts) -> Diagram:
-    """The Run's machine as mermaid text, marked as its status says."""
+    """The Run's machine as mermaid text, marked as its status says: every active state
+    of the Run's Machine (``status.state``) and of its fan-outs' children."""
     try:
         chart = charts.of(run)
     except DefinitionErrors as errors:
         return Diagram(None, "; ".join(str(e) for e in errors.errors[:3]))
     status = status_of(run)
     trail = [e for e in status.get("trail") or [] if isinstance(e, Mapping)]
-    state = status.get("state")
-    shown = graph.marks(chart, str(state) if state else None, trail)
+    states = [status.get("state"), *(child.state for child in children(run))]
+    state = ", ".join(str(s) for s in states if s)
+    shown = graph.marks(chart, state or None, trail)
     return Diagram(graph.mermaid(chart, shown), None)
+
+
+@dataclass(frozen=True)
+class ChildRow:
+    """A running fan-out's child, as the Run's status lists it (``status.children``)."""
+
+    fan_out: str
+    key: str
+    status: str
+    state: str
+    message: str
+
+
+def children(run: Mapping[str, Any]) -> list[ChildRow]:
+    """The children of the Run's running fan-outs, in the status's order."""
+    return [
+        ChildRow(
+            fan_out=str(item.get("fanOut") or ""),
+            key=str(item.get("key") or ""),
+            status=str(item.get("status") or ""),
+            state=str(item.get("state") or ""),
+            message=str(item.get("message") or ""),
+        )
+        for item in status_of(run).get("children") or []
+        if isinstance(item, Mapping)
+    ]
 
 
 class Charts:

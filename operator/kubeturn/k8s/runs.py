@@ -76,11 +76,12 @@ from kubeturn.orchestrator import signals, snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor, Signal
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.delivery import Committed, Deliverer, Remote
-from kubeturn.orchestrator.effects import StartExec
+from kubeturn.orchestrator.effects import MakeWorktrees, StartExec
 from kubeturn.orchestrator.frames import WorkspaceView
-from kubeturn.orchestrator.harness_client import HarnessCommitter
+from kubeturn.orchestrator.harness_client import HarnessCommitter, one_line
 from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
+from kubeturn.orchestrator.worktrees import Made
 from kubeturn.tracing import RunTrace
 
 DRIVE_BACKOFF_S = 10.0
@@ -223,7 +224,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
         try:
             core = RunCore(
                 loaded,
-                workspace=WorkspaceView(made) if made is not None else None,
+                workspace=WorkspaceView(made, names.branch(name)) if made is not None else None,
                 new_id=lambda: secrets.token_hex(4),
                 snapshot=statuses.resume_point(status),
             )
@@ -257,6 +258,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
             on_record=_recorded(hub, plain),
             deliveries=_deliverer(hub, namespace, name, workspace),
             traces=_traces(hub, body),
+            worktrees=_ChildWorktrees(hub, namespace, name, workspace),
         )
         hub.run_started(key, actor, f"{namespace}/{workspace}")
         try:
@@ -688,6 +690,40 @@ class _Commits:
                 unreached = isinstance(failed.__cause__, HarnessUnreachable)
                 if not unreached or time.monotonic() > deadline:
                     raise
+            await asyncio.sleep(harnesses.POLL_S)
+
+
+class _ChildWorktrees:
+    """A fan-out child's worktrees (ADR 0113), made by the Workspace's Harness from the
+    Run's. Safe to repeat, so sent again to the Harness known then while none answers,
+    up to ``harnesses.WAIT_S``; a refusal is the child's invokes' error."""
+
+    def __init__(self, hub: Hub, namespace: str, run: str, workspace: str | None) -> None:
+        self._hub, self._namespace, self._run, self._workspace = hub, namespace, run, workspace
+
+    async def make(self, effect: MakeWorktrees) -> Made:
+        if not self._workspace:
+            return Made(error="the Run has no Workspace to make worktrees in")
+        deadline = time.monotonic() + harnesses.WAIT_S
+        while True:
+            harness = await harnesses.wait(self._hub, self._namespace, self._workspace, deadline)
+            if harness is None:
+                return Made(
+                    error=f"the Harness of Workspace {self._workspace} is not known: the "
+                    f"Workspace is gone, or its sandbox was not Ready within "
+                    f"{harnesses.WAIT_S:g} s"
+                )
+            try:
+                repos = await harness.worktrees(
+                    self._run, effect.branch, list(effect.slots), base=effect.base
+                )
+            except HarnessRefused as refused:
+                return Made(error=one_line(refused.said or str(refused)))
+            except HarnessUnreachable as unreached:
+                if time.monotonic() > deadline:
+                    return Made(error=str(unreached))
+            else:
+                return Made(repos=repos)
             await asyncio.sleep(harnesses.POLL_S)
 
 

@@ -55,12 +55,17 @@ from kubeturn.local.workdir import (
     status_of,
 )
 from kubeturn.machine.load import LoadedRun, load_run_yaml
+from kubeturn.machine.targets import state_where
 from kubeturn.orchestrator import api, statuses
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.delivery import Deliverer, Remote
 from kubeturn.orchestrator.frames import WorkspaceView
-from kubeturn.orchestrator.harness_client import HarnessClient, HarnessCommitter
+from kubeturn.orchestrator.harness_client import (
+    HarnessClient,
+    HarnessCommitter,
+    HarnessWorktrees,
+)
 from kubeturn.tracing import Tracing
 from kubeturn_harness.errors import ConfigError, ScriptError
 from kubeturn_harness.providers import Providers
@@ -359,7 +364,7 @@ class LocalRun:
                     raise KeyError("snapshot")
                 core = RunCore(
                     loaded,
-                    workspace=WorkspaceView(started.worktrees),
+                    workspace=WorkspaceView(started.worktrees, branch_of(loaded.name)),
                     new_id=lambda: secrets.token_hex(4),
                     snapshot=snapshot,
                 )
@@ -374,6 +379,7 @@ class LocalRun:
                 clock=time.time,
                 on_change=lambda _: self._changed.set(),
                 deliveries=_deliverer(loaded, workdir, started.client, slots),
+                worktrees=HarnessWorktrees(loaded.name, started.client),
                 traces=(
                     self._tracing.run(
                         uid, namespace=loaded.namespace, name=loaded.name, started=started_at
@@ -621,8 +627,7 @@ def _models(loaded: LoadedRun) -> dict[str, str | None]:
     for state in loaded.chart.agent_states():
         call = state.invoke.agent if state.invoke else None
         if call is not None and call.model is not None:
-            path = ".states.".join(state.path.split("."))
-            found[f"spec.machine.states.{path}.invoke.agent.model"] = call.model
+            found[f"{state_where(state.path)}.invoke.agent.model"] = call.model
     return found
 
 

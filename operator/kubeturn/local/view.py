@@ -207,6 +207,8 @@ def status_lines(name: str, status: Mapping[str, Any], *, wide: bool = False) ->
     ]
     if status.get("liveTurns"):
         lines.append(f"live turns: {status['liveTurns']}")
+    if status.get("childProgress"):
+        lines.append(f"children: {status['childProgress']}")
     accepted = list(status.get("acceptedEvents") or [])
     if "acceptedEvents" in status and phase not in FINISHED:
         names = ", ".join(str(a.get("event")) for a in accepted) or "no outside event"

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from kubeturn.machine import model
-from kubeturn.machine.model import ROOT, StatePath, machine_of
+from kubeturn.machine.model import ROOT, StatePath, machine_of, parent_of
 
 MAX_MICROSTEPS = 256
 """Eventless transitions that keep enabling each other are a definition bug; 256
@@ -164,10 +164,25 @@ class Event:
 
 @dataclass(frozen=True)
 class Scope:
-    """What expressions see beside ``context`` and ``event``; fixed for a Run."""
+    """What expressions see beside ``context`` and ``event``."""
 
     input: Any = None
     workspace: Mapping[str, Any] = field(default_factory=dict)
+    workspaces: Mapping[StatePath, Mapping[str, Any]] = field(default_factory=dict)
+    """A fan-out child's own ``workspace`` by its root (per-child worktrees, ADR 0113):
+    its states and those of the Machines it fans out see it."""
+
+    def workspace_at(self, at: StatePath) -> Mapping[str, Any]:
+        """The ``workspace`` the state ``at`` sees: its nearest Machine's own, else the
+        Run's."""
+        if not self.workspaces:
+            return self.workspace
+        machine = machine_of(at)
+        while machine != ROOT:
+            if machine in self.workspaces:
+                return self.workspaces[machine]
+            machine = machine_of(parent_of(machine) or ROOT)
+        return self.workspace
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ holds, and the states each of them offers an event to, inner first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from kubeturn.machine import model
 from kubeturn.machine.configuration import Child
@@ -23,18 +23,16 @@ def all_active(leaves: Iterable[StatePath]) -> set[StatePath]:
     return states
 
 
-def _place(chart: Chart, children: Iterable[Child], path: StatePath) -> tuple[int, ...]:
+def _place(chart: Chart, indices: Mapping[StatePath, int], path: StatePath) -> tuple[int, ...]:
     """Where an instance stands in document order: its ancestors' places, outermost
-    first; a fan-out's children stand in item order."""
-    indices = {child.scope: child.index for child in children}
+    first; a fan-out's children (``indices``: child root → item index) in item order."""
     places: list[int] = []
     current: StatePath | None = path
     while current is not None and current != ROOT:
-        places.append(
-            indices.get(current, 0)
-            if current.endswith("]")
-            else chart.order[model.template(current)]
-        )
+        if current.endswith("]"):
+            places.append(indices.get(current, 0))
+        else:
+            places.append(chart.order[model.template(current)])
         current = parent_of(current)
     return tuple(reversed(places))
 
@@ -42,8 +40,11 @@ def _place(chart: Chart, children: Iterable[Child], path: StatePath) -> tuple[in
 def in_document_order(
     chart: Chart, children: Iterable[Child], paths: Iterable[StatePath], *, reverse: bool = False
 ) -> list[StatePath]:
-    kept = list(children)
-    return sorted(paths, key=lambda path: _place(chart, kept, path), reverse=reverse)
+    listed = list(paths)
+    if len(listed) < 2:
+        return listed
+    indices = {child.scope: child.index for child in children}
+    return sorted(listed, key=lambda path: _place(chart, indices, path), reverse=reverse)
 
 
 def leaves_in(leaves: Iterable[StatePath], scope: StatePath) -> list[StatePath]:

@@ -147,5 +147,5 @@ def activation_of(macro: Macro, event: Event | None, at: StatePath) -> dict[str,
         "context": child.context if child is not None else macro.context,
         "event": event.activation() if event is not None else {},
         "input": child.item if child is not None else macro.scope.input,
-        "workspace": macro.scope.workspace,
+        "workspace": macro.scope.workspace_at(at),
     }

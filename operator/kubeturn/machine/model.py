@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, NewType, Protocol
 
 StatePath = NewType("StatePath", str)
@@ -36,20 +36,27 @@ RESERVED_EVENT_PREFIXES = ("done.", "error.", "after:")
 ``ERROR_EXPRESSION``."""
 
 
+PATHS_REMEMBERED = 4096
+"""Paths whose template, Machine and parent are remembered: the states of the Runs an
+operator drives at once, bounded so that an operator's life of fan-out keys is not."""
+
 _KEYS = re.compile(r"\[[^\]]*\]")
 
 
+@lru_cache(maxsize=PATHS_REMEMBERED)
 def template(path: StatePath) -> StatePath:
     """The Chart's path of a state instance: every item key cut (``fix[a].x`` → ``fix[].x``)."""
     return StatePath(_KEYS.sub("[]", path)) if "[" in path else path
 
 
+@lru_cache(maxsize=PATHS_REMEMBERED)
 def machine_of(path: StatePath) -> StatePath:
     """The root of the Machine instance ``path`` belongs to: ``ROOT`` for the Run's own
     Machine, ``fix[a]`` for the states of the fan-out child ``a`` of ``fix``."""
     return StatePath(path[: path.rindex("]") + 1]) if "]" in path else ROOT
 
 
+@lru_cache(maxsize=PATHS_REMEMBERED)
 def parent_of(path: StatePath) -> StatePath | None:
     """The parent of a state instance (a child Machine's root's is its fan-out state)."""
     if path == ROOT:
@@ -241,18 +248,26 @@ class Chart:
             current = parent_of(current)
         return chain
 
-    def chain(self, path: StatePath) -> list[StatePath]:
+    def chain(self, path: StatePath) -> tuple[StatePath, ...]:
         """``path`` and its ancestors up to the root of its own Machine, innermost first:
         the states an event reaching ``path`` is offered to."""
-        machine = machine_of(path)
-        chain = []
-        current: StatePath | None = path
-        while current is not None:
-            chain.append(current)
-            if current == machine:
-                break
-            current = parent_of(current)
-        return chain
+        found = self._chains.get(path)
+        if found is None:
+            machine = machine_of(path)
+            chain = []
+            current: StatePath | None = path
+            while current is not None:
+                chain.append(current)
+                if current == machine:
+                    break
+                current = parent_of(current)
+            found = self._chains[path] = tuple(chain)
+        return found
+
+    @cached_property
+    def _chains(self) -> dict[StatePath, tuple[StatePath, ...]]:
+        """``chain``'s answers so far: a Run asks for the same few paths all its life."""
+        return {}
 
     def is_within(self, path: StatePath, ancestor: StatePath) -> bool:
         """True when ``path`` is ``ancestor`` or one of its descendants."""

@@ -113,5 +113,5 @@ def activation(
         "context": child.context if child is not None else config.context,
         "event": event.activation() if event is not None else {},
         "input": child.item if child is not None else scope.input,
-        "workspace": scope.workspace,
+        "workspace": scope.workspace_at(at),
     }

@@ -100,6 +100,8 @@ def eventless(macro: Macro) -> list[Chosen]:
 def _without_conflicts(macro: Macro, enabled: list[Chosen]) -> list[Chosen]:
     """SCXML's conflict resolution: of two transitions whose exit sets overlap, the one
     whose source is inside the other's wins, else the one selected first."""
+    if len(enabled) < 2:
+        return enabled
     kept: list[tuple[Chosen, set[StatePath]]] = []
     for chosen in enabled:
         exits = exit_set(macro, *chosen)

@@ -31,6 +31,7 @@ from kubeturn.orchestrator.effects import (
     Answer,
     Effects,
     Finished,
+    MakeWorktrees,
     Recorded,
     StartDeliver,
     StartExec,
@@ -41,6 +42,7 @@ from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn.orchestrator.invokes import DeliverResult, ExecResult
 from kubeturn.orchestrator.picks import Gone, PickAnswer
 from kubeturn.orchestrator.turns import Exit, TurnRecord
+from kubeturn.orchestrator.worktrees import Made
 from kubeturn_harness.wire import DeliveryId, Outcome, Receipt, SubmissionId, Usage
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,20 @@ class NoDeliveries:
         return DeliverResult(error="this Run's shell cannot deliver work")
 
 
+class WorktreePort(Protocol):
+    """Makes (or finds) a fan-out child's worktrees (ADR 0113); how it ended, never
+    raising. Safe to ask again: a made worktree is found, not made twice."""
+
+    async def make(self, effect: MakeWorktrees) -> Made: ...
+
+
+class NoWorktrees:
+    """The port of a shell without a Workspace: no child can have worktrees of its own."""
+
+    async def make(self, effect: MakeWorktrees) -> Made:
+        return Made(error="this Run's shell cannot make worktrees")
+
+
 class TracePort(Protocol):
     """Where a traced Run's spans go (ADR 0107); never raises, never waits."""
 
@@ -141,11 +157,13 @@ class RunActor:
         deliveries: DeliverPort | None = None,
         save_later_s: float = SAVE_LATER_S,
         traces: TracePort | None = None,
+        worktrees: WorktreePort | None = None,
     ) -> None:
         self.core = core
         self._turns = turns
         self._execs = execs
         self._deliveries: DeliverPort = deliveries or NoDeliveries()
+        self._worktrees: WorktreePort = worktrees or NoWorktrees()
         self._store = store
         self._clock = clock
         self._on_change = on_change
@@ -296,6 +314,8 @@ class RunActor:
                     self._execs_running[effect.invocation] = self._spawn(self._exec(effect))
                 case StartDeliver():
                     self._spawn(self._deliver(effect))
+                case MakeWorktrees():
+                    self._spawn(self._make_worktrees(effect))
                 case StopExec():
                     task = self._execs_running.pop(effect.invocation, None)
                     if task is not None:
@@ -383,6 +403,10 @@ class RunActor:
     async def _deliver(self, effect: StartDeliver) -> None:
         result = await self._deliveries.deliver(effect)
         await self._do(lambda now: self.core.deliver_done(effect.invocation, result, now))
+
+    async def _make_worktrees(self, effect: MakeWorktrees) -> None:
+        made = await self._worktrees.make(effect)
+        await self._do(lambda now: self.core.worktrees_made(effect.child, made, now))
 
     def _arm_timer(self) -> None:
         current = asyncio.current_task()

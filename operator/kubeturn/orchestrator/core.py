@@ -1,16 +1,18 @@
 """The Run core: one Run's Machine, its Turns, their sweeps and the answers to picks.
 
 Every entry point takes an event (a start, a signal, a pick, a timer, an exec result, a
-settlement), advances the Machine, and returns the effects the shell must apply: admit
-a Submission, sweep a Turn with its cause, start or stop an exec, answer a pick. The
-state it keeps is one JSON snapshot; the shell persists it before it acknowledges any
-effect, so a restored core continues exactly. No IO, no clock: ``now`` is an argument.
+settlement, a fan-out child's worktrees made), advances the Machine, and returns the
+effects the shell must apply: admit a Submission, sweep a Turn with its cause, start or
+stop an exec, make a child's worktrees, answer a pick. The state it keeps is one JSON
+snapshot; the shell persists it before it acknowledges any effect, so a restored core
+continues exactly. No IO, no clock: ``now`` is an argument.
 
 ``RunCore`` coordinates; what each concept decides lives beside it: ``admissions`` (a
 Turn's start and what its Submissions are admitted with), ``picks`` (which picks are
 refused, and their answers), ``invokes`` (exec and deliver invokes), ``history`` (a
 Turn's one record), ``prompts`` (the words the model reads), ``turns`` (the Turn ledger
-and a Turn's outcome), ``snapshots`` (the snapshot's format and versions). Its helpers
+and a Turn's outcome), ``snapshots`` (the snapshot's format and versions), ``worktrees``
+(which fan-out children work in worktrees of their own, and their branches). Its helpers
 return the effects they decide; none extends a list it is given.
 
 The rules (docs/turn-semantics.md):
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubeturn.api.status import DeliveryRecord, RunPhase, TrailEntry, bounded
@@ -36,6 +38,7 @@ from kubeturn.errors import SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import (
     ERROR_INVOKE,
+    ChildStatus,
     Config,
     Event,
     InvokeEntry,
@@ -45,7 +48,7 @@ from kubeturn.machine.interpreter import (
     Step,
 )
 from kubeturn.machine.load import LoadedRun
-from kubeturn.machine.model import StatePath, machine_of
+from kubeturn.machine.model import ROOT, StatePath, machine_of, parent_of
 from kubeturn.orchestrator import (
     admissions,
     frames,
@@ -58,6 +61,7 @@ from kubeturn.orchestrator import (
     snapshots,
     trail,
     turns,
+    worktrees,
 )
 from kubeturn.orchestrator.effects import (
     Admit,
@@ -65,6 +69,7 @@ from kubeturn.orchestrator.effects import (
     Effect,
     Effects,
     Finished,
+    MakeWorktrees,
     Recorded,
     StartDeliver,
     StartExec,
@@ -133,6 +138,10 @@ class RunView:
     """The most recent transitions that moved the Machine (``trail.TRAIL_LIMIT``)."""
     moves: int = 0
     """Transitions that moved it over the Run's life; ``trail`` keeps the last ones."""
+    children: tuple[interpreter.Child, ...] = ()
+    """The children of the running fan-outs (``Config.children``)."""
+    active: tuple[StatePath, ...] = ()
+    """The active leaves, every running child's among them (``Config.active``)."""
 
 
 class RunCore:
@@ -197,6 +206,9 @@ class RunCore:
         """Turns started over the Run's life: the n-th is ``t<n>`` (``ids.turn``)."""
         self.delivery_seq = 0
         """Picks delivered over the Run's life: the n-th delivery id starts ``d<n>-``."""
+        self.child_worktrees: dict[StatePath, worktrees.ChildWorktrees] = {}
+        """The worktrees of the fan-out children that asked for their own (ADR 0113), by
+        the child's root, while the child is among the Machine's children."""
         if snapshot is not None:
             try:
                 self._restore(snapshot)
@@ -277,6 +289,31 @@ class RunCore:
         if entry is None:
             return Effects()
         return Effects(self._send(invokes.exec_event(entry, result), now))
+
+    def worktrees_made(self, child: str, made: worktrees.Made, now: float) -> Effects:
+        """A child's worktrees were made (or could not be): the invokes that waited for
+        them start in them, or each gets ``error.invoke`` (reason ``worktree``). One
+        reported again, or of a child gone, is ignored."""
+        entry = self.child_worktrees.get(StatePath(child))
+        if entry is None or not entry.pending or self.config is None:
+            return Effects()
+        if made.repos is not None:
+            entry.repos = dict(made.repos)
+            self._scope = self._scope_with_children()
+        else:
+            entry.error = bounded(made.error or "the worktrees were not made")
+        effects = self._ask_worktrees(self.config)
+        running = {i.id: i for i in self.config.invokes}
+        for done in self.child_worktrees.values():
+            if done.pending:
+                continue
+            waiting, done.waiting = done.waiting, []
+            for waited in waiting:
+                invoke = running.get(waited.invocation)
+                if invoke is not None:
+                    event = Event(waited.event, waited.fields)
+                    effects += self._start_now(invoke, event, now)
+        return Effects([*effects, *self._drain(now)])
 
     def deliver_done(self, invocation: str, result: invokes.DeliverResult, now: float) -> Effects:
         """A delivery ended: it is recorded, and its state (if still active) gets its done
@@ -468,6 +505,8 @@ class RunCore:
             accepted=tuple(self.accepted()),
             trail=tuple(self.trail),
             moves=self.moves,
+            children=self.config.children if self.config else (),
+            active=self.config.active if self.config else (),
         )
 
     @property
@@ -515,6 +554,11 @@ class RunCore:
         running = {entry.id for entry in self.config.invokes} if self.config else set()
         effects += [start for invocation, start in self.execs.items() if invocation in running]
         effects += self.delivering.values()
+        effects += [
+            self._make_effect(child, made)
+            for child, made in self.child_worktrees.items()
+            if made.pending and made.asked
+        ]
         return Effects(effects)
 
     # ------------------------------------------------------------------ the machine
@@ -546,7 +590,7 @@ class RunCore:
             self.trail = trail.extend(self.trail, step.moves, now)
             self.moves += len(step.moves)
         picks.note_reply(self.run.chart, step, self.live_turns(), self.turns, self.deliveries)
-        effects: list[Effect] = []
+        effects: list[Effect] = self._ask_worktrees(step.config)
         # An invoke whose state was entered and left within this macrostep (an `always`
         # straight back, a fault) never runs: it is neither started nor stopped (SCXML
         # starts invokes at the end of the macrostep, for states still active).
@@ -570,21 +614,115 @@ class RunCore:
         for started in step.started:
             if started in passed or started.kind is InvokeKind.FAN_OUT:
                 continue  # a fan-out's children are the Machine's own
-            if started.kind is InvokeKind.AGENT:
-                effects += self._start_turn(started, step.event, now)
-            else:
-                effects += self._start_invoke(started, step.event)
+            effects += self._start_when_made(started, step.event, now)
         if step.config.status is not Status.RUNNING and self.phase is RunPhase.RUNNING:
             self.phase = PHASE_OF[step.config.status]
             self.message = step.config.message
             effects.append(Finished(self.phase.value, step.config.output, step.config.message))
         return effects
 
+    # ------------------------------------------------------------------ worktrees
+
+    def _ask_worktrees(self, config: Config) -> list[Effect]:
+        """Note each child that started and wants worktrees of its own, and ask for those
+        whose base is made (a child fanned out of a child waits for that child's); forget
+        those of children the Machine no longer holds (their worktrees stay until the Run
+        is deleted)."""
+        held = {child.scope for child in config.children}
+        gone = [scope for scope in self.child_worktrees if scope not in held]
+        for scope in gone:
+            del self.child_worktrees[scope]
+        if gone:
+            self._scope = self._scope_with_children()
+        if self.workspace is None or not self.workspace.repos:
+            return []  # nothing to make: every child works where the Run does
+        for child in config.children:
+            if child.status is not ChildStatus.RUNNING or child.scope in self.child_worktrees:
+                continue
+            if worktrees.per_child(self.run.chart, child.scope):
+                self.child_worktrees[child.scope] = worktrees.ChildWorktrees(
+                    branch=worktrees.child_branch(self._branch_of(ROOT), child.scope),
+                    base=self._branch_of(self._base_of(child.scope)),
+                )
+        effects: list[Effect] = []
+        for scope, made in self.child_worktrees.items():
+            under = self.child_worktrees.get(self._base_of(scope))
+            if not made.pending or made.asked or (under is not None and under.pending):
+                continue
+            if under is not None and under.error is not None:
+                made.error = f"the worktrees of {self._base_of(scope)} were not made"
+                continue
+            made.asked = True
+            effects.append(self._make_effect(scope, made))
+        return effects
+
+    def _base_of(self, child: StatePath) -> StatePath:
+        """The Machine whose worktrees a child's are made from."""
+        fan_out = parent_of(child)
+        assert fan_out is not None
+        return worktrees.owner(self.run.chart, fan_out)
+
+    def _make_effect(self, child: StatePath, made: worktrees.ChildWorktrees) -> MakeWorktrees:
+        assert self.workspace is not None
+        return MakeWorktrees(child, made.branch, made.base, tuple(sorted(self.workspace.repos)))
+
+    def _branch_of(self, machine: StatePath) -> str:
+        """The branch of the worktrees the Machine rooted at ``machine`` works in."""
+        made = self.child_worktrees.get(machine)
+        if made is not None:
+            return made.branch
+        assert self.workspace is not None
+        return self.workspace.branch or f"kubeturn/{self.run.name}"
+
+    def _view_at(self, state: StatePath) -> frames.WorkspaceView | None:
+        """The worktrees the state works in: its child's own, or the Run's."""
+        made = self.child_worktrees.get(worktrees.owner(self.run.chart, state))
+        return made.view() if made is not None else self.workspace
+
+    def _scope_with_children(self) -> Scope:
+        return replace(
+            self._scope,
+            workspaces={
+                scope: view.activation()
+                for scope, made in self.child_worktrees.items()
+                if (view := made.view()) is not None
+            },
+        )
+
+    def _start_when_made(self, entry: InvokeEntry, event: Event, now: float) -> list[Effect]:
+        """Start the invoke, or, in a child whose worktrees are being made, keep it
+        waiting for them."""
+        made = self.child_worktrees.get(worktrees.owner(self.run.chart, entry.state))
+        if made is not None and made.pending:
+            made.waiting.append(worktrees.Waiting.of(entry, event))
+            return []
+        return self._start_now(entry, event, now)
+
+    def _start_now(self, entry: InvokeEntry, event: Event, now: float) -> list[Effect]:
+        made = self.child_worktrees.get(worktrees.owner(self.run.chart, entry.state))
+        if made is not None and made.error is not None:
+            fields = {"reason": "worktree", "message": made.error}
+            self._queue.append(Event(ERROR_INVOKE, fields, entry.cause, entry.id))
+            return []
+        if made is not None and entry.kind is InvokeKind.DELIVER:
+            # A delivery commits and pushes the Run's branch; a child's is its own.
+            message = (
+                f"{invokes.path(entry.state)}.deliver: a fan-out child with worktrees of its "
+                "own cannot deliver; deliver from the Run once it has merged its children's "
+                "branches"
+            )
+            fields = {"reason": "refused", "message": message}
+            self._queue.append(Event(ERROR_INVOKE, fields, entry.cause, entry.id))
+            return []
+        if entry.kind is InvokeKind.AGENT:
+            return self._start_turn(entry, event, now)
+        return self._start_invoke(entry, event)
+
     def _start_invoke(self, entry: InvokeEntry, event: Event | None) -> list[Effect]:
         """Start an exec or a delivery, or queue the event that refuses it."""
         assert self.config is not None
         start = invokes.start(
-            self.run.chart, self.config, self._scope, self.workspace, entry, event
+            self.run.chart, self.config, self._scope, self._view_at(entry.state), entry, event
         )
         match start:
             case Event():
@@ -605,7 +743,7 @@ class RunCore:
             self.run,
             entry,
             interpreter.activation(self.config, event, self._scope, entry.state),
-            self.workspace,
+            self._view_at(entry.state),
             turn_id=ids.turn(self.turn_seq),
             epochs=self.epochs,
             new_id=self._new_id,
@@ -800,6 +938,7 @@ class RunCore:
                 moves=self.moves,
                 turn_seq=self.turn_seq,
                 delivery_seq=self.delivery_seq,
+                worktrees=self.child_worktrees,
             )
         )
 
@@ -832,6 +971,8 @@ class RunCore:
         self.moves = saved.moves
         self.turn_seq = saved.turn_seq
         self.delivery_seq = saved.delivery_seq
+        self.child_worktrees = dict(saved.worktrees)
+        self._scope = self._scope_with_children()
 
 
 def _unreadable(error: Exception) -> str:

@@ -80,6 +80,20 @@ class StartDeliver:
 
 
 @dataclass(frozen=True)
+class MakeWorktrees:
+    """Make (or find) a fan-out child's worktrees (ADR 0113): one per repo slot on
+    ``branch``, made from ``base``'s current commit; idempotent, so a restore asks again.
+    The shell answers ``RunCore.worktrees_made``."""
+
+    child: str
+    """The child's root (``fix[pkg-a]``)."""
+    branch: str
+    base: str
+    """The branch it starts from: the Run's, or an enclosing child's."""
+    slots: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Answer:
     """The answer of an outstanding pick, for whoever long-polls its delivery."""
 
@@ -105,7 +119,17 @@ class Recorded:
     """How the Turn's state exited (the sweep's cause and time), for its trace span."""
 
 
-Effect = Admit | Sweep | StartExec | StopExec | StartDeliver | Answer | Finished | Recorded
+Effect = (
+    Admit
+    | Sweep
+    | StartExec
+    | StopExec
+    | StartDeliver
+    | MakeWorktrees
+    | Answer
+    | Finished
+    | Recorded
+)
 """Every effect there is; a new one is added here and to every shell's ``match``."""
 E = TypeVar("E", bound=Effect)
 

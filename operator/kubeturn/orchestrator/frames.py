@@ -20,12 +20,18 @@ NO_WORKSPACE_CWD = "/work"
 
 @dataclass(frozen=True)
 class WorkspaceView:
-    """The Run's worktrees: repo slot → absolute path."""
+    """The worktrees a Machine works in (the Run's, or a per-child fan-out child's): repo
+    slot → absolute path, and their branch when the shell says it."""
 
     repos: Mapping[str, str]
+    branch: str | None = None
 
     def activation(self) -> dict[str, Any]:
-        return {"repos": dict(self.repos)}
+        """What expressions see as ``workspace``: ``repos``, and ``branch`` when known."""
+        seen: dict[str, Any] = {"repos": dict(self.repos)}
+        if self.branch is not None:
+            seen["branch"] = self.branch
+        return seen
 
 
 @dataclass(frozen=True)

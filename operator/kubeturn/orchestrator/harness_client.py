@@ -44,9 +44,10 @@ from kubeturn.errors import (
 )
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.delivery import Committed
-from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
+from kubeturn.orchestrator.effects import Admit, MakeWorktrees, StartExec, Sweep
 from kubeturn.orchestrator.ids import InstanceId
 from kubeturn.orchestrator.invokes import ExecResult
+from kubeturn.orchestrator.worktrees import Made
 from kubeturn_harness.wire import (
     AdmitResponse,
     DeliverResponse,
@@ -331,9 +332,14 @@ class HarnessClient:
             raise _refused(what, answer)
         return _decoded(_DELIVERED, answer, what)
 
-    async def worktrees(self, run: str, branch: str, slots: list[str]) -> dict[str, str]:
-        """The Run's worktree of each repo slot (made if missing): slot → path."""
-        body = {"run": run, "branch": branch, "slots": slots}
+    async def worktrees(
+        self, run: str, branch: str, slots: list[str], *, base: str | None = None
+    ) -> dict[str, str]:
+        """The Run's worktree of each repo slot on ``branch`` (made if missing, from the
+        clone, or with ``base`` from the Run's worktree on that branch): slot → path."""
+        body: dict[str, Any] = {"run": run, "branch": branch, "slots": slots}
+        if base is not None:
+            body["base"] = base
         what = "the worktrees"
         answer = await self._call("POST", f"{self._base}/worktrees", what, json=body)
         if answer.status != 200:
@@ -466,6 +472,26 @@ class HarnessCommitter:
         except HarnessCallFailed as error:
             raise DeliveryFailed(one_line(str(error))) from error
         return Committed(done.commit, done.changed, done.bundle, done.clone)
+
+
+@dataclass(frozen=True)
+class HarnessWorktrees:
+    """The ``WorktreePort`` of a Run whose Harness is ``client``: a fan-out child's
+    worktrees, by its ``POST /worktrees`` from the Run's (ADR 0113)."""
+
+    run: str
+    client: HarnessClient
+
+    async def make(self, effect: MakeWorktrees) -> Made:
+        try:
+            repos = await self.client.worktrees(
+                self.run, effect.branch, list(effect.slots), base=effect.base
+            )
+        except HarnessRefused as refused:
+            return Made(error=one_line(refused.said or str(refused)))
+        except HarnessCallFailed as error:
+            return Made(error=one_line(str(error)))
+        return Made(repos=repos)
 
 
 def one_line(text: str) -> str:

@@ -24,6 +24,9 @@ Versions:
   (ADR 0112). A version 2 Machine had one leaf (``machine.leaf``), ``""`` once ended.
 - Any version may hold ``ignoredSignals`` (id → why): the signals no state took (ADR
   0067); one without it (every snapshot written before) had none.
+- Any version may hold ``worktrees``: the fan-out children's own worktrees (each child's
+  root, branch, base, repos once made, error, whether asked, the invokes waiting for
+  them; ADR 0113); one without it (every snapshot written before) had no child asking.
 - Any version may hold ``moves`` (transitions that moved the Machine) and, as the core
   keeps it, ``trail`` (the last of them; a status holds it as ``trail``, ADR 0109); one
   without them (every snapshot written before) shows no trail.
@@ -36,12 +39,14 @@ current version's format: what a core keeps (``Saved``) as JSON, and back.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubeturn.api.status import DeliveryRecord, TrailEntry
 from kubeturn.errors import SnapshotUnreadable
 from kubeturn.machine import interpreter
+from kubeturn.machine.model import StatePath
+from kubeturn.orchestrator import worktrees as child_worktrees
 from kubeturn.orchestrator.effects import StartDeliver, StartExec
 from kubeturn.orchestrator.turns import Delivery, Turn, TurnRecord
 from kubeturn_harness.wire import Notice
@@ -56,6 +61,9 @@ TRAIL_KEY = "trail"
 DELIVERED_KEY = "delivered"
 """The core's snapshot's key of the delivery records; a Run's status holds them as
 ``deliveries``."""
+WORKTREES_KEY = "worktrees"
+"""The core's snapshot's key of the per-child worktrees (a list: a merge patch replaces
+it whole)."""
 LEGACY_KEYS = (HISTORY_KEY, "seq")
 """Keys of a version 0 snapshot that version 1 has not. A status is written by merge
 patch, which keeps a key the new snapshot lacks, so a writer names these to remove them,
@@ -86,6 +94,7 @@ class Saved:
     moves: int
     turn_seq: int
     delivery_seq: int
+    worktrees: Mapping[StatePath, child_worktrees.ChildWorktrees] = field(default_factory=dict)
 
 
 def write(saved: Saved) -> dict[str, Any]:
@@ -129,6 +138,7 @@ def write(saved: Saved) -> dict[str, Any]:
         "moves": saved.moves,
         "turnSeq": saved.turn_seq,
         "deliverySeq": saved.delivery_seq,
+        WORKTREES_KEY: child_worktrees.write(saved.worktrees),
     }
 
 
@@ -175,6 +185,8 @@ def read(data: Mapping[str, Any]) -> Saved:
         moves=int(data.get("moves") or 0),
         turn_seq=int(data["turnSeq"]),
         delivery_seq=int(data["deliverySeq"]),
+        # Absent from a snapshot written before children had worktrees of their own.
+        worktrees=child_worktrees.read(data.get(WORKTREES_KEY) or []),
     )
 
 

@@ -15,14 +15,28 @@ every Turn (``RunView.phase``): one patch writes both. The status is a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubeturn.api.status import ProcessedSignal, RunStatus, SignalResult
+from kubeturn.api.status import (
+    CHILDREN_LIMIT,
+    ChildPhase,
+    FanOutChild,
+    ProcessedSignal,
+    RunStatus,
+    SignalResult,
+)
 from kubeturn.errors import SnapshotUnreadable
+from kubeturn.machine import interpreter
+from kubeturn.machine.interpreter import ChildStatus
+from kubeturn.machine.model import StatePath, parent_of, within
 from kubeturn.orchestrator import signals, snapshots
 from kubeturn.orchestrator.core import RunView
 from kubeturn.orchestrator.snapshots import DELIVERED_KEY, HISTORY_KEY, TRAIL_KEY
+
+PROGRESS_ORDER = (ChildPhase.SUCCEEDED, ChildPhase.FAILED, ChildPhase.RUNNING, ChildPhase.PENDING)
+"""The order ``childProgress`` counts a fan-out's children in: done, then under way."""
 
 
 def run_status(view: RunView, snapshot: Mapping[str, Any]) -> RunStatus:
@@ -58,7 +72,41 @@ def run_status(view: RunView, snapshot: Mapping[str, Any]) -> RunStatus:
             [item.model_dump(mode="json", by_alias=True) for item in accepted]
         ),
         cancelProcessed=view.cancelled,
+        **fan_out_children(view.children, view.active),
     )
+
+
+def fan_out_children(
+    children: Sequence[interpreter.Child], active: Sequence[StatePath]
+) -> dict[str, Any]:
+    """The status fields that show the running fan-outs' children (``children``,
+    ``droppedChildren``, ``childProgress``): each child's key, status, active states (of
+    ``active``, its own Machine's and its children's) and why it failed. A Run holds no
+    other object per child, so this is where kubectl finds them."""
+    shown = [
+        FanOutChild(
+            fanOut=parent_of(child.scope) or "",
+            key=child.key,
+            status=ChildPhase(child.status.value),
+            state=", ".join(leaf for leaf in active if within(leaf, child.scope)) or None,
+            message=child.message if child.status is ChildStatus.FAILED else None,
+        )
+        for child in children
+    ]
+    fan_outs: dict[str, Counter[ChildPhase]] = {}
+    for child in shown:
+        fan_outs.setdefault(child.fanOut, Counter())[child.status] += 1
+    progress = [
+        ", ".join(f"{counts[phase]} {phase.value}" for phase in PROGRESS_ORDER if counts[phase])
+        for counts in fan_outs.values()
+    ]
+    if len(progress) > 1:
+        progress = [f"{state}: {said}" for state, said in zip(fan_outs, progress, strict=True)]
+    return {
+        "children": shown[:CHILDREN_LIMIT],
+        "droppedChildren": max(0, len(shown) - CHILDREN_LIMIT),
+        "childProgress": "; ".join(progress) or None,
+    }
 
 
 def resume_point(status: Mapping[str, Any]) -> dict[str, Any] | None:
