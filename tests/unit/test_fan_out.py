@@ -9,7 +9,8 @@ Cases:
   names them from ``input``; a key that is no key, or twice the same, is the invoke's
   ``error.invoke`` (reason ``items``) saying which items, as is a key that is no
   string or a key expression that fails; items that are not a list, more than
-  ``MAX_ITEMS`` (the API's bound) or that fail, likewise; an empty list is done at once
+  ``MAX_ITEMS`` (the API's bound), larger than ``MAX_ITEMS_BYTES`` of JSON, or that
+  fail, likewise; an empty list is done at once
   with ``[]``; children that end (or fail) as they start make one answer;
 - failFast: the first failing child is the invoke's ``error.invoke`` (reason
   ``child-failed``, its key); the running children run on while the state stays, no
@@ -231,6 +232,18 @@ class TestKeys:
 
     def test_the_bound_is_the_apis(self) -> None:
         assert it.MAX_ITEMS == api.MAX_ITEMS
+
+    def test_items_too_large_for_the_status_are_the_invokes_error(self) -> None:
+        items = [{"name": f"p{i}", "notes": "x" * 3000} for i in range(90)]
+        m = Machine(fan(items, key="input.name"))
+        assert m.active == ("failed",)
+        assert m.config.context["error"]["reason"] == "items"
+        assert m.config.context["error"]["message"] == (
+            "forEach.items (context.items) is 272,331 bytes of JSON; a fan-out takes "
+            "262,144: give each child a name or an index, and let it read what it needs "
+            "from the Run's input"
+        )
+        assert m.config.children == ()
 
     def test_an_empty_list_is_done_at_once(self) -> None:
         m = Machine(fan([]))

@@ -5,6 +5,7 @@ microsteps start and end the children (``kubeturn.machine.microsteps``).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +17,9 @@ from kubeturn.machine.model import FanOut, StatePath
 MAX_ITEMS = 100
 """Children of one fan-out: each holds its item and context in the Run's status, which
 the API server keeps under 1.5 MiB (ADR 0112)."""
+MAX_ITEMS_BYTES = 256 * 1024
+"""The items' JSON, all together: each child keeps its item in the Run's status, beside
+the context the list came from, so a list this large already costs twice that there."""
 
 
 KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,62}$")
@@ -36,6 +40,13 @@ def make_children(
         return f"forEach.items ({where}) is a {type(items).__name__}, not a list"
     if len(items) > MAX_ITEMS:
         return f"forEach.items ({where}) has {len(items)} items; a fan-out takes {MAX_ITEMS}"
+    size = len(json.dumps(items, separators=(",", ":")))
+    if size > MAX_ITEMS_BYTES:
+        return (
+            f"forEach.items ({where}) is {size:,} bytes of JSON; a fan-out takes "
+            f"{MAX_ITEMS_BYTES:,}: give each child a name or an index, and let it read "
+            "what it needs from the Run's input"
+        )
     children: list[Child] = []
     keys: dict[str, int] = {}
     for index, item in enumerate(items):
