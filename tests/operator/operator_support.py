@@ -576,3 +576,12 @@ async def charted(
         kubelet_.running(str(k8s.url), logs, token=k8s.admin_token)
     )
     return k8s, installed, kubelet
+
+
+def kubectl_table(text: str) -> list[list[str]]:
+    """kubectl's table as rows of cells, cut where the header's columns start (an empty
+    cell is ``""``; blank lines are no rows)."""
+    header, *rows = [line for line in text.splitlines() if line.strip()]
+    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    return [[line[a:b].strip() for a, b in bounds] for line in (header, *rows)]

@@ -81,6 +81,7 @@ from tests.operator.operator_support import (
     eventually,
     fail_on_logged_errors,
     harness_token,
+    kubectl_table,
     make_origin,
     model_requests,
     names,
@@ -301,15 +302,6 @@ def task_with_review_script(*, hold_first: bool) -> str:
     )
 
 
-def table(text: str) -> list[list[str]]:
-    """kubectl's table as rows of cells, cut where the header's columns start (an empty
-    cell is ``""``)."""
-    header, *rows = text.splitlines()
-    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
-    bounds = list(zip(starts, [*starts[1:], None], strict=True))
-    return [[line[a:b].strip() for a, b in bounds] for line in (header, *rows)]
-
-
 async def coder_running(cluster: StartCluster) -> tuple[Cluster, str]:
     """Apply the example Run and wait until its coder's first Turn runs, its model
     request held; answer the world and that AgentTurn's name."""
@@ -328,7 +320,7 @@ async def coder_running(cluster: StartCluster) -> tuple[Cluster, str]:
 async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None:
     # While the coder's first Turn runs (its model request held), kubectl shows it.
     world, first = await coder_running(cluster)
-    shown = table((await world.kubectl("get", "agentturns")).stdout)
+    shown = kubectl_table((await world.kubectl("get", "agentturns")).stdout)
     assert shown[0] == AGENTTURN_COLUMNS
     assert [row[:6] for row in shown[1:]] == [[first, RUN, "coder", "implementing", "Running", ""]]
     # A person approving before the review: ignored, said so, and not kept for later.
@@ -370,7 +362,7 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     assert ready["message"] == (
         "the Run is Running; it accepts now: approve (humanReview), reject (humanReview)"
     )
-    wide = table((await world.kubectl("get", "runs", "-o", "wide")).stdout)
+    wide = kubectl_table((await world.kubectl("get", "runs", "-o", "wide")).stdout)
     assert (wide[0][-1], wide[1][-1]) == ("ACCEPTS", "approve,reject")
     signal = [
         {"op": "add", "path": "/spec/signals/-", "value": {"id": "approve-1", "event": "approve"}}

@@ -41,6 +41,7 @@ from tests.operator.operator_support import (
     OperatorThread,
     call,
     fail_on_logged_errors,
+    kubectl_table,
     make_origin,
     script,
     settings,
@@ -79,14 +80,6 @@ def manifest(file: str) -> Body:
     body["metadata"]["namespace"] = NAMESPACE
     body["spec"]["workspace"] = {"name": WORKSPACE}
     return body
-
-
-def table(text: str) -> list[list[str]]:
-    """kubectl's table as rows of cells, cut where the header's columns start."""
-    header, *rows = text.splitlines()
-    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
-    bounds = list(zip(starts, [*starts[1:], None], strict=True))
-    return [[line[a:b].strip() for a, b in bounds] for line in (header, *rows)]
 
 
 @pytest.fixture
@@ -164,12 +157,12 @@ async def test_the_first_rejection_ends_both_reviewers_turns(
         ),
         "both reviewers' AgentTurns Running",
     )
-    shown = table((await kubectl("get", "agentturns")).stdout)
+    shown = kubectl_table((await kubectl("get", "agentturns")).stdout)
     assert sorted(row[2:5] for row in shown[1:]) == [
         ["security", "review.security.reading", "Running"],
         ["style", "review.style.reading", "Running"],
     ]
-    runs = table((await kubectl("get", "runs")).stdout)
+    runs = kubectl_table((await kubectl("get", "runs")).stdout)
     assert runs[0][:3] == ["NAME", "STATE", "PHASE"]
     assert runs[1][:3] == [
         "two-reviewers",
@@ -215,10 +208,10 @@ async def test_a_cancel_mid_fan_out_sweeps_every_live_child_turn(
         ("pkg-d", "pending", None),
         ("pkg-e", "pending", None),
     ]
-    wide = table((await kubectl("get", "runs", "-o", "wide")).stdout)
+    wide = kubectl_table((await kubectl("get", "runs", "-o", "wide")).stdout)
     assert (wide[0][1], wide[0][-2]) == ("STATE", "CHILDREN")
     assert (wide[1][1], wide[1][-2]) == ("fix", "2 running, 3 pending")
-    shown = table((await kubectl("get", "agentturns")).stdout)
+    shown = kubectl_table((await kubectl("get", "agentturns")).stdout)
     assert sorted(row[3] for row in shown[1:]) == ["fix[pkg-a].work", "fix[pkg-b].work"]
 
     assert await release(world, fix("pkg-a")) == 1

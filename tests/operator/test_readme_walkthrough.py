@@ -60,6 +60,7 @@ from tests.operator.operator_support import (
     eventually,
     fail_on_logged_errors,
     free_port,
+    kubectl_table,
     model_requests,
     names,
     script,
@@ -295,7 +296,7 @@ async def test_the_readme_walkthrough_runs_as_written(
                 ),
                 "both AgentTurns settled, kept",
             )
-            shown = table(await shell(get_runs))
+            shown = kubectl_table(await shell(get_runs))
             assert shown[0][:4] == ["NAME", "STATE", "PHASE", "TURNS"]
             assert [row[:4] for row in shown[1:]] == [[RUN, "humanReview", "Running", "2"]]
 
@@ -371,11 +372,3 @@ async def test_the_readme_walkthrough_runs_as_written(
 async def model_requests_of(model_url: str) -> list[Body]:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
         return await model_requests(session, model_url.removesuffix("/v1"))
-
-
-def table(text: str) -> list[list[str]]:
-    """kubectl's table as rows of cells, cut where the header's columns start."""
-    header, *rows = [line for line in text.splitlines() if line.strip()]
-    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
-    bounds = list(zip(starts, [*starts[1:], None], strict=True))
-    return [[line[a:b].strip() for a, b in bounds] for line in (header, *rows)]

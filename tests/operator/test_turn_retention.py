@@ -36,6 +36,7 @@ from tests.operator.operator_support import (
     RUNS,
     call,
     fail_on_logged_errors,
+    kubectl_table,
     script,
 )
 from tests.operator.shared import WORKSPACE, shared_workspace
@@ -106,14 +107,6 @@ async def world(
     fail_on_logged_errors(caplog, kubelet.started)
 
 
-def table(text: str) -> list[list[str]]:
-    """kubectl's table as rows of cells, cut where the header's columns start."""
-    header, *rows = text.splitlines()
-    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
-    bounds = list(zip(starts, [*starts[1:], None], strict=True))
-    return [[line[a:b].strip() for a, b in bounds] for line in (header, *rows)]
-
-
 def held(world: OperatorWorld, name: str) -> bool:
     """Whether AgentTurn ``name`` is settled and held by the retain finalizer alone."""
     found = world.read(AGENTTURNS, name)
@@ -148,7 +141,7 @@ async def test_kubectl_shows_finished_turns_until_their_run_is_deleted(
     turns = ["two-t1", "two-t2"]
     await world.until(lambda: all(held(world, n) for n in turns), "both Turns kept, settled")
 
-    shown = table((await kubectl("get", "agentturns")).stdout)
+    shown = kubectl_table((await kubectl("get", "agentturns")).stdout)
     assert shown[0] == AGENTTURN_COLUMNS
     assert [row[:7] for row in shown[1:]] == [
         ["two-t1", "two", "coder", "working", "Settled", "ended", "pick"],
