@@ -37,8 +37,8 @@ def chart(machine: dict[str, Any]) -> Chart:
 class Machine:
     """One inline Machine, started at ``now``; each call sends one event."""
 
-    def __init__(self, machine: dict[str, Any], now: float = 0.0) -> None:
-        self.chart = chart(machine)
+    def __init__(self, machine: dict[str, Any] | Chart, now: float = 0.0) -> None:
+        self.chart = machine if isinstance(machine, Chart) else chart(machine)
         self.first = it.start(self.chart, SCOPE, now)
         self.config = self.first.config
         self.steps: list[Step] = [self.first]

@@ -54,7 +54,6 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -69,12 +68,13 @@ from kubeturn.machine.interpreter import (
     InvokeEntry,
     InvokeKind,
     Status,
-    Step,
     Stopped,
     TimerEntry,
 )
 from kubeturn.machine.load import load_run_yaml
 from kubeturn.machine.model import ROOT, Chart, StatePath
+from tests.unit import stepping
+from tests.unit.stepping import moved
 
 MACHINES = Path(__file__).parent / "machines"
 SCOPE = it.Scope()
@@ -87,48 +87,15 @@ def chart(name: str) -> Chart:
     return load_run_yaml(path.read_text(), str(path)).chart
 
 
-class Machine:
+class Machine(stepping.Machine):
     """One fixture machine, driven a step at a time."""
 
     def __init__(self, name: str, now: float = 0.0) -> None:
-        self.chart = chart(name)
-        self.first = it.start(self.chart, SCOPE, now)
-        self.config = self.first.config
-
-    def send(
-        self, type_: str, now: float = 0.0, cause: frozenset[str] = NO_CAUSE, **fields: Any
-    ) -> Step:
-        return self.event(Event(type_, fields, cause), now)
-
-    def event(self, event: Event, now: float = 0.0) -> Step:
-        step = it.step(self.chart, self.config, event, SCOPE, now)
-        self.config = step.config
-        return step
-
-    def fire(self, entry: TimerEntry) -> Step:
-        return self.event(it.timer_event(entry), entry.fire_at)
-
-    def invoke(self, state: str) -> InvokeEntry:
-        return next(i for i in self.config.invokes if i.state == state)
-
-    def timer(self, state: str) -> TimerEntry:
-        return next(t for t in self.config.timers if t.state == state)
-
-    def done(self, state: str, **output: Any) -> Step:
-        entry = self.invoke(state)
-        return self.event(Event(DONE_INVOKE, {"output": output}, entry.cause, entry.id))
-
-    def error(self, state: str, **fields: Any) -> Step:
-        entry = self.invoke(state)
-        return self.event(Event(ERROR_INVOKE, fields, entry.cause, entry.id))
+        super().__init__(chart(name), now)
 
     @property
     def leaf(self) -> str:
         return StatePath(", ".join(self.config.active))
-
-
-def moved(step: Step) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    return step.exited, step.entered
 
 
 class TestMoves:
@@ -343,7 +310,7 @@ class TestExecs:
     def test_done_goes_to_on_done_with_the_output(self) -> None:
         m = Machine("execs")
         m.send("build")
-        step = m.done("building", exitCode=0, output="ok", timedOut=False)
+        step = m.done("building", {"exitCode": 0, "output": "ok", "timedOut": False})
         assert moved(step) == (("building",), ("passed",))
         assert step.stopped == ()
         assert m.config.context["out"] == "ok"
@@ -352,7 +319,7 @@ class TestExecs:
     def test_a_failing_command_is_a_result_routed_by_guard(self) -> None:
         m = Machine("execs")
         m.send("build")
-        step = m.done("building", exitCode=2, output="FAIL", timedOut=False)
+        step = m.done("building", {"exitCode": 2, "output": "FAIL", "timedOut": False})
         assert moved(step) == (("building",), ("broken",))
 
     def test_an_error_goes_to_on_error(self) -> None:
@@ -388,7 +355,7 @@ class TestExecs:
     def test_with_no_on_done_the_state_stays_and_the_exec_is_over(self) -> None:
         m = Machine("execs")
         m.send("quiet")
-        step = m.done("quietly", exitCode=0, output="", timedOut=False)
+        step = m.done("quietly", {"exitCode": 0, "output": "", "timedOut": False})
         assert not step.taken
         assert m.leaf == "quietly"
         assert m.config.invokes == ()
@@ -685,7 +652,7 @@ class TestRest:
         m.send("run")
         assert not it.at_rest(m.chart, m.config, self.ASK)
         assert it.handled_below(m.chart, m.config, self.ASK) == ["run", "cool", "snooze"]
-        m.done("ask.testing", exitCode=0, output="", timedOut=False)
+        m.done("ask.testing", {"exitCode": 0, "output": "", "timedOut": False})
         assert m.leaf == "ask.testing"
         assert it.at_rest(m.chart, m.config, self.ASK)
 
