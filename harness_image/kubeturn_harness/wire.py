@@ -28,6 +28,10 @@ RUN_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 """A Run's name (a DNS subdomain)."""
 BRANCH_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
 """A Run's branch, as kubeturn names it."""
+WORKTREE_BRANCH = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,239}$"
+"""A Run's branch or a fan-out child's: the Run's whole branch, ``_`` and the child's part
+(ADR 0113). At most 240 characters: its worktree's directory, ``.partial`` while it is
+made, fits in a file name's 255 bytes."""
 MAX_INSTANCE_ID = 512
 """The longest Instance ID a route takes, in characters."""
 ABSOLUTE: JsonDict = {"pattern": "^/[^\\u0000]*$"}
@@ -341,13 +345,17 @@ class WorktreesRequest(_Body):
     """``POST /worktrees``: a Run's worktrees, made from the Workspace's clones."""
 
     run: str = Field(pattern=RUN_NAME, description="The Run.")
-    branch: str = Field(pattern=BRANCH_NAME, description="The branch for the Run.")
+    branch: str = Field(
+        pattern=WORKTREE_BRANCH,
+        description="The branch for the Run (no _), or for a fan-out child (the Run's, _, "
+        "and more; with base).",
+    )
     slots: list[Annotated[str, Field(pattern=SLOT_NAME)]] = Field(
         min_length=1, description="The repo slots to make worktrees of."
     )
     base: str | None = Field(
         default=None,
-        pattern=BRANCH_NAME,
+        pattern=WORKTREE_BRANCH,
         description="Make each worktree from the current commit of this branch's worktree "
         "of its slot (a fan-out child's, from the Run's), not from the clone's HEAD "
         "(ADR 0113).",

@@ -21,7 +21,9 @@ Cases:
 - a Run id that is no id (a ``/`` in it), or no ``branch``, is refused 400 naming it;
 - a fan-out child's worktree (``POST /worktrees`` with ``base``, ADR 0113) starts from
   the Run's branch's commit, and goes with the Run, its branch kept in the clone; one
-  whose base has no worktree is refused naming ``base``;
+  whose base has no worktree is refused naming ``base``, one whose branch does not begin
+  with its Run's and ``_`` (a Run's branch holding ``_``) naming ``branch``, as the
+  sandbox reaches a Run's children by that name;
 - ``/openapi.json`` documents the route, its parameters and its answer.
 """
 
@@ -362,4 +364,23 @@ async def test_a_child_of_a_run_without_a_worktree_is_refused(two_runs: Make) ->
         "base",
         "no worktree of 'target' on 'kubeturn/gone'",
     )
+    assert listed(runs.work_root) == sorted([str(runs.tree), str(runs.other_tree)])
+
+
+async def test_a_worktree_on_a_branch_that_misnames_its_owner_is_refused(
+    two_runs: Make,
+) -> None:
+    """A child's branch not begun by its Run's whole branch and ``_`` (as a long-named
+    Run's was once cut), or a Run's holding ``_``, would read as another Run's child."""
+    runs = await two_runs()
+    cut = BRANCH[:-2] + "_fix.a"
+
+    status, answer = await make_child(runs.w, cut, BRANCH)
+
+    assert (status, answer["field"]) == (400, "branch"), answer
+    body = {"run": "review-1", "branch": f"{BRANCH}_fix.a", "slots": [SLOT]}
+    async with runs.w.harness.session.post(
+        f"{runs.w.harness.url}/worktrees", json=body, headers=runs.w.harness.headers()
+    ) as response:
+        assert (response.status, (await response.json())["field"]) == (400, "branch")
     assert listed(runs.work_root) == sorted([str(runs.tree), str(runs.other_tree)])

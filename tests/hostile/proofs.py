@@ -3,14 +3,19 @@ threat model (docs/security/threat_model.md), shared by every layout. A layout's
 module imports them and gives the ``attack`` fixture: the hostile Turn it ran and what
 it found after (``tests/hostile/test_agent.py`` in-process, ``tests/docker/
 test_hostile_agent.py`` in the sandbox Pod's layout with the real images).
+``TestFanOutChildren`` reads the ``fan_out`` fixture instead (``tests/hostile/fan_out.py``),
+which the in-process layout gives.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import pytest
 
 from kubeturn_harness.sandbox import landlock
 from tests.hostile import agent
+from tests.hostile.fan_out import PARTIAL, SESSIONS, FanOutAttack, label, trees_of
 from tests.hostile.layout import Attack
 
 ABI = landlock.abi()
@@ -108,6 +113,91 @@ class TestSharedWorkspace:
         assert isinstance(run_c, dict)
         assert run_c["status"] == 200, run_c
         assert run_c["pwned"] is False
+
+
+# ----------------------------------------------------------------------------- 3. fan-out children
+
+
+class TestFanOutChildren:
+    """A Run's session reaches its fan-out children's worktrees; a child's session its own
+    alone (ADR 0113). Given by ``fan_out`` (``tests/hostile/fan_out.py``), in-process."""
+
+    REACH: ClassVar[dict[str, set[str]]] = {
+        "parent": trees_of("A", "A.one", "A.two"),
+        "child": trees_of("A.one"),
+        "prefixed": trees_of("AB", "AB.one"),
+        "long": trees_of("long", "long.one"),
+        "short": trees_of("short", "short.one"),
+    }
+
+    def test_a_childs_session_reaches_its_own_worktrees_alone(self, fan_out: FanOutAttack) -> None:
+        assert fan_out.reached("child") == self.REACH["child"]
+        self._denied_the_rest(fan_out, "child")
+
+    def test_a_runs_session_reaches_its_childrens_worktrees_and_no_other_runs(
+        self, fan_out: FanOutAttack
+    ) -> None:
+        assert fan_out.reached("parent") == self.REACH["parent"]
+        self._denied_the_rest(fan_out, "parent")
+
+    def test_a_run_named_as_the_start_of_another_reaches_none_of_its_children(
+        self, fan_out: FanOutAttack
+    ) -> None:
+        assert fan_out.reached("prefixed") == self.REACH["prefixed"]
+        self._denied_the_rest(fan_out, "prefixed")
+
+    def test_a_long_named_runs_children_are_its_own_and_not_the_run_named_as_its_start(
+        self, fan_out: FanOutAttack
+    ) -> None:
+        for session in ("long", "short"):
+            assert fan_out.reached(session) == self.REACH[session], session
+            self._denied_the_rest(fan_out, session)
+
+    def test_a_worktree_being_made_is_reached_by_no_session(self, fan_out: FanOutAttack) -> None:
+        partial = label(PARTIAL, "target")
+        assert fan_out.paths[partial].name.endswith("_fix.three.partial")
+        for session in SESSIONS:
+            probe = fan_out.probes[session.label][partial]
+            assert not probe.read, (session, probe)
+            assert not probe.wrote, (session, probe)
+            assert "Permission denied" in probe.said, (session, probe)
+
+    def test_no_session_makes_an_entry_beside_the_worktrees(self, fan_out: FanOutAttack) -> None:
+        for session in SESSIONS:
+            listed = fan_out.listed[session.label]
+            assert "Permission denied" in listed, (session, listed)
+            plants = fan_out.plants[session.label]
+            assert set(plants) == {"directory", "link", "moved"}, plants
+            for what, said in plants.items():
+                assert said.startswith("refused"), (session, what, said)
+                assert agent.denied(said), (session, what, said)
+        assert fan_out.after["planted"] == []
+
+    def test_a_session_wrote_into_what_it_reaches_alone(self, fan_out: FanOutAttack) -> None:
+        for session in SESSIONS:
+            assert fan_out.wrote(session.label) == self.REACH[session.label], session
+        owned = fan_out.after["owned"]
+        for tree, paths in owned.items():
+            writers = sorted(s for s, reach in self.REACH.items() if tree in reach)
+            assert paths == writers, tree
+
+    def test_a_child_that_breaks_its_git_stops_no_session_of_its_run(
+        self, fan_out: FanOutAttack
+    ) -> None:
+        """A child's ``.git`` made a file (as a linked worktree's is) is not adopted when a
+        session of its Run opens: the Run's next Turn still reaches the child's worktree."""
+        assert fan_out.after["child broke"].startswith("broke"), fan_out.after["child broke"]
+        again = fan_out.after["parent again"]
+        assert again["outcome"] == "completed", again
+        (said,) = again["said"]
+        assert "reached" in said, again
+
+    def _denied_the_rest(self, fan_out: FanOutAttack, session: str) -> None:
+        """Every worktree out of reach is there, and refused (not missing)."""
+        for tree, probe in fan_out.probes[session].items():
+            if tree not in self.REACH[session]:
+                assert "Permission denied" in probe.said, (session, tree, probe)
+                assert not probe.wrote, (session, tree)
 
 
 # ----------------------------------------------------------------------------- 4. processes

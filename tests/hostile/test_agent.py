@@ -22,6 +22,11 @@ Cases, by the threat model's points:
    cannot be listed or read, no hook or fsmonitor can be planted in the clone every Run
    borrows from, and one planted there anyway (a kernel without Landlock) never runs
    when the Harness makes Run C's worktree, nor blocks it if it fails;
+3a. fan-out children (ADR 0113, ``tests/hostile/fan_out.py``, a Harness of its own): a
+   Run's session reaches its children's worktrees and no other Run's children (one
+   named as its start, a long name's digest form), a child's session its own alone,
+   none a child's worktree being made, none makes an entry beside the worktrees, and a
+   child that breaks its ``.git`` stops no later session of its Run;
 4. processes: ``setsid``, ``nohup``, a double fork and ``disown`` leave nothing running
    once the call returns; a fork bomb stops at the session's process limit (not for a
    root session: Linux exempts root from it); the Harness cannot be signalled (Landlock
@@ -47,7 +52,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.support import shared_dir
-from tests.hostile import agent
+from tests.hostile import agent, fan_out
 from tests.hostile.layout import (
     Attack,
     Scene,
@@ -59,6 +64,7 @@ from tests.hostile.layout import (
 )
 from tests.hostile.proofs import (  # noqa: F401  (the proofs run here with this layout)
     ABI,
+    TestFanOutChildren,
     TestFileTools,
     TestFullVolume,
     TestProcesses,
@@ -90,6 +96,20 @@ def attack(
         finally:
             if volume is None:
                 subprocess.run(["rm", "-rf", str(work_root)], check=False)
+
+
+@pytest.fixture(scope="module", params=VARIANTS, name="fan_out")
+def fan_out_attack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[fan_out.FanOutAttack]:
+    """The hostile sessions of a fanned-out Run, its children and other Runs, in one layout."""
+    variant = str(request.param)
+    work_root = shared_dir()
+    try:
+        tmp = tmp_path_factory.mktemp(f"fan-out-{variant}")
+        yield asyncio.run(fan_out.attack(variant, tmp, work_root))
+    finally:
+        subprocess.run(["rm", "-rf", str(work_root)], check=False)
 
 
 async def _attack(variant: str, tmp: Path, work_root: Path, volume: Path | None) -> Attack:

@@ -96,6 +96,21 @@ class TestReach:
             child / "src", WORK, ["app", "docs"], made.__contains__, listing(tree)
         ) == (child,)
 
+    def test_a_worktree_is_made_only_on_a_branch_that_says_whose_it_is(self) -> None:
+        """``reach`` reads a Run's children from names: a Run's branch holds no ``_``; a
+        child's begins with its Run's whole branch and ``_``, a nested child's too."""
+        assert confinement.misnamed("kubeturn/a", None) is None
+        assert confinement.misnamed("kubeturn/a_fix.x", "kubeturn/a") is None
+        assert confinement.misnamed("kubeturn/a_fix.x.sub.y", "kubeturn/a_fix.x") is None
+        for branch, base in [
+            ("kubeturn/a_fix.x", None),
+            ("kubeturn/ab_fix.x", "kubeturn/a"),
+            ("kubeturn/a-b_fix.x", "kubeturn/a"),
+            ("kubeturn/a_", "kubeturn/a"),
+            ("kubeturn/b_fix.x", "kubeturn/a_fix.y"),
+        ]:
+            assert confinement.misnamed(branch, base) is not None, (branch, base)
+
     def test_any_other_cwd_reaches_itself(self) -> None:
         for cwd in (Path("/srv/project"), WORK, WORK / ".repos" / "app", WORK / "app"):
             assert confinement.reach(cwd, WORK, ["app", "docs"], exists) == (cwd,)
@@ -121,6 +136,19 @@ class TestPlan:
         found = plan(WORK / "app" / "kubeturn-a", writable=False)
         assert access(found, "/work/app/kubeturn-a") == landlock.READ
         assert not found.writable
+
+    def test_a_runs_childrens_worktrees_get_the_runs_access(self) -> None:
+        child = WORK / "app" / "kubeturn-a_fix.x"
+        tree = {"/work/app": ["kubeturn-a", "kubeturn-a_fix.x"], "/work/docs": ["kubeturn-a"]}
+        for writable, granted in ((True, landlock.WRITE), (False, landlock.READ)):
+            found = plan(
+                WORK / "app" / "kubeturn-a",
+                writable=writable,
+                exists={*TREES, child, WORK / "app", WORK / "docs"}.__contains__,
+                listing=listing(tree),
+            )
+            assert child in found.reach
+            assert access(found, str(child)) == granted
 
     def test_a_private_path_is_cut_out_of_a_grant(self) -> None:
         found = plan(Path("/srv/x"))

@@ -5,6 +5,7 @@ failure to make them is its invokes' error, and all of it survives a restore."""
 from __future__ import annotations
 
 from kubeturn.api.status import RunPhase
+from kubeturn.k8s import names
 from kubeturn.machine.load import load_run_yaml
 from kubeturn.machine.model import StatePath
 from kubeturn.orchestrator import worktrees
@@ -153,7 +154,16 @@ class TestBranch:
         two = worktrees.child_branch(run, StatePath("fix[" + "a" * 59 + "b]"))
         assert len(one) == len(two) == worktrees.BRANCH_MAX
         assert one != two
-        assert worktrees.SEPARATOR in one
+        assert one.startswith(run + worktrees.SEPARATOR)
+
+    def test_the_runs_branch_is_kept_whole_however_long(self) -> None:
+        """The sandbox reaches a Run's children by its whole branch and ``_``: a Run whose
+        branch begins a long one's must not read as its owner."""
+        run = names.branch("long-" + "l" * 235)
+        assert len(run) == names.BRANCH_MAX
+        child = worktrees.child_branch(run, StatePath("fix[" + "k" * 80 + "]"))
+        assert child.startswith(run + worktrees.SEPARATOR)
+        assert len(child) == worktrees.BRANCH_MAX
 
     def test_one_git_would_refuse_is_cut(self) -> None:
         branch = worktrees.child_branch("kubeturn/r", StatePath("fix[x].lock"))

@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from kubeturn_harness.errors import GitRefused
-from kubeturn_harness.sandbox.confinement import CHILD_SEPARATOR, PARTIAL, REPOS_DIR
+from kubeturn_harness.sandbox.confinement import CHILD_SEPARATOR, PARTIAL, REPOS_DIR, misnamed
 from kubeturn_harness.sandbox.protocol import Refused
 from kubeturn_harness.wire import (
     SLOT_NAME,
@@ -126,6 +126,9 @@ class Clones:
 
     async def worktrees(self, request: WorktreesRequest) -> WorktreesResponse:
         """Make (or find) a Run's worktree of each repo slot; idempotent."""
+        wrong = misnamed(request.branch, request.base)
+        if wrong is not None:
+            raise GitRefused(Refused(error=wrong, field="branch", status=400))
         made: dict[str, Worktree] = {}
         for slot in request.slots:
             if not SLOT.match(slot):

@@ -121,6 +121,25 @@ def reach(
     return (cwd,)
 
 
+def misnamed(branch: str, base: str | None) -> str | None:
+    """Why a worktree on ``branch`` (made from ``base``'s, a fan-out child's) may not be
+    made, or None. ``reach`` reads a Run's children from directory names, so a name must
+    say whose it is: a Run's branch holds no ``_``, and a child's begins with its Run's
+    whole branch (``base`` up to its first ``_``) and ``_`` (ADR 0113). Otherwise a Run
+    whose branch begins another's would reach that one's children."""
+    if base is None:
+        if CHILD_SEPARATOR in branch:
+            return f"a Run's branch holds no {CHILD_SEPARATOR!r}, got {branch!r}"
+        return None
+    run = base.partition(CHILD_SEPARATOR)[0]
+    if branch.startswith(run + CHILD_SEPARATOR) and len(branch) > len(run) + 1:
+        return None
+    return (
+        f"a fan-out child's branch begins with its Run's branch and {CHILD_SEPARATOR!r} "
+        f"({run + CHILD_SEPARATOR!r}), got {branch!r}"
+    )
+
+
 def plan(
     *,
     cwd: Path,

@@ -179,7 +179,9 @@ async def _open(
     writable = opening.access is WorkspaceAccess.WRITE
     slots = clones.slots()
     reach = confinement.reach(cwd, work_root, slots, Path.is_dir, Path.iterdir)
-    await clones.adopt_linked(list(reach))
+    # A fan-out child's worktree is never a linked one (ADR 0113): adopting it would let
+    # the child's Agent, by making its .git a file, stop its Run's sessions opening.
+    await clones.adopt_linked([p for p in reach if confinement.CHILD_SEPARATOR not in p.name])
     private = [Path(p) for p in opening.private]
     private += [
         settings.scratch_root,

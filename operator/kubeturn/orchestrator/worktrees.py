@@ -20,31 +20,30 @@ from kubeturn.machine.interpreter import Event, InvokeEntry
 from kubeturn.machine.model import ROOT, Chart, StatePath, machine_of, parent_of
 from kubeturn.orchestrator.frames import WorkspaceView
 
-BRANCH_MAX = 200
-"""The longest branch the Harness's ``WorktreesRequest`` admits (``kubeturn.k8s.names``
-keeps a Run's branch within it too)."""
+BRANCH_MAX = 240
+"""The longest child branch the Harness's ``WorktreesRequest`` admits; a Run's own is at
+most 200 (``kubeturn.k8s.names``), which leaves a child's part 30 characters at least."""
 SEPARATOR = "_"
 """Between the Run's branch and the child's part: a Run's name (a DNS subdomain) and so
 its branch never holds it, so no child's branch is ever another Run's, nor its
 worktree's directory another Run's."""
 DIGEST_LENGTH = 8
-RUN_ROOM = BRANCH_MAX - 64
-"""What of the Run's branch a shortened child branch keeps: the rest names the child."""
 
 
 def child_branch(run_branch: str, child: StatePath) -> str:
     """The branch of a child's worktrees: the Run's branch, ``_``, and the child's root
     with each ``[`` as ``.`` and each ``]`` cut (``kubeturn/fix-run_fix.pkg-a`` for
     ``fix[pkg-a]``; a child of a child: ``kubeturn/fix-run_fix.a.sub.b``). One too long,
-    or one git would refuse (ending ``.lock``), is cut and gets a digest of the whole."""
+    or one git would refuse (ending ``.lock``), has the child's part cut and a digest of
+    the whole added; the Run's branch is always kept whole, since the sandbox reaches a
+    Run's children by it (the Harness refuses a child's branch that does not begin so)."""
     part = child.replace("[", ".").replace("]", "")
     whole = f"{run_branch}{SEPARATOR}{part}"
     if len(whole) <= BRANCH_MAX and not whole.endswith(".lock"):
         return whole
-    head = run_branch[:RUN_ROOM]
-    room = BRANCH_MAX - len(head) - len(SEPARATOR) - DIGEST_LENGTH - 1
+    room = BRANCH_MAX - len(run_branch) - len(SEPARATOR) - DIGEST_LENGTH - 1
     digest = hashlib.sha256(whole.encode()).hexdigest()[:DIGEST_LENGTH]
-    return f"{head}{SEPARATOR}{part[:room].rstrip('-._')}-{digest}"
+    return f"{run_branch}{SEPARATOR}{part[:room].rstrip('-._')}-{digest}"
 
 
 def per_child(chart: Chart, child: StatePath) -> bool:
