@@ -28,10 +28,10 @@ RUN_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 """A Run's name (a DNS subdomain)."""
 BRANCH_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
 """A Run's branch, as kubeturn names it."""
-WORKTREE_BRANCH = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,239}$"
+WORKTREE_BRANCH = r"^[A-Za-z0-9][A-Za-z0-9._/=-]{0,239}$"
 """A Run's branch or a fan-out child's: the Run's whole branch, ``_`` and the child's part
-(ADR 0113). At most 240 characters: its worktree's directory, ``.partial`` while it is
-made, fits in a file name's 255 bytes."""
+(its keys after ``=``; ADR 0113). At most 240 characters: its worktree's directory,
+``.partial`` while it is made, fits in a file name's 255 bytes."""
 MAX_INSTANCE_ID = 512
 """The longest Instance ID a route takes, in characters."""
 ABSOLUTE: JsonDict = {"pattern": "^/[^\\u0000]*$"}

@@ -102,10 +102,10 @@ def test_each_child_works_on_its_own_branch_and_the_run_compares_them(project: P
     saved = status(project / ".kubeturn-work" / "fan", "fan")
     children = saved["snapshot"]["machine"]["context"]["children"]
     branches = [child["branch"] for child in children]
-    assert branches == [f"kubeturn/fan_fix.pkg-{key}" for key in "abc"]
+    assert branches == [f"kubeturn/fan_fix=pkg-{key}" for key in "abc"]
     listing = sorted(saved["output"].splitlines())
     files = "BASE.txt README.md fan.script.yaml fan.yaml"
-    assert listing == [f"kubeturn/fan_fix.pkg-{key} {files} pkg-{key}.txt " for key in "abc"], (
+    assert listing == [f"kubeturn/fan_fix=pkg-{key} {files} pkg-{key}.txt " for key in "abc"], (
         json.dumps(saved["output"])
     )
     run_tree = Path(children[0]["path"]).parent / "kubeturn-fan"

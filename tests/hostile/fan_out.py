@@ -271,7 +271,7 @@ async def _make_worktrees(scene: Scene) -> dict[str, Path]:
             child = child_branch(run_branch, StatePath(f"fix[{key}]"))
             paths.update(await _worktrees(scene, f"{owner}.{key}", run, child, run_branch))
     made = paths[label("A.one", "target")]
-    partial = made.with_name(made.name.replace("fix.one", "fix.three") + ".partial")
+    partial = made.with_name(made.name.replace("fix=one", "fix=three") + ".partial")
     await asyncio.to_thread(shutil.copytree, made, partial, symlinks=True)
     await asyncio.to_thread(_own, partial, scene.tool_uid)
     paths[label(PARTIAL, "target")] = partial

@@ -155,7 +155,7 @@ class TestFanOutChildren:
 
     def test_a_worktree_being_made_is_reached_by_no_session(self, fan_out: FanOutAttack) -> None:
         partial = label(PARTIAL, "target")
-        assert fan_out.paths[partial].name.endswith("_fix.three.partial")
+        assert fan_out.paths[partial].name.endswith("_fix=three.partial")
         for session in SESSIONS:
             probe = fan_out.probes[session.label][partial]
             assert not probe.read, (session, probe)

@@ -174,7 +174,7 @@ def fanned(name: str) -> dict[str, object]:
 async def test_a_fanned_out_runs_children_worktrees_go_with_it(world: OperatorWorld) -> None:
     work = (await world.kubelet.running(POD)).work_root
     clone = work / ".repos" / "target"
-    branches = [f"kubeturn/{FIRST}_fix.pkg-{key}" for key in "ab"]
+    branches = [f"kubeturn/{FIRST}_fix=pkg-{key}" for key in "ab"]
     trees = [work / "target" / branch.replace("/", "-") for branch in branches]
     await world.create(fanned(FIRST))
     await eventually(

@@ -17,13 +17,13 @@ from kubeturn.orchestrator.worktrees import Made
 from tests.unit.cores import MACHINES, kinds, new_core, only, restored, restored_from_status
 
 RUN = WorkspaceView({"app": "/w/app/kubeturn-fan"}, "kubeturn/fan")
-MAKE_A = MakeWorktrees("fix[a]", "kubeturn/fan_fix.a", "kubeturn/fan", ("app",))
-MAKE_B = MakeWorktrees("fix[b]", "kubeturn/fan_fix.b", "kubeturn/fan", ("app",))
-MAKE_C = MakeWorktrees("fix[c]", "kubeturn/fan_fix.c", "kubeturn/fan", ("app",))
+MAKE_A = MakeWorktrees("fix[a]", "kubeturn/fan_fix=a", "kubeturn/fan", ("app",))
+MAKE_B = MakeWorktrees("fix[b]", "kubeturn/fan_fix=b", "kubeturn/fan", ("app",))
+MAKE_C = MakeWorktrees("fix[c]", "kubeturn/fan_fix=c", "kubeturn/fan", ("app",))
 
 
 def made(child: str) -> Made:
-    return Made({"app": f"/w/app/kubeturn-fan_fix.{child}"})
+    return Made({"app": f"/w/app/kubeturn-fan_fix={child}"})
 
 
 def started() -> RunCore:
@@ -47,8 +47,8 @@ class TestWaiting:
         assert core.live_turns() == []
         admit = only(core.worktrees_made("fix[a]", made("a"), 1.0), Admit)
         assert admit.state == "fix[a].work"
-        assert admit.cwd == "/w/app/kubeturn-fan_fix.a"
-        assert admit.prompt == "Fix a in /w/app/kubeturn-fan_fix.a"
+        assert admit.cwd == "/w/app/kubeturn-fan_fix=a"
+        assert admit.prompt == "Fix a in /w/app/kubeturn-fan_fix=a"
         assert [t.state for t in core.live_turns()] == ["fix[a].work"]
 
     def test_a_report_again_or_of_a_child_never_asked_for_changes_nothing(self) -> None:
@@ -65,7 +65,7 @@ class TestWaiting:
         core.admitted(turn.id, "s1", 1.5)
         _, effects = core.pick(turn.instanceId, "fixed", {}, 2.0)
         start = only(effects, StartExec)
-        assert (start.command, start.cwd) == ("make test-a", "/w/app/kubeturn-fan_fix.a")
+        assert (start.command, start.cwd) == ("make test-a", "/w/app/kubeturn-fan_fix=a")
         assert core.exec_done(start.invocation, ExecResult(0, "ok"), 3.0).items == [MAKE_C]
 
     def test_the_children_name_their_branches_in_their_output(self) -> None:
@@ -78,13 +78,13 @@ class TestWaiting:
         finish_child(core, "c", 4.0)
         assert core.config is not None
         assert [r["branch"] for r in core.config.context["results"]] == [
-            "kubeturn/fan_fix.a",
-            "kubeturn/fan_fix.b",
-            "kubeturn/fan_fix.c",
+            "kubeturn/fan_fix=a",
+            "kubeturn/fan_fix=b",
+            "kubeturn/fan_fix=c",
         ]
         (start,) = core.execs.values()
         # The parent works in the Run's worktree, its children's gone from the core.
-        assert (start.command, start.cwd) == ("git merge kubeturn/fan_fix.a", RUN.repos["app"])
+        assert (start.command, start.cwd) == ("git merge kubeturn/fan_fix=a", RUN.repos["app"])
         assert core.child_worktrees == {}
 
 
@@ -106,7 +106,7 @@ class TestRestore:
         for again in (restored(core, workspace=RUN), restored_from_status(core, workspace=RUN)):
             assert again.resume().items == [MAKE_A, MAKE_B]
             admit = only(again.worktrees_made("fix[b]", made("b"), 1.0), Admit)
-            assert admit.cwd == "/w/app/kubeturn-fan_fix.b"
+            assert admit.cwd == "/w/app/kubeturn-fan_fix=b"
 
     def test_worktrees_made_stay_made_across_a_restore(self) -> None:
         core = started()
@@ -116,7 +116,7 @@ class TestRestore:
         turn = again.live_turns()[0]
         again.admitted(turn.id, "s1", 1.5)
         _, effects = again.pick(turn.instanceId, "fixed", {}, 2.0)
-        assert only(effects, StartExec).cwd == "/w/app/kubeturn-fan_fix.a"
+        assert only(effects, StartExec).cwd == "/w/app/kubeturn-fan_fix=a"
 
 
 class TestWithoutPerChild:
@@ -142,10 +142,10 @@ class TestWithoutPerChild:
 class TestBranch:
     def test_a_childs_branch_is_the_runs_and_its_root(self) -> None:
         assert worktrees.child_branch("kubeturn/r", StatePath("fix[pkg-a]")) == (
-            "kubeturn/r_fix.pkg-a"
+            "kubeturn/r_fix=pkg-a"
         )
         assert worktrees.child_branch("kubeturn/r", StatePath("fix[a].sub[b_1]")) == (
-            "kubeturn/r_fix.a.sub.b_1"
+            "kubeturn/r_fix=a.sub=b_1"
         )
 
     def test_a_long_one_is_cut_with_a_digest_and_stays_unique(self) -> None:
@@ -232,7 +232,7 @@ class TestNested:
         core = RunCore(load_run_yaml(NESTED % "per-child"), workspace=RUN, new_id=lambda: "n")
         assert core.start(0.0).items == [MAKE_A]
         inner = MakeWorktrees(
-            "fix[a].split[x]", "kubeturn/fan_fix.a.split.x", "kubeturn/fan_fix.a", ("app",)
+            "fix[a].split[x]", "kubeturn/fan_fix=a.split=x", "kubeturn/fan_fix=a", ("app",)
         )
         assert core.worktrees_made("fix[a]", made("a"), 1.0).items == [inner]
         start = only(
@@ -245,18 +245,18 @@ class TestNested:
         assert core.phase is RunPhase.SUCCEEDED
         assert core.config is not None
         (out,) = core.config.output
-        assert out["inner"] == ["kubeturn/fan_fix.a.split.x"]
+        assert out["inner"] == ["kubeturn/fan_fix=a.split=x"]
         assert "a fan-out child with worktrees of its own cannot deliver" in out["why"]
 
     def test_a_shared_fan_out_inside_a_child_works_in_that_childs_worktrees(self) -> None:
         core = RunCore(load_run_yaml(NESTED % "shared"), workspace=RUN, new_id=lambda: "n")
         core.start(0.0)
         start = only(core.worktrees_made("fix[a]", made("a"), 1.0), StartExec)
-        assert start.cwd == "/w/app/kubeturn-fan_fix.a"
+        assert start.cwd == "/w/app/kubeturn-fan_fix=a"
         assert core.config is not None
         assert core.config.children[-1].scope == "fix[a].split[x]"
         core.exec_done(start.invocation, ExecResult(0, "ok"), 2.0)
-        assert [out["inner"] for out in core.config.output] == [["kubeturn/fan_fix.a"]]
+        assert [out["inner"] for out in core.config.output] == [["kubeturn/fan_fix=a"]]
 
     def test_the_base_not_made_is_the_inner_childs_error_too(self) -> None:
         core = RunCore(load_run_yaml(NESTED % "per-child"), workspace=RUN, new_id=lambda: "n")

@@ -22,22 +22,26 @@ from kubeturn.orchestrator.frames import WorkspaceView
 
 BRANCH_MAX = 240
 """The longest child branch the Harness's ``WorktreesRequest`` admits; a Run's own is at
-most 200 (``kubeturn.k8s.names``), which leaves a child's part 30 characters at least."""
+most 200 (``kubeturn.k8s.names``), which leaves a child's part 39 characters at least."""
 SEPARATOR = "_"
 """Between the Run's branch and the child's part: a Run's name (a DNS subdomain) and so
 its branch never holds it, so no child's branch is ever another Run's, nor its
 worktree's directory another Run's."""
-DIGEST_LENGTH = 8
+DIGEST_LENGTH = 16
+"""Hex digits of the digest a cut child's part ends with: 64 bits, so no key an Agent
+could steer the items to meets another child's digest."""
 
 
 def child_branch(run_branch: str, child: StatePath) -> str:
     """The branch of a child's worktrees: the Run's branch, ``_``, and the child's root
-    with each ``[`` as ``.`` and each ``]`` cut (``kubeturn/fix-run_fix.pkg-a`` for
-    ``fix[pkg-a]``; a child of a child: ``kubeturn/fix-run_fix.a.sub.b``). One too long,
-    or one git would refuse (ending ``.lock``), has the child's part cut and a digest of
-    the whole added; the Run's branch is always kept whole, since the sandbox reaches a
-    Run's children by it (the Harness refuses a child's branch that does not begin so)."""
-    part = child.replace("[", ".").replace("]", "")
+    with each ``[`` as ``=`` and each ``]`` cut (``kubeturn/fix-run_fix=pkg-a`` for
+    ``fix[pkg-a]``; a child of a child: ``kubeturn/fix-run_fix=a.sub=b``). No state name
+    or key holds ``=`` or ``.``, so two children's parts never read the same. One too
+    long, or one git would refuse (ending ``.lock``), has the child's part cut and a
+    digest of the whole added, long enough that no chosen key meets another's; the Run's
+    branch is always kept whole, since the sandbox reaches a Run's children by it (the
+    Harness refuses a child's branch that does not begin so)."""
+    part = child.replace("[", "=").replace("]", "")
     whole = f"{run_branch}{SEPARATOR}{part}"
     if len(whole) <= BRANCH_MAX and not whole.endswith(".lock"):
         return whole
