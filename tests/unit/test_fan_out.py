@@ -37,7 +37,7 @@ import pytest
 
 from kubeturn.api import machine as api
 from kubeturn.machine import interpreter as it
-from kubeturn.machine.interpreter import ChildStatus, Status, Stopped
+from kubeturn.machine.interpreter import NO_CAUSE, ChildStatus, Status, Stopped
 from tests.unit.stepping import EXEC, Machine, moved
 
 PICK = frozenset({"t1"})
@@ -268,6 +268,17 @@ class TestFailFast:
         assert [s.invoke.state for s in step.stopped] == ["fix[a].work", "fix[b].work"]
         assert m.config.children == ()
         assert m.config.invokes == ()
+
+    def test_an_unhandled_child_failure_fails_the_run_with_no_cause_for_any_stop(self) -> None:
+        """ADR 0068: a defect no state catches is no pick's, even when the pick moved its
+        own child first (hypothesis found it: the picking child's stop kept the pick)."""
+        machine = fan(machine=child(invoke=EXEC))
+        del machine["states"]["fix"]["invoke"]["onError"]
+        m = Machine(machine)
+        step = m.send("bad", scope="fix[a].work", cause=PICK)
+        assert m.config.status is Status.FAILED
+        assert [s.invoke.state for s in step.stopped] == ["fix[a].work", "fix[b].work"]
+        assert {s.cause for s in step.stopped} == {NO_CAUSE}
 
     def test_the_running_children_run_on_while_the_state_stays(self) -> None:
         machine = fan()

@@ -302,16 +302,18 @@ def _expression_fault(macro: Macro, failed: Failed, *, while_handling: bool = Fa
     )
     machine = machine_of(failed.state)
     if machine == ROOT:
-        macro.stopped = [Stopped(s.invoke, NO_CAUSE) for s in macro.stopped]
         macro.fault = str(error)
     _defect(macro, machine, f"the Machine faulted{state}: {error}{where}; {why}")
 
 
 def _defect(macro: Macro, machine: StatePath, message: str) -> None:
     """A Machine fails for a defect no state catches: the pick that led there is no cause
-    of the stops it makes."""
+    of the stops it makes. When that Machine is the Run's, no stop of the whole macrostep
+    has one (ADR 0068), as for a fault; a child's defect leaves the stops the pick made
+    before it theirs."""
     if machine == ROOT:
         macro.cause = NO_CAUSE
+        macro.stopped = [Stopped(s.invoke, NO_CAUSE) for s in macro.stopped]
     end_machine(macro, machine, Status.FAILED, message=message, defect=True)
 
 
