@@ -126,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
         f"default {defaults.turn_retention_s:g}s)",
     )
     operator.add_argument(
+        "--namespace-max-live-turns",
+        type=live_turns,
+        default=env("KUBETURN_NAMESPACE_MAX_LIVE_TURNS") or None,
+        metavar="N",
+        help="at most N Turns live at once in one namespace; the next wait, Pending, in the "
+        "order they started (env KUBETURN_NAMESPACE_MAX_LIVE_TURNS; default: no cap)",
+    )
+    operator.add_argument(
         "--orchestrator-url",
         default=env("KUBETURN_ORCHESTRATOR_URL", defaults.orchestrator_url),
         help="where the Harnesses reach this operator's Orchestrator API "
@@ -323,6 +331,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SLOT=URL|PATH",
         help="clone this repository for a repo slot instead of the manifest's url "
         "(repeatable); a relative path is read from the current directory",
+    )
+    run.add_argument(
+        "--max-live-turns",
+        type=live_turns,
+        metavar="N",
+        help="at most N of the Run's Turns live at once (the next wait, in the order they "
+        "started); default: the Workspace template's spec.maxLiveTurns, else no cap",
     )
     run.add_argument(
         "--api-port", type=int, default=0, help="port of the Orchestrator API (0: a free one)"
@@ -597,6 +612,7 @@ def run(args: argparse.Namespace) -> int:
         repos=overrides,
         api_port=args.api_port,
         harness_port=args.harness_port,
+        max_live_turns=args.max_live_turns,
     )
     tracing = Tracing.of(os.environ)
     runner = LocalRun(options, sys.stdout, tty=sys.stdout.isatty(), tracing=tracing)
@@ -832,7 +848,19 @@ def operator_settings(args: argparse.Namespace) -> OperatorSettings:
         sandbox_tracing=sandbox_tracing,
         require_confinement=args.require_confinement,
         turn_retention_s=retention,
+        namespace_max_live_turns=args.namespace_max_live_turns,
     )
+
+
+def live_turns(text: str) -> int:
+    """A cap on live Turns: a whole number, 1 or more."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of Turns (1 or more)")
+    return number
 
 
 def operator(args: argparse.Namespace) -> int:

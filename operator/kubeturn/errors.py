@@ -23,7 +23,10 @@ ADR 0099). Each line says who catches it and what they do.
     │                       its daemon restarts): the Orchestrator API answers 503 and
     │                       the Harness asks again
     ├── AdmitFailed         a ``TurnPort`` could not admit a Submission (its cause says
-    │                       why): the Run's actor records the admission failed
+    │   │                   why): the Run's actor records the admission failed
+    │   └── Withdrawn       a Turn waiting for a slot under a cap on live Turns ended
+    │                       first (``orchestrator.caps``): it is never admitted, and the
+    │                       core, which swept it, records nothing of the failure
     ├── HarnessCallFailed   a call to a Harness failed (``orchestrator.harness_client``);
     │   │                   its caller decides what is safe to repeat
     │   ├── HarnessUnreachable  no answer: no connection, a cut one, a timeout, a closed
@@ -193,6 +196,11 @@ class ActorClosed(KubeturnError):
 class AdmitFailed(KubeturnError):
     """A ``TurnPort`` could not admit a Submission: the Harness refused it or could not be
     reached. The message says which; the cause (a ``HarnessCallFailed``) is chained."""
+
+
+class Withdrawn(AdmitFailed):
+    """A Turn that waited for a slot under a cap on live Turns (ADR 0116) was swept first:
+    its admission is dropped, never sent to the Harness."""
 
 
 class HarnessCallFailed(KubeturnError):

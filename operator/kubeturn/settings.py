@@ -100,6 +100,10 @@ class OperatorSettings:
     ``console_key``: the console is not served."""
     console_key: str | None = None
     """The serving certificate's private key file (PEM)."""
+    namespace_max_live_turns: int | None = None
+    """At most this many Turns live at once in one namespace, over every Workspace in it
+    (the chart's ``maxLiveTurnsPerNamespace``); the next wait, Pending, in the order they
+    started (ADR 0116). None: no cap but each Workspace's ``spec.maxLiveTurns``."""
     sweep_look_s: float = 10.0
     """While a Run waits for an AgentTurn's finalizer to report its sweep (as long as the
     AgentTurn is there, ADR 0028), how often it looks whether the AgentTurn went without

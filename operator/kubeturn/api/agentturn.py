@@ -79,6 +79,17 @@ class TurnPhase(StrEnum):
     SETTLED = "Settled"
 
 
+class PendingReason(StrEnum):
+    """Why a Pending Turn waits to be admitted (ADR 0116)."""
+
+    WORKSPACE_FULL = "WorkspaceFull"
+    """Its Workspace has its ``spec.maxLiveTurns`` live Turns."""
+    NAMESPACE_FULL = "NamespaceFull"
+    """Its namespace has the operator's ``--namespace-max-live-turns``."""
+    RESUMING = "Resuming"
+    """The operator restarted and finds the Turns that were live before going on."""
+
+
 class Exit(Status):
     """Written by the Run controller before it deletes the AgentTurn."""
 
@@ -110,6 +121,14 @@ class AgentTurnStatus(Status):
     )
     submissions: list[SubmissionRecord] = Field(
         default_factory=list, description="Its Submissions."
+    )
+    reason: PendingReason | None = Field(
+        default=None,
+        description="Why it is Pending: WorkspaceFull, NamespaceFull (a cap on live Turns) "
+        "or Resuming; absent once it is admitted.",
+    )
+    message: Message | None = Field(
+        default=None, description="The reason, said in full; absent once it is admitted."
     )
     exit: Exit | None = Field(default=None, description="Why its state exited.")
     settlement: Settlement | None = Field(default=None, description="How the Turn ended.")

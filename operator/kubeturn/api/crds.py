@@ -298,6 +298,12 @@ AGENT_TURN = Resource(
             "Settled", ".status.settlement.settledAt", "date", "How long ago the Turn ended."
         ),
         AGE,
+        PrinterColumn(
+            "Reason",
+            ".status.reason",
+            "string",
+            "Why a Pending Turn waits: WorkspaceFull or NamespaceFull (a cap on live Turns).",
+        ),
     ),
     amendments=(
         Amendment(

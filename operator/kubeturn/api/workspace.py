@@ -329,6 +329,15 @@ class WorkspaceSpec(Spec):
             "must be one of the chart's providers."
         ),
     )
+    maxLiveTurns: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "At most this many Turns of the Workspace's Runs are live at once; the next "
+            "wait, Pending with reason WorkspaceFull, and go in the order they started as "
+            "live ones end. Absent: no cap but the operator's per namespace."
+        ),
+    )
     egress: WorkspaceEgress = Field(
         default_factory=WorkspaceEgress,
         description=(

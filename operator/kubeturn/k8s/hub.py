@@ -29,6 +29,7 @@ from kubeturn.k8s.kube import Kube
 from kubeturn.k8s.metrics import PhaseCounts
 from kubeturn.orchestrator.actor import RunActor, Settled
 from kubeturn.orchestrator.api import Registry
+from kubeturn.orchestrator.caps import NAMESPACE, Caps
 from kubeturn.orchestrator.delivery import Pusher
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.settings import OperatorSettings
@@ -48,6 +49,9 @@ class Hub:
     kube: Kube
     settings: OperatorSettings
     api_server: ApiServerAddresses = field(init=False)
+    caps: Caps = field(init=False)
+    """The slots of the Runs' Turns under the caps on live Turns (ADR 0116): each
+    Workspace's cap is set by its controller, the namespaces' is the settings'."""
     """The API server's addresses, which sandboxes' egress keeps out."""
     registry: Registry = field(default_factory=Registry)
     """The Run actors and Workspace tokens the Orchestrator API answers from."""
@@ -74,9 +78,11 @@ class Hub:
     _resuming: set[str] = field(default_factory=set)
     _resume_by: float = 0.0
     _resumed: asyncio.Event = field(default_factory=asyncio.Event)
+    _opening: asyncio.TimerHandle | None = None
 
     def __post_init__(self) -> None:
         self.api_server = ApiServerAddresses(self.kube, self.settings.api_server_look_s)
+        self.caps = Caps({NAMESPACE: self.settings.namespace_max_live_turns})
 
     def harness_of(self, namespace: str, workspace: str) -> HarnessClient | None:
         """The client of the Workspace's Harness; None until it is Ready, while its
@@ -147,12 +153,17 @@ class Hub:
         self._resume_by = time.monotonic() + grace_s
         if not self._resuming:
             self._resumed.set()
+        else:
+            # No waiting Turn goes before the Turns that were live hold their slots again.
+            self.caps.hold_back()
+            self._opening = asyncio.get_running_loop().call_later(grace_s, self.caps.open)
 
     def resumed(self, run: str) -> None:
         """The Run's actor is registered (or the Run has none to register)."""
         self._resuming.discard(run)
         if not self._resuming:
             self._resumed.set()
+            self.caps.open()
 
     def resuming(self) -> bool:
         return not self._resumed.is_set() and time.monotonic() < self._resume_by
@@ -200,6 +211,8 @@ class Hub:
         return self.sweeps.pop(key, [])
 
     async def close(self) -> None:
+        if self._opening is not None:
+            self._opening.cancel()
         for client in self._harnesses.values():
             await client.close()
         self._harnesses.clear()

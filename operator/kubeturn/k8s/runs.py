@@ -72,13 +72,14 @@ from kubeturn.k8s.kube import AGENTTURNS, RUNS, WORKSPACES
 from kubeturn.k8s.turns import ClusterTurns
 from kubeturn.k8s.workspaces import RunEvents
 from kubeturn.machine.load import LoadedRun, load_run
-from kubeturn.orchestrator import signals, snapshots, statuses
+from kubeturn.orchestrator import caps, signals, snapshots, statuses
 from kubeturn.orchestrator.actor import RunActor, Signal
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.delivery import Committed, Deliverer, Remote
 from kubeturn.orchestrator.effects import MakeWorktrees, StartExec
 from kubeturn.orchestrator.frames import WorkspaceView
 from kubeturn.orchestrator.harness_client import HarnessCommitter, one_line
+from kubeturn.orchestrator.ids import TurnId
 from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
 from kubeturn.orchestrator.worktrees import Made
@@ -249,9 +250,10 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
             worktrees=worktrees,
             removed=_gone_worktrees(body, worktrees) if worktrees is not None else {},
         )
+        slots = _slots(hub, namespace, name, workspace, core)
         actor = RunActor(
             core,
-            turns=ClusterTurns(hub, plain, loaded, workspace),
+            turns=ClusterTurns(hub, plain, loaded, workspace, slots),
             execs=_Execs(hub, namespace, workspace),
             store=store,
             clock=time.time,
@@ -259,6 +261,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry, also: RunEvents) -> None
             deliveries=_deliverer(hub, namespace, name, workspace),
             traces=_traces(hub, body),
             worktrees=_ChildWorktrees(hub, namespace, name, workspace),
+            slots=slots,
         )
         hub.run_started(key, actor, f"{namespace}/{workspace}")
         try:
@@ -618,6 +621,25 @@ def _post_recent(hub: Hub, run: dict[str, Any], history: Iterable[TurnRecord]) -
     for record in history:
         if record.settledAt >= since:
             _recorded(hub, run, count=False)(record)
+
+
+def _slots(
+    hub: Hub, namespace: str, name: str, workspace: str | None, core: RunCore
+) -> caps.RunSlots | None:
+    """The Run's slots under the caps on live Turns of its Workspace and its namespace (ADR
+    0116), its Turns in line by the start its core recorded."""
+    if workspace is None:
+        return None
+
+    def started(turn: TurnId) -> float:
+        found = core.turns.get(turn)
+        return found.startedAt if found is not None else time.time()
+
+    scopes = (
+        caps.Scope(caps.WORKSPACE, f"{namespace}/{workspace}"),
+        caps.Scope(caps.NAMESPACE, namespace),
+    )
+    return caps.RunSlots(hub.caps, f"{namespace}/{name}", scopes, started)
 
 
 def _traces(hub: Hub, run: Mapping[str, Any]) -> RunTrace | None:

@@ -3,7 +3,9 @@
 Admitting creates the AgentTurn (owned by its Run, with the sweep finalizer), waits for
 the Workspace and for every earlier AgentTurn of the same conversation to be gone (the
 ordered abort; "earlier" is a lower Turn number, since an Instance ID belongs to one
-Run), then admits to the Workspace's Harness. Its answer goes back to the Run
+Run), then for a slot under the caps on live Turns (its Workspace's, its namespace's,
+ADR 0116: while it waits, the AgentTurn is ``Pending`` with the reason), then admits to
+the Workspace's Harness. Its answer goes back to the Run
 at once: a Harness runs a Submission as soon as it admits it, and a quick pick must find
 the Submission known. The AgentTurn's status hears of it from the settlement follower,
 which records it and then how it settled. Sweeping writes ``status.exit`` (the cause) and
@@ -33,7 +35,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kubeturn.api.agentturn import AgentTurnStatus, Exit, TurnPhase
+from kubeturn.api.agentturn import AgentTurnStatus, Exit, PendingReason, TurnPhase
 from kubeturn.api.status import SubmissionRecord
 from kubeturn.errors import AdmitFailed, Conflict, HarnessCallFailed, HarnessUnreachable, NotFound
 from kubeturn.k8s import harnesses, objects, patches, retention
@@ -41,7 +43,7 @@ from kubeturn.k8s.hub import Hub
 from kubeturn.k8s.kube import AGENTTURNS
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import StatePath
-from kubeturn.orchestrator import harness_client, ids
+from kubeturn.orchestrator import caps, harness_client, ids
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
@@ -53,6 +55,17 @@ POLL_S = 0.2
 a sweep takes a Harness round trip or more, so five looks a second wait little longer
 than it does, at one list each."""
 
+REASONS = {
+    caps.WORKSPACE: PendingReason.WORKSPACE_FULL,
+    caps.NAMESPACE: PendingReason.NAMESPACE_FULL,
+}
+"""The AgentTurn's reason for each kind of cap that holds a Turn back."""
+SETTINGS = {
+    caps.WORKSPACE: "its spec.maxLiveTurns",
+    caps.NAMESPACE: "the operator's --namespace-max-live-turns",
+}
+"""Where each kind of cap is set, for the AgentTurn's message."""
+
 log = logging.getLogger(__name__)
 
 
@@ -63,8 +76,10 @@ class ClusterTurns:
         run: dict[str, Any],
         loaded: LoadedRun,
         workspace: str | None,
+        slots: caps.RunSlots | None = None,
     ) -> None:
         self._hub = hub
+        self._slots = slots
         self._run = run
         self._loaded = loaded
         self._workspace = workspace
@@ -102,6 +117,9 @@ class ClusterTurns:
         created = await self._hub.kube.create(body)
         self._known.setdefault(created["metadata"]["name"], created)
         await self._earlier_gone(effect)
+        if self._slots is not None:
+            name = created["metadata"]["name"]
+            await self._slots.enter(effect.turn, lambda held: self._pending(name, held))
         # Nothing between the Harness's answer and the Run's record of it (see above).
         return await self._admit(effect)
 
@@ -124,6 +142,18 @@ class ClusterTurns:
             except HarnessCallFailed as failed:
                 raise AdmitFailed(str(failed)) from failed
             await asyncio.sleep(POLL_S)
+
+    async def _pending(self, name: str, held: caps.Held) -> None:
+        """Show the AgentTurn ``Pending``, saying why it waits for a slot."""
+        reason = REASONS[held.scope.kind] if held.scope is not None else PendingReason.RESUMING
+        message = caps.describe(held, where=SETTINGS)
+
+        def waiting(status: AgentTurnStatus, _: bool) -> AgentTurnStatus | None:
+            if status.exit is not None or status.submissions:
+                return None
+            return AgentTurnStatus(phase=TurnPhase.PENDING, reason=reason, message=message)
+
+        await self._update(name, waiting)
 
     async def _earlier_gone(self, effect: Admit) -> None:
         """Wait until no earlier Turn of the conversation has an unsettled AgentTurn: its
@@ -191,6 +221,8 @@ class ClusterTurns:
             return AgentTurnStatus(
                 phase=_phase(status, TurnPhase.RUNNING),
                 submissions=[*status.submissions, entry],
+                reason=None,
+                message=None,
             )
 
         await self._update(name, running)

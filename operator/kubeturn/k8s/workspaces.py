@@ -85,6 +85,7 @@ from kubeturn.k8s.kube import (
     SECRETS,
     WORKSPACES,
 )
+from kubeturn.orchestrator import caps
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn_harness.wire import ReposResponse
 
@@ -486,6 +487,8 @@ async def reconcile(hub: Hub, body: dict[str, Any], sandbox: Sandbox) -> float:
         invalid = sandboxes.Said(False, conditions.INVALID, str(errors))
         await _write(hub, body, sandbox, WorkspacePhase.FAILED, None, invalid, None, None)
         return READY_PROBE_S  # a new generation wakes the daemon at once
+    # Before the Harness is offered, so before any Turn of it is admitted (ADR 0116).
+    hub.caps.limit(caps.Scope(caps.WORKSPACE, f"{namespace}/{name}"), spec.maxLiveTurns)
     now = time.monotonic()
     deleting = bool(meta.get("deletionTimestamp"))  # what it owns goes with it: no sync
     looking = Looked(meta.get("generation"), await hub.api_server.look(), now)
@@ -776,6 +779,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> RunEvents:
                 # its name registers its own token after this.
                 kept.pop(key, None)
                 hub.registry.forget_token(f"{key[0]}/{key[1]}")
+                hub.caps.limit(caps.Scope(caps.WORKSPACE, f"{key[0]}/{key[1]}"), None)
                 client = hub.harness_gone(key)
                 if client is not None:
                     await client.close()

@@ -56,7 +56,7 @@ from kubeturn.local.workdir import (
 )
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.machine.targets import state_where
-from kubeturn.orchestrator import api, statuses
+from kubeturn.orchestrator import api, caps, statuses
 from kubeturn.orchestrator.actor import RunActor
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.delivery import Deliverer, Remote
@@ -66,6 +66,7 @@ from kubeturn.orchestrator.harness_client import (
     HarnessCommitter,
     HarnessWorktrees,
 )
+from kubeturn.orchestrator.ids import TurnId
 from kubeturn.tracing import Tracing
 from kubeturn_harness.errors import ConfigError, ScriptError
 from kubeturn_harness.providers import Providers
@@ -108,6 +109,8 @@ class Options:
     """``--repo SLOT=URL|PATH`` overrides."""
     api_port: int = 0
     harness_port: int = 0
+    max_live_turns: int | None = None
+    """``--max-live-turns``: over the Workspace template's ``spec.maxLiveTurns``."""
     base: Path = field(default_factory=Path.cwd)
     """The directory relative paths are read from."""
 
@@ -269,6 +272,7 @@ class LocalRun:
                         "model": f"{SCRIPTED}:{script}" if script else None,
                         "providers": str(providers_file) if providers_file else None,
                         "repos": {name: slot.url for name, slot in slots.items()},
+                        "maxLiveTurns": options.max_live_turns,
                     },
                     indent=1,
                 )
@@ -349,7 +353,17 @@ class LocalRun:
                 ),
             )
             started.client = HarnessClient(started.harness.url, harness_token)
-            started.watched = WatchedHarness(started.client, self._changed.set)
+            cap = _max_live_turns(loaded, options, saved)
+            limits = caps.Caps({caps.WORKSPACE: cap})
+            turn_slots = caps.RunSlots(
+                limits,
+                f"{loaded.namespace}/{loaded.name}",
+                (caps.Scope(caps.WORKSPACE, WORKSPACE),),
+                lambda turn: _started_at(started, turn),
+            )
+            started.watched = WatchedHarness(
+                started.client, self._changed.set, turn_slots if cap is not None else None
+            )
             try:
                 started.worktrees = await started.client.worktrees(
                     loaded.name, branch_of(loaded.name), sorted(slots)
@@ -380,6 +394,7 @@ class LocalRun:
                 on_change=lambda _: self._changed.set(),
                 deliveries=_deliverer(loaded, workdir, started.client, slots),
                 worktrees=HarnessWorktrees(loaded.name, started.client),
+                slots=turn_slots if cap is not None else None,
                 traces=(
                     self._tracing.run(
                         uid, namespace=loaded.namespace, name=loaded.name, started=started_at
@@ -525,6 +540,25 @@ def _deliverer(
         remotes=known,
         pusher=LocalPusher(workdir.root),
     )
+
+
+def _max_live_turns(loaded: LoadedRun, options: Options, saved: dict[str, Any]) -> int | None:
+    """The cap on the Run's live Turns: ``--max-live-turns``, that of the run resumed, or
+    the Workspace template's ``spec.maxLiveTurns``; None: no cap."""
+    if options.max_live_turns is not None:
+        return options.max_live_turns
+    if saved.get("maxLiveTurns") is not None:
+        return int(saved["maxLiveTurns"])
+    workspace = loaded.spec.workspace
+    template = workspace.template if workspace is not None else None
+    return template.maxLiveTurns if template is not None else None
+
+
+def _started_at(started: _Started, turn: TurnId) -> float:
+    """When the Turn started, as its core recorded it (the order of the queue)."""
+    actor = started.actor
+    found = actor.core.turns.get(turn) if actor is not None else None
+    return found.startedAt if found is not None else time.time()
 
 
 def _unrestorable(files: RunFiles, error: Exception) -> CommandError:

@@ -5,7 +5,8 @@ Every port call goes to ``HarnessClient`` unchanged. Beside it, each conversatio
 Turn is admitted to is followed on the Harness's stream (``HarnessClient.follow``) to
 count the tool calls of each Submission, and a refused admission is kept to be said to
 the person at the terminal: an unknown provider is a 400 naming ``model``, and the
-Machine hears it only as the Agent's fault.
+Machine hears it only as the Agent's fault. Under a cap on live Turns (ADR 0116) an
+admission first waits for a slot, and the person is told which Turn waits, and why.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 from collections.abc import Callable
 
 from kubeturn.errors import AdmitFailed
+from kubeturn.orchestrator import caps
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
@@ -28,18 +30,34 @@ log = logging.getLogger(__name__)
 
 
 class WatchedHarness:
-    def __init__(self, client: HarnessClient, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        client: HarnessClient,
+        on_change: Callable[[], None],
+        slots: caps.RunSlots | None = None,
+    ) -> None:
         self._client = client
+        self._slots = slots
         self._on_change = on_change
         self._followers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.tool_calls: dict[str, int] = {}
         """Submission id → tool calls its model made."""
         self.refusals: list[str] = []
-        """What the Harness said when it refused an admission, one line each, in order."""
+        """What the Harness said when it refused an admission, one line each, in order;
+        and which Turn waits for a slot under the cap on live Turns, and why."""
 
     # ------------------------------------------------------------------ TurnPort, ExecPort
 
     async def admit(self, effect: Admit) -> SubmissionId:
+        if self._slots is not None:
+
+            async def queued(held: caps.Held) -> None:
+                said = caps.describe(held, where={caps.WORKSPACE: "--max-live-turns"})
+                turn = f"Turn {effect.turn} ({effect.agent} in {effect.state})"
+                self.refusals.append(f"{turn} {said}")
+                self._on_change()
+
+            await self._slots.enter(effect.turn, queued)
         self.watch(effect.agent, effect.instance_id)
         try:
             return await self._client.admit(effect)

@@ -13,6 +13,10 @@ with the next save, or ``SAVE_LATER_S`` after it at the latest, not on its own: 
 before then resumes from the save before it, as one just before its save would (ADR 0093).
 An admission's answer is saved at once: a pick that a resumed Run heard before it was
 answered again would find the Turn still being admitted.
+
+Under caps on live Turns (ADR 0116) the actor tells its ``SlotPort`` when a Turn's state
+exits (a Turn still waiting for a slot is withdrawn there and then, not after the
+admission its sweep is chained behind) and when a Turn is recorded (its slot is free).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from kubeturn.orchestrator.effects import (
 from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn.orchestrator.invokes import DeliverResult, ExecResult
 from kubeturn.orchestrator.picks import Gone, PickAnswer
-from kubeturn.orchestrator.turns import Exit, TurnRecord
+from kubeturn.orchestrator.turns import Exit, TurnPhase, TurnRecord
 from kubeturn.orchestrator.worktrees import Made
 from kubeturn_harness.wire import DeliveryId, Outcome, Receipt, SubmissionId, Usage
 
@@ -131,6 +135,21 @@ class TracePort(Protocol):
         ...
 
 
+class SlotPort(Protocol):
+    """A Run's slots under the caps on live Turns (ADR 0116; ``orchestrator.caps.RunSlots``).
+    The shell's ``TurnPort`` waits for a slot before a Turn's first admission; the actor
+    says which Turns hold one on a resume, which no longer want one (their state exited:
+    one still waiting is never admitted) and which are done with theirs (recorded)."""
+
+    def hold(self, turn: TurnId) -> None: ...
+
+    def withdraw(self, turn: TurnId) -> None: ...
+
+    def leave(self, turn: TurnId) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class SnapshotStore(Protocol):
     async def save(self, snapshot: dict[str, Any]) -> None: ...
 
@@ -158,6 +177,7 @@ class RunActor:
         save_later_s: float = SAVE_LATER_S,
         traces: TracePort | None = None,
         worktrees: WorktreePort | None = None,
+        slots: SlotPort | None = None,
     ) -> None:
         self.core = core
         self._turns = turns
@@ -169,6 +189,7 @@ class RunActor:
         self._on_change = on_change
         self._on_record = on_record
         self._traces = traces
+        self._slots = slots
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._chains: dict[InstanceId, asyncio.Task[Any]] = {}
@@ -188,6 +209,12 @@ class RunActor:
     async def start(self) -> None:
         """Start a new Run, or resume a restored one."""
         resuming = self.core.config is not None
+        if resuming and self._slots is not None:
+            # Before any admission is applied: a Turn admitted before the restart holds
+            # its slot until it is recorded, as it did.
+            for turn in self.core.turns.values():
+                if turn.phase is TurnPhase.LIVE or turn.submissions:
+                    self._slots.hold(turn.id)
         await self._do(lambda now: self.core.resume() if resuming else self.core.start(now))
         if resuming:
             for turn in self.core.live_turns():
@@ -272,6 +299,8 @@ class RunActor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._slots is not None:
+            self._slots.close()
 
     # ------------------------------------------------------------------ applying
 
@@ -309,6 +338,8 @@ class RunActor:
                 case Admit():
                     self._chain(effect.instance_id, self._admit(effect))
                 case Sweep():
+                    if self._slots is not None:
+                        self._slots.withdraw(effect.turn)  # now: its admission may wait
                     self._chain(effect.instance_id, self._sweep(effect))
                 case StartExec():
                     self._execs_running[effect.invocation] = self._spawn(self._exec(effect))
@@ -327,6 +358,8 @@ class RunActor:
                     if self._traces is not None:
                         self._traces.finished(effect.phase, effect.message, self._clock())
                 case Recorded():
+                    if self._slots is not None:
+                        self._slots.leave(effect.record.name)
                     if self._on_record is not None:
                         self._on_record(effect.record)
                     if self._traces is not None:
