@@ -109,6 +109,8 @@ class Caps:
         self._holding: dict[tuple[str, TurnId], Ticket] = {}
         self._waiting: dict[tuple[str, TurnId], tuple[Ticket, asyncio.Future[None]]] = {}
         self._open = True
+        self._opened = asyncio.Event()
+        self._opened.set()
 
     def limit(self, scope: Scope, cap: int | None) -> None:
         """Set a scope's cap (None: the default of its kind); a raised one lets more go."""
@@ -125,9 +127,11 @@ class Caps:
         """Let no Turn go until ``open``: the Turns that were live before a restart are not
         all known yet."""
         self._open = False
+        self._opened.clear()
 
     def open(self) -> None:
         self._open = True
+        self._opened.set()
         self._grant()
 
     def hold(self, ticket: Ticket) -> None:
@@ -138,8 +142,9 @@ class Caps:
         self, ticket: Ticket, queued: Callable[[Held], Awaitable[None]] | None = None
     ) -> None:
         """Until the Turn holds a slot (at once if it holds one, or if there is room and no
-        earlier Turn waits for it); ``queued`` hears why, once, when it must wait. A Turn
-        withdrawn meanwhile raises ``Withdrawn``."""
+        earlier Turn waits for it); ``queued`` hears why when it must wait, and again when
+        the caps open after a restart if it still waits. A Turn withdrawn meanwhile raises
+        ``Withdrawn``."""
         key = ticket.key
         if key in self._holding:
             return
@@ -149,6 +154,14 @@ class Caps:
         try:
             if not granted.done() and queued is not None:
                 await queued(self.why(ticket))
+                if not self._open:
+                    opening = asyncio.ensure_future(self._opened.wait())
+                    try:
+                        await asyncio.wait({granted, opening}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        opening.cancel()
+                    if not granted.done():
+                        await queued(self.why(ticket))
             await granted
         except BaseException:  # cancelled (the actor closes), withdrawn, ``queued`` failed
             left = self._waiting.pop(key, None) is None
@@ -191,8 +204,10 @@ class Caps:
         return counts
 
     def waiting(self) -> list[Ticket]:
-        """The Turns that wait, in order."""
-        return sorted((t for t, _ in self._waiting.values()), key=lambda t: t.order)
+        """The Turns that wait, in order. One whose wait was cancelled (its actor closes)
+        waits no more, though its task has not yet run to drop it."""
+        waiting = (t for t, granted in self._waiting.values() if not granted.done())
+        return sorted(waiting, key=lambda t: t.order)
 
     def _grant(self) -> None:
         if not self._open:

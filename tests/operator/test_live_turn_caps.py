@@ -1,0 +1,201 @@
+"""A Workspace's cap on live Turns (``spec.maxLiveTurns``, ADR 0116) through the real
+operator (kopf, in a thread of its own) against the API emulator, the kubelet running the
+sandbox Pod as a real Harness process, the scripted model holding each model request
+until the test releases it.
+
+Cases (one scenario, cap 1, three Runs started in order):
+- the first Run's Turn runs; the second's and third's AgentTurns are ``Pending`` with
+  reason ``WorkspaceFull`` and a message naming the cap, as ``kubectl get agentturns``
+  shows, and reach no model;
+- the operator stopped and another started: the queue is rebuilt in order, nothing
+  waiting is admitted while the first Turn lives;
+- the first Turn ends: the second (not the third) is admitted, its reason gone;
+- the third Run cancelled while its Turn waits: the Turn is recorded ``aborted`` and never
+  reaches the Harness's model; the second ends; every Run's Turn admitted once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests import tools
+from tests.operator import emulator
+from tests.operator import kubelet as kubelet_
+from tests.operator.installation import Installation
+from tests.operator.operator_support import (
+    AGENTTURNS,
+    GROUP_VERSION,
+    NAMESPACE,
+    OperatorThread,
+    call,
+    fail_on_logged_errors,
+    kubectl_table,
+    make_origin,
+    script,
+)
+from tests.operator.world import OperatorWorld, operator_world
+
+Body = dict[str, Any]
+WORKSPACE = "capped"
+RUNS = ("first", "second", "third")
+PROMPTS = {name: f"Do the {name} task" for name in RUNS}
+SCRIPT = script(
+    {prompt: [{"hold": True, "toolCalls": [call("finish")]}] for prompt in PROMPTS.values()}
+)
+"""Each Run's model request is held until released; then its coder picks ``finish``."""
+
+
+def workspace(origin: str) -> Body:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Workspace",
+        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
+        "spec": {"repos": {"target": {"url": origin}}, "maxLiveTurns": 1},
+    }
+
+
+def run(name: str) -> Body:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "workspace": {"name": WORKSPACE},
+            "agents": {
+                "coder": {"model": "scripted/any", "instructions": "Work.", "workspace": "write"}
+            },
+            "machine": {
+                "initial": "working",
+                "states": {
+                    "working": {
+                        "invoke": {"agent": {"slot": "coder", "prompt": PROMPTS[name]}},
+                        "on": {"finish": {"target": "done", "description": "Done."}},
+                    },
+                    "done": {"type": "final"},
+                },
+            },
+        },
+    }
+
+
+@pytest.fixture
+async def world(
+    k8s: emulator.KubernetesApi,
+    k8s_client: aiohttp.ClientSession,
+    installation: Installation,
+    kubelet: kubelet_.Kubelet,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> AsyncIterator[OperatorWorld]:
+    origin = make_origin(tmp_path / "git")
+    async with operator_world(
+        k8s,
+        k8s_client,
+        installation,
+        kubelet=kubelet,
+        script=SCRIPT,
+        workspace=workspace(origin),
+        origin=origin,
+    ) as made:
+        yield made
+    fail_on_logged_errors(caplog, kubelet.started)
+
+
+def turn(world: OperatorWorld, name: str) -> Body:
+    """The status of Run ``name``'s one AgentTurn (``{}`` before it has one)."""
+    found = world.read(AGENTTURNS, f"{name}-t1")
+    return (found or {}).get("status") or {}
+
+
+async def held(world: OperatorWorld, name: str) -> None:
+    async def holding() -> bool:
+        return any(r["held"] for r in await world.model_requests(PROMPTS[name]))
+
+    await world.until(holding, f"the held model request of {name}", run=name)
+
+
+async def release(world: OperatorWorld, name: str) -> None:
+    async with world.session.post(
+        f"{world.model}/_release", json={"match": PROMPTS[name]}
+    ) as answer:
+        assert (await answer.json())["released"] == 1
+
+
+def waiting(world: OperatorWorld, *names: str) -> bool:
+    return all(
+        (turn(world, n).get("phase"), turn(world, n).get("reason")) == ("Pending", "WorkspaceFull")
+        for n in names
+    )
+
+
+async def test_a_workspace_capped_at_one_admits_its_turns_one_by_one_in_order(
+    world: OperatorWorld, installation: Installation, kubectl: tools.Kubectl
+) -> None:
+    await world.create(run("first"))
+    await held(world, "first")
+    await world.create(run("second"))
+    await world.until(lambda: waiting(world, "second"), "the second Turn Pending")
+    await world.create(run("third"))
+    await world.until(lambda: waiting(world, "second", "third"), "both later Turns Pending")
+    assert turn(world, "second")["message"] == (
+        f"waits for a live Turn to end: Workspace {NAMESPACE}/{WORKSPACE} has 1 live of at "
+        "most 1 (its spec.maxLiveTurns); earlier Turns go first"
+    )
+    shown = kubectl_table((await kubectl("get", "agentturns")).stdout)
+    assert shown[0][4:6] == ["PHASE", "OUTCOME"]
+    assert shown[0][-1] == "REASON"
+    assert sorted((row[0], row[4], row[-1]) for row in shown[1:]) == [
+        ("first-t1", "Running", ""),
+        ("second-t1", "Pending", "WorkspaceFull"),
+        ("third-t1", "Pending", "WorkspaceFull"),
+    ]
+
+    first = world.operator
+    await first.stop()
+    restarted = OperatorThread(dataclasses.replace(first.settings), installation.kubeconfig)
+    await restarted.start()
+    try:
+        await world.until(lambda: waiting(world, "second", "third"), "both still Pending")
+        assert await world.model_requests(PROMPTS["second"]) == []
+        await release(world, "first")
+        await held(world, "second")
+        await world.until(
+            lambda: world.run("first").get("phase") == "Succeeded", "the first Run done"
+        )
+        assert (turn(world, "second").get("phase"), turn(world, "second").get("reason")) == (
+            "Running",
+            None,
+        )
+        assert waiting(world, "third")
+        assert await world.model_requests(PROMPTS["third"]) == []
+
+        path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/third"
+        await world.patch(path, {"spec": {"cancel": True}})
+        await world.until(
+            lambda: world.run("third").get("phase") == "Cancelled", "the third Run cancelled"
+        )
+        await release(world, "second")
+        await world.until(
+            lambda: world.run("second").get("phase") == "Succeeded", "the second Run done"
+        )
+    finally:
+        await restarted.stop()
+
+    assert [(t["outcome"], t.get("cause")) for t in world.run("third")["turns"]] == [
+        ("aborted", None)
+    ]
+    assert await world.model_requests(PROMPTS["third"]) == []
+    harness = await world.harness()
+    for name in ("first", "second"):
+        (recorded,) = world.run(name)["turns"]
+        assert (recorded["outcome"], recorded.get("cause")) == ("ended", "pick")
+        events = await harness.events("coder", recorded["instanceId"])
+        admitted = [e for e in events if e["type"] == "submission-admitted"]
+        assert len(admitted) == 1, name
+    assert len(await world.model_requests()) == 2
