@@ -42,7 +42,8 @@ Cases:
   POD_NAME) including the Orchestrator URL, which names the Orchestrator Service, and
   the Lease; replicas, resources and scheduling from values; ``defaultModel`` as
   KUBETURN_DEFAULT_MODEL (one naming no provider refused by the schema), and the NOTES
-  saying it; ``turnRetention`` as KUBETURN_TURN_RETENTION (a duration the schema checks).
+  saying it; ``turnRetention`` as KUBETURN_TURN_RETENTION (a duration the schema checks);
+  ``maxLiveTurnsPerNamespace`` as KUBETURN_NAMESPACE_MAX_LIVE_TURNS, only when set.
 - The NetworkPolicy admits only sandbox pods (the labels the operator gives them) to the
   Orchestrator port, from the watched namespaces when they are listed (any namespace
   when none is); metrics only from the release's namespace, plus ``metricsFrom``.
@@ -1259,6 +1260,14 @@ def test_turn_retention_reaches_the_operator(helm: str) -> None:
     text = _helm(helm, *_template_args(None), "--set", "turnRetention=24h").stdout
     objects = [doc for doc in yaml.safe_load_all(text) if doc]
     assert _env(objects)["KUBETURN_TURN_RETENTION"] == "24h"
+
+
+def test_a_namespace_cap_on_live_turns_reaches_the_operator_only_when_set(helm: str) -> None:
+    text = _helm(helm, *_template_args(None), "--set", "maxLiveTurnsPerNamespace=4").stdout
+    objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    assert _env(objects)["KUBETURN_NAMESPACE_MAX_LIVE_TURNS"] == "4"
+    default = [doc for doc in yaml.safe_load_all(_helm(helm, *_template_args(None)).stdout) if doc]
+    assert "KUBETURN_NAMESPACE_MAX_LIVE_TURNS" not in _env(default)
 
 
 def test_recreate_renders_without_rolling_update(helm: str) -> None:
