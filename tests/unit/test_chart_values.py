@@ -3,7 +3,8 @@
 Cases: a valid value is read as its model; a refused one names the flag and every problem
 at its path under the chart's value, never a stack trace; with no flag and no environment,
 ``kubeturn operator``'s settings are ``OperatorSettings()``'s defaults (one source); the
-console's certificate and key are read together, one without the other refused.
+console's certificate and key are read together, one without the other refused; the
+namespace cap on live Turns comes from its flag or its environment twin (the chart's).
 """
 
 from __future__ import annotations
@@ -78,3 +79,15 @@ def test_the_consoles_certificate_and_key_go_together(monkeypatch: pytest.Monkey
     )
     with pytest.raises(CommandError, match="--console-certificate and --console-key go together"):
         cli.operator_settings(cli._parser().parse_args(both[:3]))
+
+
+def test_the_namespace_cap_on_live_turns_is_read_from_its_flag_or_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable in [v for v in os.environ if v.startswith("KUBETURN_") or v == "KUBECONFIG"]:
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv("KUBETURN_NAMESPACE_MAX_LIVE_TURNS", "3")
+    settings = cli.operator_settings(cli._parser().parse_args(["operator"]))
+    assert settings.namespace_max_live_turns == 3
+    flagged = ["operator", "--namespace-max-live-turns", "5"]
+    assert cli.operator_settings(cli._parser().parse_args(flagged)).namespace_max_live_turns == 5
