@@ -12,6 +12,10 @@ Cases (one scenario, cap 1, three Runs started in order):
 - the first Turn ends: the second (not the third) is admitted, its reason gone;
 - the third Run cancelled while its Turn waits: the Turn is recorded ``aborted`` and never
   reaches the Harness's model; the second ends; every Run's Turn admitted once.
+
+And the operator's ``namespace_max_live_turns`` (the chart's ``maxLiveTurnsPerNamespace``)
+at 1, the Workspace uncapped: the second Run's Turn is ``Pending``, ``NamespaceFull``,
+until the first's ends.
 """
 
 from __future__ import annotations
@@ -51,12 +55,12 @@ SCRIPT = script(
 """Each Run's model request is held until released; then its coder picks ``finish``."""
 
 
-def workspace(origin: str) -> Body:
+def workspace(origin: str, **caps: int) -> Body:
     return {
         "apiVersion": GROUP_VERSION,
         "kind": "Workspace",
         "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
-        "spec": {"repos": {"target": {"url": origin}}, "maxLiveTurns": 1},
+        "spec": {"repos": {"target": {"url": origin}}, **caps},
     }
 
 
@@ -86,6 +90,7 @@ def run(name: str) -> Body:
 
 @pytest.fixture
 async def world(
+    request: pytest.FixtureRequest,
     k8s: emulator.KubernetesApi,
     k8s_client: aiohttp.ClientSession,
     installation: Installation,
@@ -93,15 +98,19 @@ async def world(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> AsyncIterator[OperatorWorld]:
+    """The operator on ``SCRIPT``, the Workspace Ready; capped at 1 live Turn by the
+    Workspace, or (``world`` parametrized ``namespace``) by the operator's namespace cap."""
     origin = make_origin(tmp_path / "git")
+    by_namespace = getattr(request, "param", None) == "namespace"
     async with operator_world(
         k8s,
         k8s_client,
         installation,
         kubelet=kubelet,
         script=SCRIPT,
-        workspace=workspace(origin),
+        workspace=workspace(origin) if by_namespace else workspace(origin, maxLiveTurns=1),
         origin=origin,
+        **({"namespace_max_live_turns": 1} if by_namespace else {}),
     ) as made:
         yield made
     fail_on_logged_errors(caplog, kubelet.started)
@@ -127,9 +136,9 @@ async def release(world: OperatorWorld, name: str) -> None:
         assert (await answer.json())["released"] == 1
 
 
-def waiting(world: OperatorWorld, *names: str) -> bool:
+def waiting(world: OperatorWorld, *names: str, reason: str = "WorkspaceFull") -> bool:
     return all(
-        (turn(world, n).get("phase"), turn(world, n).get("reason")) == ("Pending", "WorkspaceFull")
+        (turn(world, n).get("phase"), turn(world, n).get("reason")) == ("Pending", reason)
         for n in names
     )
 
@@ -199,3 +208,23 @@ async def test_a_workspace_capped_at_one_admits_its_turns_one_by_one_in_order(
         admitted = [e for e in events if e["type"] == "submission-admitted"]
         assert len(admitted) == 1, name
     assert len(await world.model_requests()) == 2
+
+
+@pytest.mark.parametrize("world", ["namespace"], indirect=True)
+async def test_a_namespace_capped_at_one_holds_the_second_turn_back(world: OperatorWorld) -> None:
+    await world.create(run("first"))
+    await held(world, "first")
+    await world.create(run("second"))
+    await world.until(
+        lambda: waiting(world, "second", reason="NamespaceFull"), "the second Turn Pending"
+    )
+    assert turn(world, "second")["message"] == (
+        f"waits for a live Turn to end: namespace {NAMESPACE} has 1 live of at most 1 (the "
+        "operator's --namespace-max-live-turns); earlier Turns go first"
+    )
+    assert await world.model_requests(PROMPTS["second"]) == []
+    await release(world, "first")
+    await held(world, "second")
+    await release(world, "second")
+    for name in ("first", "second"):
+        await world.until(lambda n=name: world.run(n).get("phase") == "Succeeded", f"{name} done")
