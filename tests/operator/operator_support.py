@@ -183,7 +183,18 @@ class OperatorThread:
             raise AssertionError("the operator failed") from self.error
 
 
-AGENTTURN_COLUMNS = ["NAME", "RUN", "AGENT", "STATE", "PHASE", "OUTCOME", "CAUSE", "SETTLED", "AGE"]
+AGENTTURN_COLUMNS = [
+    "NAME",
+    "RUN",
+    "AGENT",
+    "STATE",
+    "PHASE",
+    "OUTCOME",
+    "CAUSE",
+    "SETTLED",
+    "AGE",
+    "REASON",
+]
 """The columns ``kubectl get agentturns`` shows (the CRD's printer columns and AGE)."""
 
 

@@ -165,6 +165,7 @@ COLUMNS = {
         ("Cause", ".status.settlement.cause", "string"),
         ("Settled", ".status.settlement.settledAt", "date"),
         AGE,
+        ("Reason", ".status.reason", "string"),
     ],
     "Run": [
         ("State", ".status.state", "string"),
