@@ -81,6 +81,9 @@ log = logging.getLogger(__name__)
 
 NOT_RUN_STOPPED = "This call did not run: the turn was stopped before it ran."
 CUT_WHILE_RUNNING = "This call was cut off before it finished: the turn was stopped."
+REQUEST_AFTER_END = "a model request after its Turn ended was refused"
+"""What the log says each time ``kubeturn_harness_model_requests_after_turn_end`` counts
+one: the scenario tests read it in every Harness's log, restarted ones' too."""
 RECEIPT_AFTER_CUT_S = 5.0
 """How long a cut run still waits for the receipt of a pick it had sent: the Orchestrator
 answers within a round trip of its sweep, and the record should say what the pick did."""
@@ -287,6 +290,7 @@ async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
     """One model request; a cut answer is recorded as far as it went."""
     if run.submission.settlement is not None:
         run.env.metrics.requests_after_end.inc()
+        log.error("%s: Submission %s", REQUEST_AFTER_END, run.submission.id)
         raise RequestAfterEnd(run.submission.id)
     run.log.append(
         EventType.MODEL_REQUESTED,

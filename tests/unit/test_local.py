@@ -57,7 +57,8 @@ def test_the_history_table_is_in_start_order_with_why() -> None:
     )
     assert lines == [
         "TURN  AGENT  STATE  OUTCOME  CAUSE  TOKENS  COST     DURATION  MESSAGE",
-        "t2    coder  s      aborted  -      -       -        1.5s      failed: the Harness restarted",
+        "t2    coder  s      aborted  -      -       -        1.5s      "
+        "failed: the Harness restarted",
         "t10   coder  s      ended    pick   9/2     $0.0125  1.5s      -",
     ]
 
