@@ -9,7 +9,9 @@ Cases:
   after the sweep settled its Submission, cut at the output limit, so the run goes on to
   ask again: that request is refused before it is sent, counted once in
   ``kubeturn_harness_model_requests_after_turn_end`` and logged; the model saw one
-  request; the Submission settled once, ``aborted`` by the sweep;
+  request; the Submission settled once, ``aborted`` by the sweep; the checks every
+  system and operator scenario ends with (``tests.guarantee``) fail on the counter and
+  on the log;
 - a priced model's answer: the assistant message on the conversation stream carries the
   request's tokens and cost, the settlement their sum over the run's two requests, and
   the tokens and cost counters count them by Agent and model;
@@ -47,6 +49,7 @@ from kubeturn_harness.wire import (
     Usage,
     WorkspaceAccess,
 )
+from tests import guarantee
 
 IID = "ns.run/s/coder"
 LIMITS = Limits(max_steps=64, max_identical_calls=4, surface_retry_s=0.1, pick_retry_s=0.1)
@@ -151,6 +154,13 @@ async def test_a_request_after_the_sweep_is_counted_and_never_sent(
     assert [s.outcome for s in settlements(conv)] == [Outcome.ABORTED]
     assert [r.getMessage() for r in caplog.records] == [f"{REQUEST_AFTER_END}: Submission s-1"]
     await conv.close()
+    # The checks every system and operator scenario ends with fail on it.
+    with pytest.raises(pytest.fail.Exception, match="1 model request"):
+        guarantee.check_counter(metrics.registry)
+    harness_log = tmp_path / "harness.log"
+    harness_log.write_text(caplog.text)
+    with pytest.raises(pytest.fail.Exception, match="Submission s-1"):
+        guarantee.check_logs([harness_log])
 
 
 async def test_each_request_is_priced_on_the_stream_and_counted(tmp_path: Path) -> None:
