@@ -8,6 +8,7 @@ wire are ``str`` enums. Nothing here does IO.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, NewType
@@ -452,6 +453,15 @@ class Usage(_Body):
             cacheWriteTokens=self.cacheWriteTokens + other.cacheWriteTokens,
             cost=cost,
         )
+
+
+def total_usage(usages: Iterable[Usage | None]) -> Usage | None:
+    """The sum of those given (``Usage.plus``); None when none is."""
+    total: Usage | None = None
+    for usage in usages:
+        if usage is not None:
+            total = usage if total is None else total.plus(usage)
+    return total
 
 
 def decimal_text(value: Decimal) -> str:

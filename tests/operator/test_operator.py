@@ -399,8 +399,10 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     # Each AgentTurn went only after its settlement was written: the last version
     # served before DELETED, and the DELETED one, carry it.
     assert sorted(world.watch.deleted()) == sorted(turn_names)
-    for name in turn_names:
+    for name, record in zip(turn_names, turns, strict=True):
         seen = world.watch.of(name)
+        tokens = {k: v for k, v in record["tokens"].items() if v is not None}
+        assert seen[-1][1]["status"]["usage"] == tokens, name
         assert [kind for kind, _ in seen][-1] == "DELETED", name
         before, gone = seen[-2][1], seen[-1][1]
         for version in (before, gone):

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from kubeturn.api.common import GROUP, GROUP_VERSION, GroupVersion, ObjectMeta, Spec
 from kubeturn.api.status import Condition, Message, Status, SubmissionRecord
-from kubeturn_harness.wire import Outcome, ThinkingLevel, WorkspaceAccess
+from kubeturn_harness.wire import Outcome, ThinkingLevel, Usage, WorkspaceAccess
 
 SWEEP_FINALIZER = f"{GROUP}/sweep"
 RETAIN_FINALIZER = f"{GROUP}/retain"
@@ -110,6 +110,10 @@ class AgentTurnStatus(Status):
     )
     submissions: list[SubmissionRecord] = Field(
         default_factory=list, description="Its Submissions."
+    )
+    usage: Usage | None = Field(
+        default=None,
+        description="Tokens (and cost, where the model has a price) of its settled Submissions.",
     )
     exit: Exit | None = Field(default=None, description="Why its state exited.")
     settlement: Settlement | None = Field(default=None, description="How the Turn ended.")
