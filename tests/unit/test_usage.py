@@ -11,13 +11,15 @@ Cases:
 - a Run's ``status.usage`` sums every recorded Turn per Agent slot and in all, beyond
   the 200 records its history keeps; a core restored from that status goes on counting
   from there; a Turn with no usage adds nothing;
-- the CLI shows a cost as ``$0.0125`` (a tiny one as ``<$0.0001``, none as ``-``) and
-  ``kubeturn status`` the usage lines, tokens as in/out.
+- the CLI shows a cost as ``$0.0125`` (a tiny one as ``<$0.0001``, none as ``-``),
+  ``kubeturn status`` the usage lines, tokens as in/out, and a transcript's settlement
+  line the cost after the tokens, where there is one.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -26,6 +28,8 @@ from kubeturn.local import view
 from kubeturn.orchestrator import statuses, usages
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Admit, Sweep
+from kubeturn.transcripts import text
+from kubeturn.transcripts.model import Entry, EntryKind
 from kubeturn_harness.errors import ConfigError
 from kubeturn_harness.pricing import Price, priced
 from kubeturn_harness.providers import Providers
@@ -151,3 +155,23 @@ def test_status_shows_the_usage_in_all_and_per_agent() -> None:
         "  coder: 1000/90 tokens in/out, 600 read from the cache",
         "  reviewer: 300/20 tokens in/out, $0.0020",
     ]
+
+
+def test_a_transcripts_settlement_line_shows_the_cost_where_there_is_one() -> None:
+    def settled(usage: dict[str, Any]) -> list[str]:
+        entry = Entry(
+            turn="t1",
+            number=1,
+            state="s",
+            agent="coder",
+            kind=EntryKind.SETTLEMENT,
+            at="2026-12-02T15:00:00Z",
+            text="ended",
+            data={"outcome": "ended", "usage": usage},
+        )
+        return text.lines(entry)
+
+    assert settled({"promptTokens": 9, "completionTokens": 2, "cost": "0.0012"}) == [
+        "  ■ ended · tokens 9/2 · $0.0012"
+    ]
+    assert settled({"promptTokens": 9, "completionTokens": 2}) == ["  ■ ended · tokens 9/2"]
