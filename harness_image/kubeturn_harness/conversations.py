@@ -272,6 +272,9 @@ class Conversation:
 
     async def _conclude(self, live: _Live, task: asyncio.Task[object]) -> None:
         if live.stop is not None or task.cancelled():
+            if not task.cancelled():
+                # How a stopped run ended (a request refused after its end) is the stop's.
+                task.exception()
             if live.stop is not None:
                 self._settle_stopped(live)
             return

@@ -22,6 +22,8 @@ and drawn in this tree (a test fails otherwise, ADR 0099).
     │                        connection): ``orchestrator.read_surface`` reads again, and
     │                        past its budget the run fails with ``MenuUnreadable``
     ├── PollFailed           a delivery poll failed: it is polled again, slower
+    ├── RequestAfterEnd      a run was about to start a model request for a Submission
+    │                        already settled: counted, never sent, the run ends
     ├── RunFailed            a Submission's run threw: it settles ``failed`` with a type
     │   ├── ProviderFailure  a model request failed (classified for the retry policy)
     │   └── MenuUnreadable   the surface could not be read or did not parse
@@ -102,6 +104,12 @@ class SurfaceUnavailable(HarnessError):
 
 class PollFailed(HarnessError):
     """A delivery poll failed in transport or with an unexpected answer."""
+
+
+class RequestAfterEnd(HarnessError):
+    """A run was about to start a model request for a Submission that had already
+    settled (its Turn had ended): counted in ``kubeturn_harness_model_requests_after_
+    turn_end`` and refused, so the request is never sent."""
 
 
 class RunFailed(HarnessError):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kubeturn_harness.wire import Usage
+
 SWEEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 """Sweep → settled is milliseconds on a healthy pod; the tail up to the 10 s wait shows."""
 
@@ -31,6 +33,27 @@ class HarnessMetrics:
         self.model_requests = Counter(
             "kubeturn_harness_model_requests",
             "Model requests sent to providers.",
+            registry=self.registry,
+        )
+        self.requests_after_end = Counter(
+            "kubeturn_harness_model_requests_after_turn_end",
+            "Model requests a run was about to start after its Submission had settled (its "
+            "Turn had ended); refused, never sent. kubeturn's guarantee holds while it is 0.",
+            registry=self.registry,
+        )
+        self.tokens = Counter(
+            "kubeturn_harness_model_tokens",
+            "Tokens providers reported, by Agent, model ('provider/model') and kind "
+            "(prompt, completion, cache_read, cache_write; the cache kinds are part of "
+            "prompt). The namespace is the scraped Pod's.",
+            ["agent", "model", "kind"],
+            registry=self.registry,
+        )
+        self.cost = Counter(
+            "kubeturn_harness_model_cost_usd",
+            "What model requests cost in USD at the providers file's prices, by Agent and "
+            "model; requests of a model with no price add nothing.",
+            ["agent", "model"],
             registry=self.registry,
         )
         self.tool_calls = Counter(
@@ -79,3 +102,17 @@ class HarnessMetrics:
             buckets=SWEEP_BUCKETS,
             registry=self.registry,
         )
+
+    def account(self, agent: str, model: str, usage: Usage) -> None:
+        """Count one model request's tokens and cost. Labels are the Agent's and the
+        model's names, both few per Harness: no Run, Turn or Submission names."""
+        for kind, count in (
+            ("prompt", usage.promptTokens),
+            ("completion", usage.completionTokens),
+            ("cache_read", usage.cacheReadTokens),
+            ("cache_write", usage.cacheWriteTokens),
+        ):
+            if count:
+                self.tokens.labels(agent=agent, model=model, kind=kind).inc(count)
+        if usage.cost is not None:
+            self.cost.labels(agent=agent, model=model).inc(float(usage.cost))

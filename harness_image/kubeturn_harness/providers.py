@@ -1,7 +1,7 @@
 """Model providers: the providers file, and resolving ``provider/model`` names.
 
 The file (``KUBETURN_PROVIDERS``) is YAML mapping each provider name to
-``{type: openai | anthropic, baseUrl, apiKeyEnv?, maxTokens?, retry?, timeouts?}``. API
+``{type: openai | anthropic, baseUrl, apiKeyEnv?, maxTokens?, retry?, timeouts?, pricing?}``. API
 keys are read from the named environment variables of the Harness process, never written
 to the file and never passed to tools. ``retry`` and ``timeouts`` are kubeturn's own
 policy for that provider (``kubeturn_harness.retries``; docs/decisions/0076 and 0077),
@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from kubeturn_harness.errors import ConfigError, WireError
+from kubeturn_harness.pricing import Price
 
 
 class ProviderType(StrEnum):
@@ -77,6 +78,9 @@ class ProviderSpec(BaseModel):
     unset, ``anthropic_models.MAX_TOKENS``; thinking's budget comes on top)."""
     retry: RetrySpec = Field(default_factory=RetrySpec)
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
+    pricing: dict[str, Price] = Field(default_factory=dict)
+    """Model name (without the provider) → its prices in USD per million tokens; a model
+    left out has its tokens counted and no cost (docs/decisions/0114)."""
 
 
 class ProvidersFile(RootModel[dict[str, ProviderSpec]]):
@@ -100,6 +104,16 @@ class Provider:
 class ModelName:
     provider: Provider
     model: str
+
+    @property
+    def price(self) -> Price | None:
+        """The model's prices from its provider's ``pricing``; None when it has none."""
+        return self.provider.spec.pricing.get(self.model)
+
+    @property
+    def label(self) -> str:
+        """``provider/model``, as a Submission names it."""
+        return f"{self.provider.name}/{self.model}"
 
     @property
     def where(self) -> str:

@@ -33,9 +33,14 @@ import jsonschema
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from kubeturn_harness import briefing, receipts, tracing
+from kubeturn_harness import briefing, pricing, receipts, tracing
 from kubeturn_harness.clock import Clock
-from kubeturn_harness.errors import MenuUnreadable, RunFailed, ToolboxUnavailable
+from kubeturn_harness.errors import (
+    MenuUnreadable,
+    RequestAfterEnd,
+    RunFailed,
+    ToolboxUnavailable,
+)
 from kubeturn_harness.history import SubmissionRecord
 from kubeturn_harness.metrics import HarnessMetrics
 from kubeturn_harness.models import Finish, ModelAnswer, ModelPort, ModelRequest, Partial
@@ -52,7 +57,7 @@ from kubeturn_harness.orchestrator import (
     read_surface,
 )
 from kubeturn_harness.projection import OpenAIMessage, arguments_object, project, to_openai
-from kubeturn_harness.providers import Providers
+from kubeturn_harness.providers import ModelName, Providers
 from kubeturn_harness.runaway import RunawayWatch
 from kubeturn_harness.sandbox.client import Session, Toolbox
 from kubeturn_harness.sandbox.protocol import Kind
@@ -76,6 +81,9 @@ log = logging.getLogger(__name__)
 
 NOT_RUN_STOPPED = "This call did not run: the turn was stopped before it ran."
 CUT_WHILE_RUNNING = "This call was cut off before it finished: the turn was stopped."
+REQUEST_AFTER_END = "a model request after its Turn ended was refused"
+"""What the log says each time ``kubeturn_harness_model_requests_after_turn_end`` counts
+one: the scenario tests read it in every Harness's log, restarted ones' too."""
 RECEIPT_AFTER_CUT_S = 5.0
 """How long a cut run still waits for the receipt of a pick it had sent: the Orchestrator
 answers within a round trip of its sweep, and the record should say what the pick did."""
@@ -90,7 +98,7 @@ class Tally:
     def add(self, usage: Usage | None) -> None:
         if usage is None:
             return
-        self.usage = (self.usage or Usage()).plus(usage)
+        self.usage = usage if self.usage is None else self.usage.plus(usage)
 
 
 @dataclass(frozen=True)
@@ -280,6 +288,10 @@ class _Tools:
 
 async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
     """One model request; a cut answer is recorded as far as it went."""
+    if run.submission.settlement is not None:
+        run.env.metrics.requests_after_end.inc()
+        log.error("%s: Submission %s", REQUEST_AFTER_END, run.submission.id)
+        raise RequestAfterEnd(run.submission.id)
     run.log.append(
         EventType.MODEL_REQUESTED,
         {
@@ -307,21 +319,33 @@ async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
         try:
             answer = await run.env.model.complete(request, partial)
         except asyncio.CancelledError:
-            _record_partial(run, partial, *run.cut_mark())
+            _record_partial(run, request.model, partial, *run.cut_mark())
             _usage(span, partial.usage)
             raise
         except Exception:
             if partial.text or partial.tool_calls or partial.usage is not None:
-                _record_partial(run, partial, MessageStatus.FAILED, Projection.ASSISTANT_MARKED)
+                _record_partial(
+                    run, request.model, partial, MessageStatus.FAILED, Projection.ASSISTANT_MARKED
+                )
             _usage(span, partial.usage)
             raise
         _usage(span, answer.usage)
         span.set_attribute("gen_ai.response.finish_reasons", [answer.finish.value])
-    run.tally.add(answer.usage)
-    run.record(
-        run.message(Role.ASSISTANT, answer.text, toolCalls=answer.tool_calls, usage=answer.usage)
-    )
+    usage = _account(run, request.model, answer.usage)
+    run.record(run.message(Role.ASSISTANT, answer.text, toolCalls=answer.tool_calls, usage=usage))
     return answer
+
+
+def _account(run: _Run, model: ModelName, usage: Usage | None) -> Usage | None:
+    """Price one request's usage, add it to the run's tally and to the counters; the
+    priced usage goes on the assistant message, so a follower of the conversation stream
+    sees each request's tokens and cost as it ends."""
+    if usage is None:
+        return None
+    usage = pricing.priced(usage, model.price)
+    run.tally.add(usage)
+    run.env.metrics.account(run.log.name, model.label, usage)
+    return usage
 
 
 def _usage(span: trace.Span, usage: Usage | None) -> None:
@@ -331,11 +355,15 @@ def _usage(span: trace.Span, usage: Usage | None) -> None:
 
 
 def _record_partial(
-    run: _Run, partial: Partial, status: MessageStatus, projection: Projection
+    run: _Run,
+    model: ModelName,
+    partial: Partial,
+    status: MessageStatus,
+    projection: Projection,
 ) -> None:
     """What a cut or failed answer had said, its calls as far as they streamed (they never
     run, and no prompt carries them) and the usage reported so far, which counts."""
-    run.tally.add(partial.usage)
+    usage = _account(run, model, partial.usage)
     calls = [partial.tool_calls[index] for index in sorted(partial.tool_calls)]
     run.record(
         run.message(
@@ -344,7 +372,7 @@ def _record_partial(
             toolCalls=calls,
             status=status,
             projection=projection,
-            usage=partial.usage,
+            usage=usage,
         )
     )
 

@@ -8,6 +8,8 @@ wire are ``str`` enums. Nothing here does IO.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, NewType
 
@@ -431,15 +433,43 @@ class Usage(_Body):
     cacheWriteTokens: int = Field(
         default=0, description="Of promptTokens, those the provider wrote to its prompt cache."
     )
+    cost: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]+(\.[0-9]+)?$",
+        description="What these tokens cost in USD (decimal text), at the prices of the "
+        "providers file; absent when any of them was of a model with no price.",
+    )
 
     def plus(self, other: Usage) -> Usage:
-        """The tokens of both, field by field."""
+        """The tokens of both, field by field; a cost only when both have one (a sum that
+        left out unpriced tokens would read as the whole cost)."""
+        cost = None
+        if self.cost is not None and other.cost is not None:
+            cost = decimal_text(Decimal(self.cost) + Decimal(other.cost))
         return Usage(
             promptTokens=self.promptTokens + other.promptTokens,
             completionTokens=self.completionTokens + other.completionTokens,
             cacheReadTokens=self.cacheReadTokens + other.cacheReadTokens,
             cacheWriteTokens=self.cacheWriteTokens + other.cacheWriteTokens,
+            cost=cost,
         )
+
+
+def total_usage(usages: Iterable[Usage | None]) -> Usage | None:
+    """The sum of those given (``Usage.plus``); None when none is."""
+    total: Usage | None = None
+    for usage in usages:
+        if usage is not None:
+            total = usage if total is None else total.plus(usage)
+    return total
+
+
+def decimal_text(value: Decimal) -> str:
+    """Plain decimal text, no exponent and no trailing zeros after the point."""
+    text = f"{value:f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text or "0"
 
 
 class Message(_Body):

@@ -81,6 +81,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -1186,7 +1187,8 @@ def test_prometheus_rule_alerts_fire_as_promtool_evaluates_them(helm: str, tmp_p
 def test_providers_config_map_is_what_the_harness_accepts(
     default_objects: list[Object], custom_objects: list[Object]
 ) -> None:
-    from kubeturn_harness.providers import ProvidersFile
+    from kubeturn_harness.pricing import Price
+    from kubeturn_harness.providers import Providers, ProvidersFile
 
     def providers(objects: list[Object]) -> Any:
         config_map = _one(objects, "ConfigMap", f"{FULLNAME}-providers")
@@ -1199,6 +1201,7 @@ def test_providers_config_map_is_what_the_harness_accepts(
             "type": "openai",
             "baseUrl": "https://api.openai.com/v1",
             "apiKeyEnv": "OPENAI_API_KEY",
+            "pricing": {"gpt-4.1": {"input": 2.0, "output": 8.0, "cacheRead": 0.5}},
         },
         "local": {
             "type": "openai",
@@ -1209,6 +1212,9 @@ def test_providers_config_map_is_what_the_harness_accepts(
         "claude": {"type": "anthropic", "baseUrl": "https://api.anthropic.com", "maxTokens": 4096},
     }
     ProvidersFile.model_validate(parsed)  # extra="forbid": no apiKeySecret may leak in
+    assert Providers.parse(yaml.safe_dump(parsed), "chart").resolve("openai/gpt-4.1").price == (
+        Price(input=Decimal("2"), output=Decimal("8"), cacheRead=Decimal("0.5"))
+    )
 
 
 def test_the_schemas_provider_policy_is_the_harnesss() -> None:

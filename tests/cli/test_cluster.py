@@ -161,17 +161,32 @@ async def test_status_and_turns_read_run_status(
         "submissions": [{"id": "s1", "outcome": "ended", "admittedAt": 10.0, "settledAt": 12.5}],
         "startedAt": 10.0,
         "settledAt": 12.5,
-        "tokens": {"promptTokens": 100, "completionTokens": 7},
+        "tokens": {"promptTokens": 100, "completionTokens": 7, "cost": "0.0105"},
     }
+    used = {"promptTokens": 100, "completionTokens": 7, "cost": "0.0105"}
+    usage = {"tokens": 107, "cost": "0.0105", "total": used, "agents": {"coder": used}}
     await make_run(
         cluster,
         "done",
-        status={"phase": "Succeeded", "turnCount": 1, "turns": [record], "snapshot": {"x": 1}},
+        status={
+            "phase": "Succeeded",
+            "turnCount": 1,
+            "turns": [record],
+            "usage": usage,
+            "snapshot": {"x": 1},
+        },
     )
 
     code, out, err = await kubeturn("status", "done", config=config)
     assert (code, err) == (0, "")
-    assert out.splitlines() == ["run: done", "phase: Succeeded", "state: -", "turns: 1"]
+    assert out.splitlines() == [
+        "run: done",
+        "phase: Succeeded",
+        "state: -",
+        "turns: 1",
+        "usage: 100/7 tokens in/out, $0.0105",
+        "  coder: 100/7 tokens in/out, $0.0105",
+    ]
     code, out, err = await kubeturn("status", "done", "-o", "json", config=config)
     assert "snapshot" not in json.loads(out)
     code, out, err = await kubeturn("turns", "done", "-o", "json", config=config)
@@ -184,14 +199,14 @@ async def test_status_and_turns_read_run_status(
     code, out, err = await kubeturn("turns", "done", config=config)
     assert (code, err) == (0, "")
     assert out.splitlines() == [
-        "TURN  AGENT  STATE         OUTCOME  CAUSE  TOKENS  DURATION  MESSAGE",
-        "t1    coder  implementing  ended    pick   100/7   2.5s      -",
+        "TURN  AGENT  STATE         OUTCOME  CAUSE  TOKENS  COST     DURATION  MESSAGE",
+        "t1    coder  implementing  ended    pick   100/7   $0.0105  2.5s      -",
     ]
     code, out, err = await kubeturn("turns", "done", "-o", "wide", config=config)
     assert out.splitlines() == [
-        "TURN  AGENT  STATE         OUTCOME  CAUSE  TOKENS  DURATION  MESSAGE  STARTED"
+        "TURN  AGENT  STATE         OUTCOME  CAUSE  TOKENS  COST     DURATION  MESSAGE  STARTED"
         "                   SUBMISSIONS  INSTANCE",
-        "t1    coder  implementing  ended    pick   100/7   2.5s      -        "
+        "t1    coder  implementing  ended    pick   100/7   $0.0105  2.5s      -        "
         "1970-01-01T00:00:10.000Z  1            team.done/root/coder",
     ]
     code, _, err = await kubeturn("send", "done", "approve", config=config)

@@ -32,7 +32,7 @@ import kmock
 import pytest
 
 from kubeturn.k8s import kube
-from tests import statuses, tools
+from tests import guarantee, statuses, tools
 from tests.operator import emulator, rbac
 from tests.operator import installation as installation_
 from tests.operator import kubelet as kubelet_
@@ -190,6 +190,7 @@ async def kubelet(k8s: emulator.KubernetesApi, tmp_path: Path) -> AsyncIterator[
         yield running
         if running.errors:
             pytest.fail(f"the kubelet could not run Pods: {running.errors}")
+    guarantee.check_logs(sandbox.log for sandbox in running.started)
 
 
 @pytest.fixture(autouse=True)

@@ -383,6 +383,15 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     ]
     turn_names = [f"{RUN}-{t['name']}" for t in turns]
     assert turn_names == [f"{RUN}-t{n}" for n in range(1, 5)]
+    # Its usage sums every Turn's tokens, per Agent and in all; no price, no cost.
+    usage = done["usage"]
+    spent = sum(t["tokens"]["promptTokens"] + t["tokens"]["completionTokens"] for t in turns)
+    assert usage["tokens"] == spent > 0
+    assert sorted(usage["agents"]) == ["coder", "reviewer"]
+    assert "cost" not in usage
+    listed = kubectl_table((await world.kubectl("get", "runs")).stdout)
+    row = dict(zip(listed[0], listed[1], strict=True))
+    assert (row["TOKENS"], row["COST"]) == (str(spent), "")
     assert done["state"] == "done"
     ready = {c["type"]: c for c in done["conditions"]}["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "Finished")
@@ -390,8 +399,10 @@ async def test_task_with_review_runs_to_succeeded(cluster: StartCluster) -> None
     # Each AgentTurn went only after its settlement was written: the last version
     # served before DELETED, and the DELETED one, carry it.
     assert sorted(world.watch.deleted()) == sorted(turn_names)
-    for name in turn_names:
+    for name, record in zip(turn_names, turns, strict=True):
         seen = world.watch.of(name)
+        tokens = {k: v for k, v in record["tokens"].items() if v is not None}
+        assert seen[-1][1]["status"]["usage"] == tokens, name
         assert [kind for kind, _ in seen][-1] == "DELETED", name
         before, gone = seen[-2][1], seen[-1][1]
         for version in (before, gone):

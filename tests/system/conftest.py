@@ -15,6 +15,7 @@ from aiohttp import web
 from kubeturn.orchestrator import api
 from kubeturn_harness.scripted import parse_script, serve
 from kubeturn_harness.settings import Settings
+from tests import guarantee
 from tests.harness.support import ScriptedModel, shared_dir, start_harness
 from tests.system.support import (
     HARNESS_TOKEN,
@@ -95,3 +96,5 @@ async def system(tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[StartSys
     for cleanup in reversed(cleanups):
         await cleanup()
     await session.close()
+    for world in started:
+        guarantee.check_counter(world.harness.metrics.registry)

@@ -171,6 +171,8 @@ COLUMNS = {
         ("State", ".status.state", "string"),
         ("Phase", ".status.phase", "string"),
         ("Turns", ".status.turnCount", "integer"),
+        ("Tokens", ".status.usage.tokens", "integer"),
+        ("Cost", ".status.usage.cost", "string"),
         AGE,
         ("Children", ".status.childProgress", "string"),
         ("Accepts", ".status.waitingFor", "string"),

@@ -51,14 +51,15 @@ def test_the_history_table_is_in_start_order_with_why() -> None:
     failed = {"id": "s1", "outcome": "failed", "message": "the Harness restarted"}
     lines = view.history_table(
         [
-            record("t10", 5.0, tokens={"promptTokens": 9, "completionTokens": 2}),
+            record("t10", 5.0, tokens={"promptTokens": 9, "completionTokens": 2, "cost": "0.0125"}),
             record("t2", 1.0, outcome="aborted", cause=None, submissions=[failed]),
         ]
     )
     assert lines == [
-        "TURN  AGENT  STATE  OUTCOME  CAUSE  TOKENS  DURATION  MESSAGE",
-        "t2    coder  s      aborted  -      -       1.5s      failed: the Harness restarted",
-        "t10   coder  s      ended    pick   9/2     1.5s      -",
+        "TURN  AGENT  STATE  OUTCOME  CAUSE  TOKENS  COST     DURATION  MESSAGE",
+        "t2    coder  s      aborted  -      -       -        1.5s      "
+        "failed: the Harness restarted",
+        "t10   coder  s      ended    pick   9/2     $0.0125  1.5s      -",
     ]
 
 

@@ -83,7 +83,7 @@ app.kubernetes.io/part-of: kubeturn
 
 {{/*
 The providers file, in the Harness's format (name → {type, baseUrl, apiKeyEnv?,
-maxTokens?, retry?, timeouts?}); the Harness refuses unknown keys, so apiKeySecret stays
+maxTokens?, retry?, timeouts?, pricing?}); the Harness refuses unknown keys, so apiKeySecret stays
 out of it.
 */}}
 {{- define "kubeturn.providersYaml" -}}
@@ -101,6 +101,9 @@ out of it.
 {{- end }}
 {{- if $provider.timeouts }}
 {{- $_ := set $entry "timeouts" $provider.timeouts }}
+{{- end }}
+{{- if $provider.pricing }}
+{{- $_ := set $entry "pricing" $provider.pricing }}
 {{- end }}
 {{- $_ := set $providers $name $entry }}
 {{- end }}

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from kubeturn.api.common import GROUP, GROUP_VERSION, GroupVersion, ObjectMeta, Spec
 from kubeturn.api.status import Condition, Message, Status, SubmissionRecord
-from kubeturn_harness.wire import Outcome, ThinkingLevel, WorkspaceAccess
+from kubeturn_harness.wire import Outcome, ThinkingLevel, Usage, WorkspaceAccess
 
 SWEEP_FINALIZER = f"{GROUP}/sweep"
 RETAIN_FINALIZER = f"{GROUP}/retain"
@@ -129,6 +129,10 @@ class AgentTurnStatus(Status):
     )
     message: Message | None = Field(
         default=None, description="The reason, said in full; absent once it is admitted."
+    )
+    usage: Usage | None = Field(
+        default=None,
+        description="Tokens (and cost, where the model has a price) of its settled Submissions.",
     )
     exit: Exit | None = Field(default=None, description="Why its state exited.")
     settlement: Settlement | None = Field(default=None, description="How the Turn ended.")

@@ -203,6 +203,12 @@ RUN = Resource(
             "Phase", ".status.phase", "string", "Pending, Running, Succeeded, Failed or Cancelled."
         ),
         PrinterColumn("Turns", ".status.turnCount", "integer", "Turns settled so far."),
+        PrinterColumn(
+            "Tokens", ".status.usage.tokens", "integer", "Prompt and completion tokens used."
+        ),
+        PrinterColumn(
+            "Cost", ".status.usage.cost", "string", "Their cost in USD, where models are priced."
+        ),
         AGE,
         PrinterColumn(
             "Children",

@@ -200,6 +200,7 @@ class RunSnapshot(Status):
     turnSeq: Any = Field(default=None, description="Turns started over the Run's life.")
     moves: Any = Field(default=None, description="Transitions taken over the Run's life.")
     deliverySeq: Any = Field(default=None, description="Picks delivered over the Run's life.")
+    usage: Any = Field(default=None, description="Each Agent slot's summed usage.")
     worktrees: Any = Field(
         default=None,
         description="The worktrees of fan-out children that work in their own (ADR 0113).",
@@ -289,6 +290,24 @@ class WorktreeStatus(Status):
     branch: str = Field(description="Its branch.")
 
 
+class RunUsage(Status):
+    """Tokens and cost of a Run's settled Turns, in all and per Agent slot (ADR 0114)."""
+
+    tokens: int = Field(
+        default=0, description="Prompt and completion tokens of all its settled Turns."
+    )
+    cost: str | None = Field(
+        default=None,
+        description="What they cost in USD (decimal text) at the providers file's prices; "
+        "absent when a model used had no price.",
+    )
+    total: Usage = Field(description="Its settled Turns' tokens by kind, and cost.")
+    agents: dict[str, Usage] = Field(
+        default_factory=dict,
+        description="The same per Agent slot (one entry per slot of the Run's spec).",
+    )
+
+
 class RunStatus(Status):
     """What the operator knows of a Run."""
 
@@ -303,6 +322,11 @@ class RunStatus(Status):
             "The most recent settled Turns, oldest first: at most 200, within 128 KiB. "
             "The operator resumes from them with the snapshot."
         ),
+    )
+    usage: RunUsage | None = Field(
+        default=None,
+        description="Tokens and cost of its settled Turns, every Turn since it started "
+        "counted (turns keeps only the last ones); absent before any Turn used tokens.",
     )
     droppedTurns: int = Field(
         default=0,

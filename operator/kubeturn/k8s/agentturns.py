@@ -46,7 +46,7 @@ from kubeturn.orchestrator import turns
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn.orchestrator.ids import InstanceId, TurnId
-from kubeturn_harness.wire import Outcome, SubmissionId
+from kubeturn_harness.wire import Outcome, SubmissionId, total_usage
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
@@ -102,9 +102,11 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
             outcome=outcome, cause=cause, message=message, sweptAt=swept_at, settledAt=_now()
         )
         outcomes = _outcomes(listed, caused, time.time())
+        records = outcomes or [SubmissionRecord.model_validate(entry) for entry in listed]
         settled = AgentTurnStatus(
             settlement=settlement,
             phase=TurnPhase.SETTLED,
+            usage=total_usage(record.usage for record in records),
             **({"submissions": outcomes} if outcomes is not None else {}),
         )
         patch.update(patches.status(settled))
@@ -237,7 +239,13 @@ def _outcomes(
         return None
     records = [SubmissionRecord.model_validate(entry) for entry in listed]
     return [
-        record.model_copy(update={"outcome": caused[SubmissionId(record.id)][0], "settledAt": now})
+        record.model_copy(
+            update={
+                "outcome": caused[SubmissionId(record.id)][0],
+                "usage": caused[SubmissionId(record.id)][1],
+                "settledAt": now,
+            }
+        )
         if record.outcome is None and record.id in caused
         else record
         for record in records

@@ -48,7 +48,7 @@ from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.ids import TurnId
-from kubeturn_harness.wire import Outcome, SubmissionId
+from kubeturn_harness.wire import Outcome, SubmissionId, total_usage
 
 POLL_S = 0.2
 """How often an admission re-checks the Workspace and a continued conversation's earlier Turns:
@@ -233,15 +233,18 @@ class ClusterTurns:
         def done(status: AgentTurnStatus, _: bool) -> AgentTurnStatus | None:
             if status.exit is not None:
                 return None  # exited: as above
+            update = {"outcome": settled.outcome, "settledAt": time.time(), "usage": settled.usage}
             entries = [
-                entry.model_copy(update={"outcome": settled.outcome, "settledAt": time.time()})
-                if entry.id == submission
-                else entry
+                entry.model_copy(update=update) if entry.id == submission else entry
                 for entry in status.submissions
             ]
             idle = settled.outcome is Outcome.COMPLETED
             phase = TurnPhase.IDLE if idle else TurnPhase.SETTLING
-            return AgentTurnStatus(phase=_phase(status, phase), submissions=entries)
+            return AgentTurnStatus(
+                phase=_phase(status, phase),
+                submissions=entries,
+                usage=total_usage(entry.usage for entry in entries),
+            )
 
         await self._update(name, done)
         return settled

@@ -13,6 +13,7 @@ import json
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, TextIO
 
 from kubeturn.api import agentturn
@@ -21,11 +22,23 @@ from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.turns import Turn, TurnPhase
 
 LIVE_COLUMNS = ("TURN", "AGENT", "STATE", "PHASE", "OUTCOME", "AGE", "TOOLS")
-HISTORY_COLUMNS = ("TURN", "AGENT", "STATE", "OUTCOME", "CAUSE", "TOKENS", "DURATION", "MESSAGE")
+HISTORY_COLUMNS = (
+    "TURN",
+    "AGENT",
+    "STATE",
+    "OUTCOME",
+    "CAUSE",
+    "TOKENS",
+    "COST",
+    "DURATION",
+    "MESSAGE",
+)
 WIDE_COLUMNS = (*HISTORY_COLUMNS, "STARTED", "SUBMISSIONS", "INSTANCE")
 """``-o wide``: when each Turn started (RFC 3339), its Submissions, its conversation."""
 TTY_ROWS = 20
 """Rows the live table keeps on a terminal: the most recent Turns; the summary has all."""
+COST_SHOWN = Decimal("0.0001")
+"""A table's costs are rounded to 1/100 of a cent; ``-o json`` has them whole."""
 MESSAGE_WIDTH = 100
 """A message longer than this is cut in a table (``-o json`` has it whole)."""
 
@@ -135,6 +148,36 @@ def tokens(usage: Mapping[str, Any] | None) -> str:
     return f"{usage.get('promptTokens', 0)}/{usage.get('completionTokens', 0)}"
 
 
+def cost(usage: Mapping[str, Any] | None) -> str:
+    """A usage's cost in USD as a table shows it (``$0.0123``); ``-`` without one: a
+    model with no price shows tokens only, never a cost of 0."""
+    if not usage or usage.get("cost") is None:
+        return "-"
+    value = Decimal(str(usage["cost"]))
+    shown = value.quantize(COST_SHOWN)
+    if value and not shown:
+        return f"<${COST_SHOWN}"
+    return f"${shown}"
+
+
+def usage_lines(usage: Mapping[str, Any] | None) -> list[str]:
+    """``kubeturn status``'s lines of a Run's ``status.usage``: the whole, then each Agent
+    slot's; none before any Turn used tokens."""
+    if not usage:
+        return []
+    lines = [f"usage: {_used(usage.get('total') or {})}"]
+    for agent, used in sorted((usage.get("agents") or {}).items()):
+        lines.append(f"  {agent}: {_used(used)}")
+    return lines
+
+
+def _used(usage: Mapping[str, Any]) -> str:
+    cached = usage.get("cacheReadTokens", 0)
+    cache = f", {cached} read from the cache" if cached else ""
+    priced = f", {cost(usage)}" if usage.get("cost") is not None else ""
+    return f"{tokens(usage)} tokens in/out{cache}{priced}"
+
+
 def turn_message(record: Mapping[str, Any]) -> str:
     """Why a Turn ended as it did: its own message, or its failed Submission's."""
     if record.get("message"):
@@ -167,6 +210,7 @@ def history_table(records: Sequence[Mapping[str, Any]], *, wide: bool = False) -
             str(record.get("outcome", "")),
             str(record.get("cause") or "-"),
             tokens(record.get("tokens")),
+            cost(record.get("tokens")),
             duration(float(record.get("settledAt", 0)) - float(record.get("startedAt", 0))),
             message or "-",
         )
@@ -205,6 +249,7 @@ def status_lines(name: str, status: Mapping[str, Any], *, wide: bool = False) ->
         f"state: {status.get('state') or '-'}",
         f"turns: {status.get('turnCount', 0)}",
     ]
+    lines.extend(usage_lines(status.get("usage")))
     if status.get("liveTurns"):
         lines.append(f"live turns: {status['liveTurns']}")
     if status.get("childProgress"):

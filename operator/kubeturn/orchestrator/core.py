@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubeturn.api.status import DeliveryRecord, RunPhase, TrailEntry, bounded
@@ -61,6 +61,7 @@ from kubeturn.orchestrator import (
     snapshots,
     trail,
     turns,
+    usages,
     worktrees,
 )
 from kubeturn.orchestrator.effects import (
@@ -142,6 +143,8 @@ class RunView:
     """The children of the running fan-outs (``Config.children``)."""
     active: tuple[StatePath, ...] = ()
     """The active leaves, every running child's among them (``Config.active``)."""
+    usage: Mapping[str, Usage] = field(default_factory=dict)
+    """Each Agent slot's tokens and cost over the Run's recorded Turns (ADR 0114)."""
 
 
 class RunCore:
@@ -185,6 +188,9 @@ class RunCore:
         """Each record's size in the history's budget, in its order."""
         self.recorded = 0
         """Turns recorded over the Run's life (the history keeps the last ones)."""
+        self.usage: dict[str, Usage] = {}
+        """Each Agent slot's usage over the Turns recorded (``usages.add``): the history
+        drops old records, this sum keeps them."""
         self.execs: dict[str, StartExec] = {}
         """Commands started and not yet answered, as rendered: a restore starts them again."""
         self.delivering: dict[str, StartDeliver] = {}
@@ -507,6 +513,7 @@ class RunCore:
             moves=self.moves,
             children=self.config.children if self.config else (),
             active=self.config.active if self.config else (),
+            usage=dict(self.usage),
         )
 
     @property
@@ -848,6 +855,7 @@ class RunCore:
             return []
         record = history.settle(turn, now, outcome=outcome, message=message)
         self.recorded += 1
+        self.usage = usages.add(self.usage, record.agent, record.tokens)
         self.history, self._history_bytes = history.keep(self.history, self._history_bytes, record)
         del self.turns[turn.id]
         self._hold(turn.instanceId, False)
@@ -939,6 +947,7 @@ class RunCore:
                 turn_seq=self.turn_seq,
                 delivery_seq=self.delivery_seq,
                 worktrees=self.child_worktrees,
+                usage=self.usage,
             )
         )
 
@@ -972,6 +981,7 @@ class RunCore:
         self.turn_seq = saved.turn_seq
         self.delivery_seq = saved.delivery_seq
         self.child_worktrees = dict(saved.worktrees)
+        self.usage = dict(saved.usage)
         self._scope = self._scope_with_children()
 
 

@@ -27,6 +27,8 @@ Versions:
 - Any version may hold ``worktrees``: the fan-out children's own worktrees (each child's
   root, branch, base, repos once made, error, whether asked, the invokes waiting for
   them; ADR 0113); one without it (every snapshot written before) had no child asking.
+- Any version may hold ``usage`` (Agent slot → the tokens and cost of its recorded
+  Turns, ADR 0114); one without it (every snapshot written before) counted none.
 - Any version may hold ``moves`` (transitions that moved the Machine) and, as the core
   keeps it, ``trail`` (the last of them; a status holds it as ``trail``, ADR 0109); one
   without them (every snapshot written before) shows no trail.
@@ -49,7 +51,7 @@ from kubeturn.machine.model import StatePath
 from kubeturn.orchestrator import worktrees as child_worktrees
 from kubeturn.orchestrator.effects import StartDeliver, StartExec
 from kubeturn.orchestrator.turns import Delivery, Turn, TurnRecord
-from kubeturn_harness.wire import Notice
+from kubeturn_harness.wire import Notice, Usage
 
 VERSION = 3
 """The version this kubeturn writes."""
@@ -61,6 +63,8 @@ TRAIL_KEY = "trail"
 DELIVERED_KEY = "delivered"
 """The core's snapshot's key of the delivery records; a Run's status holds them as
 ``deliveries``."""
+USAGE_KEY = "usage"
+"""The core's snapshot's key of each Agent slot's summed usage (ADR 0114)."""
 WORKTREES_KEY = "worktrees"
 """The core's snapshot's key of the per-child worktrees (a list: a merge patch replaces
 it whole)."""
@@ -95,6 +99,8 @@ class Saved:
     turn_seq: int
     delivery_seq: int
     worktrees: Mapping[StatePath, child_worktrees.ChildWorktrees] = field(default_factory=dict)
+    usage: Mapping[str, Usage] = field(default_factory=dict)
+    """Tokens (and cost) of each Agent slot's recorded Turns over the Run's life."""
 
 
 def write(saved: Saved) -> dict[str, Any]:
@@ -139,6 +145,10 @@ def write(saved: Saved) -> dict[str, Any]:
         "turnSeq": saved.turn_seq,
         "deliverySeq": saved.delivery_seq,
         WORKTREES_KEY: child_worktrees.write(saved.worktrees),
+        USAGE_KEY: {
+            agent: usage.model_dump(mode="json", exclude_none=True)
+            for agent, usage in saved.usage.items()
+        },
     }
 
 
@@ -187,6 +197,11 @@ def read(data: Mapping[str, Any]) -> Saved:
         delivery_seq=int(data["deliverySeq"]),
         # Absent from a snapshot written before children had worktrees of their own.
         worktrees=child_worktrees.read(data.get(WORKTREES_KEY) or []),
+        # Absent from a snapshot written before usage was summed: none was counted.
+        usage={
+            str(agent): Usage.model_validate(usage)
+            for agent, usage in dict(data.get(USAGE_KEY) or {}).items()
+        },
     )
 
 

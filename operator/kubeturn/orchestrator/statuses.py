@@ -31,7 +31,7 @@ from kubeturn.errors import SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import ChildStatus
 from kubeturn.machine.model import StatePath, parent_of, within
-from kubeturn.orchestrator import signals, snapshots
+from kubeturn.orchestrator import signals, snapshots, usages
 from kubeturn.orchestrator.core import RunView
 from kubeturn.orchestrator.snapshots import DELIVERED_KEY, HISTORY_KEY, TRAIL_KEY
 
@@ -51,6 +51,7 @@ def run_status(view: RunView, snapshot: Mapping[str, Any]) -> RunStatus:
         turnCount=view.recorded,
         turns=records,
         droppedTurns=view.recorded - len(records),
+        usage=usages.run_usage(view.usage),
         output=view.output,
         message=view.message,
         trail=list(view.trail),

@@ -59,7 +59,8 @@ class Settled:
     outcome: str
     cause: str | None
     message: str | None
-    tokens: Mapping[str, int] | None
+    tokens: Mapping[str, int | str] | None
+    """Its usage by field; ``cost`` (decimal text) only where its models had a price."""
     at: float
 
 
@@ -107,7 +108,7 @@ def turns_of(status: Mapping[str, Any]) -> list[TurnView]:
                 outcome=record.outcome.value,
                 cause=record.cause,
                 message=record.message,
-                tokens=record.tokens.model_dump() if record.tokens else None,
+                tokens=record.tokens.model_dump(exclude_none=True) if record.tokens else None,
                 at=record.settledAt,
             ),
         )

@@ -59,6 +59,8 @@ def _settlement(entry: Entry) -> str:
     usage = data.get("usage")
     if usage:
         line += f" · tokens {usage.get('promptTokens', 0)}/{usage.get('completionTokens', 0)}"
+        if usage.get("cost") is not None:
+            line += f" · ${usage['cost']}"
     if data.get("message"):
         line += f" · {_one_line(str(data['message']))}"
     return line

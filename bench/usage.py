@@ -1,0 +1,198 @@
+"""Benchmark of usage accounting per model request (ADR 0114).
+
+Prints, per model request:
+1. the accounting alone, in-process: what ``tool_loop._account`` does for a request
+   (price its usage, add it to the run's tally, count tokens and cost in the metrics),
+   for a priced and an unpriced model, against what the Harness did before it (add the
+   usage to the tally, nothing else);
+2. a whole model request in a real Conversation (its log in a temporary directory, the
+   tool loop, HarnessMetrics; a model that answers at once, ``PER_SUBMISSION`` requests
+   per Submission, ``SUBMISSIONS`` Submissions a round): the time per request with
+   accounting, and with ``_account`` swapped for the tally-only step it replaced,
+   alternating rounds;
+3. the Run core's side: ``usages.add``, once per recorded Turn.
+
+Run: ``python bench/usage.py [--rounds N] [--json]``. Figures, not assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import timeit
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kubeturn.orchestrator import usages  # noqa: E402
+from kubeturn_harness import pricing, tool_loop  # noqa: E402
+from kubeturn_harness.clock import SystemClock  # noqa: E402
+from kubeturn_harness.conversations import Conversation  # noqa: E402
+from kubeturn_harness.metrics import HarnessMetrics  # noqa: E402
+from kubeturn_harness.models import Finish, ModelAnswer, ModelRequest, Partial  # noqa: E402
+from kubeturn_harness.pricing import Price  # noqa: E402
+from kubeturn_harness.providers import Provider, Providers, ProviderSpec  # noqa: E402
+from kubeturn_harness.sandbox.client import Toolbox  # noqa: E402
+from kubeturn_harness.sandbox.protocol import Limits as ToolLimits  # noqa: E402
+from kubeturn_harness.store import ConversationLog  # noqa: E402
+from kubeturn_harness.tool_loop import Limits, RunEnv, Tally  # noqa: E402
+from kubeturn_harness.wire import (  # noqa: E402
+    AdmitRequest,
+    AgentDefinition,
+    SubmissionId,
+    Usage,
+    WorkspaceAccess,
+)
+
+PRICE = Price(input=Decimal("3"), output=Decimal("15"), cacheRead=Decimal("0.3"))
+USAGE = Usage(promptTokens=12_345, completionTokens=678, cacheReadTokens=10_000)
+PER_SUBMISSION = 4
+"""Model requests per Submission in part 2: three cut at the output limit, then one that
+completes (four cut ones in a row are a runaway)."""
+SUBMISSIONS = 10
+"""Submissions per round in part 2, one after another on one conversation."""
+PROVIDERS = Providers(
+    {"fake": Provider("fake", ProviderSpec(baseUrl="http://127.0.0.1:1", pricing={"big": PRICE}))}
+)
+NO_TOOLBOX = Toolbox(
+    socket=Path("/nonexistent/toolbox.sock"),
+    work_root=Path("/nonexistent"),
+    limits=ToolLimits(bashTimeoutS=5.0, outputLimitBytes=1000, processes=8),
+)
+
+
+def per_call_us(call: Callable[[], object], number: int) -> float:
+    """The best of 5 repeats of ``number`` calls, in microseconds per call."""
+    return min(timeit.repeat(call, number=number, repeat=5)) / number * 1e6
+
+
+def accounting(number: int) -> dict[str, float]:
+    metrics = HarnessMetrics()
+    priced_model = PROVIDERS.resolve("fake/big")
+    unpriced_model = PROVIDERS.resolve("fake/small")
+
+    def account(model: Any) -> Callable[[], None]:
+        tally = Tally()
+
+        def step() -> None:
+            used = pricing.priced(USAGE, model.price)
+            tally.add(used)
+            metrics.account("coder", model.label, used)
+
+        return step
+
+    before = Tally()
+    return {
+        "before_us": per_call_us(lambda: before.add(USAGE), number),
+        "priced_us": per_call_us(account(priced_model), number),
+        "unpriced_us": per_call_us(account(unpriced_model), number),
+    }
+
+
+class InstantModel:
+    """Answers at once: ``PER_SUBMISSION - 1`` answers cut at the output limit (so the
+    run asks again), then one that completes the Submission."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def complete(self, request: ModelRequest, partial: Partial) -> ModelAnswer:
+        self.requests += 1
+        last = self.requests % PER_SUBMISSION == 0
+        return ModelAnswer("more", [], USAGE, Finish.STOP if last else Finish.LENGTH)
+
+
+def _tally_only(run: Any, model: Any, usage: Usage | None) -> Usage | None:
+    """What the Harness did per request before ADR 0114."""
+    run.tally.add(usage)
+    return usage
+
+
+async def one_round(directory: Path, number: int) -> float:
+    """Seconds per model request over ``SUBMISSIONS`` Submissions on one conversation."""
+    model = InstantModel()
+    env = RunEnv(
+        model=model,
+        orchestrator=None,
+        providers=PROVIDERS,
+        clock=SystemClock(),
+        metrics=HarnessMetrics(),
+        toolbox=NO_TOOLBOX,
+        limits=Limits(max_steps=64, max_identical_calls=4, surface_retry_s=0.1, pick_retry_s=0.1),
+        default_model="fake/big",
+    )
+    log = ConversationLog(directory / str(number), "coder", f"i{number}", SystemClock())
+    conversation = Conversation(log, env, sweep_wait_s=1.0)
+    definition = AgentDefinition(instructions="You code.", workspace=WorkspaceAccess.NONE)
+    started = time.perf_counter()
+    for submission in range(SUBMISSIONS):
+        request = AdmitRequest(prompt="Work.", definition=definition)
+        conversation.admit(SubmissionId(f"s-{submission}"), request)
+    while not conversation.idle:
+        await asyncio.sleep(0)
+    elapsed = time.perf_counter() - started
+    await conversation.close()
+    assert model.requests == SUBMISSIONS * PER_SUBMISSION, model.requests
+    return elapsed / model.requests
+
+
+async def requests(rounds: int, directory: Path) -> dict[str, float]:
+    account = tool_loop._account
+    with_, without = [], []
+    for number in range(rounds):
+        tool_loop._account = account  # type: ignore[assignment]
+        with_.append(await one_round(directory / "with", number))
+        tool_loop._account = _tally_only  # type: ignore[assignment]
+        without.append(await one_round(directory / "without", number))
+    tool_loop._account = account  # type: ignore[assignment]
+    return {
+        "request_with_us": statistics.median(with_) * 1e6,
+        "request_without_us": statistics.median(without) * 1e6,
+    }
+
+
+def core(number: int) -> dict[str, float]:
+    sums = {"coder": USAGE.model_copy(update={"cost": "1.5"}), "reviewer": USAGE}
+    used = USAGE.model_copy(update={"cost": "0.0123"})
+    return {"core_add_us": per_call_us(lambda: usages.add(sums, "coder", used), number)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30, help="rounds of each kind")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=shm) as directory:
+        figures = {
+            **accounting(20_000),
+            **asyncio.run(requests(args.rounds, Path(directory))),
+            **core(20_000),
+            "load": os.getloadavg()[0],
+        }
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    print(f"load average at the end: {figures['load']:.2f}")
+    print("accounting alone, per request (µs):")
+    print(f"  before (tally only)      {figures['before_us']:8.1f}")
+    print(f"  priced model             {figures['priced_us']:8.1f}")
+    print(f"  unpriced model           {figures['unpriced_us']:8.1f}")
+    print(f"a whole model request in a Conversation, median of {args.rounds} (µs):")
+    print(f"  with accounting          {figures['request_with_us']:8.1f}")
+    print(f"  tally only               {figures['request_without_us']:8.1f}")
+    print(f"the Run core, per recorded Turn: usages.add {figures['core_add_us']:.1f} µs")
+
+
+if __name__ == "__main__":
+    main()
