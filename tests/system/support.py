@@ -30,7 +30,7 @@ from aiohttp import web
 
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api
-from kubeturn.orchestrator.actor import SAVE_LATER_S, RunActor, Settled
+from kubeturn.orchestrator.actor import SAVE_LATER_S, Progress, RunActor, Settled
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.frames import WorkspaceView
@@ -96,8 +96,10 @@ class Port:
             await self._hang()
         return submission
 
-    async def settlement(self, effect: Admit, submission: str) -> Settled:
-        return await self.client.settlement(effect, submission)
+    async def settlement(
+        self, effect: Admit, submission: str, *, progress: Progress | None = None
+    ) -> Settled:
+        return await self.client.settlement(effect, submission, progress=progress)
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
         if self.sweep_delay_s:

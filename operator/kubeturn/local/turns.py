@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 
 from kubeturn.errors import AdmitFailed
-from kubeturn.orchestrator.actor import Settled
+from kubeturn.orchestrator.actor import Progress, Settled
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.ids import InstanceId
@@ -51,8 +51,10 @@ class WatchedHarness:
             self._on_change()
             raise
 
-    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
-        return await self._client.settlement(effect, submission)
+    async def settlement(
+        self, effect: Admit, submission: SubmissionId, *, progress: Progress | None = None
+    ) -> Settled:
+        return await self._client.settlement(effect, submission, progress=progress)
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
         return await self._client.sweep(effect)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
@@ -67,6 +67,10 @@ class Signal:
     id: str | None = None
 
 
+Progress = Callable[[], Awaitable[None]]
+"""Told each time a followed Submission makes progress (``kubeturn.orchestrator.stalls``)."""
+
+
 class TurnPort(Protocol):
     """Where Turns run: a Workspace's Harness, reached over its wire."""
 
@@ -74,8 +78,11 @@ class TurnPort(Protocol):
         """Admit one Submission; one repeating ``effect.key`` returns the same id."""
         ...
 
-    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
-        """Wait until the Submission settles."""
+    async def settlement(
+        self, effect: Admit, submission: SubmissionId, *, progress: Progress | None = None
+    ) -> Settled:
+        """Wait until the Submission settles; ``progress``, if given, is awaited at each
+        step it makes on the way."""
         ...
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
@@ -188,7 +195,7 @@ class RunActor:
     async def start(self) -> None:
         """Start a new Run, or resume a restored one."""
         resuming = self.core.config is not None
-        await self._do(lambda now: self.core.resume() if resuming else self.core.start(now))
+        await self._do(lambda now: self.core.resume(now) if resuming else self.core.start(now))
         if resuming:
             for turn in self.core.live_turns():
                 running = turn.running
@@ -373,8 +380,16 @@ class RunActor:
         self._follow(effect, submission)
 
     def _follow(self, effect: Admit, submission: SubmissionId) -> None:
+        async def progressed() -> None:
+            await self._do(
+                lambda now: self.core.progressed(effect.turn, submission, now), answer=True
+            )
+
         async def follow() -> None:
-            settled = await self._turns.settlement(effect, submission)
+            if self.core.watches_progress(effect.turn):
+                settled = await self._turns.settlement(effect, submission, progress=progressed)
+            else:
+                settled = await self._turns.settlement(effect, submission)
             await self._do(
                 lambda now: self.core.settled(
                     effect.turn,

@@ -27,6 +27,8 @@ Versions:
 - Any version may hold ``worktrees``: the fan-out children's own worktrees (each child's
   root, branch, base, repos once made, error, whether asked, the invokes waiting for
   them; ADR 0113); one without it (every snapshot written before) had no child asking.
+- Any version may hold ``retries``: the retries of faulted Turns waiting for their backoff
+  (ADR 0115); one without it (every snapshot written before) had none waiting.
 - Any version may hold ``moves`` (transitions that moved the Machine) and, as the core
   keeps it, ``trail`` (the last of them; a status holds it as ``trail``, ADR 0109); one
   without them (every snapshot written before) shows no trail.
@@ -48,6 +50,7 @@ from kubeturn.machine import interpreter
 from kubeturn.machine.model import StatePath
 from kubeturn.orchestrator import worktrees as child_worktrees
 from kubeturn.orchestrator.effects import StartDeliver, StartExec
+from kubeturn.orchestrator.retries import Retry
 from kubeturn.orchestrator.turns import Delivery, Turn, TurnRecord
 from kubeturn_harness.wire import Notice
 
@@ -64,6 +67,8 @@ DELIVERED_KEY = "delivered"
 WORKTREES_KEY = "worktrees"
 """The core's snapshot's key of the per-child worktrees (a list: a merge patch replaces
 it whole)."""
+RETRIES_KEY = "retries"
+"""The core's snapshot's key of the retries waiting for their backoff (ADR 0115)."""
 LEGACY_KEYS = (HISTORY_KEY, "seq")
 """Keys of a version 0 snapshot that version 1 has not. A status is written by merge
 patch, which keeps a key the new snapshot lacks, so a writer names these to remove them,
@@ -95,6 +100,7 @@ class Saved:
     turn_seq: int
     delivery_seq: int
     worktrees: Mapping[StatePath, child_worktrees.ChildWorktrees] = field(default_factory=dict)
+    retries: Sequence[Retry] = ()
 
 
 def write(saved: Saved) -> dict[str, Any]:
@@ -139,6 +145,7 @@ def write(saved: Saved) -> dict[str, Any]:
         "turnSeq": saved.turn_seq,
         "deliverySeq": saved.delivery_seq,
         WORKTREES_KEY: child_worktrees.write(saved.worktrees),
+        RETRIES_KEY: [r.model_dump(mode="json", by_alias=True) for r in saved.retries],
     }
 
 
@@ -187,6 +194,8 @@ def read(data: Mapping[str, Any]) -> Saved:
         delivery_seq=int(data["deliverySeq"]),
         # Absent from a snapshot written before children had worktrees of their own.
         worktrees=child_worktrees.read(data.get(WORKTREES_KEY) or []),
+        # Absent from a snapshot written before retries were declared: none was waiting.
+        retries=[Retry.model_validate(r) for r in data.get(RETRIES_KEY) or []],
     )
 
 
