@@ -130,7 +130,7 @@ class AgentRetry(Spec):
     limit: int = Field(
         default=1, ge=1, le=MAX_RETRIES, strict=True, description="Retries at most, 1 to 10."
     )
-    on: list[RetryReason] = Field(
+    when: list[RetryReason] = Field(
         min_length=1,
         description=(
             "The fault reasons retried: runaway, submission_failed, harness_restarted, "

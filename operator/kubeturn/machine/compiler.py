@@ -528,7 +528,7 @@ def _retry_policy(spec: api.AgentRetry | None) -> model.RetryPolicy | None:
         return None
     return model.RetryPolicy(
         limit=spec.limit,
-        on=frozenset(reason.value for reason in spec.on),
+        when=frozenset(reason.value for reason in spec.when),
         backoff_s=api.parse_duration(spec.backoff),
         fresh_conversation=spec.freshConversation,
     )

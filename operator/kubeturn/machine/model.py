@@ -131,7 +131,7 @@ class RetryPolicy:
     """How a faulted Turn of an ``agent`` invoke is tried again (ADR 0115)."""
 
     limit: int
-    on: frozenset[str]
+    when: frozenset[str]
     """The fault reasons retried."""
     backoff_s: float
     fresh_conversation: bool = False

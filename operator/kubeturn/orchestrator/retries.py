@@ -1,4 +1,4 @@
-"""Declared retries: a Turn whose fault reason its invoke's ``retry.on`` lists is tried
+"""Declared retries: a Turn whose fault reason its invoke's ``retry.when`` lists is tried
 again as a new Turn, instead of its state hearing the fault (ADR 0115).
 
 The retry is the identical Turn input (prompt, cwd, Dials, notices) on a fresh
@@ -46,7 +46,7 @@ def decide(run: LoadedRun, turn: Turn, reason: str, now: float) -> Retry | None:
     hears the fault: no policy, a reason it does not list, no retry left, or a continued
     conversation the policy does not retry fresh."""
     found = policy(run, turn)
-    if found is None or reason not in found.on or (turn.retry or 0) >= found.limit:
+    if found is None or reason not in found.when or (turn.retry or 0) >= found.limit:
         return None
     if turn.continue_ and not found.fresh_conversation:
         return None
