@@ -489,6 +489,52 @@ async def test_deleting_a_live_agentturn_sweeps_it_with_no_cause_and_fails_the_r
     assert len(await world.requests(CODER)) == 1
 
 
+# ----------------------------------------------------------------------------- a stall
+
+
+async def test_a_stalled_turn_is_swept_recorded_once_and_fails_the_run_saying_so(
+    cluster: StartCluster,
+) -> None:
+    world = await cluster(task_with_review_script(hold_first=True))
+    manifest = task_with_review(world.origin)
+    manifest["spec"]["agents"]["coder"]["stallAfter"] = "1s"
+    await world.apply(manifest)
+    first = f"{RUN}-t1"
+
+    failed = await world.run_phase(RUN, "Failed")
+    stalled = (
+        "stalled: no progress (no model request, answer, tool call or pick) for 1s "
+        "(spec.agents.coder.stallAfter)"
+    )
+    assert failed["message"] == (
+        f"the invoke of state 'implementing' failed and no onError handles it: {stalled}"
+    )
+    await eventually(lambda: first in world.watch.deleted(), f"AgentTurn {first} to go")
+    _, last = world.watch.of(first)[-1]
+    assert (last["status"]["settlement"]["outcome"], last["status"]["settlement"]["message"]) == (
+        "aborted",
+        stalled,
+    )
+    await eventually(
+        lambda: world.run(RUN).get("turnCount") == 1,
+        "the stalled Turn's record",
+        describe=world.describe(RUN),
+    )
+    (turn,) = world.run(RUN)["turns"]
+    assert (turn["name"], turn["outcome"], turn.get("cause"), turn["message"]) == (
+        "t1",
+        "aborted",
+        None,
+        stalled,
+    )
+    # The sweep cut the held model request, and no model request came after it.
+    await world.cut(CODER)
+    harness = await world.harness(WORKSPACE)
+    coder = await harness.history("coder", CODER_IID)
+    assert [s["outcome"] for s in coder["settlements"]] == ["aborted"]
+    assert len(await world.requests()) == 1
+
+
 # ----------------------------------------------------------------------------- restart
 
 
