@@ -88,6 +88,8 @@ class Port:
         self.admissions: list[str] = []
         """The idempotency key of every admission sent, in order."""
         self.sweeps: list[Sweep] = []
+        self.progress: list[str] = []
+        """The Submission of each progress the actor was told of, in order (ADR 0115)."""
 
     async def admit(self, effect: Admit) -> str:
         self.admissions.append(effect.key)
@@ -99,7 +101,15 @@ class Port:
     async def settlement(
         self, effect: Admit, submission: str, *, progress: Progress | None = None
     ) -> Settled:
-        return await self.client.settlement(effect, submission, progress=progress)
+        if progress is None:
+            return await self.client.settlement(effect, submission)
+        told = progress
+
+        async def counted() -> None:
+            self.progress.append(submission)
+            await told()
+
+        return await self.client.settlement(effect, submission, progress=counted)
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
         if self.sweep_delay_s:

@@ -4,6 +4,7 @@ real Harness and the scripted model.
 - ``stalled``: the coder's slot says ``stallAfter: 1s``; its model answers once (a
   Working tool call, progress), then holds its next answer. The stall sweeps the Turn,
   naming the running Submission; the held request is cut and no model request follows;
+  the actor was told of each progress event of the Submission on the stream;
   the Turn is recorded once, ``aborted``, saying it stalled; ``agent.fault`` (reason
   ``stalled``) routes the Run to its failed final.
 - ``rerolled``: a runaway (two identical calls in a row, with the Harness's limit at 2)
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubeturn.api.status import RunPhase
+from kubeturn.orchestrator.harness_client import PROGRESS
 from kubeturn_harness.wire import Outcome
 from tests.system.conftest import StartSystem
 from tests.system.scripts import call, script
@@ -69,6 +71,13 @@ async def test_a_stalled_turn_is_swept_and_routed_with_no_model_request_after(
     assert len(await world.requests()) == 2
     events = await world.events("coder", record.instanceId)
     assert model_requests_per_submission(events) == [2]
+    # The actor was told of each progress on the stream before the settlement: the
+    # prompt, two model requests, the answer with its call, the call's result (the cut
+    # answer is recorded after the sweep settled the Submission, ADR 0002).
+    settled = next(e["offset"] for e in events if e["type"] == "submission-settled")
+    progress = [e for e in events if e["type"] in PROGRESS and e["offset"] < settled]
+    assert len(progress) == 5
+    assert world.port.progress == [submission.id] * len(progress)
 
 
 async def test_a_runaway_is_retried_once_on_a_fresh_conversation_then_routed_as_a_fault(

@@ -381,9 +381,11 @@ class RunActor:
 
     def _follow(self, effect: Admit, submission: SubmissionId) -> None:
         async def progressed() -> None:
-            await self._do(
-                lambda now: self.core.progressed(effect.turn, submission, now), answer=True
-            )
+            # Neither saved nor shown: a restore starts every stall clock again, and the
+            # timer armed for the earlier deadline finds nothing due and arms the next.
+            async with self._lock:
+                if not self.closed:
+                    self.core.progressed(effect.turn, submission, self._clock())
 
         async def follow() -> None:
             if self.core.watches_progress(effect.turn):
