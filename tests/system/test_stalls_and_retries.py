@@ -10,7 +10,8 @@ real Harness and the scripted model.
 - ``rerolled``: a runaway (two identical calls in a row, with the Harness's limit at 2)
   is retried once, 100 ms later, as a new Turn (``t2``) with the identical prompt on a
   fresh conversation; the retry runs away too, and the Machine hears ``agent.fault``
-  (reason ``runaway``). Both Turns are recorded ``failed``, each once.
+  (reason ``runaway``). Both Turns are recorded ``failed``, each once. With a 5 s backoff
+  and the Run's actor restarted from its snapshot during it, the retry still starts.
 """
 
 from __future__ import annotations
@@ -117,3 +118,28 @@ async def test_a_runaway_is_retried_once_on_a_fresh_conversation_then_routed_as_
         assert [s["outcome"] for s in held["settlements"]] == ["failed"]
         assert model_requests_per_submission(await world.events("coder", record.instanceId)) == [2]
     assert len(await world.requests()) == 4
+
+
+async def test_a_retry_waiting_for_its_backoff_starts_after_a_restart(
+    system: StartSystem,
+) -> None:
+    loop = [{"toolCalls": [call("read", path="notes.txt")]}] * 3
+    world = await system(script({IMPLEMENT: loop}), max_identical_calls=2)
+    manifest = (MACHINES / "rerolled.yaml").read_text().replace("backoff: 100ms", "backoff: 5s")
+    await world.start_run(manifest)
+    await world.wait_records(1)
+    assert list(world.core.retrying) == ["implementing#1"]
+
+    await world.restart()
+    assert list(world.core.retrying) == ["implementing#1"]
+    await world.wait_finished()
+    await world.wait_records(2)
+
+    assert world.core.phase is RunPhase.FAILED
+    assert [(r.name, r.outcome) for r in world.history] == [
+        ("t1", Outcome.FAILED),
+        ("t2", Outcome.FAILED),
+    ]
+    first, retry = world.history
+    assert first.instanceId != retry.instanceId
+    assert steps_of(await world.requests(IMPLEMENT)) == [0, 1, 0, 1]
