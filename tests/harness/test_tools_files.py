@@ -12,7 +12,9 @@ Cases:
   a CRLF hint; a file that is not UTF-8; a missing file;
 - paths: relative paths resolve against cwd, absolute ones are taken as given;
   denied paths are refused for read, write and edit, also through a symbolic link and
-  through ``..``; a NUL in a path is refused.
+  through ``..``; a NUL in a path is refused;
+- only regular files: a FIFO (read, write, edit) and a device are refused at once,
+  naming what the path is, instead of holding the call for ever.
 """
 
 from __future__ import annotations
@@ -179,6 +181,35 @@ class TestEdit:
         arguments = {"path": "nope.py", "oldText": "a", "newText": "b"}
         result = await run_tool("edit", arguments, ctx)
         assert result == ToolResult(f"No such file or directory: {work / 'nope.py'}", True)
+
+
+class TestOnlyRegularFiles:
+    """A FIFO no process writes (or reads) would hold a file tool's call for ever, and
+    these calls have no time limit: each answers at once, naming what the path is."""
+
+    @pytest.mark.parametrize(
+        ("tool", "arguments"),
+        [
+            ("read", {}),
+            ("write", {"content": "x"}),
+            ("edit", {"oldText": "a", "newText": "b"}),
+        ],
+    )
+    async def test_a_fifo_is_refused_at_once(
+        self, ctx: ToolContext, work: Path, tool: str, arguments: dict[str, str]
+    ) -> None:
+        os.mkfifo(work / "pipe")
+        result = await run_tool(tool, {"path": "pipe", **arguments}, ctx)
+        assert result.is_error
+        assert result.text.startswith(
+            f"{work / 'pipe'} is a FIFO (a named pipe), not a regular file; read, write "
+            "and edit open regular files only"
+        )
+
+    async def test_a_device_is_refused(self, ctx: ToolContext) -> None:
+        result = await run_tool("read", {"path": "/dev/null"}, ctx)
+        assert result.is_error
+        assert result.text.startswith("/dev/null is a device, not a regular file")
 
 
 class TestPaths:

@@ -500,6 +500,100 @@ async def test_deleting_a_live_agentturn_sweeps_it_with_no_cause_and_fails_the_r
     assert len(await world.requests(CODER)) == 1
 
 
+# ----------------------------------------------------------------------------- a stall
+
+
+async def test_a_stalled_turn_is_swept_recorded_once_and_fails_the_run_saying_so(
+    cluster: StartCluster,
+) -> None:
+    world = await cluster(task_with_review_script(hold_first=True))
+    manifest = task_with_review(world.origin)
+    manifest["spec"]["agents"]["coder"]["stallAfter"] = "1s"
+    await world.apply(manifest)
+    first = f"{RUN}-t1"
+
+    failed = await world.run_phase(RUN, "Failed")
+    stalled = (
+        "stalled: no progress (no model request, answer, tool call or pick) for 1s "
+        "(spec.agents.coder.stallAfter)"
+    )
+    assert failed["message"] == (
+        f"the invoke of state 'implementing' failed and no onError handles it: {stalled}"
+    )
+    await eventually(lambda: first in world.watch.deleted(), f"AgentTurn {first} to go")
+    _, last = world.watch.of(first)[-1]
+    assert (last["status"]["settlement"]["outcome"], last["status"]["settlement"]["message"]) == (
+        "aborted",
+        stalled,
+    )
+    await eventually(
+        lambda: world.run(RUN).get("turnCount") == 1,
+        "the stalled Turn's record",
+        describe=world.describe(RUN),
+    )
+    (turn,) = world.run(RUN)["turns"]
+    assert (turn["name"], turn["outcome"], turn.get("cause"), turn["message"]) == (
+        "t1",
+        "aborted",
+        None,
+        stalled,
+    )
+    # The sweep cut the held model request, and no model request came after it.
+    await world.cut(CODER)
+    harness = await world.harness(WORKSPACE)
+    coder = await harness.history("coder", CODER_IID)
+    assert [s["outcome"] for s in coder["settlements"]] == ["aborted"]
+    assert len(await world.requests()) == 1
+
+
+# ----------------------------------------------------------------------------- a retry
+
+
+async def test_a_runaway_is_retried_once_on_a_fresh_conversation_then_fails_the_run(
+    cluster: StartCluster,
+) -> None:
+    loop = [{"toolCalls": [call("read", path="README.md")]}] * 4
+    world = await cluster(script({CODER: loop}))
+    manifest = task_with_review(world.origin)
+    invoke = manifest["spec"]["machine"]["states"]["implementing"]["invoke"]["agent"]
+    invoke["retry"] = {"limit": 1, "when": ["runaway"], "freshConversation": True}
+    await world.apply(manifest)
+
+    failed = await world.run_phase(RUN, "Failed")
+    runaway = "runaway: 4 identical calls of `read` in a row"
+    assert failed["message"] == (
+        f"the invoke of state 'implementing' failed and no onError handles it: {runaway}"
+    )
+    await eventually(
+        lambda: world.run(RUN).get("turnCount") == 2,
+        "both Turns' records",
+        describe=world.describe(RUN),
+    )
+    # Two Turns, each its own AgentTurn and record; the retry on the next epoch's
+    # conversation (the continued one was burnt by the fault), with the identical prompt.
+    turns = world.run(RUN)["turns"]
+    assert [(t["name"], t["outcome"], t["message"], t["instanceId"]) for t in turns] == [
+        ("t1", "failed", runaway, CODER_IID),
+        ("t2", "failed", runaway, f"{CODER_IID}/1"),
+    ]
+    for name in (f"{RUN}-t1", f"{RUN}-t2"):
+        await eventually(lambda n=name: n in world.watch.deleted(), f"AgentTurn {name} to go")
+        _, last = world.watch.of(name)[-1]
+        assert last["status"]["settlement"]["outcome"] == "failed"
+    requests = await world.requests(CODER)
+    assert [r["step"] for r in requests] == [0, 1, 2, 3, 0, 1, 2, 3]
+    prompts = [
+        next(m["content"] for m in r["body"]["messages"] if m["role"] == "user")
+        for r in (requests[0], requests[4])
+    ]
+    assert prompts[0] == prompts[1]
+    harness = await world.harness(WORKSPACE)
+    for iid in (CODER_IID, f"{CODER_IID}/1"):
+        held = await harness.history("coder", iid)
+        assert [s["outcome"] for s in held["settlements"]] == ["failed"]
+    assert len(await world.requests()) == 8
+
+
 # ----------------------------------------------------------------------------- restart
 
 

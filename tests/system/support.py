@@ -30,7 +30,7 @@ from aiohttp import web
 
 from kubeturn.machine.load import LoadedRun, load_run_yaml
 from kubeturn.orchestrator import api
-from kubeturn.orchestrator.actor import SAVE_LATER_S, RunActor, Settled
+from kubeturn.orchestrator.actor import SAVE_LATER_S, Progress, RunActor, Settled
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.frames import WorkspaceView
@@ -88,6 +88,8 @@ class Port:
         self.admissions: list[str] = []
         """The idempotency key of every admission sent, in order."""
         self.sweeps: list[Sweep] = []
+        self.progress: list[str] = []
+        """The Submission of each progress the actor was told of, in order (ADR 0115)."""
 
     async def admit(self, effect: Admit) -> str:
         self.admissions.append(effect.key)
@@ -96,8 +98,18 @@ class Port:
             await self._hang()
         return submission
 
-    async def settlement(self, effect: Admit, submission: str) -> Settled:
-        return await self.client.settlement(effect, submission)
+    async def settlement(
+        self, effect: Admit, submission: str, *, progress: Progress | None = None
+    ) -> Settled:
+        if progress is None:
+            return await self.client.settlement(effect, submission)
+        told = progress
+
+        async def counted() -> None:
+            self.progress.append(submission)
+            await told()
+
+        return await self.client.settlement(effect, submission, progress=counted)
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
         if self.sweep_delay_s:

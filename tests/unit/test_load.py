@@ -1024,3 +1024,45 @@ def _setting(place: tuple[str | int, ...], value: Any) -> Callable[[Any], None]:
 def _around(path: str, place: str) -> bool:
     inner, outer = (path, place) if len(path) >= len(place) else (place, path)
     return inner == outer or inner.startswith((outer + ".", outer + "["))
+
+
+# --------------------------------------------------------------------------- stalls, retries
+
+
+class TestStallsAndRetries:
+    """``stallAfter`` and ``invoke.agent.retry`` (ADR 0115): what loads, and the problems
+    named at their paths."""
+
+    @staticmethod
+    def working(**extra: Any) -> dict[str, Any]:
+        done = {"done": {"target": "z", "description": "Done."}}
+        return manifest({"a": {"invoke": agent(**extra), "on": done}, "z": DONE})
+
+    def test_a_retry_policy_compiles_with_its_defaults(self) -> None:
+        run = load_run(self.working(retry={"when": ["runaway"]}))
+        call = run.chart.state(model.StatePath("a")).invoke
+        assert call is not None
+        assert call.agent is not None
+        assert call.agent.retry == model.RetryPolicy(
+            limit=1, when=frozenset({"runaway"}), backoff_s=0.0, fresh_conversation=False
+        )
+
+    @pytest.mark.parametrize(
+        ("retry", "path"),
+        [
+            ({"when": []}, "retry.when"),
+            ({"when": ["deleted"]}, "retry.when[0]"),
+            ({"when": ["runaway"], "limit": 11}, "retry.limit"),
+            ({"when": ["runaway"], "backoff": "soon"}, "retry.backoff"),
+            ({"when": ["runaway"], "freshConversation": "yes"}, "retry.freshConversation"),
+        ],
+    )
+    def test_a_bad_retry_is_named_at_its_path(self, retry: dict[str, Any], path: str) -> None:
+        problem = only_problem(self.working(retry=retry))
+        assert problem.startswith(f"spec.machine.states.a.invoke.agent.{path}:"), problem
+
+    @pytest.mark.parametrize("value", ["0s", "soon", "-1m"])
+    def test_a_stall_after_that_is_no_time_is_refused(self, value: str) -> None:
+        document = self.working()
+        document["spec"]["agents"] = {"coder": {"instructions": "Code.", "stallAfter": value}}
+        assert only_problem(document).startswith("spec.agents.coder.stallAfter:")

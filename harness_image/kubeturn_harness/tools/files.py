@@ -3,11 +3,23 @@
 Each is a plain function that does blocking file IO; ``dispatch`` runs it in a worker
 thread, never on the event loop. Expected failures raise ``ToolFailure``; an ``OSError``
 is left to ``dispatch`` to translate. They run no subprocess.
+
+They open regular files only (``_regular``): a FIFO that no process writes, or a device
+that never ends, would hold the call for ever, and unlike ``bash`` these calls have no
+time limit of their own that could end them.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
+from pathlib import Path
+
 from kubeturn_harness.tools import context, errors, limits, lines, paths, schemas
+
+NEW_FILE_MODE = 0o666
+"""A file ``write`` makes, before the umask (as ``open`` makes one)."""
 
 
 def read(args: schemas.Read, ctx: context.ToolContext) -> context.ToolResult:
@@ -23,7 +35,7 @@ def read(args: schemas.Read, ctx: context.ToolContext) -> context.ToolResult:
     size = 0
     total = 0
     more = False
-    with path.open("rb") as handle:
+    with os.fdopen(_regular(path, os.O_RDONLY), "rb") as handle:
         if b"\0" in handle.read(limits.BINARY_SNIFF_BYTES):
             raise binary
         handle.seek(0)
@@ -57,7 +69,7 @@ def write(args: schemas.Write, ctx: context.ToolContext) -> context.ToolResult:
     path = paths.resolve(ctx, args.path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = args.content.encode()
-    path.write_bytes(data)
+    _write(path, data)
     return context.ToolResult(f"Wrote {len(data)} bytes to {path}.")
 
 
@@ -65,7 +77,8 @@ def edit(args: schemas.Edit, ctx: context.ToolContext) -> context.ToolResult:
     """Replaces the one occurrence of ``args.oldText`` with ``args.newText``."""
     path = paths.resolve(ctx, args.path)
     try:
-        text = path.read_bytes().decode()
+        with os.fdopen(_regular(path, os.O_RDONLY), "rb") as handle:
+            text = handle.read().decode()
     except UnicodeDecodeError as error:
         raise errors.ToolFailure(
             f"{path} is not UTF-8 text; edit changes text files only."
@@ -82,6 +95,45 @@ def edit(args: schemas.Edit, ctx: context.ToolContext) -> context.ToolResult:
             "so that it matches exactly once."
         )
     at = text.index(args.oldText)
-    path.write_bytes(text.replace(args.oldText, args.newText, 1).encode())
+    _write(path, text.replace(args.oldText, args.newText, 1).encode())
     line = text.count("\n", 0, at) + 1
     return context.ToolResult(f"Edited {path}: replaced 1 occurrence at line {line}.")
+
+
+def _write(path: Path, data: bytes) -> None:
+    with os.fdopen(_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as handle:
+        handle.write(data)
+
+
+def _regular(path: Path, flags: int) -> int:
+    """``path`` opened with ``flags``, without waiting, when it is a regular file (then
+    blocking as usual); ``ToolFailure`` naming what it is otherwise."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, NEW_FILE_MODE)
+    except OSError as error:
+        if error.errno == errno.ENXIO:  # a FIFO that no process reads
+            raise errors.ToolFailure(_not_regular(path, "FIFO (a named pipe)")) from error
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise errors.ToolFailure(_not_regular(path, _kind(mode)))
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "FIFO (a named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "directory" if stat.S_ISDIR(mode) else "special file"
+
+
+def _not_regular(path: Path, kind: str) -> str:
+    return (
+        f"{path} is a {kind}, not a regular file; read, write and edit open regular files "
+        "only (use bash, with its time limit, for anything else)."
+    )

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator
 
 from kubeturn.api.common import Spec, check_model_name
+from kubeturn.api.durations import parse_duration
 from kubeturn_harness.wire import ThinkingLevel
 
 MAX_ITEMS = 100
@@ -106,6 +107,56 @@ TransitionSpec = Annotated[
 holds is taken)."""
 
 
+class RetryReason(StrEnum):
+    """A fault reason a retry policy may name: the ``reason`` of the ``agent.fault`` (and
+    ``error.invoke``) the Machine hears otherwise."""
+
+    RUNAWAY = "runaway"
+    SUBMISSION_FAILED = "submission_failed"
+    HARNESS_RESTARTED = "harness_restarted"
+    CONVERSATION_LOST = "conversation_lost"
+    STALLED = "stalled"
+    NO_PICK = "no-pick"
+    ADMISSION_FAILED = "admission-failed"
+
+
+MAX_RETRIES = 10
+"""Retries one policy may ask for: a Turn that failed ten times will not pass an eleventh."""
+
+
+class AgentRetry(Spec):
+    """How a Turn that faulted is tried again before its state hears the fault (ADR 0115)."""
+
+    limit: int = Field(
+        default=1, ge=1, le=MAX_RETRIES, strict=True, description="Retries at most, 1 to 10."
+    )
+    when: list[RetryReason] = Field(
+        min_length=1,
+        description=(
+            "The fault reasons retried: runaway, submission_failed, harness_restarted, "
+            "conversation_lost, stalled, no-pick, admission-failed."
+        ),
+    )
+    backoff: str = Field(
+        default="0s",
+        description="How long after the fault the retry starts (its state still active), e.g. 30s.",
+    )
+    freshConversation: bool = Field(
+        default=False,
+        strict=True,
+        description=(
+            "A Turn with continue: true is retried only when this is true: the identical prompt "
+            "on a fresh conversation (the next epoch's); false: its state hears the fault at once."
+        ),
+    )
+
+    @field_validator("backoff")
+    @classmethod
+    def _backoff(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+
 class AgentInvoke(Spec):
     """Ask an Agent for a Turn: it lasts from the state's entry until the state exits."""
 
@@ -139,6 +190,13 @@ class AgentInvoke(Spec):
     )
     thinkingLevel: ThinkingLevel | None = Field(
         default=None, description="Reasoning effort for this Turn only; the slot's when absent."
+    )
+    retry: AgentRetry | None = Field(
+        default=None,
+        description=(
+            "Retry a Turn whose fault reason is listed, as a new Turn with the identical "
+            "prompt; absent: the state hears every fault at once."
+        ),
     )
 
     @field_validator("model")

@@ -58,11 +58,28 @@ class AgentSlot(Spec):
     description: str | None = Field(
         default=None, description="What this Agent is for, for people reading the Run."
     )
+    stallAfter: str | None = Field(
+        default=None,
+        description=(
+            "How long a live Turn may go without progress (no model request, answer, tool "
+            "call or pick) before it is swept as stalled and its state hears agent.fault "
+            "with reason stalled, e.g. 5m. Absent: never (ADR 0115)."
+        ),
+    )
 
     @field_validator("model")
     @classmethod
     def _model(cls, value: str | None) -> str | None:
         return check_model_name(value)
+
+    @field_validator("stallAfter")
+    @classmethod
+    def _stall_after(cls, value: str | None) -> str | None:
+        if value is not None and parse_duration(value) <= 0:
+            raise ValueError(
+                f"stallAfter {value!r} is no time at all; write e.g. 5m, or leave it out"
+            )
+        return value
 
 
 class WorkspaceRef(Spec):

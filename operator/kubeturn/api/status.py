@@ -205,6 +205,9 @@ class RunSnapshot(Status):
         default=None,
         description="The worktrees of fan-out children that work in their own (ADR 0113).",
     )
+    retries: Any = Field(
+        default=None, description="Retries of faulted Turns waiting for their backoff (ADR 0115)."
+    )
 
 
 class SignalResult(StrEnum):

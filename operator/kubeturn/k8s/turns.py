@@ -44,7 +44,7 @@ from kubeturn.k8s.kube import AGENTTURNS
 from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import StatePath
 from kubeturn.orchestrator import caps, harness_client, ids
-from kubeturn.orchestrator.actor import Settled
+from kubeturn.orchestrator.actor import Progress, Settled
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.ids import TurnId
@@ -210,7 +210,9 @@ class ClusterTurns:
             self._known[name] = current
             return current
 
-    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
+    async def settlement(
+        self, effect: Admit, submission: SubmissionId, *, progress: Progress | None = None
+    ) -> Settled:
         name = self._name(effect.turn)
         admitted = time.time()
 
@@ -226,7 +228,9 @@ class ClusterTurns:
             )
 
         await self._update(name, running)
-        settled = await harness_client.settlement(self._harness, effect, submission)
+        settled = await harness_client.settlement(
+            self._harness, effect, submission, progress=progress
+        )
         if name in self._exited:
             return settled  # its finalizer writes this outcome, with the settlement
 

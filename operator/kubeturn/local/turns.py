@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from kubeturn.errors import AdmitFailed
 from kubeturn.orchestrator import caps
-from kubeturn.orchestrator.actor import Settled
+from kubeturn.orchestrator.actor import Progress, Settled
 from kubeturn.orchestrator.effects import Admit, StartExec, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.ids import InstanceId
@@ -69,8 +69,10 @@ class WatchedHarness:
             self._on_change()
             raise
 
-    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
-        return await self._client.settlement(effect, submission)
+    async def settlement(
+        self, effect: Admit, submission: SubmissionId, *, progress: Progress | None = None
+    ) -> Settled:
+        return await self._client.settlement(effect, submission, progress=progress)
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
         return await self._client.sweep(effect)

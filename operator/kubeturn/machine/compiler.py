@@ -454,6 +454,7 @@ class _Compiler:
             continue_=spec.continue_,
             model=spec.model,
             thinking_level=spec.thinkingLevel.value if spec.thinkingLevel else None,
+            retry=_retry_policy(spec.retry),
         )
 
     def exec_call(self, spec: api.ExecInvoke | None, where: str) -> model.ExecCall | None:
@@ -520,3 +521,14 @@ def _close(name: str, names: Mapping[str, Any] | Sequence[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``names``, or nothing."""
     close = difflib.get_close_matches(name, list(names), n=1)
     return targets.did_you_mean(close[0] if close else None)
+
+
+def _retry_policy(spec: api.AgentRetry | None) -> model.RetryPolicy | None:
+    if spec is None:
+        return None
+    return model.RetryPolicy(
+        limit=spec.limit,
+        when=frozenset(reason.value for reason in spec.when),
+        backoff_s=api.parse_duration(spec.backoff),
+        fresh_conversation=spec.freshConversation,
+    )

@@ -127,6 +127,18 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class RetryPolicy:
+    """How a faulted Turn of an ``agent`` invoke is tried again (ADR 0115)."""
+
+    limit: int
+    when: frozenset[str]
+    """The fault reasons retried."""
+    backoff_s: float
+    fresh_conversation: bool = False
+    """A continued Turn is retried (on the next epoch's conversation) only with this."""
+
+
+@dataclass(frozen=True)
 class AgentCall:
     slot: str
     prompt: Template
@@ -134,6 +146,7 @@ class AgentCall:
     continue_: bool = False
     model: str | None = None
     thinking_level: str | None = None
+    retry: RetryPolicy | None = None
 
 
 @dataclass(frozen=True)

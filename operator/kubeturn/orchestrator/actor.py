@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
@@ -71,6 +71,10 @@ class Signal:
     id: str | None = None
 
 
+Progress = Callable[[], Awaitable[None]]
+"""Told each time a followed Submission makes progress (``kubeturn.orchestrator.stalls``)."""
+
+
 class TurnPort(Protocol):
     """Where Turns run: a Workspace's Harness, reached over its wire."""
 
@@ -78,8 +82,11 @@ class TurnPort(Protocol):
         """Admit one Submission; one repeating ``effect.key`` returns the same id."""
         ...
 
-    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
-        """Wait until the Submission settles."""
+    async def settlement(
+        self, effect: Admit, submission: SubmissionId, *, progress: Progress | None = None
+    ) -> Settled:
+        """Wait until the Submission settles; ``progress``, if given, is awaited at each
+        step it makes on the way."""
         ...
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
@@ -215,7 +222,7 @@ class RunActor:
             for turn in self.core.turns.values():
                 if turn.phase is TurnPhase.LIVE or turn.submissions:
                     self._slots.hold(turn.id)
-        await self._do(lambda now: self.core.resume() if resuming else self.core.start(now))
+        await self._do(lambda now: self.core.resume(now) if resuming else self.core.start(now))
         if resuming:
             for turn in self.core.live_turns():
                 running = turn.running
@@ -406,8 +413,18 @@ class RunActor:
         self._follow(effect, submission)
 
     def _follow(self, effect: Admit, submission: SubmissionId) -> None:
+        async def progressed() -> None:
+            # Neither saved nor shown: a restore starts every stall clock again, and the
+            # timer armed for the earlier deadline finds nothing due and arms the next.
+            async with self._lock:
+                if not self.closed:
+                    self.core.progressed(effect.turn, submission, self._clock())
+
         async def follow() -> None:
-            settled = await self._turns.settlement(effect, submission)
+            if self.core.watches_progress(effect.turn):
+                settled = await self._turns.settlement(effect, submission, progress=progressed)
+            else:
+                settled = await self._turns.settlement(effect, submission)
             await self._do(
                 lambda now: self.core.settled(
                     effect.turn,

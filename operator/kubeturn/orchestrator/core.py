@@ -57,8 +57,10 @@ from kubeturn.orchestrator import (
     invokes,
     picks,
     prompts,
+    retries,
     signals,
     snapshots,
+    stalls,
     trail,
     turns,
     usages,
@@ -215,6 +217,9 @@ class RunCore:
         self.child_worktrees: dict[StatePath, worktrees.ChildWorktrees] = {}
         """The worktrees of the fan-out children that asked for their own (ADR 0113), by
         the child's root, while the child is among the Machine's children."""
+        self.retrying: dict[str, retries.Retry] = {}
+        """The retries decided and not started yet, by the invocation they retry (ADR
+        0115), while its state is active."""
         if snapshot is not None:
             try:
                 self._restore(snapshot)
@@ -284,10 +289,37 @@ class RunCore:
             if not due:
                 break
             effects += self._step(interpreter.timer_event(due[0]), now)[1]
+        for turn in stalls.due(self.run, self.live_turns(), now):
+            if turn.phase is TurnPhase.LIVE:  # not ended by an earlier one's route
+                effects += self._stall(turn, now)
+        for invocation, retry in sorted(self.retrying.items(), key=lambda item: item[1].at):
+            if retry.at <= now and invocation in self.retrying:
+                effects += self._retry(invocation, now)
         return Effects(effects)
 
     def next_fire(self) -> float | None:
-        return interpreter.next_fire(self.config) if self.config is not None else None
+        """When ``fire_due`` has something to do next: a Machine timer, a stall (ADR
+        0115), a retry's backoff ending."""
+        times = [
+            interpreter.next_fire(self.config) if self.config is not None else None,
+            stalls.next_at(self.run, self.live_turns()),
+            *(retry.at for retry in self.retrying.values()),
+        ]
+        return min((at for at in times if at is not None), default=None)
+
+    def progressed(self, turn_id: TurnId, submission: SubmissionId, now: float) -> Effects:
+        """The Turn's running Submission made progress (``stalls``): its stall clock
+        starts again. Decides no effect."""
+        turn = self.turns.get(turn_id)
+        running = turn.running if turn is not None else None
+        if turn is not None and running is not None and running.id == submission:
+            turn.progressAt = now
+        return Effects()
+
+    def watches_progress(self, turn_id: TurnId) -> bool:
+        """Whether the Turn's slot has a stall clock, so its progress is worth reporting."""
+        turn = self.turns.get(turn_id)
+        return turn is not None and stalls.after(self.run, turn) is not None
 
     def exec_done(self, invocation: str, result: invokes.ExecResult, now: float) -> Effects:
         self.execs.pop(invocation, None)
@@ -381,6 +413,7 @@ class RunCore:
         turn.admitting = False
         if all(s.id != submission for s in turn.submissions):
             turn.submissions.append(SubmissionEntry(id=submission, admittedAt=now))
+            turn.progressAt = now
         if turn.phase is TurnPhase.PENDING:
             turn.phase = TurnPhase.LIVE
         return Effects()
@@ -550,8 +583,11 @@ class RunCore:
             return None
         return ", ".join(self.config.ended_in or self.config.leaves) or None
 
-    def resume(self) -> Effects:
-        """After a restore: what was under way must be under way again."""
+    def resume(self, now: float | None = None) -> Effects:
+        """After a restore: what was under way must be under way again; at ``now``, every
+        live Turn's stall clock starts again (the operator's downtime was no Agent's)."""
+        if now is not None:
+            stalls.restart(self.live_turns(), now)
         effects: list[Effect] = []
         for turn in self.turns.values():
             if turn.phase is TurnPhase.SWEEPING and turn.exit is not None:
@@ -586,7 +622,7 @@ class RunCore:
             event = self._queue.pop(0)
             step = interpreter.step(self.run.chart, self.config, event, self._scope, now)
             effects += self._apply(step, now)
-        effects += self._answer_at_rest()
+        effects += self._answer_at_rest(now)
         for turn in self.live_turns():
             effects += self._wake(turn, now)
         return effects
@@ -614,6 +650,7 @@ class RunCore:
                 # A delivery runs to its end and is recorded, its result going nowhere; a
                 # fan-out's children were exited with it, their invokes among these.
                 continue
+            self.retrying.pop(stopped.invoke.id, None)  # a retry never outlives its state
             turn = self._turn_of(stopped.invoke.id)
             if turn is not None:
                 cause = PICK if turn.id in stopped.cause else None
@@ -806,6 +843,10 @@ class RunCore:
         if turn.continue_:
             key = _conversation(turn)
             self.epochs[key] = max(self.epochs.get(key, 0), turn.epoch) + 1
+        retry = retries.decide(self.run, turn, reason, now)
+        if retry is not None:
+            self.retrying[turn.invocation] = retry
+            return self._end_for_retry(turn, now)
         fields = {
             "reason": reason,
             "message": bounded(message),
@@ -813,6 +854,57 @@ class RunCore:
             "turn": turn.id,
         }
         return self._send(Event(ERROR_INVOKE, fields, origin=turn.invocation), now)
+
+    def _stall(self, turn: Turn, now: float) -> list[Effect]:
+        """Sweep a Turn that made no progress for its ``stallAfter``, then route it as
+        the Agent's fault, reason ``stalled`` (ADR 0115)."""
+        why = stalls.message(self.run, turn)
+        running = turn.running
+        self._leave(turn)
+        turn.exit = Exit(
+            cause=None,
+            submission=running.id if running else None,
+            admitting=turn.admitting,
+            at=now,
+            stalled=bounded(why),
+        )
+        sweep = self._sweep_effect(turn, None, turn.exit.submission)
+        return [sweep, *self._fault(turn, stalls.REASON, why, now)]
+
+    def _end_for_retry(self, turn: Turn, now: float) -> list[Effect]:
+        """A faulted Turn to be retried ends now, its state still active: swept, and
+        recorded as it ended once its sweep comes back."""
+        if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
+            return []  # already swept (a stall)
+        running = turn.running
+        self._leave(turn)
+        turn.exit = Exit(
+            cause=None,
+            submission=running.id if running else None,
+            admitting=turn.admitting,
+            at=now,
+        )
+        return [self._sweep_effect(turn, None, turn.exit.submission)]
+
+    def _retry(self, invocation: str, now: float) -> list[Effect]:
+        """Start the retry decided for ``invocation``, whose backoff ended: a new Turn."""
+        retry = self.retrying.pop(invocation)
+        if self._invocation(invocation) is None:
+            return []
+        self.turn_seq += 1
+        turn = retries.again(
+            self.run,
+            retry,
+            turn_id=ids.turn(self.turn_seq),
+            epochs=self.epochs,
+            new_id=self._new_id,
+            now=now,
+        )
+        self.turns[turn.id] = turn
+        self._live[turn.id] = turn
+        self._hold(turn.instanceId, True)
+        turn.admitting = True
+        return [self._admit_effect(turn, nudge=False)]
 
     def _exit_turn(self, turn: Turn, cause: str | None, step: Step, now: float) -> list[Effect]:
         if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
@@ -878,17 +970,17 @@ class RunCore:
         turn.outstanding = delivery.id
         return picks.outstanding(delivery)
 
-    def _answer_at_rest(self) -> list[Effect]:
+    def _answer_at_rest(self, now: float) -> list[Effect]:
         if self.config is None:
             return []
         config = self.config
-        return [
-            self._answer(
-                self.deliveries[turn.outstanding], turn, turn_complete=False, stopped=False
-            )
-            for turn in self.live_turns()
-            if turn.outstanding is not None and picks.at_rest(self.run.chart, config, turn)
-        ]
+        effects: list[Effect] = []
+        for turn in self.live_turns():
+            if turn.outstanding is not None and picks.at_rest(self.run.chart, config, turn):
+                delivery = self.deliveries[turn.outstanding]
+                effects.append(self._answer(delivery, turn, turn_complete=False, stopped=False))
+                turn.progressAt = now  # the pick's answer: the stall clock starts again
+        return effects
 
     def _answer(
         self, delivery: Delivery, turn: Turn, *, turn_complete: bool, stopped: bool
@@ -913,7 +1005,9 @@ class RunCore:
         return next((t for t in self.live_turns() if t.instanceId == instance_id), None)
 
     def _turn_of(self, invocation: str) -> Turn | None:
-        return next((t for t in self.turns.values() if t.invocation == invocation), None)
+        """The live Turn of ``invocation`` (a retried one's earlier Turn may still be
+        being swept beside it)."""
+        return next((t for t in self.live_turns() if t.invocation == invocation), None)
 
     def _invocation(self, invocation: str) -> InvokeEntry | None:
         if self.config is None:
@@ -948,6 +1042,7 @@ class RunCore:
                 delivery_seq=self.delivery_seq,
                 worktrees=self.child_worktrees,
                 usage=self.usage,
+                retries=list(self.retrying.values()),
             )
         )
 
@@ -982,6 +1077,7 @@ class RunCore:
         self.delivery_seq = saved.delivery_seq
         self.child_worktrees = dict(saved.worktrees)
         self.usage = dict(saved.usage)
+        self.retrying = {retry.earlier.invocation: retry for retry in saved.retries}
         self._scope = self._scope_with_children()
 
 

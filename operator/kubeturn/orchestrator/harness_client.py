@@ -42,7 +42,7 @@ from kubeturn.errors import (
     HarnessRefused,
     HarnessUnreachable,
 )
-from kubeturn.orchestrator.actor import Settled
+from kubeturn.orchestrator.actor import Progress, Settled
 from kubeturn.orchestrator.delivery import Committed
 from kubeturn.orchestrator.effects import Admit, MakeWorktrees, StartExec, Sweep
 from kubeturn.orchestrator.ids import InstanceId
@@ -214,9 +214,11 @@ class HarnessClient:
         Harness (see ``follow``). Ends only when the Harness lost the conversation."""
         return follow(self._itself, agent, instance_id)
 
-    async def settlement(self, effect: Admit, submission: SubmissionId) -> Settled:
+    async def settlement(
+        self, effect: Admit, submission: SubmissionId, *, progress: Progress | None = None
+    ) -> Settled:
         """How the Submission settled, at this client's Harness (see ``settlement``)."""
-        return await settlement(self._itself, effect, submission)
+        return await settlement(self._itself, effect, submission, progress=progress)
 
     async def sweep(self, effect: Sweep) -> list[Settled]:
         """Send the sweep; answer the settlements it caused. A sweep that failed settled
@@ -413,17 +415,31 @@ async def follow(
         client = await current()
 
 
-async def settlement(current: CurrentHarness, effect: Admit, submission: SubmissionId) -> Settled:
+PROGRESS = frozenset({EventType.MODEL_REQUESTED, EventType.MESSAGE_APPENDED, EventType.PICK_SENT})
+"""The stream events that are a Submission's progress (``kubeturn.orchestrator.stalls``)."""
+
+
+async def settlement(
+    current: CurrentHarness,
+    effect: Admit,
+    submission: SubmissionId,
+    *,
+    progress: Progress | None = None,
+) -> Settled:
     """How the Submission settled, read from its conversation's stream (``follow``); one
-    whose conversation the Harness lost settled ``failed``, saying so."""
+    whose conversation the Harness lost settled ``failed``, saying so. With ``progress``,
+    the Submission's progress events (``PROGRESS``) are read too, and each is told (a
+    restart's replay of earlier ones only starts the stall clock again, as the restore
+    did)."""
+    types = {EventType.SUBMISSION_SETTLED, *(PROGRESS if progress is not None else ())}
     try:
-        settled = (EventType.SUBMISSION_SETTLED,)
-        async for event in follow(current, effect.agent, effect.instance_id, settled):
-            if (
-                event.type is EventType.SUBMISSION_SETTLED
-                and event.data.get("submissionId") == submission
-            ):
+        async for event in follow(current, effect.agent, effect.instance_id, types):
+            if _submission_of(event) != submission:
+                continue
+            if event.type is EventType.SUBMISSION_SETTLED:
                 return _settled(Settlement.model_validate(event.data))
+            if progress is not None:
+                await progress()
     except ConversationLost as lost:
         return Settled(submission, Outcome.FAILED, message=str(lost), reason=LOST_REASON)
     raise AssertionError("a conversation's stream ends only by raising")
@@ -538,6 +554,15 @@ def _next_offset(answer: _Answer, offset: int, what: str) -> int:
             status=answer.status,
             said=str(answer.headers.get("stream-next-offset")),
         ) from error
+
+
+def _submission_of(event: StreamEvent) -> str | None:
+    """The Submission a stream event is of (a message carries it inside)."""
+    if event.type is EventType.MESSAGE_APPENDED:
+        message = event.data.get("message")
+        return message.get("submissionId") if isinstance(message, dict) else None
+    found = event.data.get("submissionId")
+    return found if isinstance(found, str) else None
 
 
 def _settled(settlement: Settlement) -> Settled:

@@ -29,6 +29,8 @@ Versions:
   them; ADR 0113); one without it (every snapshot written before) had no child asking.
 - Any version may hold ``usage`` (Agent slot → the tokens and cost of its recorded
   Turns, ADR 0114); one without it (every snapshot written before) counted none.
+- Any version may hold ``retries``: the retries of faulted Turns waiting for their backoff
+  (ADR 0115); one without it (every snapshot written before) had none waiting.
 - Any version may hold ``moves`` (transitions that moved the Machine) and, as the core
   keeps it, ``trail`` (the last of them; a status holds it as ``trail``, ADR 0109); one
   without them (every snapshot written before) shows no trail.
@@ -50,6 +52,7 @@ from kubeturn.machine import interpreter
 from kubeturn.machine.model import StatePath
 from kubeturn.orchestrator import worktrees as child_worktrees
 from kubeturn.orchestrator.effects import StartDeliver, StartExec
+from kubeturn.orchestrator.retries import Retry
 from kubeturn.orchestrator.turns import Delivery, Turn, TurnRecord
 from kubeturn_harness.wire import Notice, Usage
 
@@ -68,6 +71,8 @@ USAGE_KEY = "usage"
 WORKTREES_KEY = "worktrees"
 """The core's snapshot's key of the per-child worktrees (a list: a merge patch replaces
 it whole)."""
+RETRIES_KEY = "retries"
+"""The core's snapshot's key of the retries waiting for their backoff (ADR 0115)."""
 LEGACY_KEYS = (HISTORY_KEY, "seq")
 """Keys of a version 0 snapshot that version 1 has not. A status is written by merge
 patch, which keeps a key the new snapshot lacks, so a writer names these to remove them,
@@ -101,6 +106,7 @@ class Saved:
     worktrees: Mapping[StatePath, child_worktrees.ChildWorktrees] = field(default_factory=dict)
     usage: Mapping[str, Usage] = field(default_factory=dict)
     """Tokens (and cost) of each Agent slot's recorded Turns over the Run's life."""
+    retries: Sequence[Retry] = ()
 
 
 def write(saved: Saved) -> dict[str, Any]:
@@ -149,6 +155,7 @@ def write(saved: Saved) -> dict[str, Any]:
             agent: usage.model_dump(mode="json", exclude_none=True)
             for agent, usage in saved.usage.items()
         },
+        RETRIES_KEY: [r.model_dump(mode="json", by_alias=True) for r in saved.retries],
     }
 
 
@@ -202,6 +209,8 @@ def read(data: Mapping[str, Any]) -> Saved:
             str(agent): Usage.model_validate(usage)
             for agent, usage in dict(data.get(USAGE_KEY) or {}).items()
         },
+        # Absent from a snapshot written before retries were declared: none was waiting.
+        retries=[Retry.model_validate(r) for r in data.get(RETRIES_KEY) or []],
     )
 
 

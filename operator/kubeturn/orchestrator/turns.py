@@ -76,6 +76,9 @@ class Exit(_Model):
     admitting: bool = False
     """A Submission was being admitted at the exit (a nudge in flight)."""
     at: float
+    stalled: Message | None = None
+    """Why the Orchestrator swept the Turn as stalled while its state was active (ADR
+    0115); the Turn's record says this."""
 
 
 class Turn(_Model):
@@ -102,6 +105,12 @@ class Turn(_Model):
     exit: Exit | None = None
     startedAt: float
     notices: list[Notice] = Field(default_factory=list)
+    retry: int | None = None
+    """Which retry of its invoke's faulted Turn this Turn is (1, 2, ...; ADR 0115); None:
+    no retry."""
+    progressAt: float | None = None
+    """When the Turn last made progress (a Submission admitted, a model request, an
+    answer, a tool call, a pick answered): its stall clock (``stalls``)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -157,6 +166,8 @@ def outcome(exit_: Exit, submissions: Sequence[SubmissionEntry]) -> tuple[Outcom
     The one judgment of a Turn: the Run's record and its AgentTurn's settlement both come
     from here, so they never say different things.
     """
+    if exit_.stalled is not None:
+        return Outcome.ABORTED, exit_.stalled
     if exit_.submission is not None:
         # The Submission the sweep named settles as the sweep's body says.
         named = next((s for s in submissions if s.id == exit_.submission), None)
