@@ -171,6 +171,7 @@ async def test_5xx_then_an_answer_completes(
         "completionTokens": 2,
         "cacheReadTokens": 0,
         "cacheWriteTokens": 0,
+        "cost": None,
     }
 
 
