@@ -94,6 +94,7 @@ import pytest
 
 from tests import tools
 from tests.operator import apimachinery, celrules, emulator, schemas
+from tests.operator.operator_support import AGENTTURN_COLUMNS
 
 GROUP, VERSION = "kubeturn.dev", "v1alpha1"
 RUNS = f"/apis/{GROUP}/{VERSION}/namespaces/default/runs"
@@ -2063,17 +2064,7 @@ async def test_kubectl_shows_printer_columns(
     )
     done = await kubectl("get", "turn")
     header, row = done.stdout.splitlines()
-    assert header.split() == [
-        "NAME",
-        "RUN",
-        "AGENT",
-        "STATE",
-        "PHASE",
-        "OUTCOME",
-        "CAUSE",
-        "SETTLED",
-        "AGE",
-    ]
+    assert header.split() == AGENTTURN_COLUMNS
     assert row.split()[:7] == ["t1", "r1", "coder", "build.code", "Settled", "ended", "pick"]
     assert row.split()[7].endswith("d")  # settled months ago: an age, as a date column
     assert row.split()[8].endswith("s")
