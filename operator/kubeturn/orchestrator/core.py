@@ -815,6 +815,22 @@ class RunCore:
         turn.phase = TurnPhase.SWEEPING
         self._live.pop(turn.id, None)
 
+    def _leave_at(
+        self, turn: Turn, now: float, *, cause: str | None = None, stalled: str | None = None
+    ) -> Exit:
+        """The Turn ends now (its state exited, it stalled, or it is to be retried): it
+        leaves the live Turns, and its exit names the Submission the sweep cuts."""
+        running = turn.running
+        self._leave(turn)
+        turn.exit = Exit(
+            cause=cause,
+            submission=running.id if running else None,
+            admitting=turn.admitting,
+            at=now,
+            stalled=stalled,
+        )
+        return turn.exit
+
     def _admit_effect(self, turn: Turn, *, nudge: bool, number: int | None = None) -> Admit:
         allowed = self.allowed(turn) if nudge else []
         return admissions.admission(self.run, turn, nudge=nudge, allowed=allowed, number=number)
@@ -859,16 +875,8 @@ class RunCore:
         """Sweep a Turn that made no progress for its ``stallAfter``, then route it as
         the Agent's fault, reason ``stalled`` (ADR 0115)."""
         why = stalls.message(self.run, turn)
-        running = turn.running
-        self._leave(turn)
-        turn.exit = Exit(
-            cause=None,
-            submission=running.id if running else None,
-            admitting=turn.admitting,
-            at=now,
-            stalled=bounded(why),
-        )
-        sweep = self._sweep_effect(turn, None, turn.exit.submission)
+        exit_ = self._leave_at(turn, now, stalled=bounded(why))
+        sweep = self._sweep_effect(turn, None, exit_.submission)
         return [sweep, *self._fault(turn, stalls.REASON, why, now)]
 
     def _end_for_retry(self, turn: Turn, now: float) -> list[Effect]:
@@ -876,15 +884,8 @@ class RunCore:
         recorded as it ended once its sweep comes back."""
         if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
             return []  # already swept (a stall)
-        running = turn.running
-        self._leave(turn)
-        turn.exit = Exit(
-            cause=None,
-            submission=running.id if running else None,
-            admitting=turn.admitting,
-            at=now,
-        )
-        return [self._sweep_effect(turn, None, turn.exit.submission)]
+        exit_ = self._leave_at(turn, now)
+        return [self._sweep_effect(turn, None, exit_.submission)]
 
     def _retry(self, invocation: str, now: float) -> list[Effect]:
         """Start the retry decided for ``invocation``, whose backoff ended: a new Turn."""
@@ -909,14 +910,7 @@ class RunCore:
     def _exit_turn(self, turn: Turn, cause: str | None, step: Step, now: float) -> list[Effect]:
         if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE):
             return []
-        running = turn.running
-        self._leave(turn)
-        turn.exit = Exit(
-            cause=cause,
-            submission=running.id if running else None,
-            admitting=turn.admitting,
-            at=now,
-        )
+        exit_ = self._leave_at(turn, now, cause=cause)
         effects: list[Effect] = []
         if turn.outstanding is not None:
             delivery = self.deliveries[turn.outstanding]
@@ -926,7 +920,7 @@ class RunCore:
                 for s in step.stopped
             )
             effects.append(self._answer(delivery, turn, turn_complete=True, stopped=work_stopped))
-        effects.append(self._sweep_effect(turn, cause, turn.exit.submission))
+        effects.append(self._sweep_effect(turn, cause, exit_.submission))
         return effects
 
     def _sweep_effect(
