@@ -184,6 +184,23 @@ class Scope:
             machine = machine_of(parent_of(machine) or ROOT)
         return self.workspace
 
+    def activation(
+        self,
+        context: Mapping[str, Any],
+        child: Child | None,
+        event: Event | None,
+        at: StatePath,
+    ) -> dict[str, Any]:
+        """What expressions and templates of the state ``at`` see: its Machine's context
+        and input (``child``, the fan-out child it is in, has its own context, and its
+        item as input), the event, and its ``workspace``."""
+        return {
+            "context": child.context if child is not None else context,
+            "event": event.activation() if event is not None else {},
+            "input": child.item if child is not None else self.input,
+            "workspace": self.workspace_at(at),
+        }
+
 
 @dataclass(frozen=True)
 class Stopped:

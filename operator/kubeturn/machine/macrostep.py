@@ -142,10 +142,4 @@ def evaluate(
 
 def activation_of(macro: Macro, event: Event | None, at: StatePath) -> dict[str, Any]:
     """``activation``, of the macrostep's own state."""
-    child = macro.children.get(machine_of(at))
-    return {
-        "context": child.context if child is not None else macro.context,
-        "event": event.activation() if event is not None else {},
-        "input": child.item if child is not None else macro.scope.input,
-        "workspace": macro.scope.workspace_at(at),
-    }
+    return macro.scope.activation(macro.context, macro.children.get(machine_of(at)), event, at)

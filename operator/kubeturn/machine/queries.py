@@ -109,9 +109,4 @@ def activation(
     input (a fan-out child's input is its item)."""
     machine = machine_of(at)
     child = next((c for c in config.children if c.scope == machine), None)
-    return {
-        "context": child.context if child is not None else config.context,
-        "event": event.activation() if event is not None else {},
-        "input": child.item if child is not None else scope.input,
-        "workspace": scope.workspace_at(at),
-    }
+    return scope.activation(config.context, child, event, at)
