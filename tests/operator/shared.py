@@ -43,12 +43,14 @@ SCRIPT = script(
 """Each Run's coder picks ``finish`` at once; a ``LONG`` Turn's model request is held."""
 
 
-def workspace(origin: str) -> Body:
+def workspace(origin: str, name: str = WORKSPACE, **spec: Any) -> Body:
+    """A Workspace of one repo slot ``target`` cloned from ``origin``; ``spec`` adds to
+    its spec (``maxLiveTurns=1``)."""
     return {
         "apiVersion": GROUP_VERSION,
         "kind": "Workspace",
-        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
-        "spec": {"repos": {"target": {"url": origin}}},
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"repos": {"target": {"url": origin}}, **spec},
     }
 
 

@@ -29,7 +29,7 @@ import aiohttp
 import pytest
 
 from tests import tools
-from tests.operator import emulator
+from tests.operator import emulator, shared
 from tests.operator import kubelet as kubelet_
 from tests.operator.installation import Installation
 from tests.operator.operator_support import (
@@ -53,15 +53,6 @@ SCRIPT = script(
     {prompt: [{"hold": True, "toolCalls": [call("finish")]}] for prompt in PROMPTS.values()}
 )
 """Each Run's model request is held until released; then its coder picks ``finish``."""
-
-
-def workspace(origin: str, **caps: int) -> Body:
-    return {
-        "apiVersion": GROUP_VERSION,
-        "kind": "Workspace",
-        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE},
-        "spec": {"repos": {"target": {"url": origin}}, **caps},
-    }
 
 
 def run(name: str) -> Body:
@@ -108,7 +99,11 @@ async def world(
         installation,
         kubelet=kubelet,
         script=SCRIPT,
-        workspace=workspace(origin) if by_namespace else workspace(origin, maxLiveTurns=1),
+        workspace=(
+            shared.workspace(origin, WORKSPACE)
+            if by_namespace
+            else shared.workspace(origin, WORKSPACE, maxLiveTurns=1)
+        ),
         origin=origin,
         **({"namespace_max_live_turns": 1} if by_namespace else {}),
     ) as made:
