@@ -6,6 +6,7 @@ compiles its machine. ``status`` belongs to the operator. Nothing here does IO.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -35,6 +36,72 @@ MAX_SIGNAL_ID_LENGTH = 63
 """A signal id's length: a DNS label's, room for a CI run id; it bounds the price above."""
 
 
+COST_TEXT = r"^[0-9]+(\.[0-9]+)?$"
+"""A cost limit: USD as decimal text, as ``Usage.cost`` is (ADR 0114), never a float."""
+
+
+def _some_cost(value: str | None) -> str | None:
+    if value is not None and Decimal(value) <= 0:
+        raise ValueError(f'cost {value!r} allows nothing; write e.g. "0.50", or leave it out')
+    return value
+
+
+def _some_time(value: str | None) -> str | None:
+    if value is not None and parse_duration(value) <= 0:
+        raise ValueError(f"{value!r} is no time at all; write e.g. 30m, or leave it out")
+    return value
+
+
+class TurnLimits(Spec):
+    """What one Turn may spend before it is swept (ADR 0117)."""
+
+    tokens: int | None = Field(
+        default=None,
+        ge=1,
+        strict=True,
+        description="Tokens (prompt and completion, of every model request) one Turn may use.",
+    )
+    cost: str | None = Field(
+        default=None,
+        pattern=COST_TEXT,
+        description="USD one Turn may cost, as decimal text (e.g. '0.50'), at the prices of "
+        "the Harness's providers file; a Turn on a model with no price there is swept.",
+    )
+    wallTime: str | None = Field(
+        default=None, description="How long one Turn may take from its start, e.g. 15m."
+    )
+
+    _cost = field_validator("cost")(_some_cost)
+    _wall_time = field_validator("wallTime")(_some_time)
+
+
+class RunLimits(TurnLimits):
+    """What the whole Run may spend: every Turn of every Agent, retries included; and how
+    long it may run from its start (ADR 0117)."""
+
+
+class AgentLimits(Spec):
+    """What an Agent slot's Turns may spend together over the Run, and each of them
+    (ADR 0117)."""
+
+    tokens: int | None = Field(
+        default=None,
+        ge=1,
+        strict=True,
+        description="Tokens every Turn of this slot may use together over the Run.",
+    )
+    cost: str | None = Field(
+        default=None,
+        pattern=COST_TEXT,
+        description="USD every Turn of this slot may cost together over the Run (decimal text).",
+    )
+    perTurn: TurnLimits | None = Field(
+        default=None, description="What each Turn of this slot may spend."
+    )
+
+    _cost = field_validator("cost")(_some_cost)
+
+
 class AgentSlot(Spec):
     """A named Agent: who it is and what it may touch. Each state asks it for a Turn."""
 
@@ -57,6 +124,11 @@ class AgentSlot(Spec):
     )
     description: str | None = Field(
         default=None, description="What this Agent is for, for people reading the Run."
+    )
+    limits: AgentLimits | None = Field(
+        default=None,
+        description="Tokens, cost and time this slot's Turns may spend; a Turn that reaches "
+        "one is swept and its state hears agent.fault with reason budget (ADR 0117).",
     )
     stallAfter: str | None = Field(
         default=None,
@@ -157,6 +229,12 @@ class RunSpec(Spec):
             "true sends the machine CANCEL once; when no active state handles it, the Run "
             "is Cancelled."
         ),
+    )
+    limits: RunLimits | None = Field(
+        default=None,
+        description="Tokens, cost and time the whole Run may spend. Once one is reached, every "
+        "live Turn is swept (its state hears agent.fault with reason budget) and no Turn "
+        "starts again (ADR 0117).",
     )
     turnRetention: str | None = Field(
         default=None,

@@ -208,6 +208,10 @@ class RunSnapshot(Status):
     retries: Any = Field(
         default=None, description="Retries of faulted Turns waiting for their backoff (ADR 0115)."
     )
+    startedAt: Any = Field(
+        default=None,
+        description="When the Run started (Unix seconds): its wallTime counts from then.",
+    )
 
 
 class SignalResult(StrEnum):

@@ -71,8 +71,9 @@ class Signal:
     id: str | None = None
 
 
-Progress = Callable[[], Awaitable[None]]
-"""Told each time a followed Submission makes progress (``kubeturn.orchestrator.stalls``)."""
+Progress = Callable[[Usage | None], Awaitable[None]]
+"""Told each time a followed Submission makes progress (``kubeturn.orchestrator.stalls``),
+with what its stream shows it used so far (``kubeturn.orchestrator.budgets``)."""
 
 
 class TurnPort(Protocol):
@@ -413,12 +414,21 @@ class RunActor:
         self._follow(effect, submission)
 
     def _follow(self, effect: Admit, submission: SubmissionId) -> None:
-        async def progressed() -> None:
-            # Neither saved nor shown: a restore starts every stall clock again, and the
-            # timer armed for the earlier deadline finds nothing due and arms the next.
-            async with self._lock:
-                if not self.closed:
-                    self.core.progressed(effect.turn, submission, self._clock())
+        async def progressed(spent: Usage | None) -> None:
+            if spent is None:
+                # Neither saved nor shown: a restore starts every stall clock again, and
+                # the timer armed for the earlier deadline finds nothing due.
+                async with self._lock:
+                    if not self.closed:
+                        self.core.progressed(effect.turn, submission, self._clock())
+                return
+            # A spend may reach a limit: decided, and saved later as a settlement is (a
+            # restore's follower reads the stream, and so the spend, from its start).
+            if not self.closed:
+                await self._do(
+                    lambda now: self.core.progressed(effect.turn, submission, now, spent=spent),
+                    answer=True,
+                )
 
         async def follow() -> None:
             if self.core.watches_progress(effect.turn):

@@ -51,6 +51,7 @@ from kubeturn.machine.load import LoadedRun
 from kubeturn.machine.model import ROOT, StatePath, machine_of, parent_of
 from kubeturn.orchestrator import (
     admissions,
+    budgets,
     frames,
     history,
     ids,
@@ -146,7 +147,8 @@ class RunView:
     active: tuple[StatePath, ...] = ()
     """The active leaves, every running child's among them (``Config.active``)."""
     usage: Mapping[str, Usage] = field(default_factory=dict)
-    """Each Agent slot's tokens and cost over the Run's recorded Turns (ADR 0114)."""
+    """Each Agent slot's tokens and cost over the Run so far (ADR 0114): its recorded
+    Turns', and what its live ones have used up to now (``RunCore.spending``)."""
 
 
 class RunCore:
@@ -220,6 +222,11 @@ class RunCore:
         self.retrying: dict[str, retries.Retry] = {}
         """The retries decided and not started yet, by the invocation they retry (ADR
         0115), while its state is active."""
+        self.started_at: float | None = None
+        """When the Run started: its wall-time limit counts from then (ADR 0117)."""
+        self._budgeted = budgets.limited(run)
+        """Whether the manifest sets a limit at all: a Run without one spends nothing on
+        them."""
         if snapshot is not None:
             try:
                 self._restore(snapshot)
@@ -232,6 +239,7 @@ class RunCore:
         if self.config is not None:
             return Effects()
         self.phase = RunPhase.RUNNING
+        self.started_at = now
         effects = self._apply(interpreter.start(self.run.chart, self._scope, now), now)
         return Effects([*effects, *self._drain(now)])
 
@@ -292,6 +300,7 @@ class RunCore:
         for turn in stalls.due(self.run, self.live_turns(), now):
             if turn.phase is TurnPhase.LIVE:  # not ended by an earlier one's route
                 effects += self._stall(turn, now)
+        effects += self._enforce(now)
         for invocation, retry in sorted(self.retrying.items(), key=lambda item: item[1].at):
             if retry.at <= now and invocation in self.retrying:
                 effects += self._retry(invocation, now)
@@ -299,27 +308,43 @@ class RunCore:
 
     def next_fire(self) -> float | None:
         """When ``fire_due`` has something to do next: a Machine timer, a stall (ADR
-        0115), a retry's backoff ending."""
+        0115), a retry's backoff ending, a wall-time limit (ADR 0117)."""
         times = [
             interpreter.next_fire(self.config) if self.config is not None else None,
             stalls.next_at(self.run, self.live_turns()),
+            budgets.next_at(self.run, self.live_turns(), self.started_at),
             *(retry.at for retry in self.retrying.values()),
         ]
         return min((at for at in times if at is not None), default=None)
 
-    def progressed(self, turn_id: TurnId, submission: SubmissionId, now: float) -> Effects:
+    def progressed(
+        self,
+        turn_id: TurnId,
+        submission: SubmissionId,
+        now: float,
+        *,
+        spent: Usage | None = None,
+    ) -> Effects:
         """The Turn's running Submission made progress (``stalls``): its stall clock
-        starts again. Decides no effect."""
+        starts again. ``spent``: what its stream shows the Submission used so far; a Turn
+        that reached a limit with it is swept (``budgets``)."""
         turn = self.turns.get(turn_id)
         running = turn.running if turn is not None else None
-        if turn is not None and running is not None and running.id == submission:
-            turn.progressAt = now
-        return Effects()
+        if turn is None or running is None or running.id != submission:
+            return Effects()
+        turn.progressAt = now
+        if spent is None or spent == running.spent:
+            return Effects()
+        running.spent = spent
+        return Effects([*self._enforce(now), *self._drain(now)])
 
     def watches_progress(self, turn_id: TurnId) -> bool:
-        """Whether the Turn's slot has a stall clock, so its progress is worth reporting."""
+        """Whether the Turn's slot has a stall clock, or a limit counts its tokens or
+        cost, so that its progress is worth reporting."""
         turn = self.turns.get(turn_id)
-        return turn is not None and stalls.after(self.run, turn) is not None
+        return turn is not None and (
+            stalls.after(self.run, turn) is not None or budgets.metered(self.run, turn)
+        )
 
     def exec_done(self, invocation: str, result: invokes.ExecResult, now: float) -> Effects:
         self.execs.pop(invocation, None)
@@ -447,10 +472,10 @@ class RunCore:
         if turn.phase is not TurnPhase.LIVE:
             return Effects()
         if outcome is Outcome.COMPLETED:
-            return Effects([*self._wake(turn, now), *self._drain(now)])
+            return Effects([*self._enforce(now), *self._wake(turn, now), *self._drain(now)])
         why = reason or ("failed" if outcome is Outcome.FAILED else outcome.value)
         detail = message or f"its Submission settled {outcome.value} while its state was active"
-        return Effects(self._fault(turn, why, detail, now))
+        return Effects([*self._fault(turn, why, detail, now), *self._enforce(now)])
 
     def deleted(self, turn_id: TurnId, now: float) -> Effects:
         """A person deleted the Turn's AgentTurn: the Agent's fault, reason ``deleted``."""
@@ -475,7 +500,7 @@ class RunCore:
         if turn is None or turn.phase is not TurnPhase.SWEEPING:
             return Effects()
         turns.settle(turn.submissions, settlements, now)
-        return Effects(self._record(turn, now))
+        return Effects([*self._record(turn, now), *self._enforce(now)])
 
     def verdict(
         self, turn_id: TurnId, settlements: turns.Caused
@@ -546,7 +571,7 @@ class RunCore:
             moves=self.moves,
             children=self.config.children if self.config else (),
             active=self.config.active if self.config else (),
-            usage=dict(self.usage),
+            usage=self.spending(),
         )
 
     @property
@@ -588,6 +613,8 @@ class RunCore:
         live Turn's stall clock starts again (the operator's downtime was no Agent's)."""
         if now is not None:
             stalls.restart(self.live_turns(), now)
+            if self.started_at is None and self.phase is RunPhase.RUNNING:
+                self.started_at = now  # restored from before limits: its wall time from now
         effects: list[Effect] = []
         for turn in self.turns.values():
             if turn.phase is TurnPhase.SWEEPING and turn.exit is not None:
@@ -797,18 +824,25 @@ class RunCore:
         self.turns[turn.id] = turn
         self._live[turn.id] = turn
         self._hold(turn.instanceId, True)
+        reason = "refused"
+        if refused is None and (reached := self._over_budget(turn.agent, now)) is not None:
+            reason, refused = budgets.REASON, reached.message
         if refused is not None:
-            self._queue.append(
-                Event(ERROR_INVOKE, {"reason": "refused", "message": refused}, origin=entry.id)
-            )
-            self._leave(turn)
-            turn.exit = Exit(cause=None, submission=None, at=now)
-            message = f"refused before admission: {refused}"
-            return self._record(turn, now, outcome=Outcome.FAILED, message=message)
+            return self._refuse(turn, reason, refused, now)
         if turn.continue_:
             turn.notices = self.notices.pop(_conversation(turn), [])
         turn.admitting = True
         return [self._admit_effect(turn, nudge=False)]
+
+    def _refuse(self, turn: Turn, reason: str, refused: str, now: float) -> list[Effect]:
+        """The Turn is refused before its admission: recorded ``failed``, and its state
+        hears ``error.invoke`` with ``reason``."""
+        fields = {"reason": reason, "message": bounded(refused)}
+        self._queue.append(Event(ERROR_INVOKE, fields, origin=turn.invocation))
+        self._leave(turn)
+        turn.exit = Exit(cause=None, submission=None, at=now)
+        message = f"refused before admission: {refused}"
+        return self._record(turn, now, outcome=Outcome.FAILED, message=message)
 
     def _leave(self, turn: Turn) -> None:
         """The Turn's state exited: it is swept now."""
@@ -816,10 +850,11 @@ class RunCore:
         self._live.pop(turn.id, None)
 
     def _leave_at(
-        self, turn: Turn, now: float, *, cause: str | None = None, stalled: str | None = None
+        self, turn: Turn, now: float, *, cause: str | None = None, why: str | None = None
     ) -> Exit:
-        """The Turn ends now (its state exited, it stalled, or it is to be retried): it
-        leaves the live Turns, and its exit names the Submission the sweep cuts."""
+        """The Turn ends now (its state exited, it stalled or reached a limit, or it is to
+        be retried): it leaves the live Turns, and its exit names the Submission the sweep
+        cuts."""
         running = turn.running
         self._leave(turn)
         turn.exit = Exit(
@@ -827,7 +862,7 @@ class RunCore:
             submission=running.id if running else None,
             admitting=turn.admitting,
             at=now,
-            stalled=stalled,
+            why=why,
         )
         return turn.exit
 
@@ -875,9 +910,39 @@ class RunCore:
         """Sweep a Turn that made no progress for its ``stallAfter``, then route it as
         the Agent's fault, reason ``stalled`` (ADR 0115)."""
         why = stalls.message(self.run, turn)
-        exit_ = self._leave_at(turn, now, stalled=bounded(why))
+        exit_ = self._leave_at(turn, now, why=bounded(why))
         sweep = self._sweep_effect(turn, None, exit_.submission)
         return [sweep, *self._fault(turn, stalls.REASON, why, now)]
+
+    def _enforce(self, now: float) -> list[Effect]:
+        """Sweep every live Turn that reached a limit (ADR 0117), then route each as the
+        Agent's fault, reason ``budget``: one Turn's spend can reach its slot's or the
+        Run's limit, and so stop the others."""
+        if not self._budgeted:
+            return []
+        effects: list[Effect] = []
+        agents = self.spending()
+        for turn in sorted(self.live_turns(), key=lambda t: t.startedAt):
+            if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE) or turn.faulted:
+                continue  # ended by an earlier one's route
+            reached = budgets.over(self.run, turn, agents, now=now, started=self.started_at)
+            if reached is None:
+                continue
+            exit_ = self._leave_at(turn, now, cause=budgets.REASON, why=bounded(reached.message))
+            effects.append(self._sweep_effect(turn, budgets.REASON, exit_.submission))
+            effects += self._fault(turn, budgets.REASON, reached.message, now)
+        return effects
+
+    def spending(self) -> dict[str, Usage]:
+        """Each Agent slot's spend over the Run so far: its recorded Turns', and what the
+        others have used up to now (``budgets.per_agent``)."""
+        return budgets.per_agent(self.usage, self.turns.values())
+
+    def _over_budget(self, agent: str, now: float) -> budgets.Reached | None:
+        """The slot's or the Run's limit reached, which refuses a new Turn of ``agent``."""
+        if not self._budgeted:
+            return None
+        return budgets.refusal(self.run, agent, self.spending(), now=now, started=self.started_at)
 
     def _end_for_retry(self, turn: Turn, now: float) -> list[Effect]:
         """A faulted Turn to be retried ends now, its state still active: swept, and
@@ -904,6 +969,9 @@ class RunCore:
         self.turns[turn.id] = turn
         self._live[turn.id] = turn
         self._hold(turn.instanceId, True)
+        reached = self._over_budget(turn.agent, now)
+        if reached is not None:
+            return [*self._refuse(turn, budgets.REASON, reached.message, now), *self._drain(now)]
         turn.admitting = True
         return [self._admit_effect(turn, nudge=False)]
 
@@ -1037,6 +1105,7 @@ class RunCore:
                 worktrees=self.child_worktrees,
                 usage=self.usage,
                 retries=list(self.retrying.values()),
+                started=self.started_at,
             )
         )
 
@@ -1072,6 +1141,7 @@ class RunCore:
         self.child_worktrees = dict(saved.worktrees)
         self.usage = dict(saved.usage)
         self.retrying = {retry.earlier.invocation: retry for retry in saved.retries}
+        self.started_at = saved.started
         self._scope = self._scope_with_children()
 
 

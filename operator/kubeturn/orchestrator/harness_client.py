@@ -59,6 +59,7 @@ from kubeturn_harness.wire import (
     Settlement,
     StreamEvent,
     SubmissionId,
+    Usage,
     WorktreesResponse,
 )
 
@@ -419,6 +420,31 @@ PROGRESS = frozenset({EventType.MODEL_REQUESTED, EventType.MESSAGE_APPENDED, Eve
 """The stream events that are a Submission's progress (``kubeturn.orchestrator.stalls``)."""
 
 
+class Spend:
+    """What a Submission has used so far, read off its stream (``kubeturn.orchestrator.
+    budgets``): the priced usage on each of its model answers."""
+
+    def __init__(self) -> None:
+        self.answered: Usage | None = None
+
+    def seen(self, event: StreamEvent) -> None:
+        if event.type is not EventType.MESSAGE_APPENDED:
+            return
+        usage = event.data.get("message", {}).get("usage")
+        if usage is None:
+            return
+        try:
+            used = Usage.model_validate(usage)
+        except ValidationError:
+            log.warning("a model answer's usage on the stream is not of the wire: %r", usage)
+            return
+        self.answered = used if self.answered is None else self.answered.plus(used)
+
+    @property
+    def total(self) -> Usage | None:
+        return self.answered
+
+
 async def settlement(
     current: CurrentHarness,
     effect: Admit,
@@ -428,10 +454,11 @@ async def settlement(
 ) -> Settled:
     """How the Submission settled, read from its conversation's stream (``follow``); one
     whose conversation the Harness lost settled ``failed``, saying so. With ``progress``,
-    the Submission's progress events (``PROGRESS``) are read too, and each is told (a
-    restart's replay of earlier ones only starts the stall clock again, as the restore
-    did)."""
+    the Submission's progress events (``PROGRESS``) are read too, and each is told with
+    what the Submission used so far (a restart's replay of earlier ones only starts the
+    stall clock again, as the restore did, and gives the spend the core already had)."""
     types = {EventType.SUBMISSION_SETTLED, *(PROGRESS if progress is not None else ())}
+    spend = Spend()
     try:
         async for event in follow(current, effect.agent, effect.instance_id, types):
             if _submission_of(event) != submission:
@@ -439,7 +466,8 @@ async def settlement(
             if event.type is EventType.SUBMISSION_SETTLED:
                 return _settled(Settlement.model_validate(event.data))
             if progress is not None:
-                await progress()
+                spend.seen(event)
+                await progress(spend.total)
     except ConversationLost as lost:
         return Settled(submission, Outcome.FAILED, message=str(lost), reason=LOST_REASON)
     raise AssertionError("a conversation's stream ends only by raising")

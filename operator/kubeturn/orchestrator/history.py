@@ -41,6 +41,7 @@ def settle(
     for entry in turn.submissions:
         if entry.outcome is None:
             entry.outcome, entry.settledAt = Outcome.ABORTED, now
+        entry.spent = None  # its usage says it now
     turn.phase = TurnPhase.SETTLED
     return TurnRecord(
         name=turn.id,

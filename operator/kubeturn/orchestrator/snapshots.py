@@ -73,6 +73,8 @@ WORKTREES_KEY = "worktrees"
 it whole)."""
 RETRIES_KEY = "retries"
 """The core's snapshot's key of the retries waiting for their backoff (ADR 0115)."""
+STARTED_KEY = "startedAt"
+"""The core's snapshot's key of when the Run started (ADR 0117)."""
 LEGACY_KEYS = (HISTORY_KEY, "seq")
 """Keys of a version 0 snapshot that version 1 has not. A status is written by merge
 patch, which keeps a key the new snapshot lacks, so a writer names these to remove them,
@@ -107,6 +109,8 @@ class Saved:
     usage: Mapping[str, Usage] = field(default_factory=dict)
     """Tokens (and cost) of each Agent slot's recorded Turns over the Run's life."""
     retries: Sequence[Retry] = ()
+    started: float | None = None
+    """When the Run started (ADR 0117); absent from a snapshot written before limits."""
 
 
 def write(saved: Saved) -> dict[str, Any]:
@@ -156,6 +160,7 @@ def write(saved: Saved) -> dict[str, Any]:
             for agent, usage in saved.usage.items()
         },
         RETRIES_KEY: [r.model_dump(mode="json", by_alias=True) for r in saved.retries],
+        STARTED_KEY: saved.started,
     }
 
 
@@ -211,6 +216,8 @@ def read(data: Mapping[str, Any]) -> Saved:
         },
         # Absent from a snapshot written before retries were declared: none was waiting.
         retries=[Retry.model_validate(r) for r in data.get(RETRIES_KEY) or []],
+        # Absent from a snapshot written before limits: its Run's wall time is unknown.
+        started=float(data[STARTED_KEY]) if data.get(STARTED_KEY) is not None else None,
     )
 
 

@@ -52,6 +52,9 @@ class SubmissionEntry(_Model):
     message: Message | None = None
     """What the Harness said of how it settled, cut as a status holds it (``bounded``),
     so the record restored from ``Run.status.turns`` is the one written."""
+    spent: Usage | None = None
+    """While it runs: what its conversation's stream has shown it used so far, its answer
+    being streamed included (``budgets``); ``usage`` supersedes it once it settled."""
 
 
 class Delivery(_Model):
@@ -76,9 +79,9 @@ class Exit(_Model):
     admitting: bool = False
     """A Submission was being admitted at the exit (a nudge in flight)."""
     at: float
-    stalled: Message | None = None
-    """Why the Orchestrator swept the Turn as stalled while its state was active (ADR
-    0115); the Turn's record says this."""
+    why: Message | None = None
+    """Why the Orchestrator swept the Turn while its state was active: it stalled (ADR
+    0115) or reached a limit (ADR 0117); the Turn's record says this."""
 
 
 class Turn(_Model):
@@ -166,8 +169,8 @@ def outcome(exit_: Exit, submissions: Sequence[SubmissionEntry]) -> tuple[Outcom
     The one judgment of a Turn: the Run's record and its AgentTurn's settlement both come
     from here, so they never say different things.
     """
-    if exit_.stalled is not None:
-        return Outcome.ABORTED, exit_.stalled
+    if exit_.why is not None:
+        return Outcome.ABORTED, exit_.why
     if exit_.submission is not None:
         # The Submission the sweep named settles as the sweep's body says.
         named = next((s for s in submissions if s.id == exit_.submission), None)
