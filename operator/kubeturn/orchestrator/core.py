@@ -916,21 +916,24 @@ class RunCore:
 
     def _enforce(self, now: float) -> list[Effect]:
         """Sweep every live Turn that reached a limit (ADR 0117), then route each as the
-        Agent's fault, reason ``budget``: one Turn's spend can reach its slot's or the
-        Run's limit, and so stop the others."""
+        Agent's fault, reason ``budget``. All are swept before any fault is heard: one
+        Turn's spend can reach its slot's or the Run's limit and so stop the others, and
+        each of them is to be recorded for the limit, not for its state's exit."""
         if not self._budgeted:
             return []
-        effects: list[Effect] = []
         agents = self.spending()
-        for turn in sorted(self.live_turns(), key=lambda t: t.startedAt):
-            if turn.phase not in (TurnPhase.PENDING, TurnPhase.LIVE) or turn.faulted:
-                continue  # ended by an earlier one's route
-            reached = budgets.over(self.run, turn, agents, now=now, started=self.started_at)
-            if reached is None:
-                continue
-            exit_ = self._leave_at(turn, now, cause=budgets.REASON, why=bounded(reached.message))
+        reached = [
+            (turn, found)
+            for turn in sorted(self.live_turns(), key=lambda t: t.startedAt)
+            if not turn.faulted
+            and (found := budgets.over(self.run, turn, agents, now=now, started=self.started_at))
+        ]
+        effects: list[Effect] = []
+        for turn, found in reached:
+            exit_ = self._leave_at(turn, now, cause=budgets.REASON, why=bounded(found.message))
             effects.append(self._sweep_effect(turn, budgets.REASON, exit_.submission))
-            effects += self._fault(turn, budgets.REASON, reached.message, now)
+        for turn, found in reached:
+            effects += self._fault(turn, budgets.REASON, found.message, now)
         return effects
 
     def spending(self) -> dict[str, Usage]:
