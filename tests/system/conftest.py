@@ -36,13 +36,20 @@ async def system(tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[StartSys
     """Start a System from a script (YAML text).
 
     ``pick_answer_delay_s`` holds back the Orchestrator API's answer to each pick;
-    other keyword arguments override the Harness's settings.
+    ``pricing`` (YAML flow text, e.g. ``{any: {input: 1, output: 2}}``) prices the
+    scripted model's models; other keyword arguments override the Harness's settings.
     """
     cleanups: list[Cleanup] = []
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT_S))
     started: list[System] = []
 
-    async def start(script: str, *, pick_answer_delay_s: float = 0.0, **overrides: Any) -> System:
+    async def start(
+        script: str,
+        *,
+        pick_answer_delay_s: float = 0.0,
+        pricing: str = "",
+        **overrides: Any,
+    ) -> System:
         model_runner, model_url = await serve(parse_script(script))
         cleanups.append(model_runner.cleanup)
 
@@ -62,7 +69,8 @@ async def system(tmp_path: Path, toolbox_socket: Path) -> AsyncIterator[StartSys
         root = shared_dir()
         cleanups.append(lambda: asyncio.to_thread(shutil.rmtree, root, True))
         providers_file = tmp_path / "providers.yaml"
-        providers_file.write_text(f"scripted:\n  type: openai\n  baseUrl: {model_url}\n")
+        priced = f"  pricing: {pricing}\n" if pricing else ""
+        providers_file.write_text(f"scripted:\n  type: openai\n  baseUrl: {model_url}\n{priced}")
         settings = Settings(
             data_dir=tmp_path / "data",
             token_sha256=token_digest(HARNESS_TOKEN),

@@ -38,6 +38,7 @@ from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.invokes import ExecResult
 from kubeturn.orchestrator.turns import TurnRecord
 from kubeturn_harness.service import Harness
+from kubeturn_harness.wire import Usage
 from tests.harness.support import ScriptedModel
 
 HARNESS_TOKEN = "system-harness-token"
@@ -90,6 +91,8 @@ class Port:
         self.sweeps: list[Sweep] = []
         self.progress: list[str] = []
         """The Submission of each progress the actor was told of, in order (ADR 0115)."""
+        self.spent: list[Usage | None] = []
+        """What each of those said its Submission had used so far (ADR 0117)."""
 
     async def admit(self, effect: Admit) -> str:
         self.admissions.append(effect.key)
@@ -105,9 +108,10 @@ class Port:
             return await self.client.settlement(effect, submission)
         told = progress
 
-        async def counted() -> None:
+        async def counted(spent: Usage | None) -> None:
             self.progress.append(submission)
-            await told()
+            self.spent.append(spent)
+            await told(spent)
 
         return await self.client.settlement(effect, submission, progress=counted)
 
