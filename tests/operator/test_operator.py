@@ -546,6 +546,60 @@ async def test_a_stalled_turn_is_swept_recorded_once_and_fails_the_run_saying_so
     assert len(await world.requests()) == 1
 
 
+# ----------------------------------------------------------------------------- a budget
+
+
+async def test_a_turn_that_reaches_its_token_limit_is_swept_mid_turn_and_fails_the_run(
+    cluster: StartCluster,
+) -> None:
+    working = [
+        {"text": "Looking first.", "toolCalls": [call("bash", command="sleep 20")]},
+        {"toolCalls": [call("submit", summary="done")]},
+    ]
+    world = await cluster(script({CODER: working}))
+    manifest = task_with_review(world.origin)
+    manifest["spec"]["agents"]["coder"]["limits"] = {"perTurn": {"tokens": 10}}
+    await world.apply(manifest)
+    first = f"{RUN}-t1"
+
+    failed = await world.run_phase(RUN, "Failed")
+    await eventually(
+        lambda: world.run(RUN).get("turnCount") == 1,
+        "the swept Turn's record",
+        describe=world.describe(RUN),
+    )
+    (turn,) = world.run(RUN)["turns"]
+    used = turn["tokens"]["promptTokens"] + turn["tokens"]["completionTokens"]
+    reached = (
+        f"budget: spec.agents.coder.limits.perTurn.tokens reached: this Turn used {used} "
+        "tokens of 10"
+    )
+    assert (turn["name"], turn["outcome"], turn["cause"], turn["message"]) == (
+        "t1",
+        "aborted",
+        "budget",
+        reached,
+    )
+    assert failed["message"] == (
+        f"the invoke of state 'implementing' failed and no onError handles it: {reached}"
+    )
+    await eventually(lambda: first in world.watch.deleted(), f"AgentTurn {first} to go")
+    _, last = world.watch.of(first)[-1]
+    settlement = last["status"]["settlement"]
+    assert (settlement["outcome"], settlement["cause"], settlement["message"]) == (
+        "aborted",
+        "budget",
+        reached,
+    )
+    # Swept while its Agent's command ran, after the one answer that reached the limit:
+    # the Submission aborted, and no model request came after that answer.
+    harness = await world.harness(WORKSPACE)
+    coder = await harness.history("coder", CODER_IID)
+    assert [s["outcome"] for s in coder["settlements"]] == ["aborted"]
+    assert len(await world.requests()) == 1
+    assert world.run(RUN)["usage"]["tokens"] == used
+
+
 # ----------------------------------------------------------------------------- a retry
 
 
