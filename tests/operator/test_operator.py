@@ -55,6 +55,7 @@ import json
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +193,7 @@ class Cluster:
         await self.operator.start()
 
 
-StartCluster = Callable[[str], Awaitable[Cluster]]
+StartCluster = Callable[..., Awaitable[Cluster]]
 
 
 @pytest.fixture
@@ -204,8 +205,9 @@ async def cluster(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> AsyncIterator[StartCluster]:
-    """Start the world with a scripted model answering from ``script`` (JSON text); the
-    test fails if the operator or a Harness logged an error."""
+    """Start the world with a scripted model answering from ``script`` (JSON text),
+    priced by ``pricing`` (YAML flow text) if given; the test fails if the operator or a
+    Harness logged an error."""
     origin = make_origin(tmp_path / "git")
     connector = aiohttp.TCPConnector(force_close=True)
     session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30))
@@ -215,10 +217,11 @@ async def cluster(
     started: list[Cluster] = []
     cleanups: list[Callable[[], Awaitable[Any]]] = []
 
-    async def start(text: str) -> Cluster:
+    async def start(text: str, *, pricing: str = "") -> Cluster:
         runner, url = await serve(parse_script(text))
         cleanups.append(runner.cleanup)
-        providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n"
+        priced = f"  pricing: {pricing}\n" if pricing else ""
+        providers = f"scripted:\n  type: openai\n  baseUrl: {url}\n{priced}"
         operator = OperatorThread(
             settings(installation, providers_yaml=providers), installation.kubeconfig
         )
@@ -598,6 +601,59 @@ async def test_a_turn_that_reaches_its_token_limit_is_swept_mid_turn_and_fails_t
     assert [s["outcome"] for s in coder["settlements"]] == ["aborted"]
     assert len(await world.requests()) == 1
     assert world.run(RUN)["usage"]["tokens"] == used
+
+
+async def test_a_run_level_cost_limit_stops_a_multi_turn_run(cluster: StartCluster) -> None:
+    reviewing = [
+        {"toolCalls": [call("write", path=f"review-{n}.txt", content="looked")], "delayMs": 300}
+        for n in range(20)
+    ]
+    world = await cluster(
+        script(
+            {
+                CODER: [{"toolCalls": [call("submit", summary="first attempt")]}],
+                FIRST_REVIEW: reviewing,
+            }
+        ),
+        pricing="{any: {input: 10, output: 10}}",
+    )
+    manifest = task_with_review(world.origin)
+    manifest["spec"]["limits"] = {"cost": "0.01"}
+    await world.apply(manifest)
+
+    failed = await world.run_phase(RUN, "Failed")
+    await eventually(
+        lambda: world.run(RUN).get("turnCount") == 2,
+        "both Turns' records",
+        describe=world.describe(RUN),
+    )
+    assert failed["state"] == "failed"
+    coder, reviewer = world.run(RUN)["turns"]
+    assert [(t["name"], t["outcome"], t["cause"]) for t in (coder, reviewer)] == [
+        ("t1", "ended", "pick"),
+        ("t2", "aborted", "budget"),
+    ]
+    assert reviewer["message"].startswith("budget: spec.limits.cost reached: the Run cost ")
+    assert reviewer["message"].endswith(" USD of 0.01 USD")
+    # The reviewer worked answer after answer until the Run's cost was reached; no model
+    # request started after the answer that reached it but the one then in flight, cut.
+    harness = await world.harness(WORKSPACE)
+    held = await harness.history("reviewer", reviewer["instanceId"])
+    assert [s["outcome"] for s in held["settlements"]] == ["aborted"]
+    spent = Decimal(coder["tokens"]["cost"])
+    answered = [m["usage"] for m in held["messages"] if m.get("usage")]
+    reached_at = next(
+        index
+        for index, usage in enumerate(answered)
+        if (spent := spent + Decimal(usage["cost"])) >= Decimal("0.01")
+    )
+    requests = await world.requests(FIRST_REVIEW)
+    assert len(requests) in (reached_at + 1, reached_at + 2)
+    assert all(r["disconnected"] for r in requests[reached_at + 1 :])
+    usage = world.run(RUN)["usage"]
+    assert Decimal(usage["cost"]) == Decimal(coder["tokens"]["cost"]) + Decimal(
+        reviewer["tokens"]["cost"]
+    )
 
 
 # ----------------------------------------------------------------------------- a retry

@@ -72,7 +72,8 @@ async def test_a_run_level_cost_limit_stops_a_multi_turn_run(system: StartSystem
         (coder.name, "pick", coder.submissions[0].id),
         (reviewer.name, "budget", submission.id),
     ]
-    assert coder.tokens is not None and coder.tokens.cost is not None
+    assert coder.tokens is not None
+    assert coder.tokens.cost is not None
     events = await world.events("reviewer", reviewer.instanceId)
     spent = Decimal(coder.tokens.cost)
     reached_at = None
