@@ -11,11 +11,14 @@ Cases:
 - with 1 piece and 0 s every piece is a report;
 - ``Partial.delta`` counts each piece and tells ``on_delta`` the running count;
   ``Partial.clear`` (a further attempt) forgets the text, calls, usage and count, and
-  keeps the hook.
+  keeps the hook;
+- the Harness's OpenAPI document holds the event's data (``Streamed``: submissionId,
+  outputTokens, usage, all required) and lets a stream read ask for ``model-streamed``.
 """
 
 from __future__ import annotations
 
+from kubeturn_harness import openapi
 from kubeturn_harness.models import Partial
 from kubeturn_harness.stream_progress import (
     STREAM_PROGRESS_S,
@@ -96,3 +99,12 @@ def test_clearing_a_partial_forgets_the_attempt_but_keeps_its_hook() -> None:
     assert partial.output_tokens == 0
     partial.delta()
     assert told == [1, 1]
+
+
+def test_the_openapi_document_describes_the_event() -> None:
+    document = openapi.document()
+    streamed = document["components"]["schemas"]["Streamed"]
+    assert sorted(streamed["required"]) == ["outputTokens", "submissionId", "usage"]
+    read = document["paths"]["/agents/{name}/{id}"]["get"]
+    (types,) = [p for p in read["parameters"] if p["name"] == "types"]
+    assert "model-streamed" in types["schema"]["items"]["enum"]
