@@ -121,6 +121,20 @@ def _parser() -> argparse.ArgumentParser:
         "KUBETURN_MODEL_CALLS)",
     )
     serve.add_argument(
+        "--stream-progress-tokens",
+        type=int,
+        default=env("KUBETURN_STREAM_PROGRESS_TOKENS", str(Settings.stream_progress_tokens)),
+        help="output tokens of a model answer between two reports of how far it has "
+        "streamed, at the least (env KUBETURN_STREAM_PROGRESS_TOKENS)",
+    )
+    serve.add_argument(
+        "--stream-progress",
+        type=float,
+        default=env("KUBETURN_STREAM_PROGRESS_S", str(Settings.stream_progress_s)),
+        help="seconds between two reports of how far a model answer has streamed, at the "
+        "least (env KUBETURN_STREAM_PROGRESS_S)",
+    )
+    serve.add_argument(
         "--work-root",
         type=Path,
         default=Path(env("KUBETURN_WORK_ROOT", "/work")),
@@ -155,6 +169,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         idle_eviction_s=args.idle_eviction,
         idle_conversations_kept=args.idle_conversations_kept,
         model_calls=args.model_calls,
+        stream_progress_tokens=args.stream_progress_tokens,
+        stream_progress_s=args.stream_progress,
         work_root=args.work_root,
         tools=ToolSettings(
             socket=args.toolbox,

@@ -224,10 +224,13 @@ class _Answer:
         if kind == "text_delta":
             block.parts.append(delta.text)
             self.partial.text.append(delta.text)
+            self.partial.delta()
         elif kind == "input_json_delta":
             block.parts.append(delta.partial_json)
+            self.partial.delta()
         elif kind == "thinking_delta":
             block.parts.append(delta.thinking)
+            self.partial.delta()
         elif kind == "signature_delta":
             block.signature.append(delta.signature)
 

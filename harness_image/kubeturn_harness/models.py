@@ -64,10 +64,30 @@ class Partial:
     """Calls streamed so far by their index; a call's arguments may still be incomplete."""
     usage: Usage | None = None
     """The usage the provider reported so far (most report it only at the end)."""
+    output_tokens: int = 0
+    """Output pieces streamed so far (text, reasoning, tool-call arguments), each about
+    one token: what the answer has cost before the provider says (``delta``)."""
+    on_delta: Callable[[int], None] | None = field(default=None, repr=False, compare=False)
+    """Told ``output_tokens`` after each piece; the caller's, so an adapter stays free of
+    what is done with the count. Called per piece: it must be cheap."""
 
     @property
     def content(self) -> str:
         return "".join(self.text)
+
+    def delta(self) -> None:
+        """Count one output piece as it streams; an adapter calls it for every piece of
+        text, reasoning or a tool call's arguments, whether or not it keeps the piece."""
+        self.output_tokens += 1
+        if self.on_delta is not None:
+            self.on_delta(self.output_tokens)
+
+    def clear(self) -> None:
+        """Forget what an attempt said, before the next attempt of the same request."""
+        self.text.clear()
+        self.tool_calls.clear()
+        self.usage = None
+        self.output_tokens = 0
 
 
 @dataclass(frozen=True)
@@ -117,9 +137,7 @@ class ProviderModels:
             nonlocal attempts
             attempts += 1
             if attempts > 1:
-                partial.text.clear()
-                partial.tool_calls.clear()
-                partial.usage = None
+                partial.clear()
             async with slots:
                 return await adapter.complete(request, partial)
 

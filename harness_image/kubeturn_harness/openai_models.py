@@ -104,8 +104,12 @@ async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
                 delta = choice.delta
                 if delta.content:
                     partial.text.append(delta.content)
+                    partial.delta()
+                if _reasoned(delta):
+                    partial.delta()
                 for call in delta.tool_calls or ():
-                    calls.setdefault(call.index, _CallPieces()).add(call)
+                    if calls.setdefault(call.index, _CallPieces()).add(call):
+                        partial.delta()
     finally:
         # Built once at the end, not per delta: a long argument streams in thousands.
         partial.tool_calls = {index: calls[index].call(index) for index in sorted(calls)}
@@ -121,6 +125,21 @@ async def _collect(stream: Any, partial: Partial) -> ModelAnswer:
         usage=partial.usage,
         finish=FINISHES.get(finish, Finish.OTHER),
     )
+
+
+REASONING = ("reasoning_content", "reasoning")
+"""Where OpenAI-compatible servers stream a reasoning model's thinking, outside OpenAI's
+own schema (llama.cpp and DeepSeek: ``reasoning_content``; vLLM and OpenRouter:
+``reasoning``). It is not kept (no prompt carries it back), but counted: it is output the
+provider bills."""
+
+
+def _reasoned(delta: Any) -> bool:
+    """Whether a chunk's delta carries a piece of reasoning. Read from the fields the
+    SDK's schema does not name (``model_extra``): a plain ``getattr`` of a field that is
+    absent raises inside pydantic and costs more than the rest of the chunk's handling."""
+    extra = delta.model_extra
+    return bool(extra) and any(extra.get(name) for name in REASONING)
 
 
 FINISHES = {
@@ -142,14 +161,18 @@ class _CallPieces:
         self.name = ""
         self.arguments: list[str] = []
 
-    def add(self, delta: Any) -> None:
+    def add(self, delta: Any) -> bool:
+        """Take one delta of the call; True when it carried a piece of the arguments."""
         if delta.id:
             self.id = delta.id
-        if delta.function is not None:
-            if delta.function.name:
-                self.name += delta.function.name
-            if delta.function.arguments:
-                self.arguments.append(delta.function.arguments)
+        if delta.function is None:
+            return False
+        if delta.function.name:
+            self.name += delta.function.name
+        if delta.function.arguments:
+            self.arguments.append(delta.function.arguments)
+            return True
+        return False
 
     def call(self, index: int) -> ToolCall:
         arguments = "".join(self.arguments)

@@ -98,6 +98,8 @@ class Harness:
                 max_identical_calls=settings.max_identical_calls,
                 surface_retry_s=settings.surface_retry_s,
                 pick_retry_s=settings.pick_retry_s,
+                stream_progress_tokens=settings.stream_progress_tokens,
+                stream_progress_s=settings.stream_progress_s,
             ),
             default_model=settings.default_model,
             tracer=tracer or trace.NoOpTracer(),

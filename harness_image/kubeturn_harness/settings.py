@@ -10,6 +10,7 @@ from kubeturn_harness.conversations import SWEEP_WAIT_S
 from kubeturn_harness.models import MODEL_CALLS
 from kubeturn_harness.orchestrator import PICK_RETRY_S, SURFACE_RETRY_S
 from kubeturn_harness.runaway import DEFAULT_MAX_IDENTICAL, DEFAULT_MAX_STEPS
+from kubeturn_harness.stream_progress import STREAM_PROGRESS_S, STREAM_PROGRESS_TOKENS
 
 NOBODY = 65534
 
@@ -69,6 +70,12 @@ class Settings:
     """Model requests one Submission may make before it is a runaway."""
     max_identical_calls: int = DEFAULT_MAX_IDENTICAL
     """Identical tool calls in a row that make a runaway."""
+    stream_progress_tokens: int = STREAM_PROGRESS_TOKENS
+    """Output pieces (about tokens) of one model request between two ``model-streamed``
+    reports, at the least (``kubeturn_harness.stream_progress`` says why 64)."""
+    stream_progress_s: float = STREAM_PROGRESS_S
+    """Seconds between two ``model-streamed`` reports of one model request, at the least
+    (``kubeturn_harness.stream_progress`` says why 2 s)."""
     idle_eviction_s: float = 60.0
     """Seconds a conversation nothing waits on stays in memory after its last request or
     run. Above the 25 s long-poll, so a follower that polls again, the Orchestrator's

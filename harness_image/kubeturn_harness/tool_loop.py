@@ -13,6 +13,8 @@ conversation settles it. The rules it keeps (docs/turn-semantics.md §3):
   cut, and answers every call it had not run, so the record stays a valid conversation;
 - a model request that fails midway keeps what had streamed, marked ``failed``, and the
   usage reported so far; none of its calls runs (the run then fails);
+- while a model answer streams, how far it has come is reported (``model-streamed``,
+  throttled by ``stream_progress``), never once its Submission has settled;
 - a call whose arguments are not one JSON object does not run, and neither does the last
   call of an answer the output limit cut; the model reads why and may try again. An
   answer with no call that the output limit cut is followed by a note asking the model
@@ -62,6 +64,11 @@ from kubeturn_harness.runaway import RunawayWatch
 from kubeturn_harness.sandbox.client import Session, Toolbox
 from kubeturn_harness.sandbox.protocol import Kind
 from kubeturn_harness.store import ConversationLog
+from kubeturn_harness.stream_progress import (
+    STREAM_PROGRESS_S,
+    STREAM_PROGRESS_TOKENS,
+    StreamThrottle,
+)
 from kubeturn_harness.tools import ToolArgumentError, ToolSpec, parse_arguments, working_tools
 from kubeturn_harness.wire import (
     ErrorType,
@@ -72,6 +79,7 @@ from kubeturn_harness.wire import (
     Projection,
     ProjectionRecord,
     Role,
+    Streamed,
     ToolCall,
     Usage,
     WorkspaceAccess,
@@ -125,6 +133,10 @@ class Limits:
     max_identical_calls: int
     surface_retry_s: float
     pick_retry_s: float
+    stream_progress_tokens: int = STREAM_PROGRESS_TOKENS
+    """Output pieces between two ``model-streamed`` reports of one request, at the least."""
+    stream_progress_s: float = STREAM_PROGRESS_S
+    """Seconds between two ``model-streamed`` reports of one request, at the least."""
 
 
 @dataclass(frozen=True)
@@ -300,7 +312,7 @@ async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
         },
     )
     run.env.metrics.model_requests.inc()
-    partial = Partial()
+    partial = Partial(on_delta=_Streaming.of(run, request.model))
     provider = request.model.provider.spec.type.value
     with tracing.span(
         run.env.tracer,
@@ -334,6 +346,36 @@ async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
     usage = _account(run, request.model, answer.usage)
     run.record(run.message(Role.ASSISTANT, answer.text, toolCalls=answer.tool_calls, usage=usage))
     return answer
+
+
+@dataclass
+class _Streaming:
+    """Reports how far one model request has streamed (``model-streamed``), as often as
+    its throttle allows: each report's usage is the output so far, priced at the model's
+    output price. None once the Submission has settled: a sweep settles it before its
+    cut reaches the stream, and pieces the adapter has already read still come."""
+
+    run: _Run
+    model: ModelName
+    throttle: StreamThrottle
+
+    @classmethod
+    def of(cls, run: _Run, model: ModelName) -> _Streaming:
+        limits = run.env.limits
+        started = run.env.clock.monotonic()
+        throttle = StreamThrottle(limits.stream_progress_tokens, limits.stream_progress_s, started)
+        return cls(run, model, throttle)
+
+    def __call__(self, tokens: int) -> None:
+        run = self.run
+        if not self.throttle.due(run.env.clock.monotonic) or run.submission.settlement is not None:
+            return
+        streamed = Streamed(
+            submissionId=run.submission.id,
+            outputTokens=tokens,
+            usage=pricing.priced(Usage(completionTokens=tokens), self.model.price),
+        )
+        run.log.append(EventType.MODEL_STREAMED, streamed.model_dump(mode="json"))
 
 
 def _account(run: _Run, model: ModelName, usage: Usage | None) -> Usage | None:

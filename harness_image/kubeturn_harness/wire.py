@@ -505,6 +505,27 @@ class Settlement(_Body):
     at: str
 
 
+class Streamed(_Body):
+    """The data of a ``model-streamed`` event: how far the model request in flight has
+    streamed. Providers report usage only when a stream ends, and one answer may stream
+    for minutes, so this is an estimate, for a follower that checks a budget or a stall
+    before then; the request's ``message-appended`` carries the usage the provider
+    reported, which supersedes every estimate of that request. None comes after its
+    Submission settled."""
+
+    submissionId: SubmissionId
+    outputTokens: int = Field(
+        ge=0,
+        description="Output pieces streamed so far in this model request (text, reasoning "
+        "and tool-call arguments), each counted as a token: one provider chunk piece is "
+        "about one token. A request tried again counts from 0.",
+    )
+    usage: Usage = Field(
+        description="completionTokens: outputTokens; cost: their price at the model's "
+        "output price, absent when the model has no price."
+    )
+
+
 class ProjectionDecision(_Body):
     """What one prompt build did with one message that was not plainly the model's own."""
 
@@ -552,6 +573,8 @@ class EventType(StrEnum):
     SUBMISSION_ADMITTED = "submission-admitted"
     SUBMISSION_STARTED = "submission-started"
     MODEL_REQUESTED = "model-requested"
+    MODEL_STREAMED = "model-streamed"
+    """How far the model request in flight has streamed (``Streamed``), throttled."""
     MESSAGE_APPENDED = "message-appended"
     PICK_SENT = "pick-sent"
     PROJECTION_RECORDED = "projection-recorded"
