@@ -347,7 +347,7 @@ class Conversation:
         """Record a settlement once; False when the Submission had already settled."""
         if live.record.settlement is not None:
             return False
-        usage: Usage | None = live.tally.usage
+        usage: Usage | None = live.tally.total
         settlement = Settlement(
             submissionId=live.record.id,
             outcome=outcome,

@@ -75,6 +75,14 @@ class Partial:
     def content(self) -> str:
         return "".join(self.text)
 
+    @property
+    def used(self) -> Usage | None:
+        """What the answer has used so far: what its provider reported, or else the
+        output it streamed (a cut stream's provider most often never reports)."""
+        if self.usage is not None:
+            return self.usage
+        return Usage(completionTokens=self.output_tokens) if self.output_tokens else None
+
     def delta(self) -> None:
         """Count one output piece as it streams; an adapter calls it for every piece of
         text, reasoning or a tool call's arguments, whether or not it keeps the piece."""

@@ -58,6 +58,7 @@ from kubeturn_harness.orchestrator import (
     deliver,
     read_surface,
 )
+from kubeturn_harness.pricing import Price
 from kubeturn_harness.projection import OpenAIMessage, arguments_object, project, to_openai
 from kubeturn_harness.providers import ModelName, Providers
 from kubeturn_harness.runaway import RunawayWatch
@@ -83,6 +84,7 @@ from kubeturn_harness.wire import (
     ToolCall,
     Usage,
     WorkspaceAccess,
+    total_usage,
 )
 
 log = logging.getLogger(__name__)
@@ -102,11 +104,24 @@ class Tally:
     """Tokens a run has used so far; the caller holds it, so a cut run's count survives."""
 
     usage: Usage | None = None
+    """Of the model requests that ended."""
+    asking: tuple[Partial, Price | None] | None = None
+    """The model request under way: its answer so far, and its model's price."""
 
     def add(self, usage: Usage | None) -> None:
         if usage is None:
             return
         self.usage = usage if self.usage is None else self.usage.plus(usage)
+
+    @property
+    def total(self) -> Usage | None:
+        """What the run has used, the request under way as far as it went: a settlement
+        that cuts that request (a sweep settles before the cut is recorded) counts it."""
+        if self.asking is None:
+            return self.usage
+        partial, price = self.asking
+        so_far = partial.used
+        return total_usage((self.usage, pricing.priced(so_far, price) if so_far else None))
 
 
 @dataclass(frozen=True)
@@ -328,6 +343,7 @@ async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
         },
         cuts=(asyncio.CancelledError,),
     ) as span:
+        run.tally.asking = (partial, request.model.price)
         try:
             answer = await run.env.model.complete(request, partial)
         except asyncio.CancelledError:
@@ -382,6 +398,7 @@ def _account(run: _Run, model: ModelName, usage: Usage | None) -> Usage | None:
     """Price one request's usage, add it to the run's tally and to the counters; the
     priced usage goes on the assistant message, so a follower of the conversation stream
     sees each request's tokens and cost as it ends."""
+    run.tally.asking = None
     if usage is None:
         return None
     usage = pricing.priced(usage, model.price)
@@ -404,8 +421,11 @@ def _record_partial(
     projection: Projection,
 ) -> None:
     """What a cut or failed answer had said, its calls as far as they streamed (they never
-    run, and no prompt carries them) and the usage reported so far, which counts."""
-    usage = _account(run, model, partial.usage)
+    run, and no prompt carries them) and the usage reported so far, which counts. A
+    provider that reported none before the cut (most report usage only at a stream's end)
+    is taken at the pieces it streamed: the output the answer was billed for, at least
+    (ADR 0117)."""
+    usage = _account(run, model, partial.used)
     calls = [partial.tool_calls[index] for index in sorted(partial.tool_calls)]
     run.record(
         run.message(

@@ -1,6 +1,12 @@
 """Limits (ADR 0117) through the Orchestrator core, its actor, the real Harness and the
 scripted model, priced at 10 USD per million tokens (``PRICING``).
 
+- ``turn-budget``: a coder Turn may use 20 tokens. Its model streams a 60-word answer and
+  then holds it open; the Harness reports every streamed piece (``model-streamed``). The
+  Turn is swept mid-stream, with cause ``budget``, at the report of the 20th piece: the
+  one model request is cut, none follows, the Turn is recorded once ``aborted`` saying
+  which limit, and the cut answer counts the pieces it streamed.
+
 - ``run-budget``: the Run may cost 0.004 USD. The coder's Turn ends by its pick; the
   reviewer's Turn works, answer after answer, until the Run's cost is reached, and is swept
   with cause ``budget`` while its Submission runs. Every model request started before the
@@ -32,6 +38,53 @@ def answers(events: list[dict[str, Any]]) -> list[Usage]:
         for e in events
         if e["type"] == "message-appended" and e["data"]["message"].get("usage")
     ]
+
+
+async def test_a_turn_is_swept_mid_stream_when_its_token_limit_is_reached(
+    system: StartSystem,
+) -> None:
+    long = " ".join(f"word{n}" for n in range(60))
+    world = await system(
+        script({IMPLEMENT: [{"text": long, "hold": True, "toolCalls": [call("submit")]}]}),
+        pricing=PRICING,
+        stream_progress_tokens=1,
+        stream_progress_s=0.0,
+    )
+    await world.start_run(MACHINES / "turn-budget.yaml")
+    await world.wait_finished()
+    await world.wait_records(1)
+
+    reached = (
+        "budget: spec.agents.coder.limits.perTurn.tokens reached: this Turn used 20 tokens of 20"
+    )
+    assert world.core.phase is RunPhase.FAILED
+    assert world.output == reached
+    (record,) = world.history
+    assert world.recorded == world.history
+    assert (record.outcome, record.cause, record.message) == (Outcome.ABORTED, "budget", reached)
+    (submission,) = record.submissions
+    assert [(s.cause, s.submission) for s in world.port.sweeps] == [("budget", submission.id)]
+    # Swept while the answer streamed: the one request was cut, never released, and none
+    # came after it.
+    await world.wait_for(
+        lambda: _all_closed(world.requests(IMPLEMENT)), "the held model request to be closed"
+    )
+    (request,) = await world.requests()
+    assert (request["disconnected"], request["released"]) == (True, False)
+    events = await world.events("coder", record.instanceId)
+    assert model_requests_per_submission(events) == [1]
+    streamed = [e["data"]["outputTokens"] for e in events if e["type"] == "model-streamed"]
+    assert streamed[:20] == list(range(1, 21))
+    # The cut answer is counted at the pieces it streamed (its provider reported no
+    # usage before the cut), priced; so is the Turn.
+    assert record.tokens is not None
+    assert record.tokens.promptTokens == 0
+    assert record.tokens.completionTokens == max(streamed)
+    assert Decimal(record.tokens.cost or "") == Decimal(max(streamed)) / 100_000
+
+
+async def _all_closed(records: Any) -> bool:
+    return all(r["closedAt"] is not None for r in await records)
 
 
 async def test_a_run_level_cost_limit_stops_a_multi_turn_run(system: StartSystem) -> None:

@@ -330,7 +330,9 @@ class RunCore:
         that reached a limit with it is swept (``budgets``)."""
         turn = self.turns.get(turn_id)
         running = turn.running if turn is not None else None
-        if turn is None or running is None or running.id != submission:
+        if turn is None or turn.phase is not TurnPhase.LIVE:
+            return Effects()
+        if running is None or running.id != submission:
             return Effects()
         turn.progressAt = now
         if spent is None or spent == running.spent:

@@ -55,12 +55,14 @@ from kubeturn_harness.wire import (
     EventType,
     ExecResponse,
     Outcome,
+    Role,
     RunForgotten,
     Settlement,
     StreamEvent,
     SubmissionId,
     Usage,
     WorktreesResponse,
+    total_usage,
 )
 
 log = logging.getLogger(__name__)
@@ -416,33 +418,55 @@ async def follow(
         client = await current()
 
 
-PROGRESS = frozenset({EventType.MODEL_REQUESTED, EventType.MESSAGE_APPENDED, EventType.PICK_SENT})
+PROGRESS = frozenset(
+    {
+        EventType.MODEL_REQUESTED,
+        EventType.MODEL_STREAMED,
+        EventType.MESSAGE_APPENDED,
+        EventType.PICK_SENT,
+    }
+)
 """The stream events that are a Submission's progress (``kubeturn.orchestrator.stalls``)."""
 
 
 class Spend:
     """What a Submission has used so far, read off its stream (``kubeturn.orchestrator.
-    budgets``): the priced usage on each of its model answers."""
+    budgets``): the priced usage on each of its model answers, and the estimate of the
+    answer being streamed (``model-streamed``), which that answer's own usage replaces."""
 
     def __init__(self) -> None:
         self.answered: Usage | None = None
+        self.streaming: Usage | None = None
 
     def seen(self, event: StreamEvent) -> None:
-        if event.type is not EventType.MESSAGE_APPENDED:
-            return
-        usage = event.data.get("message", {}).get("usage")
-        if usage is None:
-            return
-        try:
-            used = Usage.model_validate(usage)
-        except ValidationError:
-            log.warning("a model answer's usage on the stream is not of the wire: %r", usage)
-            return
-        self.answered = used if self.answered is None else self.answered.plus(used)
+        match event.type:
+            case EventType.MODEL_REQUESTED:
+                self.streaming = None
+            case EventType.MODEL_STREAMED:
+                self.streaming = _usage(event.data.get("usage"))
+            case EventType.MESSAGE_APPENDED:
+                message = event.data.get("message") or {}
+                if message.get("role") != Role.ASSISTANT:
+                    return
+                self.streaming = None
+                used = _usage(message.get("usage"))
+                if used is not None:
+                    self.answered = used if self.answered is None else self.answered.plus(used)
 
     @property
     def total(self) -> Usage | None:
-        return self.answered
+        return total_usage((self.answered, self.streaming))
+
+
+def _usage(data: Any) -> Usage | None:
+    """A usage on the stream; None when there is none, or it is not of the wire (said)."""
+    if data is None:
+        return None
+    try:
+        return Usage.model_validate(data)
+    except ValidationError:
+        log.warning("a usage on a conversation's stream is not of the wire: %r", data)
+        return None
 
 
 async def settlement(
