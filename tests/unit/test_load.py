@@ -1066,3 +1066,60 @@ class TestStallsAndRetries:
         document = self.working()
         document["spec"]["agents"] = {"coder": {"instructions": "Code.", "stallAfter": value}}
         assert only_problem(document).startswith("spec.agents.coder.stallAfter:")
+
+
+# --------------------------------------------------------------------------- limits
+
+
+class TestLimits:
+    """``spec.limits`` and ``spec.agents.<slot>.limits`` (ADR 0117): what loads, and the
+    problems named at their paths."""
+
+    @staticmethod
+    def limited(run: dict[str, Any] | None = None, slot: dict[str, Any] | None = None) -> Any:
+        done = {"done": {"target": "z", "description": "Done."}}
+        document = manifest({"a": {"invoke": agent(), "on": done}, "z": DONE})
+        if run is not None:
+            document["spec"]["limits"] = run
+        document["spec"]["agents"] = {"coder": {"instructions": "Code.", "limits": slot}}
+        return document
+
+    def test_limits_load_as_written(self) -> None:
+        run = load_run(
+            self.limited(
+                {"tokens": 100000, "cost": "2.50", "wallTime": "2h"},
+                {"cost": "1", "perTurn": {"tokens": 20000, "wallTime": "15m"}},
+            )
+        )
+        assert run.spec.limits is not None
+        assert (run.spec.limits.tokens, run.spec.limits.cost) == (100000, "2.50")
+        slot = run.agents["coder"].limits
+        assert slot is not None
+        assert slot.perTurn is not None
+        assert (slot.cost, slot.perTurn.tokens, slot.perTurn.wallTime) == ("1", 20000, "15m")
+
+    @pytest.mark.parametrize(
+        ("run", "slot", "path"),
+        [
+            ({"tokens": 0}, None, "spec.limits.tokens"),
+            ({"tokens": "many"}, None, "spec.limits.tokens"),
+            ({"cost": 2.5}, None, "spec.limits.cost"),
+            ({"cost": "0"}, None, "spec.limits.cost"),
+            ({"cost": "$2"}, None, "spec.limits.cost"),
+            ({"wallTime": "0s"}, None, "spec.limits.wallTime"),
+            ({"wallTime": "a while"}, None, "spec.limits.wallTime"),
+            ({"turns": 3}, None, "spec.limits.turns"),
+            (None, {"wallTime": "1h"}, "spec.agents.coder.limits.wallTime"),
+            (None, {"perTurn": {"cost": "-1"}}, "spec.agents.coder.limits.perTurn.cost"),
+            (None, {"perTurn": {"tokens": -5}}, "spec.agents.coder.limits.perTurn.tokens"),
+        ],
+    )
+    def test_a_cost_written_as_a_number_says_to_quote_it(self) -> None:
+        problem = only_problem(self.limited({"cost": 2.5}))
+        assert problem.startswith('spec.limits.cost: write a cost as text in quotes, e.g. "2.5"')
+
+    def test_a_bad_limit_is_named_at_its_path(
+        self, run: dict[str, Any] | None, slot: dict[str, Any] | None, path: str
+    ) -> None:
+        problem = only_problem(self.limited(run, slot))
+        assert problem.startswith(f"{path}:"), problem

@@ -40,6 +40,15 @@ COST_TEXT = r"^[0-9]+(\.[0-9]+)?$"
 """A cost limit: USD as decimal text, as ``Usage.cost`` is (ADR 0114), never a float."""
 
 
+def _cost_text(value: Any) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(
+            f'write a cost as text in quotes, e.g. "{value}": a cost is decimal text, kept '
+            "exact, where a bare YAML number may be a float"
+        )
+    return value
+
+
 def _some_cost(value: str | None) -> str | None:
     if value is not None and Decimal(value) <= 0:
         raise ValueError(f'cost {value!r} allows nothing; write e.g. "0.50", or leave it out')
@@ -71,6 +80,7 @@ class TurnLimits(Spec):
         default=None, description="How long one Turn may take from its start, e.g. 15m."
     )
 
+    _cost_is_text = field_validator("cost", mode="before")(_cost_text)
     _cost = field_validator("cost")(_some_cost)
     _wall_time = field_validator("wallTime")(_some_time)
 
@@ -99,6 +109,7 @@ class AgentLimits(Spec):
         default=None, description="What each Turn of this slot may spend."
     )
 
+    _cost_is_text = field_validator("cost", mode="before")(_cost_text)
     _cost = field_validator("cost")(_some_cost)
 
 
