@@ -1098,6 +1098,10 @@ class TestLimits:
         assert slot.perTurn is not None
         assert (slot.cost, slot.perTurn.tokens, slot.perTurn.wallTime) == ("1", 20000, "15m")
 
+    def test_a_cost_written_as_a_number_says_to_quote_it(self) -> None:
+        problem = only_problem(self.limited({"cost": 2.5}))
+        assert problem.startswith('spec.limits.cost: write a cost as text in quotes, e.g. "2.5"')
+
     @pytest.mark.parametrize(
         ("run", "slot", "path"),
         [
@@ -1114,10 +1118,6 @@ class TestLimits:
             (None, {"perTurn": {"tokens": -5}}, "spec.agents.coder.limits.perTurn.tokens"),
         ],
     )
-    def test_a_cost_written_as_a_number_says_to_quote_it(self) -> None:
-        problem = only_problem(self.limited({"cost": 2.5}))
-        assert problem.startswith('spec.limits.cost: write a cost as text in quotes, e.g. "2.5"')
-
     def test_a_bad_limit_is_named_at_its_path(
         self, run: dict[str, Any] | None, slot: dict[str, Any] | None, path: str
     ) -> None:
