@@ -10,7 +10,12 @@ Prints, per model request:
    per Submission, ``SUBMISSIONS`` Submissions a round): the time per request with
    accounting, and with ``_account`` swapped for the tally-only step it replaced,
    alternating rounds;
-3. the Run core's side: ``usages.add``, once per recorded Turn.
+3. the Run core's side: ``usages.add``, once per recorded Turn;
+4. limits (ADR 0117), per report of a running Submission's spend: the follower's part
+   (``harness_client.Spend.seen`` and ``total`` for a stream event) and the core's
+   (``RunCore.progressed`` with the spend, checking a Turn's, its slot's and the Run's
+   limits with 3 Turns recorded), against ``progressed`` without a spend (a Run with no
+   limits, which the follower tells only of stall progress).
 
 Run: ``python bench/usage.py [--rounds N] [--json]``. Figures, not assertions.
 """
@@ -34,7 +39,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from kubeturn.machine.load import load_run_yaml  # noqa: E402
 from kubeturn.orchestrator import usages  # noqa: E402
+from kubeturn.orchestrator.core import RunCore  # noqa: E402
+from kubeturn.orchestrator.harness_client import Spend  # noqa: E402
 from kubeturn_harness import pricing, tool_loop  # noqa: E402
 from kubeturn_harness.clock import SystemClock  # noqa: E402
 from kubeturn_harness.conversations import Conversation  # noqa: E402
@@ -49,6 +57,9 @@ from kubeturn_harness.tool_loop import Limits, RunEnv, Tally  # noqa: E402
 from kubeturn_harness.wire import (  # noqa: E402
     AdmitRequest,
     AgentDefinition,
+    EventType,
+    Outcome,
+    StreamEvent,
     SubmissionId,
     Usage,
     WorkspaceAccess,
@@ -167,6 +178,84 @@ def core(number: int) -> dict[str, float]:
     return {"core_add_us": per_call_us(lambda: usages.add(sums, "coder", used), number)}
 
 
+LIMITED = """
+apiVersion: kubeturn.dev/v1alpha1
+kind: Run
+metadata: {name: limited}
+spec:
+  limits: {tokens: 100000000, cost: "1000", wallTime: 24h}
+  agents:
+    coder:
+      instructions: Code.
+      limits: {tokens: 50000000, perTurn: {tokens: 10000000, cost: "100", wallTime: 1h}}
+  machine:
+    initial: work
+    states:
+      work:
+        invoke: {agent: {slot: coder, prompt: Work.}}
+        on: {submit: {target: again, description: Again.}}
+      again:
+        invoke: {agent: {slot: coder, prompt: Again.}}
+        on: {submit: {target: work, description: Again.}}
+"""
+
+
+def live_core(limited: bool) -> RunCore:
+    """A core whose Turn ``t4`` is live with Submission ``s4``, three Turns recorded."""
+    text = (
+        LIMITED
+        if limited
+        else "\n".join(line for line in LIMITED.splitlines() if "limits:" not in line)
+    )
+    run = load_run_yaml(text, "bench")
+    core = RunCore(run, workspace=None, new_id=lambda: "n")
+    core.start(0.0)
+    for turn in range(1, 4):
+        core.admitted(f"t{turn}", f"s{turn}", 1.0)
+        core.pick(core.turns[f"t{turn}"].instanceId, "submit", {}, 2.0)
+        used = USAGE.model_copy(update={"cost": "0.01"})
+        core.swept(f"t{turn}", {f"s{turn}": (Outcome.ENDED, used, None)}, 3.0)
+    core.admitted("t4", "s4", 4.0)
+    return core
+
+
+def limits(number: int) -> dict[str, float]:
+    spends = [USAGE.model_copy(update={"cost": f"0.{n:04d}"}) for n in range(1, 3)]
+    limited, unlimited = live_core(True), live_core(False)
+    counter = iter(range(10**9))
+
+    def report() -> None:
+        limited.progressed("t4", "s4", 5.0, spent=spends[next(counter) % 2])
+
+    events = [
+        StreamEvent(
+            offset=0,
+            type=EventType.MODEL_STREAMED,
+            at="",
+            data={"submissionId": "s4", "outputTokens": 64, "usage": {"completionTokens": 64}},
+        ),
+        StreamEvent(
+            offset=1,
+            type=EventType.MESSAGE_APPENDED,
+            at="",
+            data={"message": {"role": "assistant", "usage": USAGE.model_dump(mode="json")}},
+        ),
+    ]
+    spend = Spend()
+
+    def follow() -> None:
+        spend.seen(events[next(counter) % 2])
+        spend.total  # noqa: B018
+
+    assert limited.watches_progress("t4")
+    assert not unlimited.watches_progress("t4")
+    return {
+        "follower_us": per_call_us(follow, number),
+        "core_limited_us": per_call_us(report, number),
+        "core_unlimited_us": per_call_us(lambda: unlimited.progressed("t4", "s4", 5.0), number),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30, help="rounds of each kind")
@@ -178,6 +267,7 @@ def main() -> None:
             **accounting(20_000),
             **asyncio.run(requests(args.rounds, Path(directory))),
             **core(20_000),
+            **limits(20_000),
             "load": os.getloadavg()[0],
         }
     if args.json:
@@ -192,6 +282,10 @@ def main() -> None:
     print(f"  with accounting          {figures['request_with_us']:8.1f}")
     print(f"  tally only               {figures['request_without_us']:8.1f}")
     print(f"the Run core, per recorded Turn: usages.add {figures['core_add_us']:.1f} µs")
+    print("limits, per report of a running Submission's spend (µs):")
+    print(f"  follower (Spend.seen)    {figures['follower_us']:8.1f}")
+    print(f"  core, limits checked     {figures['core_limited_us']:8.1f}")
+    print(f"  core, no limits          {figures['core_unlimited_us']:8.1f}")
 
 
 if __name__ == "__main__":

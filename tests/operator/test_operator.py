@@ -517,7 +517,8 @@ async def test_a_stalled_turn_is_swept_recorded_once_and_fails_the_run_saying_so
 
     failed = await world.run_phase(RUN, "Failed")
     stalled = (
-        "stalled: no progress (no model request, answer, tool call or pick) for 1s "
+        "stalled: no progress (no model request, output streamed, answer, tool call or pick) "
+        "for 1s "
         "(spec.agents.coder.stallAfter)"
     )
     assert failed["message"] == (

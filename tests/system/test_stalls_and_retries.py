@@ -55,7 +55,8 @@ async def test_a_stalled_turn_is_swept_and_routed_with_no_model_request_after(
     assert world.recorded == world.history
     assert (record.state, record.outcome, record.cause) == ("implementing", Outcome.ABORTED, None)
     assert record.message == (
-        "stalled: no progress (no model request, answer, tool call or pick) for 1s "
+        "stalled: no progress (no model request, output streamed, answer, tool call or pick) "
+        "for 1s "
         "(spec.agents.coder.stallAfter)"
     )
     (submission,) = record.submissions

@@ -17,7 +17,9 @@ from kubeturn_harness.wire import Outcome, Receipt
 from tests.unit.cores import kinds, only, restored, settle_sweep, started
 
 IID = "default.stalls/root/coder/t-n1"
-STALLED = "stalled: no progress (no model request, answer, tool call or pick) for 1m"
+STALLED = (
+    "stalled: no progress (no model request, output streamed, answer, tool call or pick) for 1m"
+)
 
 
 def test_a_turn_without_progress_for_its_stall_after_is_swept_and_routed() -> None:

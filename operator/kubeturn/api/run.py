@@ -144,9 +144,9 @@ class AgentSlot(Spec):
     stallAfter: str | None = Field(
         default=None,
         description=(
-            "How long a live Turn may go without progress (no model request, answer, tool "
-            "call or pick) before it is swept as stalled and its state hears agent.fault "
-            "with reason stalled, e.g. 5m. Absent: never (ADR 0115)."
+            "How long a live Turn may go without progress (no model request, output "
+            "streamed, answer, tool call or pick) before it is swept as stalled and its "
+            "state hears agent.fault with reason stalled, e.g. 5m. Absent: never (ADR 0115)."
         ),
     )
 

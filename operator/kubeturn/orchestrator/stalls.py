@@ -2,8 +2,9 @@
 swept, reason ``stalled`` (ADR 0115).
 
 Progress is what the Turn's conversation stream shows the shell that follows it: a
-Submission admitted, a model request started, a message appended (the model's answer,
-which carries its tool calls, or a tool's result), a pick sent; and a pick of the Turn
+Submission admitted, a model request started, output streamed (``model-streamed``), a
+message appended (the model's answer, which carries its tool calls, or a tool's result),
+a pick sent; and a pick of the Turn
 answered at Rest. The clock runs only while a Submission runs and no pick of the Turn is
 out: an idle Turn waits for its nudge, and a pick's work below the Agent's state is the
 Machine's, not the Agent's. The deadline is a time, like the Machine's own timers, so a
@@ -70,7 +71,7 @@ def message(run: LoadedRun, turn: Turn) -> str:
     """What the fault and the Turn's record say of a stall."""
     slot = run.agents[turn.agent]
     return (
-        f"stalled: no progress (no model request, answer, tool call or pick) for "
+        f"stalled: no progress (no model request, output streamed, answer, tool call or pick) for "
         f"{slot.stallAfter} (spec.agents.{turn.agent}.stallAfter)"
     )
 
