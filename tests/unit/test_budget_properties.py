@@ -116,8 +116,7 @@ class Spending(RuleBasedStateMachine):
 
     @precondition(
         lambda self: any(
-            t.phase is TurnPhase.SWEEPING and t.id in self.sweeps
-            for t in self.core.turns.values()
+            t.phase is TurnPhase.SWEEPING and t.id in self.sweeps for t in self.core.turns.values()
         )
     )
     @rule(data=st.data())
