@@ -257,7 +257,11 @@ class AbortRequest(_Body):
     """``POST /agents/{name}/{id}/abort``: the sweep. Parsed leniently by the server:
     any body that is not exactly this shape settles the running Submission ``aborted``."""
 
-    cause: str | None = Field(default=None, description="'pick' when the Turn's own pick ended it.")
+    cause: str | None = Field(
+        default=None,
+        description="'pick' when the Turn's own pick ended it; any other (the Orchestrator "
+        "says 'budget' for a limit it reached) settles as no cause.",
+    )
     submissionId: SubmissionId | None = Field(
         default=None, description="The running Submission the sweep names."
     )
