@@ -6,7 +6,11 @@ scripted model, priced at 10 USD per million tokens (``PRICING``).
   Turn is swept mid-stream, with cause ``budget``, at the report of the 20th piece: the
   one model request is cut, none follows, the Turn is recorded once ``aborted`` saying
   which limit, and the cut answer counts the pieces it streamed.
-
+- ``turn-budget`` across a restart, with a limit of 250 tokens: the Turn's first
+  answer uses less, and the actor is restarted from its saved snapshot while the second
+  is held. The restored follower reads the Submission's stream from its start, so the
+  first answer counts again (once); the second answer reaches the limit when it ends,
+  and the Turn is swept, saying it used both answers' tokens.
 - ``run-budget``: the Run may cost 0.004 USD. The coder's Turn ends by its pick; the
   reviewer's Turn works, answer after answer, until the Run's cost is reached, and is swept
   with cause ``budget`` while its Submission runs. Every model request started before the
@@ -81,6 +85,40 @@ async def test_a_turn_is_swept_mid_stream_when_its_token_limit_is_reached(
     assert record.tokens.promptTokens == 0
     assert record.tokens.completionTokens == max(streamed)
     assert Decimal(record.tokens.cost or "") == Decimal(max(streamed)) / 100_000
+
+
+async def test_a_restarted_follower_counts_what_the_turn_spent_before(
+    system: StartSystem,
+) -> None:
+    working = [
+        {"toolCalls": [call("write", path="notes.txt", content="started")]},
+        {"hold": True, "toolCalls": [call("write", path="notes.txt", content="more")]},
+        {"toolCalls": [call("submit")]},
+    ]
+    world = await system(script({IMPLEMENT: working}))
+    manifest = (MACHINES / "turn-budget.yaml").read_text().replace("tokens: 20", "tokens: 250")
+    await world.start_run(manifest)
+    await world.wait_held(IMPLEMENT)
+    await world.restart()
+    await world.model.release(IMPLEMENT)
+    await world.wait_finished()
+    await world.wait_records(1)
+
+    (record,) = world.history
+    events = await world.events("coder", record.instanceId)
+    first, second, *_ = answers(events)  # a third request may start before the sweep lands
+    used = sum(u.promptTokens + u.completionTokens for u in (first, second))
+    assert first.promptTokens + first.completionTokens < 250 <= used
+    assert (record.outcome, record.cause, record.message) == (
+        Outcome.ABORTED,
+        "budget",
+        f"budget: spec.agents.coder.limits.perTurn.tokens reached: this Turn used {used} "
+        "tokens of 250",
+    )
+    # The restored actor was told of the first answer's spend again, read from the stream
+    # (the prompt and the first request come before it), then of both answers' spend.
+    assert world.ports[-1].spent[:6] == [None, None, first, first, first, first.plus(second)]
+    assert len(await world.requests()) <= 3
 
 
 async def _all_closed(records: Any) -> bool:
