@@ -171,3 +171,43 @@ def test_a_run_without_limits_reports_no_spend_to_follow() -> None:
     core.start(0.0)
     (turn,) = core.turns
     assert core.watches_progress(turn) is False
+
+
+def test_a_retry_counts_against_the_slots_limit_with_the_turn_it_retries() -> None:
+    core, _ = started("budget_retries", coder="s1")
+    runaway = "runaway: 4 identical calls of `read` in a row"
+    core.settled(
+        "t1", "s1", Outcome.FAILED, 1.0, usage=used(200), reason="runaway", message=runaway
+    )
+    core.swept("t1", {}, 2.0)
+    assert kinds(core.fire_due(31.0)) == ["Admit"]
+    core.admitted("t2", "s2", 31.5)
+    effects = core.progressed("t2", "s2", 32.0, spent=used(100))
+    assert only(effects, Sweep).cause == "budget"
+    assert core.config is not None
+    assert core.config.context == {
+        "reason": "budget",
+        "why": "budget: spec.agents.coder.limits.tokens reached: the coder Turns used 300 "
+        "tokens of 300",
+    }
+
+
+def test_a_retry_a_spent_slot_would_start_is_refused_before_its_admission() -> None:
+    core, _ = started("budget_retries", coder="s1")
+    runaway = "runaway: 4 identical calls of `read` in a row"
+    core.settled(
+        "t1", "s1", Outcome.FAILED, 1.0, usage=used(300), reason="runaway", message=runaway
+    )
+    core.swept("t1", {}, 2.0)
+    effects = core.fire_due(31.0)
+    assert effects.of(Admit) == []
+    refused = core.history[-1]
+    why = "budget: spec.agents.coder.limits.tokens reached: the coder Turns used 300 tokens of 300"
+    assert (refused.name, refused.outcome, refused.message) == (
+        "t2",
+        Outcome.FAILED,
+        f"refused before admission: {why}",
+    )
+    assert core.phase is RunPhase.FAILED
+    assert core.config is not None
+    assert core.config.context == {"reason": "budget", "why": why}
