@@ -24,10 +24,8 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
-import timeit
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ sys.path.insert(0, str(REPO))
 from openai._models import construct_type  # noqa: E402
 from openai.types.chat import ChatCompletionChunk  # noqa: E402
 
+from bench.timing import per_call_us, scratch  # noqa: E402
 from kubeturn_harness import openai_models, tool_loop  # noqa: E402
 from kubeturn_harness.clock import SystemClock  # noqa: E402
 from kubeturn_harness.history import SubmissionRecord  # noqa: E402
@@ -70,11 +69,6 @@ NO_TOOLBOX = Toolbox(
     work_root=Path("/nonexistent"),
     limits=ToolLimits(bashTimeoutS=5.0, outputLimitBytes=1000, processes=8),
 )
-
-
-def per_call_us(call: Callable[[], object], number: int) -> float:
-    """The best of 5 repeats of ``number`` calls, in microseconds per call."""
-    return min(timeit.repeat(call, number=number, repeat=5)) / number * 1e6
 
 
 def run_in(directory: Path, limits: Limits) -> tool_loop._Run:
@@ -165,8 +159,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="streams of each kind")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(dir=shm) as directory:
+    with scratch() as directory:
         figures = {
             **counting(Path(directory), 200_000),
             **asyncio.run(adapter(Path(directory), args.rounds)),

@@ -28,9 +28,7 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
-import timeit
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -39,6 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.timing import per_call_us, scratch  # noqa: E402
 from kubeturn.machine.load import load_run_yaml  # noqa: E402
 from kubeturn.orchestrator import usages  # noqa: E402
 from kubeturn.orchestrator.core import RunCore  # noqa: E402
@@ -80,11 +79,6 @@ NO_TOOLBOX = Toolbox(
     work_root=Path("/nonexistent"),
     limits=ToolLimits(bashTimeoutS=5.0, outputLimitBytes=1000, processes=8),
 )
-
-
-def per_call_us(call: Callable[[], object], number: int) -> float:
-    """The best of 5 repeats of ``number`` calls, in microseconds per call."""
-    return min(timeit.repeat(call, number=number, repeat=5)) / number * 1e6
 
 
 def accounting(number: int) -> dict[str, float]:
@@ -261,8 +255,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="rounds of each kind")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(dir=shm) as directory:
+    with scratch() as directory:
         figures = {
             **accounting(20_000),
             **asyncio.run(requests(args.rounds, Path(directory))),

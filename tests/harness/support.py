@@ -13,7 +13,8 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -436,3 +437,28 @@ async def spawn_harness(
         raise AssertionError(f"the Harness did not start: {line!r}\n{log_text}")
     spawned.url = line.removeprefix(prefix)
     return spawned
+
+
+@asynccontextmanager
+async def streamed_completions(*events: bytes) -> AsyncIterator[str]:
+    """A chat-completions server on 127.0.0.1 that answers every request with ``events``,
+    each the data of one server-sent event, then ``[DONE]``; yields its base URL
+    (``.../v1``), as a provider's ``baseUrl``."""
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in events:
+            await response.write(b"data: " + event + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", stream)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    finally:
+        await runner.cleanup()

@@ -28,6 +28,7 @@ from kubeturn_harness.openai_models import OpenAIModels
 from kubeturn_harness.orchestrator import Lost, OrchestratorClient, Rejected
 from kubeturn_harness.providers import ModelName, Provider, ProviderSpec
 from kubeturn_harness.wire import DeliveryId
+from tests.harness.support import streamed_completions
 
 DEEP = 200_000
 NESTED = [b"[" * DEEP + b"]" * DEEP, b'{"a":' * DEEP + b"1" + b"}" * DEEP]
@@ -88,27 +89,15 @@ async def test_a_delivery_answer_it_cannot_read_fails_the_poll(body: bytes) -> N
 
 @pytest.mark.parametrize("body", NESTED, ids=IDS)
 async def test_a_model_chunk_it_cannot_read_is_a_provider_failure(body: bytes) -> None:
-    async def stream(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(b"data: " + body + b"\n\ndata: [DONE]\n\n")
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", stream)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
     models = OpenAIModels()
-    model = ModelName(Provider("deep", ProviderSpec(baseUrl=url)), "any")
-    request = ModelRequest(model, [{"role": "user", "content": "Hi."}], [], None)
-    try:
-        with pytest.raises(ProviderFailure) as failed:
-            await models.complete(request, Partial())
-    finally:
-        await models.close()
-        await runner.cleanup()
+    async with streamed_completions(body) as url:
+        model = ModelName(Provider("deep", ProviderSpec(baseUrl=url)), "any")
+        request = ModelRequest(model, [{"role": "user", "content": "Hi."}], [], None)
+        try:
+            with pytest.raises(ProviderFailure) as failed:
+                await models.complete(request, Partial())
+        finally:
+            await models.close()
     assert failed.value.message == (
         f"provider 'deep' ({url}), model 'any' answered JSON nested too deep to read"
     )

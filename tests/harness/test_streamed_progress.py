@@ -27,8 +27,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from kubeturn_harness.anthropic_models import AnthropicModels
 from kubeturn_harness.conversations import Conversation
 from kubeturn_harness.metrics import HarnessMetrics
@@ -50,7 +48,7 @@ from kubeturn_harness.wire import (
     WorkspaceAccess,
 )
 from tests.harness.messages_api import Answer, serving
-from tests.harness.support import StartWorld, SteppedClock, World, script
+from tests.harness.support import StartWorld, SteppedClock, World, script, streamed_completions
 
 IID = "iid-1"
 ARGUMENTS = '{"path": "a-long-file-name.txt"}'
@@ -87,31 +85,17 @@ async def test_the_openai_adapter_counts_text_reasoning_and_argument_pieces() ->
         chunk({}, finish="tool_calls"),
     ]
 
-    async def stream(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for piece in chunks:
-            await response.write(f"data: {json.dumps(piece)}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", stream)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    models = OpenAIModels()
-    model = ModelName(Provider("local", ProviderSpec(baseUrl=url)), "m")
     told: list[int] = []
     partial = Partial(on_delta=told.append)
-    try:
-        answer = await models.complete(
-            ModelRequest(model, [{"role": "user", "content": "Hi."}], [], None), partial
-        )
-    finally:
-        await models.close()
-        await runner.cleanup()
+    models = OpenAIModels()
+    async with streamed_completions(*(json.dumps(c).encode() for c in chunks)) as url:
+        model = ModelName(Provider("local", ProviderSpec(baseUrl=url)), "m")
+        try:
+            answer = await models.complete(
+                ModelRequest(model, [{"role": "user", "content": "Hi."}], [], None), partial
+            )
+        finally:
+            await models.close()
     assert (answer.text, answer.tool_calls[0].arguments) == ("Reading it.", '{"path": "a.py"}')
     assert partial.output_tokens == 7
     assert told == [1, 2, 3, 4, 5, 6, 7]
