@@ -298,9 +298,9 @@ def _priced(usage: Any) -> Decimal | None:
     return priced if priced.is_finite() and priced >= 0 else None
 
 
-def _summed(usages: Sequence[Any]) -> dict[str, Any] | None:
+def _summed(used: Sequence[Any]) -> dict[str, Any] | None:
     """The Submissions' usage summed; a cost only when each has one (``Usage.plus``)."""
-    found = [u for u in usages if isinstance(u, Mapping)]
+    found = [u for u in used if isinstance(u, Mapping)]
     if not found:
         return None
     summed: dict[str, Any] = {
