@@ -152,7 +152,7 @@ def turn_rows(run: Mapping[str, Any], now: float) -> list[TurnRow]:
 
 
 def run_usage(run: Mapping[str, Any]) -> RunUsage | None:
-    """The Run's tokens and cost so far (its settled Turns'), in all and per Agent slot;
+    """The Run's tokens and cost so far (``status.usage``), in all and per Agent slot;
     None before any Turn used tokens."""
     usage = status_of(run).get("usage")
     if not isinstance(usage, Mapping) or not tokens(usage.get("total")):
