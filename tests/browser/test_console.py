@@ -4,7 +4,8 @@ Cases:
 - the Runs list shows each Run with its phase, state and Turns, linked to its page;
 - the Run page draws the machine: humanReview (where the Run waits) is the active state,
   the states it passed through are visited, the others neither, the transitions it took
-  end ``✓``; it lists the four Turns with their outcomes and what the Run accepts now
+  end ``✓``; it lists the four Turns with their outcomes, tokens and no cost (the model has
+  no price), the Run's tokens in all and per Agent slot, and what the Run accepts now
   (approve, reject); the live Run's page shows its Turn live;
 - a Run at rest in two regions of a parallel state: both regions drawn side by side
   (mermaid's concurrent regions), the fan-out drawn around its child Machine, the state
@@ -107,6 +108,19 @@ def test_the_run_page_marks_the_active_and_visited_states(page: Any, ui: str) ->
         ["t3", "coder", "fixing", "ended", "pick"],
         ["t4", "reviewer", "reviewing", "ended", "pick"],
     ]
+    # The scripted model has no price: each Turn's tokens, no cost; the Run's tokens in
+    # its summary, per Agent slot too, and no cost there either.
+    used = page.eval_on_selector_all(
+        "table.turns tbody tr",
+        "rows => rows.map(r => Array.from(r.cells).slice(5, 7).map(c => c.innerText.trim()))",
+    )
+    assert all(tokens.endswith(" out") and cost == "" for tokens, cost in used), used
+    assert page.inner_text("#tokens").endswith(" out")
+    assert page.query_selector("#cost") is None
+    agents = page.eval_on_selector_all(
+        "ul.usage-agents li", "items => items.map(i => i.dataset.agent)"
+    )
+    assert agents == ["coder", "reviewer"]
     accepted = page.eval_on_selector_all(
         "table.accepted tbody td code", "codes => codes.map(c => c.textContent)"
     )

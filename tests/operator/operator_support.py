@@ -191,6 +191,8 @@ AGENTTURN_COLUMNS = [
     "PHASE",
     "OUTCOME",
     "CAUSE",
+    "TOKENS",
+    "COST",
     "SETTLED",
     "AGE",
     "REASON",

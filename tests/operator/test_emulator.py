@@ -2059,6 +2059,8 @@ async def test_kubectl_shows_printer_columns(
                     "cause": "pick",
                     "settledAt": "2026-01-01T00:00:00Z",
                 },
+                "tokens": 1500,
+                "usage": {"promptTokens": 1200, "completionTokens": 300, "cost": "0.0048"},
             }
         },
     )
@@ -2066,5 +2068,6 @@ async def test_kubectl_shows_printer_columns(
     header, row = done.stdout.splitlines()
     assert header.split() == AGENTTURN_COLUMNS
     assert row.split()[:7] == ["t1", "r1", "coder", "build.code", "Settled", "ended", "pick"]
-    assert row.split()[7].endswith("d")  # settled months ago: an age, as a date column
-    assert row.split()[8].endswith("s")
+    assert row.split()[7:9] == ["1500", "0.0048"]  # TOKENS, COST
+    assert row.split()[9].endswith("d")  # settled months ago: an age, as a date column
+    assert row.split()[10].endswith("s")

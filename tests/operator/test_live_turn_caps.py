@@ -6,21 +6,25 @@ until the test releases it.
 Cases (one scenario, cap 1, three Runs started in order):
 - the first Run's Turn runs; the second's and third's AgentTurns are ``Pending`` with
   reason ``WorkspaceFull`` and a message naming the cap, as ``kubectl get agentturns``
-  shows, and reach no model;
+  shows, and reach no model; the operator's ``/metrics`` has
+  ``kubeturn_turns_waiting{reason="WorkspaceFull"}`` 2, the other reasons 0;
 - the operator stopped and another started: the queue is rebuilt in order, nothing
-  waiting is admitted while the first Turn lives;
-- the first Turn ends: the second (not the third) is admitted, its reason gone;
+  waiting is admitted while the first Turn lives; the gauge shows the two again;
+- the first Turn ends: the second (not the third) is admitted, its reason gone; the
+  gauge shows 1;
 - the third Run cancelled while its Turn waits: the Turn is recorded ``aborted`` and never
-  reaches the Harness's model; the second ends; every Run's Turn admitted once.
+  reaches the Harness's model, and the gauge shows none waiting; the second ends; every
+  Run's Turn admitted once.
 
 And the operator's ``namespace_max_live_turns`` (the chart's ``maxLiveTurnsPerNamespace``)
-at 1, the Workspace uncapped: the second Run's Turn is ``Pending``, ``NamespaceFull``,
-until the first's ends.
+at 1, the Workspace uncapped: the second Run's Turn is ``Pending``, ``NamespaceFull``
+(the gauge's ``NamespaceFull`` 1), until the first's ends.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -131,6 +135,26 @@ async def release(world: OperatorWorld, name: str) -> None:
         assert (await answer.json())["released"] == 1
 
 
+async def gauge(world: OperatorWorld) -> dict[str, float]:
+    """``kubeturn_turns_waiting`` by reason, as the operator's ``/metrics`` exposes it."""
+    url = f"http://127.0.0.1:{world.operator.settings.metrics_port}/metrics"
+    async with world.session.get(url) as answer:
+        exposed = await answer.text()
+    found = re.findall(r'^kubeturn_turns_waiting\{reason="(\w+)"\} (\S+)$', exposed, re.M)
+    return {reason: float(value) for reason, value in found}
+
+
+def counts(workspace: float = 0, namespace: float = 0) -> dict[str, float]:
+    return {"WorkspaceFull": workspace, "NamespaceFull": namespace, "Resuming": 0}
+
+
+async def shows(world: OperatorWorld, wanted: dict[str, float]) -> None:
+    async def shown() -> bool:
+        return await gauge(world) == wanted
+
+    await world.until(shown, f"kubeturn_turns_waiting to be {wanted}")
+
+
 def waiting(world: OperatorWorld, *names: str, reason: str = "WorkspaceFull") -> bool:
     return all(
         (turn(world, n).get("phase"), turn(world, n).get("reason")) == ("Pending", reason)
@@ -159,6 +183,7 @@ async def test_a_workspace_capped_at_one_admits_its_turns_one_by_one_in_order(
         ("second-t1", "Pending", "WorkspaceFull"),
         ("third-t1", "Pending", "WorkspaceFull"),
     ]
+    assert await gauge(world) == counts(workspace=2)
 
     first = world.operator
     await first.stop()
@@ -166,6 +191,7 @@ async def test_a_workspace_capped_at_one_admits_its_turns_one_by_one_in_order(
     await restarted.start()
     try:
         await world.until(lambda: waiting(world, "second", "third"), "both still Pending")
+        await shows(world, counts(workspace=2))
         assert await world.model_requests(PROMPTS["second"]) == []
         await release(world, "first")
         await held(world, "second")
@@ -177,6 +203,7 @@ async def test_a_workspace_capped_at_one_admits_its_turns_one_by_one_in_order(
             None,
         )
         assert waiting(world, "third")
+        await shows(world, counts(workspace=1))
         assert await world.model_requests(PROMPTS["third"]) == []
 
         path = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/runs/third"
@@ -184,6 +211,7 @@ async def test_a_workspace_capped_at_one_admits_its_turns_one_by_one_in_order(
         await world.until(
             lambda: world.run("third").get("phase") == "Cancelled", "the third Run cancelled"
         )
+        await shows(world, counts())
         await release(world, "second")
         await world.until(
             lambda: world.run("second").get("phase") == "Succeeded", "the second Run done"
@@ -217,6 +245,7 @@ async def test_a_namespace_capped_at_one_holds_the_second_turn_back(world: Opera
         f"waits for a live Turn to end: namespace {NAMESPACE} has 1 live of at most 1 (the "
         "operator's --namespace-max-live-turns); earlier Turns go first"
     )
+    assert await gauge(world) == counts(namespace=1)
     assert await world.model_requests(PROMPTS["second"]) == []
     await release(world, "first")
     await held(world, "second")

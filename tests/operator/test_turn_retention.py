@@ -5,9 +5,11 @@ kubelet running the shared Workspace's sandbox as a real Harness process, kubect
 Cases:
 - a Run's two Turns of one conversation, the operator's retention an hour: once the first
   Turn ended, the second is admitted (the kept one is not waited for), and when both
-  ended kubectl lists both ``Settled``, ``ended``, cause ``pick``, each held by the retain
-  finalizer alone; the shared Workspace's changed spec makes its sandbox anew (the kept
-  Turns run nowhere); deleting the Run lets them go at once, and the Run goes;
+  ended kubectl lists both ``Settled``, ``ended``, cause ``pick``, with their tokens
+  (``status.tokens``, the sum of ``status.usage``) and no cost (the model has no price),
+  each held by the retain finalizer alone; the shared Workspace's changed spec makes its
+  sandbox anew (the kept Turns run nowhere); deleting the Run lets them go at once, and
+  the Run goes;
 - a Run's own ``spec.turnRetention`` (1s): its Turn is seen kept, settled, then goes
   while the Run waits on, its record in ``Run.status.turns`` unchanged; a Turn kept
   (5s) while the operator stops goes after the operator started again, its deadline read
@@ -147,7 +149,14 @@ async def test_kubectl_shows_finished_turns_until_their_run_is_deleted(
         ["two-t1", "two", "coder", "working", "Settled", "ended", "pick"],
         ["two-t2", "two", "coder", "again", "Settled", "ended", "pick"],
     ]
-    assert all(row[7].endswith("s") for row in shown[1:]), "SETTLED is how long ago"
+    # The scripted model reports usage and has no price: tokens, and no cost (never 0).
+    for row in shown[1:]:
+        used = (world.read(AGENTTURNS, row[0]) or {}).get("status") or {}
+        assert (row[7], row[8]) == (str(used["tokens"]), ""), row
+        assert used["tokens"] == used["usage"]["promptTokens"] + used["usage"]["completionTokens"]
+        assert used["tokens"] > 0
+        assert "cost" not in used["usage"]
+    assert all(row[9].endswith("s") for row in shown[1:]), "SETTLED is how long ago"
     assert [(t["name"], t["outcome"], t["cause"]) for t in world.run("two")["turns"]] == [
         ("t1", "ended", "pick"),
         ("t2", "ended", "pick"),

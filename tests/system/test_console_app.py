@@ -15,6 +15,8 @@ Cases:
   Run gone while followed ends the stream there, whole, with no error logged;
 - a Run or a Turn that does not exist is ``404`` naming it; ``sinceTurn`` that is not a
   number is ``400`` naming it; an asset not in the package is ``404``;
+- a Run's tokens and cost show in the Runs list and its page's summary, and a Turn's
+  beside its tokens in the Turns table and on the Turn's page;
 - text from a Run is escaped (a message with markup shows as text); every page carries a
   content security policy allowing only the console's own scripts.
 """
@@ -73,9 +75,17 @@ WAITING = {
             "cause": "pick",
             "startedAt": 10.0,
             "settledAt": 75.0,
-            "tokens": {"promptTokens": 1200, "completionTokens": 300},
+            "tokens": {"promptTokens": 1200, "completionTokens": 300, "cost": "0.0048"},
         }
     ],
+    "usage": {
+        "tokens": 1500,
+        "cost": "0.0048",
+        "total": {"promptTokens": 1200, "completionTokens": 300, "cost": "0.0048"},
+        "agents": {
+            "coder": {"promptTokens": 1200, "completionTokens": 300, "cost": "0.0048"},
+        },
+    },
     "trail": [{"from": "implementing", "event": "submit", "to": "reviewing", "at": 75.0}],
     "acceptedEvents": [{"event": "approve", "state": "humanReview"}],
     "message": "<b>not bold</b>",
@@ -199,6 +209,7 @@ async def test_the_runs_list_shows_every_namespace_or_one(base: str) -> None:
     root = base.split("|")[0]
     _, every, _ = await get(root + "/runs")
     assert re.findall(r'data-run="([^"]+)"', every) == ["team-a/review", "team-b/other"]
+    assert "<td>1200 in / 300 out</td>\n<td>$0.0048</td>" in every
     _, one, _ = await get(root + "/namespaces/team-b/runs")
     assert re.findall(r'data-run="([^"]+)"', one) == ["team-b/other"]
     assert 'href="../../namespaces/team-b/runs/other"' in one
@@ -212,8 +223,11 @@ async def test_the_run_page_shows_its_machine_turns_and_what_it_accepts(base: st
     assert "s0 --&gt; s1 : submit ✓" in page
     assert "<td><code>approve</code></td><td>humanReview</td>" in page
     assert '<tr data-turn="t1">' in page
-    assert "1200 in / 300 out" in page
-    assert "1m5s" in page
+    assert "<td>1200 in / 300 out</td><td>$0.0048</td><td>1m5s</td>" in page
+    # The Run's usage in its summary; one Agent slot's is the whole, not listed again.
+    assert '<dd id="tokens">1200 in / 300 out</dd>' in page
+    assert '<dd id="cost">$0.0048</dd>' in page
+    assert "usage-agents" not in page
     assert "&lt;b&gt;not bold&lt;/b&gt;" in page
     assert 'href="../../../namespaces/team-a/runs/review/turns/t1"' in page
 
@@ -243,6 +257,7 @@ async def test_the_turn_page_lists_its_transcript(base: str) -> None:
     assert re.findall(r'class="entry entry-([a-z-]+)"', page) == ["prompt", "text"]
     assert '<ol class="transcript" data-entries="2">' in page
     assert "&#34;tokens&#34;: 3" in page
+    assert "<dt>Tokens</dt><dd>1200 in / 300 out</dd>\n<dt>Cost</dt><dd>$0.0048</dd>" in page
 
 
 async def test_the_transcript_is_ndjson_of_the_query_asked(base: str, memory: Memory) -> None:

@@ -9,7 +9,11 @@ Cases:
   in (a restart); a withdrawn Turn raises ``Withdrawn`` and never goes; a Turn that
   holds a slot enters at once; a raised cap lets the next go; the namespace default
   caps every namespace; held back, nothing goes until ``open``; a Run forgotten frees
-  its slots; a cancelled wait leaves nothing behind.
+  its slots; a cancelled wait leaves nothing behind;
+- the ``waiting`` hook: hears the Turns that wait by reason (WorkspaceFull, NamespaceFull,
+  Resuming while held back) each time the counts change, and only then, as Turns queue,
+  are granted, are withdrawn and have their wait cancelled; ``metrics.turns_waiting``
+  shows every reason, at 0 when none waits for it.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 
+from kubeturn.api.agentturn import PendingReason
 from kubeturn.errors import AdmitFailed, Withdrawn
+from kubeturn.k8s import metrics
 from kubeturn.orchestrator import caps
 from kubeturn.orchestrator.ids import TurnId
 
@@ -204,3 +211,64 @@ class TestCaps:
         slots.hold(TurnId("t2"))
         slots.close()
         assert queue.live() == {}
+
+
+WS_FULL, NS_FULL, RESUMING = (
+    PendingReason.WORKSPACE_FULL,
+    PendingReason.NAMESPACE_FULL,
+    PendingReason.RESUMING,
+)
+
+
+class TestWaitingHook:
+    async def test_counts_follow_turns_queued_granted_and_withdrawn(self) -> None:
+        heard: list[dict[PendingReason, int]] = []
+        queue = caps.Caps({caps.NAMESPACE: 2}, waiting=lambda counts: heard.append(dict(counts)))
+        queue.limit(WS_A, 1)
+        await queue.enter(ticket("r1", 1, 1.0, WS_A, NS))
+        await queue.enter(ticket("r2", 1, 2.0, WS_B, NS))
+        assert heard == []  # none waited: nothing to tell
+        second_a = asyncio.create_task(queue.enter(ticket("r3", 1, 3.0, WS_A, NS)))
+        await settle()
+        third_b = asyncio.create_task(queue.enter(ticket("r4", 1, 4.0, WS_B, NS)))
+        await settle()
+        # r3: its Workspace a is full (checked first); r4: Workspace b has room, the
+        # namespace has none.
+        assert heard == [{WS_FULL: 1}, {WS_FULL: 1, NS_FULL: 1}]
+        assert queue.waiting_by_reason() == {WS_FULL: 1, NS_FULL: 1}
+
+        queue.withdraw("ns/r4", TurnId("t1"))
+        with pytest.raises(Withdrawn):
+            await third_b
+        assert heard[-1] == {WS_FULL: 1}
+        queue.leave("ns/r1", TurnId("t1"))  # r3 is granted
+        await second_a
+        assert heard[-1] == {}
+        queue.leave("ns/r2", TurnId("t1"))  # a change in which no count changes
+        assert heard == [{WS_FULL: 1}, {WS_FULL: 1, NS_FULL: 1}, {WS_FULL: 1}, {}]
+
+    async def test_held_back_every_waiting_turn_is_resuming_until_open(self) -> None:
+        heard: list[dict[PendingReason, int]] = []
+        queue = caps.Caps(waiting=lambda counts: heard.append(dict(counts)))
+        queue.limit(WS_A, 1)
+        queue.hold_back()
+        queue.hold(ticket("r1", 1, 1.0))  # live before the restart
+        waiting = asyncio.create_task(queue.enter(ticket("r2", 1, 2.0)))
+        await settle()
+        queue.open()
+        assert heard == [{RESUMING: 1}, {WS_FULL: 1}]
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert heard[-1] == {}
+
+    def test_the_gauge_shows_every_reason(self) -> None:
+        registry = CollectorRegistry()
+        gauge = Gauge("waiting", "", ["reason"], registry=registry)
+        metrics.turns_waiting({NS_FULL: 2}, gauge)
+        shown = {
+            sample.labels["reason"]: sample.value
+            for family in registry.collect()
+            for sample in family.samples
+        }
+        assert shown == {"WorkspaceFull": 0, "NamespaceFull": 2, "Resuming": 0}

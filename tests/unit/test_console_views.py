@@ -4,6 +4,10 @@ Cases:
 - a Run not started (no status) is Pending, with no state, no Turns and no marks;
 - the Turns are the settled records, then the live Turns of the snapshot, with their
   numbers, tokens summed over their Submissions and durations up to now;
+- a cost shows beside tokens only where the usage has one: a live Turn's sums its
+  Submissions' only when each is priced; an unpriced model shows tokens alone, never a
+  cost of 0 or a dash; a cost that is not a number shows nothing; a Run's usage shows in
+  all and per Agent slot, none before any Turn used tokens;
 - durations and ages read as kubectl's (42s, 3m5s, 2h4m, 3d5h); a time that is not one
   shows nothing;
 - a spec that does not load shows why instead of a diagram; the trail's marks are drawn;
@@ -34,7 +38,8 @@ def run(status: dict[str, Any] | None) -> dict[str, Any]:
 
 def test_a_run_not_started_is_pending_with_nothing_to_show() -> None:
     row = views.run_row(run(None), now=1767225600.0 + 42)
-    assert row == views.RunRow("r", "default", "Pending", "", 0, "42s")
+    assert row == views.RunRow("r", "default", "Pending", "", 0, "", "", "42s")
+    assert views.run_usage(run(None)) is None
     assert views.turn_rows(run(None), 0.0) == []
     drawn = views.diagram(run(None), views.Charts()).mermaid
     assert drawn is not None
@@ -72,10 +77,74 @@ def test_turns_are_the_settled_then_the_live() -> None:
         },
     }
     assert views.turn_rows(run(status), now=7640.0) == [
-        views.TurnRow("t1", 1, "a", "waiting", "ended", "pick", "", "3m5s", False),
-        views.TurnRow("t2", 2, "a", "waiting", "live", "", "15 in / 3 out", "2h4m", True),
+        views.TurnRow("t1", 1, "a", "waiting", "ended", "pick", "", "", "3m5s", False),
+        views.TurnRow("t2", 2, "a", "waiting", "live", "", "15 in / 3 out", "", "2h4m", True),
     ]
     assert views.run_row(run(status), 0.0).turns == 2
+
+
+def usage(prompt: int, completion: int, cost: str | None = None) -> dict[str, Any]:
+    used: dict[str, Any] = {"promptTokens": prompt, "completionTokens": completion}
+    return used if cost is None else {**used, "cost": cost}
+
+
+def live(*submissions: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "id": "t2",
+        "agent": "a",
+        "state": "waiting",
+        "startedAt": 0.0,
+        "submissions": [{} if used is None else {"usage": used} for used in submissions],
+    }
+
+
+def test_a_cost_shows_beside_tokens_only_where_priced() -> None:
+    settled = [
+        {"name": "t1", "tokens": usage(1200, 300, "0.0048")},
+        {"name": "t3", "tokens": usage(10, 2)},  # a model with no price
+        {"name": "t4", "tokens": usage(10, 2, "0.00000001")},
+        {"name": "t5", "tokens": usage(10, 2, "a lot")},  # not written by kubeturn
+    ]
+    turns = {"turns": settled}
+    shown = [(t.name, t.tokens, t.cost) for t in views.turn_rows(run(turns), 0.0)]
+    assert shown == [
+        ("t1", "1200 in / 300 out", "$0.0048"),
+        ("t3", "10 in / 2 out", ""),
+        ("t4", "10 in / 2 out", "<$0.0001"),
+        ("t5", "10 in / 2 out", ""),
+    ]
+    # A live Turn: its settled Submissions' costs summed; one running has no usage yet.
+    priced = {"snapshot": {"turns": [live(usage(10, 2, "0.001"), usage(5, 1, "0.0005"), None)]}}
+    (row,) = views.turn_rows(run(priced), 0.0)
+    assert (row.tokens, row.cost) == ("15 in / 3 out", "$0.0015")
+    # One Submission of an unpriced model: no cost, rather than part of it.
+    partly = {"snapshot": {"turns": [live(usage(10, 2, "0.001"), usage(5, 1))]}}
+    (row,) = views.turn_rows(run(partly), 0.0)
+    assert (row.tokens, row.cost) == ("15 in / 3 out", "")
+
+
+def test_a_runs_usage_in_all_and_per_agent() -> None:
+    status = {
+        "usage": {
+            "tokens": 1520,
+            "total": usage(1300, 220),
+            "agents": {"reviewer": usage(300, 20, "0.002"), "coder": usage(1000, 200)},
+        }
+    }
+    assert views.run_usage(run(status)) == views.RunUsage(
+        total=views.Used("1300 in / 220 out", ""),
+        agents=[
+            ("coder", views.Used("1000 in / 200 out", "")),
+            ("reviewer", views.Used("300 in / 20 out", "$0.0020")),
+        ],
+    )
+    row = views.run_row(run(status), 0.0)
+    assert (row.tokens, row.cost) == ("1300 in / 220 out", "")
+    priced = {"usage": {"total": usage(3, 1, "12.34567"), "agents": "not a map"}}
+    assert views.run_usage(run(priced)) == views.RunUsage(
+        views.Used("3 in / 1 out", "$12.3457"), []
+    )
+    assert views.run_usage(run({"usage": {"total": usage(0, 0)}})) is None
 
 
 def test_spans_and_ages_read_as_kubectls() -> None:

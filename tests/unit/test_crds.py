@@ -163,6 +163,8 @@ COLUMNS = {
         ("Phase", ".status.phase", "string"),
         ("Outcome", ".status.settlement.outcome", "string"),
         ("Cause", ".status.settlement.cause", "string"),
+        ("Tokens", ".status.tokens", "integer"),
+        ("Cost", ".status.usage.cost", "string"),
         ("Settled", ".status.settlement.settledAt", "date"),
         AGE,
         ("Reason", ".status.reason", "string"),

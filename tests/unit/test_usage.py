@@ -11,6 +11,9 @@ Cases:
 - a Run's ``status.usage`` sums every recorded Turn per Agent slot and in all, beyond
   the 200 records its history keeps; a core restored from that status goes on counting
   from there; a Turn with no usage adds nothing;
+- an AgentTurn's ``usage`` and ``tokens`` are written together: the sum of its
+  Submissions' and its prompt and completion tokens, a cost only when each is priced,
+  both None before any Submission settled;
 - the CLI shows a cost as ``$0.0125`` (a tiny one as ``<$0.0001``, none as ``-``),
   ``kubeturn status`` the usage lines, tokens as in/out, and a transcript's settlement
   line the cost after the tokens, where there is one.
@@ -23,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from kubeturn.api import models
+from kubeturn.api import agentturn, models
+from kubeturn.api.status import SubmissionRecord
 from kubeturn.local import view
 from kubeturn.orchestrator import statuses, usages
 from kubeturn.orchestrator.core import RunCore
@@ -126,6 +130,21 @@ def test_a_runs_usage_counts_every_turn_beyond_its_history_and_survives_a_restor
     again = statuses.run_status(restored.view(), restored.snapshot()).usage
     assert again is not None
     assert (again.tokens, again.cost) == (250 * 110 + 2, None)
+
+
+def test_an_agentturns_tokens_are_written_with_its_usage() -> None:
+    def record(n: int, usage: Usage | None) -> SubmissionRecord:
+        return SubmissionRecord(id=f"s{n}", admittedAt=0.0, usage=usage)
+
+    priced = Usage(promptTokens=100, completionTokens=20, cacheReadTokens=60, cost="0.001")
+    unpriced = Usage(promptTokens=5, completionTokens=1)
+    assert agentturn.used([record(1, priced), record(2, None)]) == {
+        "usage": priced,
+        "tokens": 120,
+    }
+    both = agentturn.used([record(1, priced), record(2, unpriced)])
+    assert (both["tokens"], both["usage"].cost) == (126, None)
+    assert agentturn.used([record(1, None)]) == {"usage": None, "tokens": None}
 
 
 def test_no_usage_yet_no_usage_shown() -> None:

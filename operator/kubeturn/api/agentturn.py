@@ -8,14 +8,15 @@ sends the sweep when it is deleted and records how the Turn ended; a second one
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import Field
 
 from kubeturn.api.common import GROUP, GROUP_VERSION, GroupVersion, ObjectMeta, Spec
-from kubeturn.api.status import Condition, Message, Status, SubmissionRecord
-from kubeturn_harness.wire import Outcome, ThinkingLevel, Usage, WorkspaceAccess
+from kubeturn.api.status import Condition, Message, Status, SubmissionRecord, token_total
+from kubeturn_harness.wire import Outcome, ThinkingLevel, Usage, WorkspaceAccess, total_usage
 
 SWEEP_FINALIZER = f"{GROUP}/sweep"
 RETAIN_FINALIZER = f"{GROUP}/retain"
@@ -134,10 +135,21 @@ class AgentTurnStatus(Status):
         default=None,
         description="Tokens (and cost, where the model has a price) of its settled Submissions.",
     )
+    tokens: int | None = Field(
+        default=None,
+        description="Of usage, the prompt and completion tokens in all (the Tokens column).",
+    )
     exit: Exit | None = Field(default=None, description="Why its state exited.")
     settlement: Settlement | None = Field(default=None, description="How the Turn ended.")
     picks: Picks = Field(default_factory=Picks, description="Its picks so far.")
     conditions: list[Condition] = Field(default_factory=list, description="Conditions.")
+
+
+def used(submissions: Iterable[SubmissionRecord]) -> dict[str, Any]:
+    """The ``usage`` and ``tokens`` of an AgentTurnStatus listing ``submissions``: the sum
+    of theirs and its total, always written together (both None before any is settled)."""
+    usage = total_usage(record.usage for record in submissions)
+    return {"usage": usage, "tokens": None if usage is None else token_total(usage)}
 
 
 class AgentTurn(Spec):

@@ -301,6 +301,15 @@ AGENT_TURN = Resource(
         ),
         PrinterColumn("Cause", ".status.settlement.cause", "string", "pick, or empty."),
         PrinterColumn(
+            "Tokens",
+            ".status.tokens",
+            "integer",
+            "Prompt and completion tokens of its settled Submissions.",
+        ),
+        PrinterColumn(
+            "Cost", ".status.usage.cost", "string", "Their cost in USD, where the model is priced."
+        ),
+        PrinterColumn(
             "Settled", ".status.settlement.settledAt", "date", "How long ago the Turn ended."
         ),
         AGE,

@@ -297,6 +297,12 @@ class WorktreeStatus(Status):
     branch: str = Field(description="Its branch.")
 
 
+def token_total(usage: Usage) -> int:
+    """Prompt and completion tokens: what a ``Tokens`` column counts (cached tokens are
+    of the prompt, counted there)."""
+    return usage.promptTokens + usage.completionTokens
+
+
 class RunUsage(Status):
     """Tokens and cost of a Run's settled Turns, in all and per Agent slot (ADR 0114)."""
 

@@ -143,6 +143,7 @@ def _run_context(
         "state": status.get("state") or "",
         "message": status.get("message"),
         "output": views.output_text(run),
+        "usage": views.run_usage(run),
         "diagram": views.diagram(run, charts),
         "dropped_moves": int(status.get("droppedTrail") or 0),
         "children": views.children(run),

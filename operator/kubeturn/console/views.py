@@ -2,7 +2,8 @@
 
 A Run object is what the API stores (or a local Run's files, shaped alike): a status is
 read defensively, since an older operator may have written it and a Run not started yet
-has none. Pure: no IO; the clock is an argument.
+has none. A cost shows only where the usage has one: a model with no price shows its
+tokens alone, never a cost of 0 (ADR 0114). Pure: no IO; the clock is an argument.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from kubeturn.api.status import FINISHED
@@ -18,6 +20,8 @@ from kubeturn.errors import DefinitionErrors
 from kubeturn.machine import graph
 from kubeturn.machine.load import load_run
 from kubeturn.machine.model import Chart
+from kubeturn.orchestrator import usages
+from kubeturn_harness.wire import decimal_text
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class RunRow:
     phase: str
     state: str
     turns: int
+    tokens: str
+    cost: str
     age: str
 
 
@@ -39,8 +45,27 @@ class TurnRow:
     outcome: str
     cause: str
     tokens: str
+    cost: str
+    """Empty when the Turn's usage has no cost (a model with no price)."""
     duration: str
     live: bool
+
+
+@dataclass(frozen=True)
+class Used:
+    """Tokens and cost as the console shows them: ``1200 in / 300 out``, ``$0.0123``."""
+
+    tokens: str
+    cost: str
+    """Empty when the usage has no cost (a model with no price)."""
+
+
+@dataclass(frozen=True)
+class RunUsage:
+    """A Run's ``status.usage``: in all, and per Agent slot."""
+
+    total: Used
+    agents: list[tuple[str, Used]]
 
 
 @dataclass(frozen=True)
@@ -66,12 +91,16 @@ def finished(run: Mapping[str, Any]) -> bool:
 def run_row(run: Mapping[str, Any], now: float) -> RunRow:
     metadata = run.get("metadata") or {}
     status = status_of(run)
+    usage = status.get("usage")
+    total = usage.get("total") if isinstance(usage, Mapping) else None
     return RunRow(
         name=str(metadata.get("name", "")),
         namespace=str(metadata.get("namespace") or "default"),
         phase=phase_of(run),
         state=str(status.get("state") or ""),
         turns=int(status.get("turnCount") or 0) + len(live_turns(status)),
+        tokens=tokens(total),
+        cost=cost(total),
         age=age(metadata.get("creationTimestamp"), now),
     )
 
@@ -96,13 +125,15 @@ def turn_rows(run: Mapping[str, Any], now: float) -> list[TurnRow]:
             outcome=str(record.get("outcome", "")),
             cause=str(record.get("cause") or ""),
             tokens=tokens(record.get("tokens")),
+            cost=cost(record.get("tokens")),
             duration=duration(record.get("startedAt"), record.get("settledAt")),
             live=False,
         )
         for record in settled
     ]
     for turn in live_turns(status):
-        usage = [s.get("usage") for s in turn.get("submissions") or [] if isinstance(s, Mapping)]
+        used = [s.get("usage") for s in turn.get("submissions") or [] if isinstance(s, Mapping)]
+        summed = _summed(used)
         rows.append(
             TurnRow(
                 name=str(turn.get("id", "")),
@@ -111,12 +142,30 @@ def turn_rows(run: Mapping[str, Any], now: float) -> list[TurnRow]:
                 state=str(turn.get("state", "")),
                 outcome=str(turn.get("phase", "live")),
                 cause="",
-                tokens=tokens(_summed(usage)),
+                tokens=tokens(summed),
+                cost=cost(summed),
                 duration=duration(turn.get("startedAt"), now),
                 live=True,
             )
         )
     return rows
+
+
+def run_usage(run: Mapping[str, Any]) -> RunUsage | None:
+    """The Run's tokens and cost so far (``status.usage``), in all and per Agent slot;
+    None before any Turn used tokens."""
+    usage = status_of(run).get("usage")
+    if not isinstance(usage, Mapping) or not tokens(usage.get("total")):
+        return None
+    agents = usage.get("agents")
+    return RunUsage(
+        total=Used(tokens(usage.get("total")), cost(usage.get("total"))),
+        agents=[
+            (str(agent), Used(tokens(used), cost(used)))
+            for agent, used in sorted((agents if isinstance(agents, Mapping) else {}).items())
+            if tokens(used)
+        ],
+    )
 
 
 def turn_of(run: Mapping[str, Any], name: str, now: float) -> TurnRow | None:
@@ -231,14 +280,37 @@ def tokens(usage: Any) -> str:
     return f"{prompt} in / {completion} out" if prompt or completion else ""
 
 
-def _summed(usages: Sequence[Any]) -> dict[str, int] | None:
-    found = [u for u in usages if isinstance(u, Mapping)]
+def cost(usage: Any) -> str:
+    """The usage's cost as shown (``usages.shown_cost``); empty when it has none."""
+    priced = _priced(usage)
+    return "" if priced is None else usages.shown_cost(decimal_text(priced))
+
+
+def _priced(usage: Any) -> Decimal | None:
+    """The usage's cost (decimal USD text), if it has one that reads as a number."""
+    value = usage.get("cost") if isinstance(usage, Mapping) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        priced = Decimal(value)
+    except InvalidOperation:
+        return None
+    return priced if priced.is_finite() and priced >= 0 else None
+
+
+def _summed(used: Sequence[Any]) -> dict[str, Any] | None:
+    """The Submissions' usage summed; a cost only when each has one (``Usage.plus``)."""
+    found = [u for u in used if isinstance(u, Mapping)]
     if not found:
         return None
-    return {
+    summed: dict[str, Any] = {
         key: sum(int(u.get(key) or 0) for u in found)
         for key in ("promptTokens", "completionTokens")
     }
+    costs = [_priced(u) for u in found]
+    if all(c is not None for c in costs):
+        summed["cost"] = decimal_text(sum((c for c in costs if c is not None), Decimal(0)))
+    return summed
 
 
 def duration(start: Any, end: Any) -> str:

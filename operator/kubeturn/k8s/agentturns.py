@@ -35,6 +35,7 @@ from typing import Any
 
 import kopf
 
+from kubeturn.api import agentturn
 from kubeturn.api.agentturn import AgentTurnStatus, Settlement, TurnPhase
 from kubeturn.api.common import GROUP, VERSION
 from kubeturn.api.status import FINISHED, SubmissionRecord
@@ -46,7 +47,7 @@ from kubeturn.orchestrator import turns
 from kubeturn.orchestrator.actor import Settled
 from kubeturn.orchestrator.effects import Sweep
 from kubeturn.orchestrator.ids import InstanceId, TurnId
-from kubeturn_harness.wire import Outcome, SubmissionId, total_usage
+from kubeturn_harness.wire import Outcome, SubmissionId
 
 
 def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
@@ -106,7 +107,7 @@ def register(hub: Hub, registry: kopf.OperatorRegistry) -> None:
         settled = AgentTurnStatus(
             settlement=settlement,
             phase=TurnPhase.SETTLED,
-            usage=total_usage(record.usage for record in records),
+            **agentturn.used(records),
             **({"submissions": outcomes} if outcomes is not None else {}),
         )
         patch.update(patches.status(settled))

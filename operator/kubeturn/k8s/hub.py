@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from kubeturn.k8s import metrics
 from kubeturn.k8s.apiserver import ApiServerAddresses
 from kubeturn.k8s.kube import Kube
-from kubeturn.k8s.metrics import PhaseCounts
 from kubeturn.orchestrator.actor import RunActor, Settled
 from kubeturn.orchestrator.api import Registry
 from kubeturn.orchestrator.caps import NAMESPACE, Caps
@@ -57,7 +57,7 @@ class Hub:
     """The Run actors and Workspace tokens the Orchestrator API answers from."""
     sweeps: dict[Key, list[Settled]] = field(default_factory=dict)
     """(namespace, AgentTurn) → what its finalizer's sweep settled."""
-    phases: PhaseCounts = field(default_factory=PhaseCounts)
+    phases: metrics.PhaseCounts = field(default_factory=metrics.PhaseCounts)
     """Runs by phase, for the runs-by-phase gauge."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Fire-and-forget work (Events), kept referenced until done."""
@@ -82,7 +82,10 @@ class Hub:
 
     def __post_init__(self) -> None:
         self.api_server = ApiServerAddresses(self.kube, self.settings.api_server_look_s)
-        self.caps = Caps({NAMESPACE: self.settings.namespace_max_live_turns})
+        self.caps = Caps(
+            {NAMESPACE: self.settings.namespace_max_live_turns}, waiting=metrics.turns_waiting
+        )
+        metrics.turns_waiting({})
 
     def harness_of(self, namespace: str, workspace: str) -> HarnessClient | None:
         """The client of the Workspace's Harness; None until it is Ready, while its

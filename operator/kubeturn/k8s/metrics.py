@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from kubeturn.api.agentturn import PendingReason
 from kubeturn.api.status import RunPhase
 
 SWEEP_BUCKETS = (
@@ -29,6 +30,13 @@ SWEEP_SECONDS = Histogram(
     buckets=SWEEP_BUCKETS,
 )
 RUNS = Gauge("kubeturn_runs", "Runs this operator drives, by phase.", ["phase"])
+TURNS_WAITING = Gauge(
+    "kubeturn_turns_waiting",
+    "Turns waiting for a slot under a cap on live Turns, by why each waits now: "
+    "WorkspaceFull, NamespaceFull, or Resuming (held while an operator that started "
+    "finds the Turns that were live).",
+    ["reason"],
+)
 RUN_SPEC_READS = Counter(
     "kubeturn_run_spec_reads",
     "Times a Run's daemon read its spec for signals and a cancel: once as it starts, then "
@@ -81,6 +89,13 @@ class PhaseCounts:
         for phase in changed:
             if phase is not None:
                 self._gauge.labels(phase=phase).set(self._counts[phase])
+
+
+def turns_waiting(counts: Mapping[PendingReason, int], gauge: Gauge = TURNS_WAITING) -> None:
+    """Show the caps' waiting Turns by reason (``orchestrator.caps.Caps``'s hook): every
+    reason's series, at 0 when none waits for it, so a dashboard reads 0, not nothing."""
+    for reason in PendingReason:
+        gauge.labels(reason=reason.value).set(counts.get(reason, 0))
 
 
 Handler = Callable[..., Awaitable[None]]

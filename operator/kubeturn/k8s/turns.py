@@ -35,7 +35,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kubeturn.api.agentturn import AgentTurnStatus, Exit, PendingReason, TurnPhase
+from kubeturn.api import agentturn
+from kubeturn.api.agentturn import AgentTurnStatus, Exit, TurnPhase
 from kubeturn.api.status import SubmissionRecord
 from kubeturn.errors import AdmitFailed, Conflict, HarnessCallFailed, HarnessUnreachable, NotFound
 from kubeturn.k8s import harnesses, objects, patches, retention
@@ -48,18 +49,13 @@ from kubeturn.orchestrator.actor import Progress, Settled
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.orchestrator.harness_client import HarnessClient
 from kubeturn.orchestrator.ids import TurnId
-from kubeturn_harness.wire import Outcome, SubmissionId, total_usage
+from kubeturn_harness.wire import Outcome, SubmissionId
 
 POLL_S = 0.2
 """How often an admission re-checks the Workspace and a continued conversation's earlier Turns:
 a sweep takes a Harness round trip or more, so five looks a second wait little longer
 than it does, at one list each."""
 
-REASONS = {
-    caps.WORKSPACE: PendingReason.WORKSPACE_FULL,
-    caps.NAMESPACE: PendingReason.NAMESPACE_FULL,
-}
-"""The AgentTurn's reason for each kind of cap that holds a Turn back."""
 SETTINGS = {
     caps.WORKSPACE: "its spec.maxLiveTurns",
     caps.NAMESPACE: "the operator's --namespace-max-live-turns",
@@ -145,7 +141,7 @@ class ClusterTurns:
 
     async def _pending(self, name: str, held: caps.Held) -> None:
         """Show the AgentTurn ``Pending``, saying why it waits for a slot."""
-        reason = REASONS[held.scope.kind] if held.scope is not None else PendingReason.RESUMING
+        reason = held.reason
         message = caps.describe(held, where=SETTINGS)
 
         def waiting(status: AgentTurnStatus, _: bool) -> AgentTurnStatus | None:
@@ -247,7 +243,7 @@ class ClusterTurns:
             return AgentTurnStatus(
                 phase=_phase(status, phase),
                 submissions=entries,
-                usage=total_usage(entry.usage for entry in entries),
+                **agentturn.used(entries),
             )
 
         await self._update(name, done)

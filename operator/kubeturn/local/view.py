@@ -13,11 +13,11 @@ import json
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, TextIO
 
 from kubeturn.api import agentturn
 from kubeturn.api.status import FINISHED, RunPhase, SignalResult
+from kubeturn.orchestrator import usages
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.turns import Turn, TurnPhase
 
@@ -37,8 +37,6 @@ WIDE_COLUMNS = (*HISTORY_COLUMNS, "STARTED", "SUBMISSIONS", "INSTANCE")
 """``-o wide``: when each Turn started (RFC 3339), its Submissions, its conversation."""
 TTY_ROWS = 20
 """Rows the live table keeps on a terminal: the most recent Turns; the summary has all."""
-COST_SHOWN = Decimal("0.0001")
-"""A table's costs are rounded to 1/100 of a cent; ``-o json`` has them whole."""
 MESSAGE_WIDTH = 100
 """A message longer than this is cut in a table (``-o json`` has it whole)."""
 
@@ -153,11 +151,7 @@ def cost(usage: Mapping[str, Any] | None) -> str:
     model with no price shows tokens only, never a cost of 0."""
     if not usage or usage.get("cost") is None:
         return "-"
-    value = Decimal(str(usage["cost"]))
-    shown = value.quantize(COST_SHOWN)
-    if value and not shown:
-        return f"<${COST_SHOWN}"
-    return f"${shown}"
+    return usages.shown_cost(str(usage["cost"]))
 
 
 def usage_lines(usage: Mapping[str, Any] | None) -> list[str]:

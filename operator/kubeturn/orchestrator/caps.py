@@ -12,7 +12,9 @@ Workspace (``admissible`` is the rule, pure).
 
 One ``Caps`` is shared by the Runs of a process (the operator's hub holds it; a local
 run has its own) and a ``RunSlots`` is one Run's view of it, the actor's ``SlotPort``.
-asyncio only; no IO, no clock.
+Whoever made it may hear how many Turns wait, by reason, each time that changes (the
+operator's ``kubeturn_turns_waiting`` gauge): a hook, so that no metrics library comes in
+here. asyncio only; no IO, no clock.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ import collections
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from kubeturn.api.agentturn import PendingReason
 from kubeturn.errors import Withdrawn
 from kubeturn.orchestrator import ids
 from kubeturn.orchestrator.ids import TurnId
 
 WORKSPACE = "Workspace"
 NAMESPACE = "namespace"
+REASONS = {WORKSPACE: PendingReason.WORKSPACE_FULL, NAMESPACE: PendingReason.NAMESPACE_FULL}
+"""The AgentTurn's reason for each kind of cap that holds a Turn back."""
 
 
 @dataclass(frozen=True, order=True)
@@ -69,9 +74,18 @@ class Held:
     live: int = 0
     limit: int = 0
 
+    @property
+    def reason(self) -> PendingReason:
+        """The AgentTurn's reason: its full scope's kind; Resuming while held back."""
+        return PendingReason.RESUMING if self.scope is None else REASONS[self.scope.kind]
+
 
 Limits = Callable[[Scope], "int | None"]
 """A scope's cap; None: no cap."""
+
+Waiting = Callable[[Mapping[PendingReason, int]], None]
+"""Hears the Turns that wait, counted by why each waits now (a reason none waits for is
+absent), whenever those counts change."""
 
 
 def admissible(waiting: Iterable[Ticket], live: Mapping[Scope, int], limit: Limits) -> list[Ticket]:
@@ -102,9 +116,13 @@ def _room(live: int, cap: int | None) -> bool:
 class Caps:
     """The slots of one process's Turns: who holds one, who waits, and each scope's cap."""
 
-    def __init__(self, defaults: Mapping[str, int | None] | None = None) -> None:
+    def __init__(
+        self, defaults: Mapping[str, int | None] | None = None, waiting: Waiting | None = None
+    ) -> None:
         self._defaults = dict(defaults or {})
         """A cap by scope kind, for a scope given none of its own."""
+        self._heard = waiting
+        self._told: dict[PendingReason, int] = {}
         self._limits: dict[Scope, int | None] = {}
         self._holding: dict[tuple[str, TurnId], Ticket] = {}
         self._waiting: dict[tuple[str, TurnId], tuple[Ticket, asyncio.Future[None]]] = {}
@@ -128,6 +146,7 @@ class Caps:
         all known yet."""
         self._open = False
         self._opened.clear()
+        self._tell()
 
     def open(self) -> None:
         self._open = True
@@ -137,6 +156,7 @@ class Caps:
     def hold(self, ticket: Ticket) -> None:
         """The Turn holds a slot already (it was admitted before a restart)."""
         self._holding[ticket.key] = ticket
+        self._tell()
 
     async def enter(
         self, ticket: Ticket, queued: Callable[[Held], Awaitable[None]] | None = None
@@ -168,6 +188,8 @@ class Caps:
             if left and granted.done() and not granted.cancelled() and not granted.exception():
                 self._holding.pop(key, None)  # granted, and never used
                 self._grant()
+            else:
+                self._tell()
             raise
 
     def why(self, ticket: Ticket) -> Held:
@@ -181,6 +203,7 @@ class Caps:
         waiting = self._waiting.pop((run, turn), None)
         if waiting is not None and not waiting[1].done():
             waiting[1].set_exception(Withdrawn(f"Turn {turn} of {run} ended while it waited"))
+            self._tell()
 
     def leave(self, run: str, turn: TurnId) -> None:
         """The Turn was recorded: its slot is free for the next in line."""
@@ -209,13 +232,28 @@ class Caps:
         waiting = (t for t, granted in self._waiting.values() if not granted.done())
         return sorted(waiting, key=lambda t: t.order)
 
+    def waiting_by_reason(self) -> dict[PendingReason, int]:
+        """The Turns that wait, counted by why each waits now (``why``)."""
+        live = self.live()
+        why = [held(t, live, self.limit_of) if self._open else None for t in self.waiting()]
+        return dict(collections.Counter((h or Held()).reason for h in why))
+
     def _grant(self) -> None:
-        if not self._open:
+        if self._open:
+            for ticket in admissible(self.waiting(), self.live(), self.limit_of):
+                _, granted = self._waiting.pop(ticket.key)
+                self._holding[ticket.key] = ticket
+                granted.set_result(None)
+        self._tell()
+
+    def _tell(self) -> None:
+        """Tell the ``waiting`` hook the counts, if they changed since it last heard."""
+        if self._heard is None:
             return
-        for ticket in admissible(self.waiting(), self.live(), self.limit_of):
-            _, granted = self._waiting.pop(ticket.key)
-            self._holding[ticket.key] = ticket
-            granted.set_result(None)
+        counts = self.waiting_by_reason()
+        if counts != self._told:
+            self._told = counts
+            self._heard(counts)
 
 
 class RunSlots:
