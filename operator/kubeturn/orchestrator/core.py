@@ -1,7 +1,8 @@
 """The Run core: one Run's Machine, its Turns, their sweeps and the answers to picks.
 
 Every entry point takes an event (a start, a signal, a pick, a timer, an exec result, a
-settlement, a fan-out child's worktrees made), advances the Machine, and returns the
+settlement, a Submission's progress and spend, a fan-out child's worktrees made),
+advances the Machine, and returns the
 effects the shell must apply: admit a Submission, sweep a Turn with its cause, start or
 stop an exec, make a child's worktrees, answer a pick. The state it keeps is one JSON
 snapshot; the shell persists it before it acknowledges any effect, so a restored core
@@ -12,8 +13,10 @@ Turn's start and what its Submissions are admitted with), ``picks`` (which picks
 refused, and their answers), ``invokes`` (exec and deliver invokes), ``history`` (a
 Turn's one record), ``prompts`` (the words the model reads), ``turns`` (the Turn ledger
 and a Turn's outcome), ``snapshots`` (the snapshot's format and versions), ``worktrees``
-(which fan-out children work in worktrees of their own, and their branches). Its helpers
-return the effects they decide; none extends a list it is given.
+(which fan-out children work in worktrees of their own, and their branches), ``stalls``,
+``retries`` and ``budgets`` (when a live Turn is swept as the Agent's fault, and when a
+faulted one is tried again). Its helpers return the effects they decide; none extends a
+list it is given.
 
 The rules (docs/turn-semantics.md):
 
@@ -23,6 +26,8 @@ The rules (docs/turn-semantics.md):
 - picks are answered as ``picks`` says;
 - a Submission that settles ``completed`` while picks are allowed is nudged (budget 2),
   then the Machine gets the Agent's fault; a fault burns a continued conversation;
+- a live Turn that stalls or reaches a limit is swept while its state is active, then
+  routed as the Agent's fault; no Turn starts past a reached limit;
 - every Turn gets exactly one history record.
 """
 
