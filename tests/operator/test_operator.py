@@ -655,6 +655,9 @@ async def test_a_run_level_cost_limit_stops_a_multi_turn_run(cluster: StartClust
     assert Decimal(usage["cost"]) == Decimal(coder["tokens"]["cost"]) + Decimal(
         reviewer["tokens"]["cost"]
     )
+    assert usage["limits"] == [
+        {"limit": "spec.limits.cost", "used": usage["cost"], "of": "0.01", "reached": True}
+    ]
 
 
 # ----------------------------------------------------------------------------- a retry

@@ -29,7 +29,8 @@ import pytest
 from kubeturn.api import agentturn, models
 from kubeturn.api.status import SubmissionRecord
 from kubeturn.local import view
-from kubeturn.orchestrator import statuses, usages
+from kubeturn.machine.load import load_run_yaml
+from kubeturn.orchestrator import budgets, statuses, usages
 from kubeturn.orchestrator.core import RunCore
 from kubeturn.orchestrator.effects import Admit, Sweep
 from kubeturn.transcripts import text
@@ -173,6 +174,39 @@ def test_status_shows_the_usage_in_all_and_per_agent() -> None:
         "usage: 1300/110 tokens in/out, 600 read from the cache",
         "  coder: 1000/90 tokens in/out, 600 read from the cache",
         "  reviewer: 300/20 tokens in/out, $0.0020",
+    ]
+
+
+def test_status_shows_how_much_of_each_limit_is_spent() -> None:
+    run = load_run_yaml(
+        """
+apiVersion: kubeturn.dev/v1alpha1
+kind: Run
+metadata: {name: r}
+spec:
+  limits: {tokens: 5000, cost: "0.01", wallTime: 1h}
+  agents:
+    coder: {instructions: Code., limits: {tokens: 1000, perTurn: {tokens: 500}}}
+    reviewer: {instructions: Review., limits: {cost: "1"}}
+  machine:
+    initial: done
+    states: {done: {type: final}}
+""",
+        "r.yaml",
+    )
+    sums = {
+        "coder": Usage(promptTokens=1000, completionTokens=90, cost="0.02"),
+        "reviewer": Usage(promptTokens=300, completionTokens=20),
+    }
+    usage = usages.run_usage(sums, budgets.standing(run, sums))
+    assert usage is not None
+    lines = view.status_lines("r", {"phase": "Running", "usage": usage.model_dump(mode="json")})
+    assert lines[7:] == [
+        "limits:",
+        "  spec.limits.tokens: 1410 of 5000 tokens",
+        "  spec.limits.cost: no price of 0.01 USD, reached",
+        "  spec.agents.coder.limits.tokens: 1090 of 1000 tokens, reached",
+        "  spec.agents.reviewer.limits.cost: no price of 1 USD, reached",
     ]
 
 

@@ -303,21 +303,37 @@ def token_total(usage: Usage) -> int:
     return usage.promptTokens + usage.completionTokens
 
 
-class RunUsage(Status):
-    """Tokens and cost of a Run's settled Turns, in all and per Agent slot (ADR 0114)."""
+class LimitUse(Status):
+    """How much of a Run's or an Agent slot's limit is spent (ADR 0117)."""
 
-    tokens: int = Field(
-        default=0, description="Prompt and completion tokens of all its settled Turns."
+    limit: str = Field(description="The limit's path in the manifest, e.g. spec.limits.cost.")
+    used: str = Field(
+        description="What is spent against it: tokens, or USD as decimal text; 'unpriced' "
+        "when a model used had no price (a cost limit then counts as reached)."
     )
+    of: str = Field(description="The limit, as the manifest sets it.")
+    reached: bool = Field(description="Whether it is reached: no Turn it covers runs or starts.")
+
+
+class RunUsage(Status):
+    """Tokens and cost of a Run's Turns so far, in all and per Agent slot (ADR 0114): the
+    settled ones', and what the live ones have used up to now."""
+
+    tokens: int = Field(default=0, description="Prompt and completion tokens of all its Turns.")
     cost: str | None = Field(
         default=None,
         description="What they cost in USD (decimal text) at the providers file's prices; "
         "absent when a model used had no price.",
     )
-    total: Usage = Field(description="Its settled Turns' tokens by kind, and cost.")
+    total: Usage = Field(description="Its Turns' tokens by kind, and cost.")
     agents: dict[str, Usage] = Field(
         default_factory=dict,
         description="The same per Agent slot (one entry per slot of the Run's spec).",
+    )
+    limits: list[LimitUse] = Field(
+        default_factory=list,
+        description="How much of each token and cost limit of the Run and of its Agent slots "
+        "is spent (spec.limits, spec.agents.<slot>.limits; ADR 0117).",
     )
 
 

@@ -156,12 +156,20 @@ def cost(usage: Mapping[str, Any] | None) -> str:
 
 def usage_lines(usage: Mapping[str, Any] | None) -> list[str]:
     """``kubeturn status``'s lines of a Run's ``status.usage``: the whole, then each Agent
-    slot's; none before any Turn used tokens."""
+    slot's, then how much of each limit is spent; none before any Turn used tokens."""
     if not usage:
         return []
     lines = [f"usage: {_used(usage.get('total') or {})}"]
     for agent, used in sorted((usage.get("agents") or {}).items()):
         lines.append(f"  {agent}: {_used(used)}")
+    limits = [use for use in usage.get("limits") or [] if isinstance(use, Mapping)]
+    if limits:
+        lines.append("limits:")
+    for use in limits:
+        unit = " USD" if str(use.get("limit")).endswith(".cost") else " tokens"
+        spent = "no price" if use.get("used") == "unpriced" else use.get("used")
+        reached = ", reached" if use.get("reached") else ""
+        lines.append(f"  {use.get('limit')}: {spent} of {use.get('of')}{unit}{reached}")
     return lines
 
 

@@ -20,6 +20,7 @@ from decimal import Decimal
 
 from kubeturn.api.durations import parse_duration
 from kubeturn.api.run import TurnLimits
+from kubeturn.api.status import LimitUse
 from kubeturn.machine.load import LoadedRun
 from kubeturn.orchestrator.turns import Turn, TurnPhase
 from kubeturn_harness.wire import Usage, total_usage
@@ -140,28 +141,62 @@ def next_at(run: LoadedRun, turns: Iterable[Turn], started: float | None) -> flo
     return min(times, default=None)
 
 
+def standing(run: LoadedRun, agents: Mapping[str, Usage]) -> list[LimitUse]:
+    """How much of each token and cost limit of the Run and of its slots is spent, for
+    the Run's status: those of a Turn or of time are the Turn's and the clock's to show."""
+    found: list[LimitUse] = []
+    total = functools.reduce(Usage.plus, agents.values()) if agents else None
+    if run.spec.limits is not None:
+        found += _standing(run.spec.limits.tokens, run.spec.limits.cost, "spec.limits", total)
+    for agent, slot in sorted(run.agents.items()):
+        if slot.limits is not None:
+            where = f"spec.agents.{agent}.limits"
+            found += _standing(slot.limits.tokens, slot.limits.cost, where, agents.get(agent))
+    return found
+
+
+def _standing(
+    tokens: int | None, cost: str | None, where: str, used: Usage | None
+) -> list[LimitUse]:
+    """How much of a token and a cost limit (each None when not set) ``used`` spends."""
+    found: list[LimitUse] = []
+    spent = 0 if used is None else used.promptTokens + used.completionTokens
+    if tokens is not None:
+        found.append(
+            LimitUse(
+                limit=f"{where}.tokens", used=str(spent), of=str(tokens), reached=spent >= tokens
+            )
+        )
+    if cost is not None:
+        priced = "0" if used is None or used.cost is None else used.cost
+        unpriced = spent > 0 and used is not None and used.cost is None
+        found.append(
+            LimitUse(
+                limit=f"{where}.cost",
+                used="unpriced" if unpriced else priced,
+                of=cost,
+                reached=unpriced or Decimal(priced) >= Decimal(cost),
+            )
+        )
+    return found
+
+
 def _reached(
     limits: TurnLimits, where: str, whose: str, used: Usage | None, elapsed: float | None
 ) -> Reached | None:
-    if limits.tokens is not None and used is not None:
-        tokens = used.promptTokens + used.completionTokens
-        if tokens >= limits.tokens:
-            return Reached(
-                f"{where}.tokens",
-                f"budget: {where}.tokens reached: {whose} used {tokens} tokens of {limits.tokens}",
+    for use in _standing(limits.tokens, limits.cost, where, used):
+        if not use.reached:
+            continue
+        if use.used == "unpriced":
+            said = (
+                f"cannot be kept: {whose} used a model with no price in the Harness's "
+                "providers file (give it a pricing entry)"
             )
-    if limits.cost is not None and used is not None:
-        if used.cost is None and used.promptTokens + used.completionTokens > 0:
-            return Reached(
-                f"{where}.cost",
-                f"budget: {where}.cost cannot be kept: {whose} used a model with no price "
-                "in the Harness's providers file (give it a pricing entry)",
-            )
-        if used.cost is not None and Decimal(used.cost) >= Decimal(limits.cost):
-            return Reached(
-                f"{where}.cost",
-                f"budget: {where}.cost reached: {whose} cost {used.cost} USD of {limits.cost} USD",
-            )
+        elif use.limit.endswith(".cost"):
+            said = f"reached: {whose} cost {use.used} USD of {use.of} USD"
+        else:
+            said = f"reached: {whose} used {use.used} tokens of {use.of}"
+        return Reached(use.limit, f"budget: {use.limit} {said}")
     wall_time = limits.wallTime
     if wall_time is not None and elapsed is not None and elapsed >= parse_duration(wall_time):
         return Reached(

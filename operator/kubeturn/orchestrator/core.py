@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kubeturn.api.status import DeliveryRecord, RunPhase, TrailEntry, bounded
+from kubeturn.api.status import DeliveryRecord, LimitUse, RunPhase, TrailEntry, bounded
 from kubeturn.errors import SnapshotUnreadable
 from kubeturn.machine import interpreter
 from kubeturn.machine.interpreter import (
@@ -154,6 +154,8 @@ class RunView:
     usage: Mapping[str, Usage] = field(default_factory=dict)
     """Each Agent slot's tokens and cost over the Run so far (ADR 0114): its recorded
     Turns', and what its live ones have used up to now (``RunCore.spending``)."""
+    limits: tuple[LimitUse, ...] = ()
+    """How much of each token and cost limit of the Run and its slots is spent (ADR 0117)."""
 
 
 class RunCore:
@@ -578,7 +580,8 @@ class RunCore:
             moves=self.moves,
             children=self.config.children if self.config else (),
             active=self.config.active if self.config else (),
-            usage=self.spending(),
+            usage=(spending := self.spending()),
+            limits=tuple(budgets.standing(self.run, spending)) if self._budgeted else (),
         )
 
     @property

@@ -51,7 +51,7 @@ def run_status(view: RunView, snapshot: Mapping[str, Any]) -> RunStatus:
         turnCount=view.recorded,
         turns=records,
         droppedTurns=view.recorded - len(records),
-        usage=usages.run_usage(view.usage),
+        usage=usages.run_usage(view.usage, view.limits),
         output=view.output,
         message=view.message,
         trail=list(view.trail),

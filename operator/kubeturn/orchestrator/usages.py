@@ -11,10 +11,10 @@ and the console show a cost. Nothing here does IO.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
-from kubeturn.api.status import RunUsage, token_total
+from kubeturn.api.status import LimitUse, RunUsage, token_total
 from kubeturn_harness.wire import Usage
 
 COST_SHOWN = Decimal("0.0001")
@@ -30,8 +30,9 @@ def add(sums: Mapping[str, Usage], agent: str, usage: Usage | None) -> dict[str,
     return {**sums, agent: usage if earlier is None else earlier.plus(usage)}
 
 
-def run_usage(sums: Mapping[str, Usage]) -> RunUsage | None:
-    """What ``Run.status.usage`` shows of the sums; None before any Turn used tokens."""
+def run_usage(sums: Mapping[str, Usage], limits: Sequence[LimitUse] = ()) -> RunUsage | None:
+    """What ``Run.status.usage`` shows of the sums, and of the limits' standing; None
+    before any Turn used tokens."""
     if not sums:
         return None
     total = functools.reduce(Usage.plus, (sums[agent] for agent in sorted(sums)))
@@ -40,6 +41,7 @@ def run_usage(sums: Mapping[str, Usage]) -> RunUsage | None:
         cost=total.cost,
         total=total,
         agents=dict(sorted(sums.items())),
+        limits=list(limits),
     )
 
 
