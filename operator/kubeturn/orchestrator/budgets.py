@@ -22,6 +22,7 @@ from kubeturn.api.durations import parse_duration
 from kubeturn.api.run import TurnLimits
 from kubeturn.api.status import LimitUse
 from kubeturn.machine.load import LoadedRun
+from kubeturn.orchestrator import usages
 from kubeturn.orchestrator.turns import Turn, TurnPhase
 from kubeturn_harness.wire import Usage, total_usage
 
@@ -51,10 +52,7 @@ def per_agent(recorded: Mapping[str, Usage], turns: Iterable[Turn]) -> dict[str,
     recorded yet, have used so far."""
     sums = dict(recorded)
     for turn in turns:
-        used = spent(turn)
-        if used is not None:
-            earlier = sums.get(turn.agent)
-            sums[turn.agent] = used if earlier is None else earlier.plus(used)
+        sums = usages.add(sums, turn.agent, spent(turn))
     return sums
 
 
