@@ -17,7 +17,8 @@ Cases, by row:
   outstanding pick answered ``turnComplete`` with the exec's output, not stopped);
 - something else ended it (``aborted``): a Turn timeout armed before the pick; an outside
   signal; another Agent's pick (the outer Agent's Turn); CANCEL (every live Turn swept,
-  the Run cancelled); a Turn timeout while the pick's exec runs (answered ``stopped``);
+  the Run cancelled), also before a Turn's first admission was answered (its record says
+  so); a Turn timeout while the pick's exec runs (answered ``stopped``);
 - the pick routed to a failed final (``ended``, the Run Failed);
 - a throw in the Machine or a defect no state catches (``aborted``): an expression
   error; an exec error nothing handles;
@@ -243,6 +244,18 @@ class TestSomethingElseEndedIt:
         for sweep, running in zip(effects.of(Sweep), ("s2", "s1"), strict=True):
             assert isinstance(sweep, Sweep)
             assert settle_sweep(core, sweep, running, 2.0).outcome is Outcome.ABORTED
+
+    def test_a_cancel_before_the_first_admission_is_answered(self) -> None:
+        core, _ = started("handoff")  # a cap on live Turns may hold it back so
+        effects = core.cancel(1.0)
+        sweeps = [s for s in effects.of(Sweep) if isinstance(s, Sweep)]
+        assert [(s.cause, s.submission) for s in sweeps] == [(None, None)]
+        record = settle_sweep(core, sweeps[0], None, 2.0)
+        assert (record.outcome, record.message) == (
+            Outcome.ABORTED,
+            "the Turn ended before its first Submission was admitted (it may have waited "
+            "for a slot under a cap on live Turns)",
+        )
 
     def test_a_turn_timeout_while_the_picks_exec_runs(self) -> None:
         core, admits = started("exec_pick", coder="s1")

@@ -24,6 +24,10 @@ PICK = "pick"
 """The sweep's cause when the Turn's own pick ended it (docs/turn-semantics.md §2)."""
 NO_SETTLEMENT = "no settlement came back from the sweep"
 ADMITTED_LATE = "the Turn ended while its next Submission was being admitted"
+NEVER_ADMITTED = (
+    "the Turn ended before its first Submission was admitted (it may have waited for a slot "
+    "under a cap on live Turns)"
+)
 
 Caused = Mapping[SubmissionId, tuple[Outcome, Usage | None, str | None]]
 """What a sweep settled: Submission id → its outcome, usage and message."""
@@ -181,7 +185,8 @@ def outcome(exit_: Exit, submissions: Sequence[SubmissionEntry]) -> tuple[Outcom
         # It ran, if at all, after the Turn had ended, and the sweep settles it.
         late = [s for s in submissions if s.admittedAt >= exit_.at]
         settled = late[-1].outcome if late else None
-        return settled or Outcome.ABORTED, ADMITTED_LATE
+        first = len(late) == len(submissions)
+        return settled or Outcome.ABORTED, NEVER_ADMITTED if first else ADMITTED_LATE
     if exit_.cause == PICK:
         return Outcome.ENDED, None
     last = submissions[-1] if submissions else None
