@@ -77,11 +77,14 @@ class Partial:
 
     @property
     def used(self) -> Usage | None:
-        """What the answer has used so far: what its provider reported, or else the
-        output it streamed (a cut stream's provider most often never reports)."""
-        if self.usage is not None:
+        """What the answer has used so far, as far as it is known: what its provider
+        reported (Anthropic reports the prompt's tokens as the stream starts; most others
+        nothing before its end), its output at least the pieces it streamed."""
+        if self.usage is None:
+            return Usage(completionTokens=self.output_tokens) if self.output_tokens else None
+        if self.usage.completionTokens >= self.output_tokens:
             return self.usage
-        return Usage(completionTokens=self.output_tokens) if self.output_tokens else None
+        return self.usage.model_copy(update={"completionTokens": self.output_tokens})
 
     def delta(self) -> None:
         """Count one output piece as it streams; an adapter calls it for every piece of

@@ -327,7 +327,8 @@ async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
         },
     )
     run.env.metrics.model_requests.inc()
-    partial = Partial(on_delta=_Streaming.of(run, request.model))
+    partial = Partial()
+    partial.on_delta = _Streaming.of(run, request.model, partial)
     provider = request.model.provider.spec.type.value
     with tracing.span(
         run.env.tracer,
@@ -367,20 +368,23 @@ async def _ask(run: _Run, request: ModelRequest) -> ModelAnswer:
 @dataclass
 class _Streaming:
     """Reports how far one model request has streamed (``model-streamed``), as often as
-    its throttle allows: each report's usage is the output so far, priced at the model's
-    output price. None once the Submission has settled: a sweep settles it before its
-    cut reaches the stream, and pieces the adapter has already read still come."""
+    its throttle allows: each report's usage is what the answer has used so far as far as
+    it is known (``Partial.used``: the prompt's tokens where the provider reported them
+    as the stream began, the output streamed), priced. None once the Submission has
+    settled: a sweep settles it before its cut reaches the stream, and pieces the adapter
+    has already read still come."""
 
     run: _Run
     model: ModelName
+    partial: Partial
     throttle: StreamThrottle
 
     @classmethod
-    def of(cls, run: _Run, model: ModelName) -> _Streaming:
+    def of(cls, run: _Run, model: ModelName, partial: Partial) -> _Streaming:
         limits = run.env.limits
         started = run.env.clock.monotonic()
         throttle = StreamThrottle(limits.stream_progress_tokens, limits.stream_progress_s, started)
-        return cls(run, model, throttle)
+        return cls(run, model, partial, throttle)
 
     def __call__(self, tokens: int) -> None:
         run = self.run
@@ -389,7 +393,7 @@ class _Streaming:
         streamed = Streamed(
             submissionId=run.submission.id,
             outputTokens=tokens,
-            usage=pricing.priced(Usage(completionTokens=tokens), self.model.price),
+            usage=pricing.priced(self.partial.used or Usage(), self.model.price),
         )
         run.log.append(EventType.MODEL_STREAMED, streamed.model_dump(mode="json"))
 

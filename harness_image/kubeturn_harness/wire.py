@@ -525,8 +525,10 @@ class Streamed(_Body):
         "about one token. A request tried again counts from 0.",
     )
     usage: Usage = Field(
-        description="completionTokens: outputTokens; cost: their price at the model's "
-        "output price, absent when the model has no price."
+        description="What the request has used so far, as far as it is known: the prompt's "
+        "tokens where the provider reported them as the stream began (Anthropic does), "
+        "completionTokens at least outputTokens; cost: their price, absent when the model "
+        "has no price."
     )
 
 

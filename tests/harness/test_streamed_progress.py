@@ -123,6 +123,26 @@ async def test_the_anthropic_adapter_counts_text_thinking_and_input_deltas() -> 
     assert told == [1, 2, 3, 4, 5, 6]
 
 
+async def test_mid_stream_an_anthropic_answer_has_used_its_prompt_and_its_pieces() -> None:
+    models = AnthropicModels()
+    partial = Partial()
+    answer = Answer([{"type": "text", "text": "Reading it."}], hold_after=4)
+    try:
+        async with serving([answer]) as api:
+            spec = ProviderSpec(type=ProviderType.ANTHROPIC, baseUrl=api.url)
+            model = ModelName(Provider("claude", spec), "claude-test")
+            request = ModelRequest(model, [{"role": "user", "content": "Review."}], [], None)
+            task = asyncio.create_task(models.complete(request, partial))
+            await asyncio.wait_for(api.held.wait(), 10)
+            # message_start said the prompt's 10 tokens; two pieces of text streamed.
+            assert partial.used == Usage(promptTokens=10, completionTokens=2)
+            api.release.set()
+            await task
+    finally:
+        await models.close()
+    assert partial.used == Usage(promptTokens=10, completionTokens=5)
+
+
 # ----------------------------------------------------------------------------- the Harness
 
 

@@ -108,3 +108,15 @@ def test_the_openapi_document_describes_the_event() -> None:
     read = document["paths"]["/agents/{name}/{id}"]["get"]
     (types,) = [p for p in read["parameters"] if p["name"] == "types"]
     assert "model-streamed" in types["schema"]["items"]["enum"]
+
+
+def test_what_a_partial_has_used_is_what_was_reported_its_output_at_least_streamed() -> None:
+    partial = Partial()
+    assert partial.used is None
+    partial.delta()
+    partial.delta()
+    assert partial.used == Usage(completionTokens=2)
+    partial.usage = Usage(promptTokens=10, completionTokens=1)  # Anthropic's message_start
+    assert partial.used == Usage(promptTokens=10, completionTokens=2)
+    partial.usage = Usage(promptTokens=10, completionTokens=7)  # the end's own count
+    assert partial.used == Usage(promptTokens=10, completionTokens=7)
