@@ -54,33 +54,43 @@ def workspace(origin: str, name: str = WORKSPACE, **spec: Any) -> Body:
     }
 
 
-def run(name: str) -> Body:
-    """A Run in the shared Workspace: its coder picks ``finish``, then it waits for a
-    signal ``approve``."""
+def coder_run(
+    name: str, prompt: str, *, workspace: str, then_waits: bool = False, continued: bool = False
+) -> Body:
+    """A Run in ``workspace`` whose coder, asked ``prompt``, picks ``finish``; then the Run
+    ends, or, ``then_waits``, waits for a signal ``approve``. ``continued``: the coder's
+    conversation is continued (its Instance ID is ``coder(name)``)."""
+    agent: Body = {"slot": "coder", "prompt": prompt}
+    if continued:
+        agent["continue"] = True
+    after = "waiting" if then_waits else "done"
+    states: Body = {
+        "working": {
+            "invoke": {"agent": agent},
+            "on": {"finish": {"target": after, "description": "Done."}},
+        },
+        "done": {"type": "final"},
+    }
+    if then_waits:
+        states["waiting"] = {"on": {"approve": "done"}}
     return {
         "apiVersion": GROUP_VERSION,
         "kind": "Run",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
-            "workspace": {"name": WORKSPACE},
+            "workspace": {"name": workspace},
             "agents": {
                 "coder": {"model": "scripted/any", "instructions": "Work.", "workspace": "write"}
             },
-            "machine": {
-                "initial": "working",
-                "states": {
-                    "working": {
-                        "invoke": {
-                            "agent": {"slot": "coder", "prompt": PROMPTS[name], "continue": True}
-                        },
-                        "on": {"finish": {"target": "waiting", "description": "Done."}},
-                    },
-                    "waiting": {"on": {"approve": "done"}},
-                    "done": {"type": "final"},
-                },
-            },
+            "machine": {"initial": "working", "states": states},
         },
     }
+
+
+def run(name: str) -> Body:
+    """A Run in the shared Workspace: its coder picks ``finish``, then it waits for a
+    signal ``approve``."""
+    return coder_run(name, PROMPTS[name], workspace=WORKSPACE, then_waits=True, continued=True)
 
 
 def coder(name: str) -> str:

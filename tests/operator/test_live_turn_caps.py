@@ -60,27 +60,7 @@ SCRIPT = script(
 
 
 def run(name: str) -> Body:
-    return {
-        "apiVersion": GROUP_VERSION,
-        "kind": "Run",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "workspace": {"name": WORKSPACE},
-            "agents": {
-                "coder": {"model": "scripted/any", "instructions": "Work.", "workspace": "write"}
-            },
-            "machine": {
-                "initial": "working",
-                "states": {
-                    "working": {
-                        "invoke": {"agent": {"slot": "coder", "prompt": PROMPTS[name]}},
-                        "on": {"finish": {"target": "done", "description": "Done."}},
-                    },
-                    "done": {"type": "final"},
-                },
-            },
-        },
-    }
+    return shared.coder_run(name, PROMPTS[name], workspace=WORKSPACE)
 
 
 @pytest.fixture
