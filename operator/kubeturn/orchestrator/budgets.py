@@ -13,7 +13,6 @@ so a budget fails closed. Pure: no IO, no clock.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -101,7 +100,7 @@ def refusal(
             return reached
     if run.spec.limits is None:
         return None
-    total = functools.reduce(Usage.plus, agents.values()) if agents else None
+    total = total_usage(agents.values())
     elapsed = now - started if started is not None else None
     return _reached(run.spec.limits, "spec.limits", "the Run", total, elapsed)
 
@@ -143,7 +142,7 @@ def standing(run: LoadedRun, agents: Mapping[str, Usage]) -> list[LimitUse]:
     """How much of each token and cost limit of the Run and of its slots is spent, for
     the Run's status: those of a Turn or of time are the Turn's and the clock's to show."""
     found: list[LimitUse] = []
-    total = functools.reduce(Usage.plus, agents.values()) if agents else None
+    total = total_usage(agents.values())
     if run.spec.limits is not None:
         found += _standing(run.spec.limits.tokens, run.spec.limits.cost, "spec.limits", total)
     for agent, slot in sorted(run.agents.items()):

@@ -9,7 +9,6 @@ record and the AgentTurn's settlement alike. Pure: no IO, no clock.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kubeturn.api.status import Message, bounded
 from kubeturn.orchestrator.ids import InstanceId, TurnId
 from kubeturn_harness.wire import DeliveryId, Notice, Outcome, Receipt, SubmissionId, Usage
+from kubeturn_harness.wire import total_usage as usage_sum
 
 PICK = "pick"
 """The sweep's cause when the Turn's own pick ended it (docs/turn-semantics.md §2)."""
@@ -150,10 +150,7 @@ class TurnRecord(_Model):
 
 
 def total_usage(submissions: list[SubmissionEntry]) -> Usage | None:
-    used = [s.usage for s in submissions if s.usage is not None]
-    if not used:
-        return None
-    return functools.reduce(Usage.plus, used)
+    return usage_sum(s.usage for s in submissions)
 
 
 def settle(submissions: Sequence[SubmissionEntry], caused: Caused, now: float) -> None:
